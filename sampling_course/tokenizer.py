@@ -1,0 +1,130 @@
+"""The offline stand-in's tokenizer: a tiny byte-level BPE built the way GPT-2's was.
+
+GPT-2's tokenizer is byte-level BPE with 50,257 tokens. The offline stand-in model
+needs the same kind of tokenizer, only much smaller, and one that needs no download.
+So we train one here with the ``tokenizers`` library on ``assets/corpus.txt`` (plain
+English prose written for this course) and ship the result in
+``assets/tiny_tokenizer/``.
+
+It behaves like GPT-2's tokenizer in every way a learner will notice:
+
+* it is a ``transformers.GPT2TokenizerFast``;
+* it is byte-level, so *any* string encodes and decodes back exactly;
+* a leading space is part of the token (``" church"`` is one token, ``"church"`` another);
+* the base vocabulary is the 256 bytes in GPT-2's own order, followed by the learned
+  merges, and ``<|endoftext|>`` is the last id, serving as BOS, EOS and UNK;
+* there is no pad token.
+
+Rebuild the shipped files after changing the corpus with::
+
+    python scripts/build_tokenizer.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2TokenizerFast
+
+ASSETS_DIR: Path = Path(__file__).resolve().parent / "assets"
+CORPUS_PATH: Path = ASSETS_DIR / "corpus.txt"
+TOKENIZER_DIR: Path = ASSETS_DIR / "tiny_tokenizer"
+
+EOS_TOKEN = "<|endoftext|>"
+TINY_VOCAB_SIZE = 1024
+
+__all__ = [
+    "CORPUS_PATH",
+    "EOS_TOKEN",
+    "TINY_VOCAB_SIZE",
+    "TOKENIZER_DIR",
+    "build_tokenizer",
+    "load_tiny_tokenizer",
+    "train_tokenizer",
+]
+
+
+def train_tokenizer(
+    corpus_path: str | Path = CORPUS_PATH, vocab_size: int = TINY_VOCAB_SIZE
+) -> GPT2TokenizerFast:
+    """Train a GPT-2-style byte-level BPE tokenizer on ``corpus_path``.
+
+    The result has exactly ``vocab_size`` tokens: the 256 single bytes, then
+    ``vocab_size - 257`` learned merges, then ``<|endoftext|>`` as the last id (GPT-2
+    puts it last too, at 50256). Training is deterministic, so the same corpus always
+    gives the same vocabulary, merges and ids.
+    """
+    n_bytes = len(pre_tokenizers.ByteLevel.alphabet())
+    if vocab_size < n_bytes + 1:
+        raise ValueError(
+            f"vocab_size must be at least {n_bytes + 1} (all bytes + EOS), got {vocab_size}"
+        )
+
+    text = Path(corpus_path).read_text(encoding="utf-8")
+
+    bpe = Tokenizer(models.BPE())
+    # GPT-2's recipe: split with its regex, map bytes to printable characters, and do
+    # NOT add a space in front of the text (so "Hello" and " Hello" differ).
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        # Leave one slot free: EOS is appended after training so it gets the last id.
+        vocab_size=vocab_size - 1,
+        # Seed with all 256 bytes, even ones absent from the corpus, so every string
+        # is representable and nothing ever needs an UNK.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    # One document, not lines: keeps newline runs like "\n\n" visible to the trainer.
+    bpe.train_from_iterator([text], trainer=trainer)
+
+    model = json.loads(bpe.to_str())["model"]
+    vocab: dict[str, int] = dict(model["vocab"])
+    merges: list[tuple[str, str]] = [tuple(pair) for pair in model["merges"]]
+    if len(vocab) != vocab_size - 1:
+        # Happens only if the corpus is too small to learn that many merges.
+        raise ValueError(
+            f"corpus {corpus_path} only supports {len(vocab) + 1} tokens, asked for {vocab_size}"
+        )
+    vocab[EOS_TOKEN] = len(vocab)
+
+    # Build through GPT2TokenizerFast's own constructor (rather than wrapping `bpe`),
+    # so the object we return is exactly what `from_pretrained` rebuilds on load.
+    return GPT2TokenizerFast(
+        vocab=vocab,
+        merges=merges,
+        bos_token=EOS_TOKEN,
+        eos_token=EOS_TOKEN,
+        unk_token=EOS_TOKEN,
+        add_prefix_space=False,
+    )
+
+
+def build_tokenizer(
+    out_dir: str | Path = TOKENIZER_DIR,
+    corpus_path: str | Path = CORPUS_PATH,
+    vocab_size: int = TINY_VOCAB_SIZE,
+) -> GPT2TokenizerFast:
+    """Train the tokenizer and save it to ``out_dir`` with ``save_pretrained``."""
+    tokenizer = train_tokenizer(corpus_path, vocab_size)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out_dir))
+    return tokenizer
+
+
+def load_tiny_tokenizer() -> GPT2TokenizerFast:
+    """Load the shipped tiny tokenizer from ``TOKENIZER_DIR`` (no network needed)."""
+    if not (TOKENIZER_DIR / "tokenizer.json").is_file():
+        raise FileNotFoundError(
+            f"The tiny tokenizer is missing from {TOKENIZER_DIR}. "
+            "Rebuild it with: python scripts/build_tokenizer.py"
+        )
+    return GPT2TokenizerFast.from_pretrained(str(TOKENIZER_DIR))
+
+
+if __name__ == "__main__":
+    built = build_tokenizer()
+    print(f"Saved a {len(built)}-token tokenizer to {TOKENIZER_DIR}")

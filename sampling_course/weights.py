@@ -1,0 +1,69 @@
+"""Convert a Hugging Face GPT-2 checkpoint into the course's DemoTransformer names."""
+
+from __future__ import annotations
+
+import einops
+import torch
+from torch import Tensor
+
+from sampling_course.config import Config
+
+
+def demo_state_dict(hf_model: torch.nn.Module) -> dict[str, Tensor]:
+    """Return a state dict for ``DemoTransformer(Config.from_hf(hf_model.config))``.
+
+    Hugging Face's GPT-2 stores its linear layers as ``Conv1D`` with weights laid out
+    (in_features, out_features), and packs Q, K and V into one ``c_attn`` matrix. The
+    course keeps one matrix per head instead, in TransformerLens' layout:
+    W_Q/W_K/W_V are [n_heads, d_model, d_head] and W_O is [n_heads, d_head, d_model].
+    """
+    cfg = Config.from_hf(hf_model.config)
+    sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    prefix = "transformer." if "transformer.wte.weight" in sd else ""
+    if f"{prefix}wte.weight" not in sd:
+        raise ValueError("demo_state_dict expects a GPT2LMHeadModel or GPT2Model state dict")
+
+    def heads_in(w: Tensor) -> Tensor:
+        return einops.rearrange(w, "d_model (n d_head) -> n d_model d_head", n=cfg.n_heads)
+
+    def heads_bias(b: Tensor) -> Tensor:
+        return einops.rearrange(b, "(n d_head) -> n d_head", n=cfg.n_heads)
+
+    W_E = sd[f"{prefix}wte.weight"]
+    # GPT-2 ties the unembedding to the embedding; an untied lm_head wins when present.
+    W_U = sd.get("lm_head.weight", W_E).T
+    out: dict[str, Tensor] = {
+        "embed.W_E": W_E,
+        "pos_embed.W_pos": sd[f"{prefix}wpe.weight"],
+        "ln_final.w": sd[f"{prefix}ln_f.weight"],
+        "ln_final.b": sd[f"{prefix}ln_f.bias"],
+        "unembed.W_U": W_U,
+        "unembed.b_U": sd.get("lm_head.bias", torch.zeros(cfg.d_vocab, dtype=W_E.dtype)),
+    }
+    for i in range(cfg.n_layers):
+        hf = f"{prefix}h.{i}."
+        demo = f"blocks.{i}."
+        W_Q, W_K, W_V = sd[hf + "attn.c_attn.weight"].split(cfg.d_model, dim=1)
+        b_Q, b_K, b_V = sd[hf + "attn.c_attn.bias"].split(cfg.d_model, dim=0)
+        out.update({
+            demo + "ln1.w": sd[hf + "ln_1.weight"],
+            demo + "ln1.b": sd[hf + "ln_1.bias"],
+            demo + "attn.W_Q": heads_in(W_Q),
+            demo + "attn.W_K": heads_in(W_K),
+            demo + "attn.W_V": heads_in(W_V),
+            demo + "attn.b_Q": heads_bias(b_Q),
+            demo + "attn.b_K": heads_bias(b_K),
+            demo + "attn.b_V": heads_bias(b_V),
+            demo + "attn.W_O": einops.rearrange(
+                sd[hf + "attn.c_proj.weight"], "(n d_head) d_model -> n d_head d_model", n=cfg.n_heads
+            ),
+            demo + "attn.b_O": sd[hf + "attn.c_proj.bias"],
+            demo + "ln2.w": sd[hf + "ln_2.weight"],
+            demo + "ln2.b": sd[hf + "ln_2.bias"],
+            demo + "mlp.W_in": sd[hf + "mlp.c_fc.weight"],
+            demo + "mlp.b_in": sd[hf + "mlp.c_fc.bias"],
+            demo + "mlp.W_out": sd[hf + "mlp.c_proj.weight"],
+            demo + "mlp.b_out": sd[hf + "mlp.c_proj.bias"],
+        })
+    # Contiguous copies, so the demo model never shares storage with the HF model.
+    return {k: v.contiguous().clone() for k, v in out.items()}

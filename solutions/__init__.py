@@ -1,0 +1,1 @@
+"""Complete reference implementations of every exercise in the course."""

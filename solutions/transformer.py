@@ -1,0 +1,221 @@
+"""Part 1: GPT-2 from scratch.
+
+One small module per concept, in the order the residual stream meets them:
+
+    tokens -> Embed + PosEmbed -> [TransformerBlock] * n_layers -> LayerNorm -> Unembed -> logits
+
+Each block reads from the residual stream and adds its result back:
+
+    resid_mid  = resid_pre + Attention(LayerNorm(resid_pre))
+    resid_post = resid_mid + MLP(LayerNorm(resid_mid))
+
+Parameter names follow TransformerLens (W_Q, b_Q, W_in, ...), so the weights of the
+real GPT-2 load straight in through ``sampling_course.weights.demo_state_dict``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import einops
+import torch
+import torch.nn as nn
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from sampling_course.config import Config
+
+# Written into masked attention scores. Large and negative rather than -inf, so that
+# softmax never sees a row of -inf (which would give NaN) and the value survives fp16.
+IGNORE = -1e5
+
+
+def gelu_new(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
+    """GPT-2's GELU: the tanh approximation, not the exact erf form."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3.0))))
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.w = nn.Parameter(torch.ones(cfg.d_model))
+        self.b = nn.Parameter(torch.zeros(cfg.d_model))
+
+    def forward(self, residual: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        """Centre each position's vector, scale it to unit variance, then apply w and b."""
+        ### BEGIN SOLUTION
+        # Hint: use the biased variance (unbiased=False), and put eps inside the square root.
+        residual = residual - residual.mean(dim=-1, keepdim=True)
+        # The biased variance (divide by d_model, not d_model - 1), as in GPT-2.
+        scale = (residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()
+        return residual / scale * self.w + self.b
+        ### END SOLUTION
+
+
+class Embed(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_E = nn.Parameter(torch.empty((cfg.d_vocab, cfg.d_model)))
+        nn.init.normal_(self.W_E, std=cfg.init_range)
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
+        """Look up each token's row of W_E."""
+        ### BEGIN SOLUTION
+        return self.W_E[tokens]
+        ### END SOLUTION
+
+
+class PosEmbed(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_pos = nn.Parameter(torch.empty((cfg.n_ctx, cfg.d_model)))
+        nn.init.normal_(self.W_pos, std=cfg.init_range)
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
+        """The learned embedding of each position 0..pos-1, the same for every sequence."""
+        ### BEGIN SOLUTION
+        batch, seq_len = tokens.shape
+        return einops.repeat(self.W_pos[:seq_len], "pos d_model -> batch pos d_model", batch=batch)
+        ### END SOLUTION
+
+
+class Attention(nn.Module):
+    IGNORE: Float[Tensor, ""]
+
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_Q = nn.Parameter(torch.empty((cfg.n_heads, cfg.d_model, cfg.d_head)))
+        self.W_K = nn.Parameter(torch.empty((cfg.n_heads, cfg.d_model, cfg.d_head)))
+        self.W_V = nn.Parameter(torch.empty((cfg.n_heads, cfg.d_model, cfg.d_head)))
+        self.W_O = nn.Parameter(torch.empty((cfg.n_heads, cfg.d_head, cfg.d_model)))
+        self.b_Q = nn.Parameter(torch.zeros((cfg.n_heads, cfg.d_head)))
+        self.b_K = nn.Parameter(torch.zeros((cfg.n_heads, cfg.d_head)))
+        self.b_V = nn.Parameter(torch.zeros((cfg.n_heads, cfg.d_head)))
+        self.b_O = nn.Parameter(torch.zeros((cfg.d_model)))
+        for W in (self.W_Q, self.W_K, self.W_V, self.W_O):
+            nn.init.normal_(W, std=cfg.init_range)
+        # A buffer, so it follows the module to whatever device and dtype it is moved to.
+        self.register_buffer("IGNORE", torch.tensor(IGNORE, dtype=torch.float32), persistent=False)
+
+    def forward(
+        self, normalized_resid_pre: Float[Tensor, "batch pos d_model"]
+    ) -> Float[Tensor, "batch pos d_model"]:
+        """Causal multi-head self-attention."""
+        ### BEGIN SOLUTION
+        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
+        q = einops.einsum(normalized_resid_pre, self.W_Q, "b s d, n d h -> b s n h") + self.b_Q
+        k = einops.einsum(normalized_resid_pre, self.W_K, "b s d, n d h -> b s n h") + self.b_K
+        v = einops.einsum(normalized_resid_pre, self.W_V, "b s d, n d h -> b s n h") + self.b_V
+        # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.
+        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)
+        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)
+        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")
+        # Each head writes into the residual stream through its own slice of W_O; sum the heads.
+        return einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O
+        ### END SOLUTION
+
+    def apply_causal_mask(
+        self, attn_scores: Float[Tensor, "batch n_heads query_pos key_pos"]
+    ) -> Float[Tensor, "batch n_heads query_pos key_pos"]:
+        """Replace the score of every key that lies after its query with IGNORE.
+
+        The last ``query_pos`` queries sit at the end of the ``key_pos`` keys, so the
+        same code works when earlier keys come from a cache (query_pos < key_pos).
+        """
+        ### BEGIN SOLUTION
+        # Hint: query i may look at key j exactly when j <= i + (key_pos - query_pos).
+        query_pos, key_pos = attn_scores.shape[-2:]
+        # diagonal=key_pos - query_pos + 1 shifts the mask right by the number of cached keys.
+        future = torch.triu(
+            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),
+            diagonal=key_pos - query_pos + 1,
+        )
+        return attn_scores.masked_fill(future, self.IGNORE)
+        ### END SOLUTION
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_in = nn.Parameter(torch.empty((cfg.d_model, cfg.d_mlp)))
+        self.W_out = nn.Parameter(torch.empty((cfg.d_mlp, cfg.d_model)))
+        self.b_in = nn.Parameter(torch.zeros((cfg.d_mlp)))
+        self.b_out = nn.Parameter(torch.zeros((cfg.d_model)))
+        nn.init.normal_(self.W_in, std=cfg.init_range)
+        nn.init.normal_(self.W_out, std=cfg.init_range)
+
+    def forward(
+        self, normalized_resid_mid: Float[Tensor, "batch pos d_model"]
+    ) -> Float[Tensor, "batch pos d_model"]:
+        """Expand to d_mlp, apply gelu_new, project back to d_model."""
+        ### BEGIN SOLUTION
+        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in
+        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out
+        ### END SOLUTION
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.ln1 = LayerNorm(cfg)
+        self.attn = Attention(cfg)
+        self.ln2 = LayerNorm(cfg)
+        self.mlp = MLP(cfg)
+
+    def forward(self, resid_pre: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
+        """Pre-LayerNorm block: attention then MLP, each added back to the residual stream."""
+        ### BEGIN SOLUTION
+        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))
+        return resid_mid + self.mlp(self.ln2(resid_mid))
+        ### END SOLUTION
+
+
+class Unembed(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.W_U = nn.Parameter(torch.empty((cfg.d_model, cfg.d_vocab)))
+        nn.init.normal_(self.W_U, std=cfg.init_range)
+        # GPT-2 has no unembedding bias; we keep one (at zero) so other models fit too.
+        self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab), requires_grad=False)
+
+    def forward(
+        self, normalized_resid_final: Float[Tensor, "batch pos d_model"]
+    ) -> Float[Tensor, "batch pos d_vocab"]:
+        """Map the final residual stream to one logit per vocabulary entry."""
+        ### BEGIN SOLUTION
+        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U
+        ### END SOLUTION
+
+
+class DemoTransformer(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.cfg = cfg
+        self.embed = Embed(cfg)
+        self.pos_embed = PosEmbed(cfg)
+        self.blocks = nn.ModuleList([TransformerBlock(cfg) for _ in range(cfg.n_layers)])
+        self.ln_final = LayerNorm(cfg)
+        self.unembed = Unembed(cfg)
+
+    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_vocab"]:
+        """Logits for the next token at every position of ``tokens``."""
+        if tokens.ndim != 2:
+            raise ValueError(f"tokens must have shape (batch, pos), got {tuple(tokens.shape)}")
+        if tokens.shape[1] > self.cfg.n_ctx:
+            raise ValueError(
+                f"tokens has {tokens.shape[1]} positions but the model has only n_ctx={self.cfg.n_ctx}; "
+                "keep the last n_ctx tokens"
+            )
+        ### BEGIN SOLUTION
+        residual = self.embed(tokens) + self.pos_embed(tokens)
+        for block in self.blocks:
+            residual = block(residual)
+        return self.unembed(self.ln_final(residual))
+        ### END SOLUTION
