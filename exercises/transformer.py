@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 02fe05629d255faf4c0c43bc2e47f81c1ed04dd0b6726121af09930c2b8ddb0c
+# stub-checksum: 0ee93d15b00df90cba014c5780c7fd9e8936edfe652243bbb5c79b263e7fac5f
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -70,8 +70,12 @@ class PosEmbed(nn.Module):
         self.W_pos = nn.Parameter(torch.empty((cfg.n_ctx, cfg.d_model)))
         nn.init.normal_(self.W_pos, std=cfg.init_range)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_model"]:
-        """The learned embedding of each position 0..pos-1, the same for every sequence."""
+    def forward(self, tokens: Int[Tensor, "batch pos"], offset: int = 0) -> Float[Tensor, "batch pos d_model"]:
+        """The learned embedding of positions offset..offset+pos-1, the same for every sequence.
+
+        ``offset`` is the number of positions already held in a KV cache (part 4); without
+        a cache it is 0 and the positions are simply 0..pos-1.
+        """
         raise NotImplementedError()
 
 
@@ -95,11 +99,24 @@ class Attention(nn.Module):
         self.register_buffer("IGNORE", torch.tensor(IGNORE, dtype=torch.float32), persistent=False)
 
     def forward(
-        self, normalized_resid_pre: Float[Tensor, "batch pos d_model"]
-    ) -> Float[Tensor, "batch pos d_model"]:
-        """Causal multi-head self-attention."""
+        self,
+        normalized_resid_pre: Float[Tensor, "batch pos d_model"],
+        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
+    ):
+        """Causal multi-head self-attention.
+
+        Without ``past_kv`` this returns the attention output. With ``past_kv`` (the keys
+        and values of earlier positions, from a KV cache) the input holds only the new
+        positions; it returns ``(output, kv)`` where ``kv`` holds the keys and values of
+        all positions so far, ready to be cached.
+        """
+        raise NotImplementedError()
+        if past_kv is not None:
+            # Hint: earlier positions come first, so the new keys go after the cached ones.
+            raise NotImplementedError()
         # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
         raise NotImplementedError()
+        return out if past_kv is None else (out, torch.stack([k, v]))
 
     def apply_causal_mask(
         self, attn_scores: Float[Tensor, "batch n_heads query_pos key_pos"]
@@ -140,8 +157,18 @@ class TransformerBlock(nn.Module):
         self.ln2 = LayerNorm(cfg)
         self.mlp = MLP(cfg)
 
-    def forward(self, resid_pre: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"]:
-        """Pre-LayerNorm block: attention then MLP, each added back to the residual stream."""
+    def forward(
+        self,
+        resid_pre: Float[Tensor, "batch pos d_model"],
+        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
+    ):
+        """Pre-LayerNorm block: attention then MLP, each added back to the residual stream.
+
+        With ``past_kv`` it returns ``(resid_post, kv)``, passing the attention's keys and
+        values through (see ``Attention.forward``).
+        """
+        if past_kv is not None:
+            raise NotImplementedError()
         raise NotImplementedError()
 
 
@@ -161,6 +188,95 @@ class Unembed(nn.Module):
         raise NotImplementedError()
 
 
+class KeyValueCache(torch.Tensor):
+    """The keys and values of every layer for the positions generated so far.
+
+    One tensor of shape (n_layers, 2, batch, seq_len, n_heads, d_head): index 0 of the
+    second dimension holds keys, index 1 values. Generation feeds the model only the
+    newest token and reads everything earlier from here, so each step costs one
+    position instead of the whole sequence.
+
+    Torch operations on a cache give plain tensors (so a cache never leaks into the
+    activations computed from it); indexing that keeps all six dimensions, such as
+    ``cache[:, :, beam_indices]`` for beam search, gives a KeyValueCache again.
+    """
+
+    # Like nn.Parameter: results of torch functions are plain tensors, not caches.
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    def __new__(cls, data: Float[Tensor, "n_layers 2 batch seq_len n_heads d_head"]) -> "KeyValueCache":
+        if data.ndim != 6 or data.shape[1] != 2:
+            raise ValueError(
+                "a KeyValueCache has shape (n_layers, 2, batch, seq_len, n_heads, d_head), "
+                f"got {tuple(data.shape)}"
+            )
+        return torch.Tensor._make_subclass(cls, data)
+
+    @classmethod
+    def new_empty(
+        cls, cfg: Config, batch: int = 1, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+    ) -> "KeyValueCache":
+        """An empty cache (seq_len 0) for a model with config ``cfg``."""
+        if not isinstance(cfg, Config):
+            raise TypeError(f"KeyValueCache.new_empty(cfg, batch) takes a Config, got {type(cfg).__name__}")
+        if batch < 1:
+            raise ValueError(f"batch must be >= 1, got {batch}")
+        raise NotImplementedError()
+
+    @property
+    def k(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:
+        raise NotImplementedError()
+
+    @property
+    def v(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:
+        raise NotImplementedError()
+
+    @property
+    def batch(self) -> int:
+        raise NotImplementedError()
+
+    @property
+    def seq_len(self) -> int:
+        raise NotImplementedError()
+
+    def __getitem__(self, index) -> Tensor:
+        out = super().__getitem__(index)
+        return KeyValueCache(out) if out.ndim == 6 and out.shape[1] == 2 else out
+
+    def __deepcopy__(self, memo) -> "KeyValueCache":
+        return KeyValueCache(self.as_subclass(torch.Tensor).clone())
+
+    def __repr__(self) -> str:
+        return f"KeyValueCache(batch={self.batch}, seq_len={self.seq_len}, shape={tuple(self.shape)})"
+
+    def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
+        """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
+        expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
+        actual = (self.shape[0], self.shape[1], self.shape[4], self.shape[5])
+        if actual != expected:
+            raise ValueError(
+                f"this KeyValueCache was built for another model: (n_layers, 2, n_heads, d_head) is "
+                f"{actual}, the model needs {expected}; create it with KeyValueCache.new_empty(model.cfg)"
+            )
+        if tokens.shape[0] != self.batch:
+            raise ValueError(
+                f"tokens has batch size {tokens.shape[0]} but the KeyValueCache holds {self.batch} "
+                "sequences; use one cache row per sequence (KeyValueCache.new_empty(cfg, batch=...))"
+            )
+        if tokens.shape[1] <= self.seq_len:
+            raise ValueError(
+                f"tokens has {tokens.shape[1]} positions but the KeyValueCache already holds {self.seq_len}: "
+                "pass the whole sequence so far, including at least one position not yet cached"
+            )
+        if tokens.shape[1] > cfg.n_ctx:
+            raise ValueError(
+                f"the sequence has {tokens.shape[1]} positions, past the model's n_ctx={cfg.n_ctx}, and "
+                "a KeyValueCache cannot slide: the cached keys were computed at their old positions. "
+                "Start a fresh cache from the last n_ctx tokens, or sample without a cache (which "
+                "keeps the last n_ctx tokens at every step)"
+            )
+
+
 class DemoTransformer(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -171,13 +287,30 @@ class DemoTransformer(nn.Module):
         self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos d_vocab"]:
-        """Logits for the next token at every position of ``tokens``."""
+    def forward(self, tokens: Int[Tensor, "batch pos"], kv_cache: KeyValueCache | None = None):
+        """Logits for the next token at every position of ``tokens``.
+
+        With a ``kv_cache``, ``tokens`` is still the whole sequence so far, but only the
+        positions the cache does not hold yet are run; the result is
+        ``(logits for those positions, the cache extended with them)``.
+        """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must have shape (batch, pos), got {tuple(tokens.shape)}")
+        if kv_cache is not None:
+            if not isinstance(kv_cache, KeyValueCache):
+                raise TypeError(f"kv_cache must be a KeyValueCache, got {type(kv_cache).__name__}")
+            kv_cache.check_compatible(self.cfg, tokens)
+            return self.cached_forward(tokens, kv_cache)
         if tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"tokens has {tokens.shape[1]} positions but the model has only n_ctx={self.cfg.n_ctx}; "
                 "keep the last n_ctx tokens"
             )
+        raise NotImplementedError()
+
+    def cached_forward(
+        self, tokens: Int[Tensor, "batch pos"], kv_cache: KeyValueCache
+    ) -> tuple[Float[Tensor, "batch new_pos d_vocab"], KeyValueCache]:
+        """Run only the positions of ``tokens`` that ``kv_cache`` does not hold yet."""
+        # Hint: the new tokens sit at positions seq_len, seq_len + 1, ... of the sequence.
         raise NotImplementedError()

@@ -1,0 +1,98 @@
+# GENERATED from solutions/beams.py by `sampling-course make-exercises`.
+# Fill in each `raise NotImplementedError()` below with your own code.
+# stub-checksum: 3c74fc2b130672f9df1af9fbdcd81965ea7fc1cecb52bf6f90a61b76b1a5bc14
+"""Part 3: beam search.
+
+Greedy decoding commits to the best token at every step and can walk past a sequence
+that is more likely overall. Beam search keeps the ``num_beams`` most likely partial
+sequences instead, ranked by their summed log-probabilities:
+
+    generate: every beam proposes its k best next tokens   (len(beams) -> len(beams) * k)
+    filter:   keep the k best of all proposals; set aside those that ended in EOS
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from jaxtyping import Float, Int
+from rich.console import Console
+from rich.table import Table
+from torch import Tensor
+
+from .transformer import DemoTransformer, KeyValueCache
+
+
+@dataclass
+class Beams:
+    """A batch of partial sequences ("beams") and their summed log-probabilities."""
+
+    model: DemoTransformer
+    tokenizer: object
+    logprob_sums: Float[Tensor, "batch"]
+    tokens: Int[Tensor, "batch seq"]
+    # Part 4: keys and values for tokens[:, :-1] of every beam, or None to run uncached.
+    kv_cache: KeyValueCache | None = None
+
+    def new_beams(self, logprob_sums, tokens, kv_cache=None) -> "Beams":
+        """Beams with the same model and tokenizer but new contents."""
+        return Beams(self.model, self.tokenizer, logprob_sums, tokens, kv_cache)
+
+    def __getitem__(self, batch_idx) -> "Beams":
+        """The beams selected by ``batch_idx`` (an int slice, index tensor or boolean mask)."""
+        if isinstance(batch_idx, int):
+            batch_idx = slice(batch_idx, batch_idx + 1)
+        cache = None if self.kv_cache is None else self.kv_cache[:, :, batch_idx]
+        return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], cache)
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def logprobs_and_completions(self) -> list[tuple[float, str]]:
+        """(summed log-probability, decoded text) for every beam, in order."""
+        return [
+            (logprob.item(), self.tokenizer.decode(tokens))
+            for logprob, tokens in zip(self.logprob_sums, self.tokens)
+        ]
+
+    def generate(self, k: int, no_repeat_ngram_size: int | None = None) -> "Beams":
+        """Extend every beam by each of its ``k`` most likely next tokens.
+
+        Returns ``len(self) * k`` beams grouped by parent, in parent order: the children of
+        beam 0 first (best first), then those of beam 1, and so on.
+        """
+        raise NotImplementedError()
+
+    def filter(self, k: int) -> tuple["Beams", "Beams"]:
+        """Among the ``k`` best beams, split those still going from those that ended in EOS.
+
+        Returns ``(best_continuing, best_terminated)``, each ordered best first.
+        """
+        raise NotImplementedError()
+
+    def get_topk_non_repeating(
+        self,
+        logprobs: Float[Tensor, "batch d_vocab"],
+        no_repeat_ngram_size: int | None,
+        k: int,
+    ) -> tuple[Float[Tensor, "batch k"], Int[Tensor, "batch k"]]:
+        """The top ``k`` next tokens of each beam, never completing an n-gram it already holds.
+
+        A token is blocked when the last ``n - 1`` tokens followed by it form an n-gram that
+        already occurs in the beam (the prompt included), as Hugging Face's
+        ``no_repeat_ngram_size`` does. With n = 1 every token already present is blocked;
+        a beam shorter than n blocks nothing.
+        """
+        raise NotImplementedError()
+
+    def print(self, title: str = "Best completions", max_print_chars: int = 80) -> None:
+        """Show the beams as a table; long completions keep their start and end."""
+        table = Table("logprob sum", "completion", title=title)
+        for logprob, text in self.logprobs_and_completions():
+            text = repr(text)
+            if len(text) > max_print_chars:
+                half = (max_print_chars - 5) // 2
+                text = text[:half] + " ... " + text[-half:]
+            table.add_row(f"{logprob:>8.3f}", text)
+        Console().print(table)

@@ -1,0 +1,252 @@
+"""Part 2: sampling from a language model, one token at a time.
+
+A model gives logits for the next token; a decoding method turns them into a choice.
+``TransformerSampler.sample`` runs the loop, ``sample_next_token`` picks the method, and
+each method is a small static function you can test on hand-made logits:
+
+    logits -> temperature -> frequency penalty -> top-k or top-p -> draw a token
+
+Part 3 adds ``beam_search`` and part 4 passes a KV cache through both loops.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from .beams import Beams
+from .transformer import DemoTransformer, KeyValueCache
+
+
+class TransformerSampler:
+    def __init__(self, model: DemoTransformer, tokenizer):
+        self.model = model
+        self.cfg = model.cfg
+        self.tokenizer = tokenizer
+
+    @torch.inference_mode()
+    def sample(
+        self,
+        prompt: str,
+        max_tokens_generated: int = 100,
+        verbose: bool = False,
+        kv_cache: KeyValueCache | None = None,
+        **kwargs,
+    ) -> str:
+        """Continue ``prompt`` until ``max_tokens_generated`` tokens or the end-of-text token.
+
+        ``kwargs`` go to ``sample_next_token`` (temperature, top_k, top_p,
+        frequency_penalty); ``seed`` seeds torch's generator once, before the first token.
+        Returns the prompt plus the continuation, decoded (including a final EOS if one
+        was generated). With ``kv_cache`` (an empty ``KeyValueCache``), each step runs
+        only the newest token through the model.
+        """
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty string")
+        if not isinstance(max_tokens_generated, int) or max_tokens_generated < 0:
+            raise ValueError(f"max_tokens_generated must be an integer >= 0, got {max_tokens_generated!r}")
+        seed = kwargs.pop("seed", None)
+        check_sampling_args(self.cfg.d_vocab, **kwargs)
+        if seed is not None:
+            torch.manual_seed(seed)
+
+        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.model.unembed.W_U.device)
+        if verbose:
+            print(prompt, end="", flush=True)
+        for _ in range(max_tokens_generated):
+            if kv_cache is None:
+                ### BEGIN SOLUTION
+                # The model has learned positions 0..n_ctx-1 only, so it sees the last n_ctx tokens.
+                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]
+                ### END SOLUTION
+            else:
+                ### BEGIN SOLUTION
+                # Hint: pass the whole sequence; the cache knows which positions are new.
+                logits, kv_cache = self.model(input_ids[None], kv_cache)
+                logits = logits[0, -1]
+                ### END SOLUTION
+            ### BEGIN SOLUTION
+            next_token = self.sample_next_token(input_ids, logits, **kwargs)
+            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])
+            if verbose:
+                print(self.tokenizer.decode(next_token), end="", flush=True)
+            # Stop after, not before, the end-of-text token: it is part of the output.
+            if next_token == self.tokenizer.eos_token_id:
+                break
+            ### END SOLUTION
+        if verbose:
+            print()
+        return self.tokenizer.decode(input_ids)
+
+    @staticmethod
+    def sample_next_token(
+        input_ids: Int[Tensor, "seq_len"],
+        logits: Float[Tensor, "d_vocab"],
+        temperature: float = 1.0,
+        top_k: int = 0,
+        top_p: float = 0.0,
+        frequency_penalty: float = 0.0,
+        seed: int | None = None,
+    ) -> int:
+        """Pick the next token from one position's logits.
+
+        Temperature 0 is greedy decoding (the other settings are then ignored). Otherwise
+        apply the temperature, then the frequency penalty, then top-k or top-p (at most
+        one of them), then draw. ``seed`` reseeds torch's generator before the draw.
+        """
+        check_sampling_args(logits.shape[-1], temperature, top_k, top_p, frequency_penalty)
+        if input_ids.ndim != 1 or logits.ndim != 1:
+            raise ValueError(
+                f"input_ids must be 1-D (seq_len,) and logits 1-D (d_vocab,), got shapes "
+                f"{tuple(input_ids.shape)} and {tuple(logits.shape)}"
+            )
+        if seed is not None:
+            torch.manual_seed(seed)
+        ### BEGIN SOLUTION
+        if temperature == 0:
+            return int(TransformerSampler.greedy_search(logits))
+        logits = TransformerSampler.apply_temperature(logits, temperature)
+        if frequency_penalty != 0.0:
+            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)
+        if top_k > 0:
+            return int(TransformerSampler.sample_top_k(logits, top_k))
+        if top_p > 0.0:
+            return int(TransformerSampler.sample_top_p(logits, top_p))
+        return int(TransformerSampler.sample_basic(logits))
+        ### END SOLUTION
+
+    @staticmethod
+    def greedy_search(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
+        """The most likely token (the first one, if several tie)."""
+        ### BEGIN SOLUTION
+        return logits.argmax(dim=-1)
+        ### END SOLUTION
+
+    @staticmethod
+    def apply_temperature(logits: Float[Tensor, "... d_vocab"], temperature: float) -> Float[Tensor, "... d_vocab"]:
+        """Divide the logits by the temperature: below 1 sharpens, above 1 flattens."""
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0 here (use greedy_search for 0), got {temperature!r}")
+        ### BEGIN SOLUTION
+        return logits / temperature
+        ### END SOLUTION
+
+    @staticmethod
+    def apply_frequency_penalty(
+        input_ids: Int[Tensor, "seq_len"], logits: Float[Tensor, "... d_vocab"], freq_penalty: float
+    ) -> Float[Tensor, "... d_vocab"]:
+        """Subtract ``freq_penalty`` once for every occurrence of each token in ``input_ids``."""
+        ### BEGIN SOLUTION
+        # Hint: torch.bincount counts every token id in one call.
+        counts = torch.bincount(input_ids, minlength=logits.shape[-1])
+        return logits - freq_penalty * counts.to(logits.dtype)
+        ### END SOLUTION
+
+    @staticmethod
+    def sample_basic(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
+        """Draw one token from softmax(logits), independently for every leading index."""
+        ### BEGIN SOLUTION
+        probs = logits.softmax(dim=-1)
+        # multinomial wants 1-D or 2-D input: flatten the leading dimensions, then restore them.
+        draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)
+        return draws.reshape(logits.shape[:-1])
+        ### END SOLUTION
+
+    @staticmethod
+    def sample_top_k(logits: Float[Tensor, "... d_vocab"], k: int) -> Int[Tensor, "..."]:
+        """Draw from the ``k`` most likely tokens only, renormalised."""
+        if not 1 <= k <= logits.shape[-1]:
+            raise ValueError(f"k must be between 1 and d_vocab={logits.shape[-1]}, got {k!r}")
+        ### BEGIN SOLUTION
+        top_logits, top_tokens = logits.topk(k, dim=-1)
+        # Sampling from the kept logits renormalises them: no need to leave log space.
+        choice = TransformerSampler.sample_basic(top_logits)
+        return top_tokens.gather(-1, choice[..., None])[..., 0]
+        ### END SOLUTION
+
+    @staticmethod
+    def sample_top_p(
+        logits: Float[Tensor, "... d_vocab"], top_p: float, min_tokens_to_keep: int = 1
+    ) -> Int[Tensor, "..."]:
+        """Nucleus sampling: draw from the smallest set of top tokens whose probability is >= top_p.
+
+        The cutoff is inclusive: the token that takes the running total to ``top_p`` or
+        past it is kept. At least ``min_tokens_to_keep`` tokens are always kept.
+        """
+        if not 0.0 <= top_p <= 1.0:
+            raise ValueError(f"top_p must be in [0, 1], got {top_p!r}")
+        if min_tokens_to_keep < 1:
+            raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep!r}")
+        ### BEGIN SOLUTION
+        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p.
+        sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs
+        keep = mass_above < top_p
+        keep[..., :min_tokens_to_keep] = True
+        choice = TransformerSampler.sample_basic(sorted_logits.masked_fill(~keep, float("-inf")))
+        return sorted_tokens.gather(-1, choice[..., None])[..., 0]
+        ### END SOLUTION
+
+    @torch.inference_mode()
+    def beam_search(
+        self,
+        prompt: str,
+        num_return_sequences: int,
+        num_beams: int,
+        max_new_tokens: int,
+        no_repeat_ngram_size: int | None = None,
+        kv_cache: KeyValueCache | None = None,
+    ) -> list[tuple[float, str]]:
+        """The ``num_return_sequences`` most likely continuations found by beam search.
+
+        Each step grows every beam by its ``num_beams`` best next tokens, then keeps the
+        ``num_beams`` best of all of them. Beams that end in EOS are set aside as finished;
+        once ``num_return_sequences`` have finished they are returned. Otherwise the
+        finished beams come first, followed by the best unfinished ones.
+        Returns (summed log-probability of the generated tokens, decoded text) pairs.
+        """
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("prompt must be a non-empty string")
+        if num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1, got {num_beams!r}")
+        if not 1 <= num_return_sequences <= num_beams:
+            raise ValueError(
+                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences!r}"
+            )
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")
+        if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:
+            raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
+
+        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.model.unembed.W_U.device)
+        beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
+        finished: list[tuple[float, str]] = []
+        ### BEGIN SOLUTION
+        for _ in tqdm(range(max_new_tokens), desc="beam search", leave=False):
+            beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)
+            beams, terminated = beams.filter(k=num_beams)
+            finished.extend(terminated.logprobs_and_completions())
+            if len(finished) >= num_return_sequences:
+                return finished[:num_return_sequences]
+        finished.extend(beams.logprobs_and_completions())
+        return finished[:num_return_sequences]
+        ### END SOLUTION
+
+
+def check_sampling_args(
+    d_vocab: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.0, frequency_penalty: float = 0.0
+) -> None:
+    """Raise a ValueError saying what is allowed when a decoding setting is out of range."""
+    if not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
+    if not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:
+        raise ValueError(f"top_k must be an integer in [0, d_vocab={d_vocab}] (0 turns it off), got {top_k!r}")
+    if not isinstance(top_p, (int, float)) or not 0.0 <= top_p <= 1.0:
+        raise ValueError(f"top_p must be in [0, 1] (0 turns it off), got {top_p!r}")
+    if top_k > 0 and top_p > 0:
+        raise ValueError("set top_k or top_p, not both: the classic sampler applies one of them")
+    if not isinstance(frequency_penalty, (int, float)):
+        raise ValueError(f"frequency_penalty must be a number, got {frequency_penalty!r}")
