@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: df0293650f25838089e6ecbd70377d4cd53336b5f488bedb8ce0d8ad542bfad3
+# stub-checksum: 1a124c435242392b8b7702c2bea3272f236b124292ba3afeeb92fb2d6574bcc1
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -28,6 +28,8 @@ class TransformerSampler:
         self.model = model
         self.cfg = model.cfg
         self.tokenizer = tokenizer
+        # Where new token tensors must live: the model's device (CPU for a parameter-free stand-in).
+        self.device = next(model.parameters(), torch.empty(0)).device
 
     @torch.inference_mode()
     def sample(
@@ -55,7 +57,7 @@ class TransformerSampler:
         if seed is not None:
             torch.manual_seed(seed)
 
-        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.model.unembed.W_U.device)
+        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)
         if verbose:
             print(prompt, end="", flush=True)
         for _ in range(max_tokens_generated):
@@ -174,7 +176,7 @@ class TransformerSampler:
         if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:
             raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
 
-        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.model.unembed.W_U.device)
+        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
         raise NotImplementedError()

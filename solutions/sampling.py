@@ -25,6 +25,8 @@ class TransformerSampler:
         self.model = model
         self.cfg = model.cfg
         self.tokenizer = tokenizer
+        # Where new token tensors must live: the model's device (CPU for a parameter-free stand-in).
+        self.device = next(model.parameters(), torch.empty(0)).device
 
     @torch.inference_mode()
     def sample(
@@ -52,7 +54,7 @@ class TransformerSampler:
         if seed is not None:
             torch.manual_seed(seed)
 
-        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.model.unembed.W_U.device)
+        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)
         if verbose:
             print(prompt, end="", flush=True)
         for _ in range(max_tokens_generated):
@@ -221,7 +223,7 @@ class TransformerSampler:
         if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:
             raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
 
-        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.model.unembed.W_U.device)
+        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
         ### BEGIN SOLUTION
