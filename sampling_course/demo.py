@@ -1,0 +1,110 @@
+"""`sampling-course demo`: the finished solutions at work on one prompt, next to the reference."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from sampling_course.reference import Reference, load_demo, load_reference
+
+DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"
+
+# (label, sample() keyword arguments): one row of the decoding table each.
+DECODING_SETTINGS: list[tuple[str, dict]] = [
+    ("greedy", dict(temperature=0.0)),
+    ("temperature 0.5", dict(temperature=0.5)),
+    ("temperature 1.0", dict(temperature=1.0)),
+    ("temperature 1.5", dict(temperature=1.5)),
+    ("frequency penalty 2.0", dict(temperature=1.0, frequency_penalty=2.0)),
+    ("top-k 5", dict(temperature=1.0, top_k=5)),
+    ("top-p 0.9", dict(temperature=1.0, top_p=0.9)),
+]
+
+
+def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, top: int = 10) -> Table:
+    """Part 1: the top next tokens from DemoTransformer and from the reference, side by side."""
+    tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.inference_mode():
+        demo_logits = model(tokens)[0, -1]
+        ref_logits = reference.hf_model(tokens).logits[0, -1]
+    demo_probs, ref_probs = demo_logits.softmax(-1), ref_logits.softmax(-1)
+    demo_top = demo_probs.topk(top).indices.tolist()
+    ref_top = ref_probs.topk(top).indices.tolist()
+    max_diff = (demo_logits - ref_logits).abs().max().item()
+    table = Table(
+        "rank", "DemoTransformer", "p", "reference", "p", "same",
+        title=f"Part 1 · next token after {prompt!r}",
+        caption=f"top-{top} agreement {sum(a == b for a, b in zip(demo_top, ref_top))}/{top}; "
+        f"largest logit difference {max_diff:.2e}",
+    )
+    for rank, (d, r) in enumerate(zip(demo_top, ref_top), start=1):
+        table.add_row(
+            str(rank),
+            repr(reference.tokenizer.decode(d)), f"{demo_probs[d]:.4f}",
+            repr(reference.tokenizer.decode(r)), f"{ref_probs[r]:.4f}",
+            "[green]✓[/]" if d == r else "[red]✗[/]",
+        )
+    return table
+
+
+def decoding_table(sampler, prompt: str, max_tokens: int, seed: int) -> Table:
+    """Part 2: one continuation per decoding setting, all from the same seed."""
+    table = Table("setting", "continuation", title=f"Part 2 · decoding settings (seed {seed})")
+    for label, kwargs in DECODING_SETTINGS:
+        text = sampler.sample(prompt, max_tokens_generated=max_tokens, seed=seed, **kwargs)
+        table.add_row(label, repr(text[len(prompt):]))
+    return table
+
+
+def beam_table(sampler, prompt: str, max_tokens: int) -> Table:
+    """Part 3: beam search with and without n-gram blocking."""
+    table = Table("setting", "logprob sum", "continuation", title="Part 3 · beam search (4 beams)")
+    for label, ngram in [("no blocking", None), ("no_repeat_ngram_size=2", 2)]:
+        results = sampler.beam_search(prompt, num_return_sequences=2, num_beams=4,
+                                      max_new_tokens=max_tokens, no_repeat_ngram_size=ngram)
+        for logprob, text in results:
+            table.add_row(label, f"{logprob:.2f}", repr(text[len(prompt):]))
+    return table
+
+
+def cache_table(sampler, model, prompt: str, max_tokens: int) -> Table:
+    """Part 4: the same greedy continuation with and without the KV cache, timed once each."""
+    from solutions.transformer import KeyValueCache
+
+    table = Table("variant", "seconds", "same text", title=f"Part 4 · KV cache ({max_tokens} greedy tokens)")
+    timings = {}
+    for label, cache in [("uncached", None), ("cached", KeyValueCache.new_empty(model.cfg))]:
+        start = time.perf_counter()
+        timings[label] = (sampler.sample(prompt, max_tokens, temperature=0.0, kv_cache=cache), time.perf_counter() - start)
+    same = timings["uncached"][0] == timings["cached"][0]
+    for label, (_, seconds) in timings.items():
+        table.add_row(label, f"{seconds:.3f}", "[green]✓[/]" if same else "[red]✗[/]")
+    return table
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sampling-course demo", description=__doc__)
+    parser.add_argument("--reference", choices=["auto", "gpt2", "tiny"], default="auto",
+                        help="auto: real GPT-2 when available, else the offline stand-in")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+
+    from solutions.sampling import TransformerSampler
+
+    console = Console()
+    reference = load_reference(args.reference)
+    console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
+                  f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
+    model = load_demo(reference)
+    sampler = TransformerSampler(model, reference.tokenizer)
+    console.print(next_token_table(reference, model, args.prompt))
+    console.print(decoding_table(sampler, args.prompt, args.max_tokens, args.seed))
+    console.print(beam_table(sampler, args.prompt, args.max_tokens))
+    console.print(cache_table(sampler, model, args.prompt, args.max_tokens))
+    return 0
