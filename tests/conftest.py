@@ -1,68 +1,18 @@
-"""Shared fixtures: which implementation is under test, and the reference models.
+"""Shared fixtures: the implementation under test and the reference models.
 
-The same tests grade the complete ``solutions`` (the default) or the learner's
-``exercises``; choose with ``--impl exercises`` or ``SAMPLING_COURSE_IMPL=exercises``.
-
-A stub that still raises ``NotImplementedError`` is reported on one line,
-``<exercise>: not implemented yet``, instead of as a failure with a traceback.
+The command-line options (``--impl``, ``--exercise``) and the "not implemented yet"
+reporting live in ``sampling_course.pytest_plugin``, which pyproject.toml loads for
+every pytest run, so that the options exist before pytest collects anything.
 """
 
 from __future__ import annotations
 
 import importlib
-import os
-from collections import defaultdict
 from types import ModuleType
 
 import pytest
-import torch
 
 from sampling_course.reference import Reference, gpt2_local_dir, load_reference
-
-IMPLS = ("solutions", "exercises")
-NOT_IMPLEMENTED = "not implemented"
-
-
-def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("sampling-course")
-    group.addoption(
-        "--impl",
-        choices=IMPLS,
-        default=os.environ.get("SAMPLING_COURSE_IMPL", "solutions"),
-        help="implementation under test: solutions (default) or exercises "
-        "(also settable with SAMPLING_COURSE_IMPL)",
-    )
-    group.addoption(
-        "--exercise",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="only run the tests that grade this exercise (repeatable)",
-    )
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    impl = config.getoption("--impl")
-    if impl not in IMPLS:
-        raise pytest.UsageError(f"SAMPLING_COURSE_IMPL={impl!r} is not one of {', '.join(IMPLS)}")
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
-
-
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"sampling-course: testing {config.getoption('--impl')}/"
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    wanted = {name.lower() for name in config.getoption("--exercise")}
-    if not wanted:
-        return
-    keep, drop = [], []
-    for item in items:
-        names = {m.args[0].lower() for m in item.iter_markers("exercise")}
-        (keep if names & wanted else drop).append(item)
-    config.hook.pytest_deselected(items=drop)
-    items[:] = keep
-
 
 # ---------------------------------------------------------------------------------------
 # The implementation under test
@@ -124,47 +74,3 @@ def reference(request: pytest.FixtureRequest) -> Reference:
     if request.param == "gpt2":
         return _require_gpt2()
     return load_reference("tiny")
-
-
-# ---------------------------------------------------------------------------------------
-# "not implemented yet" instead of a traceback
-# ---------------------------------------------------------------------------------------
-
-
-def _stub_name(excinfo: pytest.ExceptionInfo) -> str:
-    """The qualified name of the function whose stub raised, e.g. ``LayerNorm.forward``."""
-    code = excinfo.traceback[-1].frame.code.raw
-    return getattr(code, "co_qualname", code.co_name)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    outcome = yield
-    report = outcome.get_result()
-    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(NotImplementedError):
-        stub = _stub_name(call.excinfo)
-        report.longrepr = f"{stub}: not implemented yet"
-        report.sections = []
-        report.user_properties.append((NOT_IMPLEMENTED, stub))
-
-
-def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
-    if report.failed and any(key == NOT_IMPLEMENTED for key, _ in report.user_properties):
-        # Its own category: counted in the summary line and the exit code, but kept out of
-        # the FAILURES section, so an untouched stub costs one line rather than a traceback.
-        return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
-    return None
-
-
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
-    reports = terminalreporter.stats.get(NOT_IMPLEMENTED, [])
-    if not reports:
-        return
-    tests_per_stub: dict[str, int] = defaultdict(int)
-    for report in reports:
-        for key, stub in report.user_properties:
-            if key == NOT_IMPLEMENTED:
-                tests_per_stub[stub] += 1
-    terminalreporter.section("not implemented yet", yellow=True)
-    for stub, count in tests_per_stub.items():
-        terminalreporter.write_line(f"{stub}: not implemented yet ({count} test{'s' * (count != 1)} waiting)")

@@ -1,0 +1,106 @@
+"""The course's pytest plugin: which implementation to grade, and friendly stub reports.
+
+The same tests grade the complete ``solutions`` (the default) or the learner's
+``exercises``; choose with ``--impl exercises`` or ``SAMPLING_COURSE_IMPL=exercises``.
+``--exercise NAME`` selects the tests marked ``@pytest.mark.exercise(NAME)``.
+
+A stub that still raises ``NotImplementedError`` is reported on one line,
+``<stub>: not implemented yet``, instead of as a failure with a traceback.
+pyproject.toml loads this module with ``-p sampling_course.pytest_plugin``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+
+import pytest
+import torch
+
+IMPLS = ("solutions", "exercises")
+NOT_IMPLEMENTED = "not implemented"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("sampling-course")
+    group.addoption(
+        "--impl",
+        choices=IMPLS,
+        default=os.environ.get("SAMPLING_COURSE_IMPL", "solutions"),
+        help="implementation under test: solutions (default) or exercises "
+        "(also settable with SAMPLING_COURSE_IMPL)",
+    )
+    group.addoption(
+        "--exercise",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="only run the tests that grade this exercise (repeatable)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    impl = config.getoption("--impl")
+    if impl not in IMPLS:
+        raise pytest.UsageError(f"SAMPLING_COURSE_IMPL={impl!r} is not one of {', '.join(IMPLS)}")
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"sampling-course: testing {config.getoption('--impl')}/"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    wanted = {name.lower() for name in config.getoption("--exercise")}
+    if not wanted:
+        return
+    keep, drop = [], []
+    for item in items:
+        names = {m.args[0].lower() for m in item.iter_markers("exercise")}
+        (keep if names & wanted else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
+
+
+# ---------------------------------------------------------------------------------------
+# "not implemented yet" instead of a traceback
+# ---------------------------------------------------------------------------------------
+
+
+def _stub_name(excinfo: pytest.ExceptionInfo) -> str:
+    """The qualified name of the function whose stub raised, e.g. ``LayerNorm.forward``."""
+    code = excinfo.traceback[-1].frame.code.raw
+    return getattr(code, "co_qualname", code.co_name)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(NotImplementedError):
+        stub = _stub_name(call.excinfo)
+        report.longrepr = f"{stub}: not implemented yet"
+        report.sections = []
+        report.user_properties.append((NOT_IMPLEMENTED, stub))
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    if report.failed and any(key == NOT_IMPLEMENTED for key, _ in report.user_properties):
+        # Its own category: counted in the summary line and the exit code, but kept out of
+        # the FAILURES section, so an untouched stub costs one line rather than a traceback.
+        return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    reports = terminalreporter.stats.get(NOT_IMPLEMENTED, [])
+    if not reports:
+        return
+    tests_per_stub: dict[str, int] = defaultdict(int)
+    for report in reports:
+        for key, stub in report.user_properties:
+            if key == NOT_IMPLEMENTED:
+                tests_per_stub[stub] += 1
+    terminalreporter.section("not implemented yet", yellow=True)
+    for stub, count in tests_per_stub.items():
+        terminalreporter.write_line(f"{stub}: not implemented yet ({count} test{'s' * (count != 1)} waiting)")
