@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 3c74fc2b130672f9df1af9fbdcd81965ea7fc1cecb52bf6f90a61b76b1a5bc14
+# stub-checksum: 41b635e906ad2c4ae4a9042df240b58ff432128b210b3eacc72237bb66fa0439
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -34,17 +34,33 @@ class Beams:
     tokens: Int[Tensor, "batch seq"]
     # Part 4: keys and values for tokens[:, :-1] of every beam, or None to run uncached.
     kv_cache: KeyValueCache | None = None
+    # Part 4: beam i's keys and values are row cache_rows[i] of kv_cache (row i when None).
+    # After generate, the k children of a beam share their parent's row: copying the whole
+    # cache k times over, only for filter to keep k of the len(self) * k children, would
+    # take longer than running the model.
+    cache_rows: Int[Tensor, "batch"] | None = None
 
-    def new_beams(self, logprob_sums, tokens, kv_cache=None) -> "Beams":
+    def new_beams(self, logprob_sums, tokens, kv_cache=None, cache_rows=None) -> "Beams":
         """Beams with the same model and tokenizer but new contents."""
-        return Beams(self.model, self.tokenizer, logprob_sums, tokens, kv_cache)
+        return Beams(self.model, self.tokenizer, logprob_sums, tokens, kv_cache, cache_rows)
 
     def __getitem__(self, batch_idx) -> "Beams":
-        """The beams selected by ``batch_idx`` (an int slice, index tensor or boolean mask)."""
+        """The beams selected by ``batch_idx`` (an int slice, index tensor or boolean mask).
+
+        The result has a cache row of its own for every beam: only the selected rows are copied.
+        """
         if isinstance(batch_idx, int):
             batch_idx = slice(batch_idx, batch_idx + 1)
-        cache = None if self.kv_cache is None else self.kv_cache[:, :, batch_idx]
+        rows = batch_idx if self.cache_rows is None else self.cache_rows[batch_idx]
+        cache = None if self.kv_cache is None else self.kv_cache[:, :, rows]
         return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], cache)
+
+    @property
+    def beam_cache(self) -> KeyValueCache | None:
+        """The cache with one row per beam, in beam order (what the model needs)."""
+        if self.kv_cache is None or self.cache_rows is None:
+            return self.kv_cache
+        return self.kv_cache[:, :, self.cache_rows]
 
     def __len__(self) -> int:
         return self.tokens.shape[0]

@@ -27,7 +27,7 @@ import io
 import os
 import pkgutil
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,11 +37,10 @@ from typing import Any, Literal
 import pytest
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.course import EXERCISES, PARTS, Exercise, UnknownExerciseError, get_exercise
+from sampling_course.course import EXERCISES, Exercise, UnknownExerciseError, get_exercise
 
 __all__ = [
     "DONE",
@@ -241,8 +240,14 @@ def _short_message(report: Any) -> str:
         # A plain-text traceback: its last non-empty line is the exception.
         if "\n" in text and not report.skipped:
             text = [line for line in text.splitlines() if line.strip()][-1]
-    text = text.removeprefix("Skipped: ")
-    lines = [line.rstrip()[:_MAX_LINE_CHARS] for line in text.splitlines() if line.strip()]
+    text = text.removeprefix("Skipped: ").removeprefix("AssertionError: ")
+    # Drop pytest's "+  where x = <repr of a whole model>" introspection: noise for a learner.
+    lines = [line.rstrip()[:_MAX_LINE_CHARS] for line in text.splitlines()
+             if line.strip() and not line.lstrip().startswith("+ ")]
+    # After a test's own message, pytest repeats the failed expression ("assert not [...]"): drop it.
+    rewritten = next((i for i, line in enumerate(lines) if line.startswith("assert ")), 0)
+    if rewritten > 0:
+        lines = lines[:rewritten]
     if len(lines) > _MAX_MESSAGE_LINES:
         lines = lines[:_MAX_MESSAGE_LINES] + ["..."]
     return "\n".join(lines)
@@ -286,25 +291,43 @@ class _Collector:
 
 
 @contextmanager
-def _isolated_package(package: str) -> Iterator[None]:
+def _isolated_modules(ours: Callable[[str, ModuleType], bool]) -> Iterator[None]:
+    """Inside the block, modules for which ``ours(name, module)`` holds are imported afresh;
+    afterwards the caller's own modules are put back and the fresh ones dropped."""
+    saved = {name: module for name, module in list(sys.modules.items()) if module is not None and ours(name, module)}
+    for name in saved:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        for name, module in list(sys.modules.items()):
+            if module is not None and ours(name, module):
+                del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def _isolated_package(package: str):
     """Import ``package`` afresh inside the block; put the caller's modules back afterwards.
 
     Fresh: a learner's edits to exercises/*.py count without restarting the kernel.
     Put back: objects the caller already holds (a model, a class) keep working, and an
     outer pytest session that imported ``solutions`` is not disturbed by a nested check.
     """
+    return _isolated_modules(lambda name, _: name == package or name.startswith(package + "."))
 
-    def ours(name: str) -> bool:
-        return name == package or name.startswith(package + ".")
 
-    saved = {name: sys.modules.pop(name) for name in list(sys.modules) if ours(name)}
-    importlib.invalidate_caches()
-    try:
-        yield
-    finally:
-        for name in [name for name in sys.modules if ours(name)]:
-            del sys.modules[name]
-        sys.modules.update(saved)
+def _isolated_tests(tests: Path):
+    """The same for conftest.py and the test modules: each check runs the tests on disk,
+    and a nested run never touches the module objects of an outer pytest session."""
+
+    def ours(name: str, module: ModuleType) -> bool:
+        file = getattr(module, "__file__", None)
+        if not file or not os.path.basename(file).startswith(("test_", "conftest")):
+            return False  # cheap test first: sys.modules holds thousands of modules
+        return Path(file).resolve().parent == tests
+
+    return _isolated_modules(ours)
 
 
 def _import_all(package: str) -> list[ModuleType]:
@@ -400,6 +423,42 @@ def _scoped_env(**values: str | None) -> Iterator[None]:
                 os.environ[key] = value
 
 
+@contextmanager
+def _terminal_like() -> Iterator[None]:
+    """Inside the block, libraries that detect Jupyter behave as in a terminal.
+
+    The nested test session runs inside the notebook's kernel, where ``tqdm.auto`` would
+    draw widgets and rich would render HTML: both bypass pytest's capture, so they would
+    leak into the cell and hide output from the tests that check it. Restored on exit.
+    """
+    patches: list[tuple[Any, str, Any]] = []
+    try:
+        import tqdm.asyncio
+        import tqdm.auto
+        import tqdm.autonotebook
+        import tqdm.std
+
+        patches += [
+            (tqdm.auto, "tqdm", tqdm.asyncio.tqdm), (tqdm.auto, "trange", tqdm.asyncio.trange),
+            (tqdm.autonotebook, "tqdm", tqdm.std.tqdm), (tqdm.autonotebook, "trange", tqdm.std.trange),
+        ]
+    except ImportError:
+        pass
+    import rich.console
+
+    if hasattr(rich.console, "_is_jupyter"):
+        patches.append((rich.console, "_is_jupyter", lambda: False))
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches if hasattr(owner, name)]
+    try:
+        for owner, name, value in patches:
+            if hasattr(owner, name):
+                setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
 def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exercise]:
     if names is None:
         return list(EXERCISES)
@@ -418,7 +477,8 @@ def _run(names: Sequence[str | Exercise] | str | None, impl: str = "exercises", 
     if obj is not None and len(exercises) != 1:
         raise ValueError("check(name, obj=...) checks one object: name exactly one exercise")
 
-    args = [str(tests_dir()), "--impl", impl]
+    tests = tests_dir().resolve()
+    args = [str(tests), "--impl", impl]
     for exercise in exercises:
         args += ["--exercise", exercise.name]
     # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe
@@ -428,10 +488,13 @@ def _run(names: Sequence[str | Exercise] | str | None, impl: str = "exercises", 
 
     collector = _Collector()
     output = io.StringIO()
-    with _isolated_package(impl):
+    # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
+    # session's last teardown and belongs to an outer session, if any: put it back.
+    env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
+    with _isolated_package(impl), _isolated_tests(tests), env, _terminal_like():
         with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
             # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.
-            with _scoped_env(PYTEST_ADDOPTS=None), redirect_stdout(output), redirect_stderr(output):
+            with redirect_stdout(output), redirect_stderr(output):
                 exit_code = pytest.main(args, plugins=[collector])
 
     if exit_code == pytest.ExitCode.INTERRUPTED and not collector.collection_errors:
@@ -516,25 +579,31 @@ def _indent(text: str, prefix: str = "  ") -> str:
 
 
 def render_table(results: Sequence[Result], title: str | None = None) -> Table:
-    """Every result as a row, grouped by part, in course order."""
-    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False)
-    table.add_column("part", justify="right", style="dim")
-    table.add_column("exercise")
-    table.add_column("status")
-    table.add_column("tests", justify="right")
+    """Every result as a row under its part's heading, in course order."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None, show_header=False)
+    table.add_column("symbol", no_wrap=True)
+    table.add_column("exercise", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tests", justify="right", no_wrap=True, style="dim")
     part = None
     for result in results:
-        first_of_part = result.exercise.part != part
-        if first_of_part and part is not None:
-            table.add_section()
-        part = result.exercise.part
+        if result.exercise.part != part:
+            part = result.exercise.part
+            table.add_row("", Text(f"Part {part}: {result.exercise.part_title}", style="bold"), "", "")
+        style = _STYLE[result.status]
         table.add_row(
-            f"{part} {result.exercise.part_title}" if first_of_part else "",
+            Text(f"  {_SYMBOL[result.status]}", style=style),
             result.name,
-            _status_text(result),
+            Text(result.status, style=style),
             _tests_text(result),
         )
     return table
+
+
+def _bar(done: int, total: int, width: int = 25) -> Text:
+    """A plain-text progress bar; it reads the same in a terminal, a notebook and a log file."""
+    filled = round(width * done / total) if total else 0
+    return Text("[", style="dim") + Text("#" * filled, style="green") + Text("-" * (width - filled), style="dim") + Text("]", style="dim")
 
 
 def _next_up(results: Sequence[Result]) -> Result | None:
@@ -549,12 +618,10 @@ def render_progress(report: CheckReport | Sequence[Result]) -> Group:
     n_done = sum(r.done for r in results)
     impl = report.impl if isinstance(report, CheckReport) else "exercises"
     parts: list[Any] = [render_table(results, title=f"Progress ({impl}/)")]
-    bar = Table.grid(padding=(0, 1))
-    bar.add_row(
-        ProgressBar(total=max(len(results), 1), completed=n_done, width=40, complete_style="green"),
-        Text(f"{n_done}/{len(results)} exercises done", style="bold green" if n_done == len(results) else "bold"),
+    parts.append(
+        Text("Progress: ") + _bar(n_done, len(results))
+        + Text(f" {n_done}/{len(results)} exercises done", style="bold green" if n_done == len(results) else "bold")
     )
-    parts.append(bar)
     nxt = _next_up(results)
     if nxt is not None and nxt.status != NO_TESTS_YET:
         parts.append(Text(f"Next up: {nxt.name} ({nxt.status}): {nxt.exercise.task}", style=_STYLE[nxt.status]))
@@ -711,13 +778,11 @@ def _run_sampler(package: str, transformer_package: str, reference: Any, method:
             sampling = importlib.import_module(f"{package}.sampling")
             model = load_demo(reference, transformer)
             sampler = sampling.TransformerSampler(model, reference.tokenizer)
-            # fork_rng: the caller's random state is the same before and after compare().
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                if method == "sample":
-                    output = sampler.sample(prompt, max_tokens_generated=max_tokens_generated, **kwargs)
-                else:
-                    output = [(float(lp), str(text)) for lp, text in sampler.beam_search(prompt, **kwargs)]
+            torch.manual_seed(seed)
+            if method == "sample":
+                output = sampler.sample(prompt, max_tokens_generated=max_tokens_generated, **kwargs)
+            else:
+                output = [(float(lp), str(text)) for lp, text in sampler.beam_search(prompt, **kwargs)]
         except NotImplementedError as exc:
             tb = exc.__traceback__
             while tb is not None and tb.tb_next is not None:
@@ -758,6 +823,8 @@ def compare(
     Your sampler runs on your ``DemoTransformer``; pass ``transformer="solutions"`` to
     run it on the solution's model instead (handy before part 1 is done).
     """
+    import torch
+
     from sampling_course.reference import load_reference
 
     if method not in ("sample", "beam_search"):
@@ -770,8 +837,11 @@ def compare(
         kwargs.setdefault("max_new_tokens", max_tokens_generated)
     ref = load_reference(reference)  # type: ignore[arg-type]
     args = (ref, method, prompt, seed, max_tokens_generated, kwargs)
-    learner = _run_sampler(impl, transformer or impl, *args)
-    solution = _run_sampler("solutions", "solutions", *args)
+    # fork_rng: building the models and sampling draw random numbers; the caller's
+    # random state is the same before and after compare().
+    with torch.random.fork_rng(devices=[]):
+        learner = _run_sampler(impl, transformer or impl, *args)
+        solution = _run_sampler("solutions", "solutions", *args)
     if solution.status != "ok":
         raise RuntimeError(f"the solutions themselves failed to run: {solution.message}")
 

@@ -357,9 +357,11 @@ EXERCISES: tuple[Exercise, ...] = (
         "past = kv_cache.seq_len\n"
         "new = tokens[:, past:]\n"
         "residual = self.embed(new) + self.pos_embed(new, offset=past)\n"
+        "layers = []\n"
         "for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n"
-        "    residual, kv = block(residual, past_kv)     # Attention: k = torch.cat([past_kv[0], k], dim=1)\n"
-        "return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(all_kv))",
+        "    residual, kv = block(residual, past_kv)  # in Attention: k = torch.cat([past_kv[0], k], dim=1)\n"
+        "    layers.append(kv)\n"
+        "return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))",
     ),
     _ex(
         "cached_sample", 4, "sampling", "TransformerSampler.sample",

@@ -31,17 +31,33 @@ class Beams:
     tokens: Int[Tensor, "batch seq"]
     # Part 4: keys and values for tokens[:, :-1] of every beam, or None to run uncached.
     kv_cache: KeyValueCache | None = None
+    # Part 4: beam i's keys and values are row cache_rows[i] of kv_cache (row i when None).
+    # After generate, the k children of a beam share their parent's row: copying the whole
+    # cache k times over, only for filter to keep k of the len(self) * k children, would
+    # take longer than running the model.
+    cache_rows: Int[Tensor, "batch"] | None = None
 
-    def new_beams(self, logprob_sums, tokens, kv_cache=None) -> "Beams":
+    def new_beams(self, logprob_sums, tokens, kv_cache=None, cache_rows=None) -> "Beams":
         """Beams with the same model and tokenizer but new contents."""
-        return Beams(self.model, self.tokenizer, logprob_sums, tokens, kv_cache)
+        return Beams(self.model, self.tokenizer, logprob_sums, tokens, kv_cache, cache_rows)
 
     def __getitem__(self, batch_idx) -> "Beams":
-        """The beams selected by ``batch_idx`` (an int slice, index tensor or boolean mask)."""
+        """The beams selected by ``batch_idx`` (an int slice, index tensor or boolean mask).
+
+        The result has a cache row of its own for every beam: only the selected rows are copied.
+        """
         if isinstance(batch_idx, int):
             batch_idx = slice(batch_idx, batch_idx + 1)
-        cache = None if self.kv_cache is None else self.kv_cache[:, :, batch_idx]
+        rows = batch_idx if self.cache_rows is None else self.cache_rows[batch_idx]
+        cache = None if self.kv_cache is None else self.kv_cache[:, :, rows]
         return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], cache)
+
+    @property
+    def beam_cache(self) -> KeyValueCache | None:
+        """The cache with one row per beam, in beam order (what the model needs)."""
+        if self.kv_cache is None or self.cache_rows is None:
+            return self.kv_cache
+        return self.kv_cache[:, :, self.cache_rows]
 
     def __len__(self) -> int:
         return self.tokens.shape[0]
@@ -64,7 +80,7 @@ class Beams:
             logits = self.model(self.tokens)[:, -1]
             cache = None
         else:
-            logits, cache = self.model(self.tokens, self.kv_cache)
+            logits, cache = self.model(self.tokens, self.beam_cache)
             logits = logits[:, -1]
         # Rank by log-probabilities: logits are only defined up to a per-beam constant,
         # so adding them to a running sum would compare beams on different scales.
@@ -73,9 +89,8 @@ class Beams:
         parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)
         new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()
         new_tokens = torch.cat([self.tokens[parents], topk_tokens.flatten()[:, None]], dim=-1)
-        # Each child inherits its parent's cache; indexing keeps it a KeyValueCache.
-        new_cache = None if cache is None else cache[:, :, parents]
-        return self.new_beams(new_logprob_sums, new_tokens, new_cache)
+        # Each child inherits its parent's cache row: it reads row parents[i], no copy needed.
+        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)
         ### END SOLUTION
 
     def filter(self, k: int) -> tuple["Beams", "Beams"]:

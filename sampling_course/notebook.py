@@ -1,0 +1,129 @@
+"""Small helpers for the course notebooks: plots and measurements, never exercise code.
+
+Everything here calls the learner's own objects (a model, a sampling function, a cache
+class) and only draws or times what they produce, so the notebooks stay short without
+hiding any part of an exercise.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = ["token_labels", "plot_top_tokens", "empirical_probs", "attention_pattern", "plot_attention", "time_per_token"]
+
+
+def token_labels(tokenizer, ids: Sequence[int] | Tensor) -> list[str]:
+    """Readable labels for token ids: repr() shows leading spaces and odd bytes."""
+    return [repr(tokenizer.decode([int(i)])) for i in ids]
+
+
+def plot_top_tokens(ax, probs: Tensor, tokenizer, ids: Tensor | None = None, top: int = 20, title: str = "") -> Tensor:
+    """Bar chart of ``probs`` (shape ``(d_vocab,)``) over ``ids``, or over the ``top`` most likely tokens.
+
+    Returns the ids plotted, so several panels can share the same tokens in the same order.
+    """
+    probs = probs.detach().float().cpu()
+    if ids is None:
+        ids = probs.topk(top).indices
+    ax.bar(range(len(ids)), probs[ids].numpy(), color="tab:blue")
+    ax.set_xticks(range(len(ids)))
+    ax.set_xticklabels(token_labels(tokenizer, ids), rotation=90, fontsize=8)
+    ax.set_ylabel("probability")
+    ax.set_title(title, fontsize=10)
+    return ids
+
+
+@torch.inference_mode()
+def empirical_probs(draw: Callable[[Tensor], Tensor], logits: Tensor, n: int = 4000, chunk: int = 500) -> Tensor:
+    """How often each token comes out of ``draw`` in ``n`` draws from the same ``logits``.
+
+    ``draw`` takes ``(batch, d_vocab)`` logits and returns ``(batch,)`` token ids, e.g.
+    ``lambda l: TransformerSampler.sample_top_k(l, 5)``. Draws are made ``chunk`` rows at a
+    time so that a 50k vocabulary stays small in memory.
+    """
+    counts = torch.zeros(logits.shape[-1], dtype=torch.long)
+    done = 0
+    while done < n:
+        rows = min(chunk, n - done)
+        drawn = draw(logits.expand(rows, -1)).reshape(-1).cpu()
+        counts += torch.bincount(drawn, minlength=logits.shape[-1])
+        done += rows
+    return counts.float() / n
+
+
+@torch.inference_mode()
+def attention_pattern(attn: torch.nn.Module, normalized_resid_pre: Tensor) -> Tensor:
+    """The attention pattern ``(batch, n_heads, query_pos, key_pos)`` that ``attn`` computes on its input.
+
+    It listens in on the module's own ``apply_causal_mask`` (the masked scores go straight
+    into a softmax), so the pattern is the one your Attention produced, not a recomputation.
+    """
+    original = attn.apply_causal_mask
+    captured: list[Tensor] = []
+
+    def listen(scores: Tensor) -> Tensor:
+        masked = original(scores)
+        captured.append(masked.softmax(dim=-1))
+        return masked
+
+    attn.apply_causal_mask = listen  # an instance attribute shadows the method...
+    try:
+        attn(normalized_resid_pre)
+    finally:
+        del attn.apply_causal_mask  # ...and deleting it brings the method back
+    if not captured:
+        raise RuntimeError(
+            "Attention.forward never called self.apply_causal_mask; call it on the scores "
+            "(before the softmax) so that the pattern can be read"
+        )
+    return captured[-1]
+
+
+def plot_attention(axes, pattern: Tensor, labels: Sequence[str], title: str = "") -> None:
+    """One heat map per head of a ``(n_heads, query_pos, key_pos)`` pattern."""
+    for head, ax in enumerate(axes):
+        ax.imshow(pattern[head].detach().cpu().numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+        ax.set_title(f"{title}head {head}", fontsize=9)
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels if head == 0 else [], fontsize=7)
+        ax.set_xlabel("key (attended to)", fontsize=8)
+    axes[0].set_ylabel("query (attending)", fontsize=8)
+
+
+def _best_seconds(fn: Callable[[], object], repeats: int) -> float:
+    """The fastest of ``repeats`` runs after a warm-up: the usual way to time short code on a busy machine."""
+    fn()  # warm-up: the first call pays for allocations
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+@torch.inference_mode()
+def time_per_token(model: torch.nn.Module, cache_cls, lengths: Sequence[int], repeats: int = 5, seed: int = 0) -> dict[str, list[float]]:
+    """Seconds to produce the logits of one new token when the sequence has each length in ``lengths``.
+
+    ``uncached``: a full forward pass over all ``length`` positions (what ``sample`` does
+    without a cache). ``cached``: a forward pass over the last position only, with a
+    ``cache_cls`` already holding the ``length - 1`` before it. Best of ``repeats`` runs.
+    """
+    if min(lengths) < 2 or max(lengths) > model.cfg.n_ctx:
+        raise ValueError(f"lengths must lie in [2, n_ctx={model.cfg.n_ctx}], got {list(lengths)}")
+    device = next(model.parameters()).device
+    generator = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(model.cfg.d_vocab, (1, max(lengths)), generator=generator).to(device)
+    out: dict[str, list[float]] = {"uncached": [], "cached": []}
+    for length in lengths:
+        prefix = tokens[:, :length]
+        _, cache = model(prefix[:, :-1], cache_cls.new_empty(model.cfg, batch=1, device=device))
+        out["uncached"].append(_best_seconds(lambda: model(prefix), repeats))
+        out["cached"].append(_best_seconds(lambda: model(prefix, cache), repeats))
+    return out

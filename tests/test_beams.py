@@ -1,0 +1,656 @@
+"""Part 3: beam search, against Hugging Face and against toy models with a known answer.
+
+* ``Beams.generate`` and ``Beams.filter`` are checked on the stand-in against log-probs
+  computed here from ``hf_model``'s logits (shapes, grouping by parent, ordering, sums).
+* ``Beams.get_topk_non_repeating`` is checked against Hugging Face's
+  ``NoRepeatNGramLogitsProcessor`` on hand-made and random token histories.
+* ``TransformerSampler.beam_search`` is checked against ``GPT2LMHeadModel.generate`` with
+  ``num_beams`` (summed log-probs: ``length_penalty=0``, ``early_stopping="never"``), on
+  prompts where no beam reaches EOS: there HF's algorithm and the classic one coincide.
+* Toy models whose next-token distribution depends on the last token only give exact
+  answers: beam search beating greedy, and EOS handling (early return, finished beams
+  never extended).
+
+Nothing here is random except the token histories of the n-gram tests, which are drawn
+from ``SAMPLING_COURSE_TEST_SEED`` (default 0) and compared exactly with Hugging Face,
+so any seed must pass.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+import torch
+from torch import nn
+from transformers import NoRepeatNGramLogitsProcessor
+
+from sampling_course.reference import load_demo
+
+# Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
+ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def seed() -> int:
+    """The seed of the random parts of this module (stress runs set SAMPLING_COURSE_TEST_SEED)."""
+    return int(os.environ.get("SAMPLING_COURSE_TEST_SEED", "0"))
+
+
+@pytest.fixture(scope="module")
+def demo(tiny, impl):
+    """The implementation under test's DemoTransformer with the stand-in's weights."""
+    return load_demo(tiny, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def sampler(tiny, demo, impl):
+    return impl.sampling.TransformerSampler(demo, tiny.tokenizer)
+
+
+def hf_logprobs(hf_model, tokens: torch.Tensor) -> torch.Tensor:
+    """log_softmax of Hugging Face's logits for the token after each row of ``tokens``."""
+    with torch.no_grad():
+        return hf_model(tokens).logits[:, -1].log_softmax(dim=-1)
+
+
+def hf_block(tokens: torch.Tensor, logprobs: torch.Tensor, n: int) -> torch.Tensor:
+    """Hugging Face's n-gram blocking: the blocked tokens set to -inf."""
+    return NoRepeatNGramLogitsProcessor(n)(tokens, logprobs.clone())
+
+
+def greedy_continuation(hf_model, tokens: torch.Tensor, steps: int) -> torch.Tensor:
+    """An argmax loop on Hugging Face's logits (the stand-in soon repeats itself)."""
+    with torch.no_grad():
+        for _ in range(steps):
+            nxt = hf_model(tokens).logits[:, -1].argmax(dim=-1, keepdim=True)
+            tokens = torch.cat([tokens, nxt], dim=-1)
+    return tokens
+
+
+# ---------------------------------------------------------------------------------------
+# Beams: slicing, completions, printing (given, not exercises)
+# ---------------------------------------------------------------------------------------
+
+
+def _hand_beams(impl, tokenizer, model=None):
+    tokens = torch.tensor([[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]])
+    return impl.beams.Beams(model, tokenizer, torch.tensor([-1.0, -2.0, -3.0, -4.0]), tokens)
+
+
+def test_beams_getitem_slices_the_batch(impl, tiny):
+    """beams[i], beams[a:b], beams[index tensor] and beams[bool mask] select along the batch."""
+    beams = _hand_beams(impl, tiny.tokenizer)
+    assert len(beams) == 4
+    for index, rows in [
+        (1, [1]),
+        (slice(1, 3), [1, 2]),
+        (torch.tensor([3, 0]), [3, 0]),
+        (torch.tensor([True, False, True, False]), [0, 2]),
+    ]:
+        part = beams[index]
+        assert len(part) == len(rows), index
+        assert torch.equal(part.tokens, beams.tokens[rows]), index
+        assert torch.equal(part.logprob_sums, beams.logprob_sums[rows]), index
+        assert part.tokenizer is beams.tokenizer
+
+
+def test_logprobs_and_completions_types(impl, tiny):
+    """logprobs_and_completions gives (python float, decoded str) for every beam, in order."""
+    beams = _hand_beams(impl, tiny.tokenizer)
+    pairs = beams.logprobs_and_completions()
+    assert [type(lp) for lp, _ in pairs] == [float] * 4
+    assert [lp for lp, _ in pairs] == [-1.0, -2.0, -3.0, -4.0]
+    assert [text for _, text in pairs] == [tiny.tokenizer.decode(row) for row in beams.tokens]
+
+
+def test_print_renders_a_truncated_table(impl, tiny, capsys):
+    """print() renders a titled table of sums and completions, cutting long ones to max_print_chars."""
+    tokenizer = tiny.tokenizer
+    text = "When I was a kid, John and Mary went to the church and then to the market, " * 2
+    long_tokens = torch.tensor(tokenizer.encode(text))[None]
+    beams = impl.beams.Beams(None, tokenizer, torch.tensor([-12.3456]), long_tokens)
+    beams.print(title="My beams", max_print_chars=40)
+    out = capsys.readouterr().out
+    assert "My beams" in out and "-12.346" in out
+    shown = repr(tokenizer.decode(long_tokens[0]))
+    assert shown not in out, "a completion longer than max_print_chars is printed in full"
+    assert shown[:15] in out and shown[-15:] in out, "the start and the end of a long completion are kept"
+
+
+# ---------------------------------------------------------------------------------------
+# Beams.generate
+# ---------------------------------------------------------------------------------------
+
+
+def _three_histories(tiny):
+    """Three different token histories of the same length from the stand-in's tokenizer."""
+    prompts = ["When I was a kid, John", "The cat sat on the mat and", "Jingle bells, jingle all the"]
+    ids = [tiny.tokenizer.encode(p) for p in prompts]
+    length = min(len(i) for i in ids)
+    return torch.tensor([i[:length] for i in ids])
+
+
+@pytest.mark.exercise("Beams.generate")
+@pytest.mark.parametrize("k", [1, 3])
+def test_generate_shape_grouping_and_sums(impl, tiny, demo, k):
+    """generate(k) gives len*k beams grouped by parent in parent order, each group best first,
+    with logprob_sums = parent sum + log_softmax of the child token (log-probs, not logits)."""
+    tokens = _three_histories(tiny)
+    parent_sums = torch.tensor([-1.5, -0.25, -4.0])
+    beams = impl.beams.Beams(demo, tiny.tokenizer, parent_sums, tokens)
+    with torch.no_grad():
+        children = beams.generate(k=k)
+
+    expected_lp, expected_tok = hf_logprobs(tiny.hf_model, tokens).topk(k, dim=-1)
+    n, length = tokens.shape
+    assert children.tokens.shape == (n * k, length + 1)
+    assert children.logprob_sums.shape == (n * k,)
+    for parent in range(n):
+        for rank in range(k):
+            child = parent * k + rank
+            assert torch.equal(children.tokens[child, :length], tokens[parent]), (
+                f"child {child} should extend parent {parent}: children are grouped by parent, in parent order"
+            )
+            assert children.tokens[child, -1] == expected_tok[parent, rank], (
+                f"child {child} should add parent {parent}'s rank-{rank} token"
+            )
+    torch.testing.assert_close(
+        children.logprob_sums,
+        (parent_sums[:, None] + expected_lp).flatten(),
+        atol=ATOL,
+        rtol=0,
+        msg=lambda m: f"logprob_sums should be parent sum + log_softmax(logits) of the new token.\n{m}",
+    )
+
+
+@pytest.mark.exercise("Beams.generate")
+def test_generate_from_a_prompt_then_again(impl, tiny, demo):
+    """Two generate steps from a one-beam prompt give k*k beams whose sums are two-token log-probs."""
+    tokens = torch.tensor([tiny.tokenizer.encode("Once upon a time")])
+    beams = impl.beams.Beams(demo, tiny.tokenizer, torch.zeros(1), tokens)
+    with torch.no_grad():
+        twice = beams.generate(k=2).generate(k=2)
+    assert twice.tokens.shape == (4, tokens.shape[1] + 2)
+    with torch.no_grad():
+        logits = tiny.hf_model(twice.tokens).logits.log_softmax(dim=-1)
+    # Independently: the log-prob of each beam's two new tokens under Hugging Face.
+    length = tokens.shape[1]
+    expected = logits[:, length - 1, :].gather(1, twice.tokens[:, length, None])[:, 0] + logits[
+        :, length, :
+    ].gather(1, twice.tokens[:, length + 1, None])[:, 0]
+    torch.testing.assert_close(twice.logprob_sums, expected, atol=ATOL, rtol=0)
+    first = hf_logprobs(tiny.hf_model, tokens).topk(2).indices[0].tolist()
+    assert twice.tokens[:, length].tolist() == [first[0], first[0], first[1], first[1]]
+
+
+@pytest.mark.exercise("Beams.generate")
+def test_generate_applies_ngram_blocking(impl, tiny, demo):
+    """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking."""
+    start = torch.tensor([tiny.tokenizer.encode("When I was")])
+    # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
+    seq = greedy_continuation(tiny.hf_model, start, 30)[0]
+    length = 12
+    tokens = seq.unfold(0, length, 1)  # every window of the continuation: many histories
+    assert len(tokens) > 20
+    logprobs = hf_logprobs(tiny.hf_model, tokens)
+    blocked = hf_block(tokens, logprobs, 2)
+    k = 3
+    plain = logprobs.topk(k).indices
+    expected_lp, expected_tok = blocked.topk(k)
+    assert not torch.equal(plain, expected_tok), "precondition: blocking should change some beam's top-k"
+
+    beams = impl.beams.Beams(demo, tiny.tokenizer, torch.zeros(len(tokens)), tokens)
+    with torch.no_grad():
+        children = beams.generate(k=k, no_repeat_ngram_size=2)
+    assert torch.equal(children.tokens[:, -1].view(-1, k), expected_tok)
+    torch.testing.assert_close(children.logprob_sums.view(-1, k), expected_lp, atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------
+# Beams.filter
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("Beams.filter")
+@pytest.mark.parametrize("k", [1, 3, 4, 7])
+def test_filter_keeps_the_k_best_and_splits_off_eos(impl, tiny, k):
+    """filter(k) takes the k best beams overall and returns (not ended in EOS, ended in EOS), each best first."""
+    eos = tiny.tokenizer.eos_token_id
+    tokens = torch.tensor(
+        [[5, 6, 7], [5, 6, eos], [5, 8, 9], [5, eos, 10], [6, 7, eos], [6, 8, 8], [7, 7, 7]]
+    )
+    sums = torch.tensor([-3.0, -1.0, -0.5, -2.0, -2.5, -4.0, -0.75])
+    beams = impl.beams.Beams(None, tiny.tokenizer, sums, tokens)
+    best, ended = beams.filter(k)
+
+    order = sorted(range(len(sums)), key=lambda i: -sums[i].item())[:k]
+    want_best = [i for i in order if tokens[i, -1] != eos]
+    want_ended = [i for i in order if tokens[i, -1] == eos]
+    assert best.tokens.tolist() == tokens[want_best].tolist(), "continuing beams: wrong set or order"
+    assert best.logprob_sums.tolist() == sums[want_best].tolist()
+    assert ended.tokens.tolist() == tokens[want_ended].tolist(), "beams ending in EOS: wrong set or order"
+    assert ended.logprob_sums.tolist() == sums[want_ended].tolist()
+    assert (best.tokens[:, -1] != eos).all(), "a beam that ended in EOS was kept alive"
+
+
+@pytest.mark.exercise("Beams.filter")
+def test_filter_after_generate_matches_hf_ranking(impl, tiny, demo):
+    """generate then filter keeps the k best of all children: HF's top-k of the flattened sums."""
+    tokens = _three_histories(tiny)
+    parent_sums = torch.tensor([-0.5, -1.0, -0.75])
+    beams = impl.beams.Beams(demo, tiny.tokenizer, parent_sums, tokens)
+    k = 4
+    with torch.no_grad():
+        best, ended = beams.generate(k=k).filter(k)
+    lp, tok = hf_logprobs(tiny.hf_model, tokens).topk(k, dim=-1)
+    flat = (parent_sums[:, None] + lp).flatten()
+    top = flat.topk(k).indices
+    assert (tok.flatten()[top] != tiny.tokenizer.eos_token_id).all(), "precondition: no child ends in EOS"
+    assert len(ended) == 0
+    assert best.tokens[:, -1].tolist() == tok.flatten()[top].tolist()
+    assert best.tokens[:, :-1].tolist() == tokens[top // k].tolist()
+    torch.testing.assert_close(best.logprob_sums, flat[top], atol=ATOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------
+# Beams.get_topk_non_repeating against NoRepeatNGramLogitsProcessor
+# ---------------------------------------------------------------------------------------
+
+# (name, n, token histories, tokens HF blocks in each row: written out as documentation
+# and checked against HF itself below)
+NGRAM_CASES = [
+    ("n=1 blocks every token seen", 1, [[3, 5, 3, 7]], [{3, 5, 7}]),
+    ("n=1 one token", 1, [[4]], [{4}]),
+    ("n=2 one earlier bigram", 2, [[1, 2, 3, 1]], [{2}]),
+    ("n=2 repeated bigram", 2, [[1, 2, 1, 2, 1]], [{2}]),
+    ("n=2 the last bigram counts", 2, [[3, 1, 1]], [{1}]),
+    ("n=2 several continuations", 2, [[1, 2, 1, 3, 1, 4, 1]], [{2, 3, 4}]),
+    ("n=2 constant run", 2, [[4, 4, 4]], [{4}]),
+    ("n=2 no match", 2, [[1, 2, 3, 4]], [set()]),
+    ("n=3 one earlier trigram", 3, [[1, 2, 3, 1, 2]], [{3}]),
+    ("n=3 two continuations", 3, [[1, 2, 3, 1, 2, 5, 1, 2]], [{3, 5}]),
+    ("n=3 prefix must match fully", 3, [[1, 2, 3, 4, 2]], [set()]),
+    ("n=3 length exactly n", 3, [[1, 1, 1]], [{1}]),
+    ("n=3 length exactly n, no match", 3, [[1, 2, 1]], [set()]),
+    ("n=3 shorter than n", 3, [[1, 1]], [set()]),
+    ("n=4 shorter than n", 4, [[2, 2, 2]], [set()]),
+    ("n=4 long history", 4, [[1, 2, 3, 4, 1, 2, 3, 5, 6, 1, 2, 3]], [{4, 5}]),
+    ("batch with different histories", 2, [[1, 2, 3, 1], [2, 1, 2, 2], [5, 6, 7, 8]], [{2}, {1, 2}, set()]),
+    ("batch n=3", 3, [[1, 2, 3, 1, 2], [2, 2, 2, 2, 2], [1, 2, 1, 2, 1]], [{3}, {2}, {2}]),
+]
+
+
+def _blocked_by_impl(impl, tokenizer, tokens, logprobs, n):
+    """The tokens the implementation never proposes, asking it for every token (k = d_vocab)."""
+    beams = impl.beams.Beams(None, tokenizer, torch.zeros(len(tokens)), tokens)
+    values, indices = beams.get_topk_non_repeating(logprobs, n, logprobs.shape[-1])
+    assert values.shape == indices.shape == logprobs.shape
+    blocked = []
+    for row_values, row_indices in zip(values, indices):
+        # -inf as Hugging Face does; any hugely negative fill means "never chosen" just the same.
+        blocked.append({int(t) for v, t in zip(row_values, row_indices) if v < -1e4})
+    return blocked
+
+
+def _check_against_hf(impl, tokenizer, tokens, logprobs, n, k):
+    expected = hf_block(tokens, logprobs, n)
+    hf_blocked = [set(torch.nonzero(row == float("-inf")).flatten().tolist()) for row in expected]
+    assert _blocked_by_impl(impl, tokenizer, tokens, logprobs, n) == hf_blocked, (
+        f"blocked tokens differ from Hugging Face's no_repeat_ngram_size={n} on {tokens.tolist()}"
+    )
+    k = min(k, min(logprobs.shape[-1] - len(b) for b in hf_blocked))
+    beams = impl.beams.Beams(None, tokenizer, torch.zeros(len(tokens)), tokens)
+    values, indices = beams.get_topk_non_repeating(logprobs, n, k)
+    want_values, want_indices = expected.topk(k, dim=-1)
+    assert torch.equal(indices, want_indices), f"top-{k} differs from Hugging Face's on {tokens.tolist()}"
+    torch.testing.assert_close(values, want_values)
+    return hf_blocked
+
+
+@pytest.mark.exercise("Beams.get_topk_non_repeating")
+@pytest.mark.parametrize("name, n, history, blocked", NGRAM_CASES, ids=[c[0] for c in NGRAM_CASES])
+def test_ngram_blocking_matches_hf_on_hand_made_histories(impl, tiny, seed, name, n, history, blocked):
+    """On hand-made histories the blocked tokens and the top-k equal NoRepeatNGramLogitsProcessor's."""
+    tokens = torch.tensor(history)
+    generator = torch.Generator().manual_seed(seed)
+    logprobs = torch.randn(len(history), 12, generator=generator).log_softmax(dim=-1)
+    hf_blocked = _check_against_hf(impl, tiny.tokenizer, tokens, logprobs, n, k=4)
+    assert hf_blocked == blocked, "the documented expectation disagrees with Hugging Face"
+
+
+@pytest.mark.exercise("Beams.get_topk_non_repeating")
+@pytest.mark.parametrize("n", [1, 2, 3, 4])
+def test_ngram_blocking_matches_hf_on_random_histories(impl, tiny, seed, n):
+    """On random histories over a small vocabulary (many repeats), blocking and top-k equal HF's."""
+    generator = torch.Generator().manual_seed(seed * 1000 + n)
+    # Three tokens: repeats everywhere (8 rows of up to 20 tokens see dozens of blocks for
+    # n = 4, so the precondition below fails with probability < 1e-15).
+    vocab, rows = 3, 8
+    checked_any_block = False
+    for length in range(1, 21):
+        tokens = torch.randint(0, vocab, (rows, length), generator=generator)
+        # Tokens never seen in the history sit above `vocab`, so that n=1 leaves some unblocked.
+        logprobs = torch.randn(rows, vocab + 4, generator=generator).log_softmax(dim=-1)
+        hf_blocked = _check_against_hf(impl, tiny.tokenizer, tokens, logprobs, n, k=3)
+        checked_any_block |= any(hf_blocked)
+    assert checked_any_block, "precondition: some random history should block a token"
+
+
+@pytest.mark.exercise("Beams.get_topk_non_repeating")
+def test_ngram_blocking_none_is_plain_topk(impl, tiny, seed):
+    """no_repeat_ngram_size=None is plain top-k, even on a history full of repeats."""
+    tokens = torch.tensor([[1, 1, 1, 1], [2, 3, 2, 3]])
+    logprobs = torch.randn(2, 10, generator=torch.Generator().manual_seed(seed)).log_softmax(-1)
+    beams = impl.beams.Beams(None, tiny.tokenizer, torch.zeros(2), tokens)
+    values, indices = beams.get_topk_non_repeating(logprobs, None, 5)
+    want_values, want_indices = logprobs.topk(5, dim=-1)
+    assert torch.equal(indices, want_indices)
+    torch.testing.assert_close(values, want_values)
+
+
+# ---------------------------------------------------------------------------------------
+# Toy models with a known answer
+# ---------------------------------------------------------------------------------------
+
+
+class LastTokenModel(nn.Module):
+    """A toy language model: the next-token distribution depends on the last token only.
+
+    ``table[a]`` maps next tokens to probabilities; unlisted tokens get a negligible share
+    and unlisted last tokens a uniform distribution. Each row's logits carry its own
+    offset, so ranking by logits instead of log-probabilities gives a different answer.
+    It records the longest input it was given.
+    """
+
+    def __init__(self, cfg, table: dict[int, dict[int, float]], offsets: dict[int, float] | None = None):
+        super().__init__()
+        self.cfg = cfg
+        logits = torch.zeros(cfg.d_vocab, cfg.d_vocab)
+        for last, row in table.items():
+            logits[last] = -40.0
+            for nxt, p in row.items():
+                logits[last, nxt] = math.log(p)
+            logits[last] += (offsets or {}).get(last, 0.0)
+        self.register_buffer("logits", logits)
+        self.longest_input = 0
+
+    def forward(self, tokens, kv_cache=None):
+        if kv_cache is not None:
+            raise NotImplementedError("the toy model runs uncached")
+        self.longest_input = max(self.longest_input, tokens.shape[1])
+        return self.logits[tokens]
+
+
+def _word_ids(tokenizer, *words):
+    ids = [tokenizer.encode(w) for w in words]
+    assert all(len(i) == 1 for i in ids), "each toy word must be one token"
+    return [i[0] for i in ids]
+
+
+@pytest.mark.exercise("beam_search")
+def test_beam_search_beats_greedy_on_a_toy_model(impl, tiny):
+    """Greedy takes the likelier first token; beam search finds the likelier two-token sequence,
+    with its exact summed log-probability."""
+    tok = tiny.tokenizer
+    a, b, c, d, e, x = _word_ids(tok, " the", " cat", " dog", " sat", " on", " big")
+    others = [t for t in range(10, 30) if t not in (a, b, c, d, e, x)][:8]
+    table = {
+        a: {b: 0.6, c: 0.4},
+        b: {x: 0.2, **{t: 0.1 for t in others}},
+        c: {d: 0.9, e: 0.1},
+    }
+    # b's logits sit 5 higher: ranking by raw logits would prefer " cat big".
+    model = LastTokenModel(tiny.cfg, table, offsets={b: 5.0})
+    sampler = impl.sampling.TransformerSampler(model, tok)
+
+    prompt = tok.decode([a])
+    # Greedy, independently: argmax of the table twice.
+    greedy = [a]
+    for _ in range(2):
+        greedy.append(int(model.logits[greedy[-1]].argmax()))
+    assert greedy == [a, b, x]
+
+    out = sampler.beam_search(prompt, num_return_sequences=2, num_beams=2, max_new_tokens=2)
+    assert [text for _, text in out] == [tok.decode([a, c, d]), tok.decode([a, b, x])]
+    assert out[0][0] == pytest.approx(math.log(0.4 * 0.9), abs=ATOL)
+    assert out[1][0] == pytest.approx(math.log(0.6 * 0.2), abs=ATOL)
+    assert out[0][0] > out[1][0], "beam search's answer should be likelier than greedy's"
+
+
+@pytest.mark.exercise("beam_search")
+def test_beam_search_returns_finished_beams_first_and_never_extends_them(impl, tiny):
+    """A beam that ends in EOS is set aside (not extended, even though EOS is followed by a
+    likely token) and returned first, followed by the best live beams."""
+    tok = tiny.tokenizer
+    eos = tok.eos_token_id
+    a, b, c, d, e, z = _word_ids(tok, " the", " cat", " dog", " sat", " on", " big")
+    table = {
+        a: {eos: 0.5, b: 0.3, c: 0.2},
+        b: {d: 0.9, e: 0.1},
+        c: {e: 0.6, d: 0.4},
+        eos: {z: 0.99, d: 0.01},  # what a beam kept alive after EOS would grow into
+    }
+    model = LastTokenModel(tiny.cfg, table)
+    sampler = impl.sampling.TransformerSampler(model, tok)
+    out = sampler.beam_search(tok.decode([a]), num_return_sequences=3, num_beams=3, max_new_tokens=2)
+    texts = [text for _, text in out]
+    assert texts == [tok.decode([a, eos]), tok.decode([a, b, d]), tok.decode([a, c, e])], (
+        f"expected the finished beam, then the two best live ones; got {texts}"
+    )
+    assert [lp for lp, _ in out] == pytest.approx([math.log(0.5), math.log(0.27), math.log(0.12)], abs=ATOL)
+    for text in texts:
+        assert tok.eos_token not in text or text.index(tok.eos_token) == len(text) - len(tok.eos_token), (
+            f"a beam was extended past EOS: {text!r}"
+        )
+
+
+@pytest.mark.exercise("beam_search")
+def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
+    """With num_return_sequences finished beams, beam search stops and returns them, in the
+    order they finished, without running further steps."""
+    tok = tiny.tokenizer
+    eos = tok.eos_token_id
+    a, b, d = _word_ids(tok, " the", " cat", " sat")
+    table = {a: {eos: 0.5, b: 0.3, d: 0.2}, b: {eos: 0.6, d: 0.4}, d: {b: 1.0}}
+
+    model = LastTokenModel(tiny.cfg, table)
+    sampler = impl.sampling.TransformerSampler(model, tok)
+    out = sampler.beam_search(tok.decode([a]), num_return_sequences=1, num_beams=3, max_new_tokens=10)
+    assert [text for _, text in out] == [tok.decode([a, eos])]
+    assert out[0][0] == pytest.approx(math.log(0.5), abs=ATOL)
+    assert model.longest_input == 1, "beam search kept going after enough beams had finished"
+
+    # Two beams: " the<eos>" finishes at step 1, " the cat<eos>" at step 2 (0.3 * 0.6 beats
+    # " the cat sat" at 0.12), then it must stop.
+    model = LastTokenModel(tiny.cfg, table)
+    sampler = impl.sampling.TransformerSampler(model, tok)
+    out = sampler.beam_search(tok.decode([a]), num_return_sequences=2, num_beams=2, max_new_tokens=10)
+    assert [text for _, text in out] == [tok.decode([a, eos]), tok.decode([a, b, eos])]
+    assert [lp for lp, _ in out] == pytest.approx([math.log(0.5), math.log(0.18)], abs=ATOL)
+    assert model.longest_input == 2, "beam search kept going after enough beams had finished"
+
+
+# ---------------------------------------------------------------------------------------
+# beam_search against Hugging Face generate
+# ---------------------------------------------------------------------------------------
+
+
+def random_prompt(tokenizer, seed: int, length: int = 6) -> str:
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, tokenizer.eos_token_id, (length,), generator=generator)
+    return tokenizer.decode(ids)
+
+
+def hf_beam_search(reference, prompt: str, num_beams: int, max_new_tokens: int, ngram: int | None):
+    """Hugging Face's beam search, scored by summed log-probs, as (score, text) pairs."""
+    tok = reference.tokenizer
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = reference.hf_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            num_beams=num_beams,
+            num_return_sequences=num_beams,
+            no_repeat_ngram_size=ngram,
+            max_new_tokens=max_new_tokens,
+            length_penalty=0.0,
+            early_stopping="never",
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=tok.eos_token_id,
+        )
+    new = out.sequences[:, ids.shape[1] :]
+    # Precondition: where no beam ends in EOS, HF's beam search is the classic algorithm.
+    assert new.shape[1] == max_new_tokens and not (new == tok.eos_token_id).any(), (
+        "precondition failed: a Hugging Face beam reached EOS; pick another prompt or horizon"
+    )
+    return [(float(score), tok.decode(seq)) for score, seq in zip(out.sequences_scores, out.sequences)]
+
+
+def assert_same_beams(actual, expected):
+    assert isinstance(actual, list) and all(isinstance(p, tuple) and len(p) == 2 for p in actual)
+    assert [text for _, text in actual] == [text for _, text in expected], "different beams or order than HF"
+    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=ATOL), (
+        "summed log-probs differ from Hugging Face's sequences_scores"
+    )
+
+
+@pytest.mark.exercise("beam_search")
+@pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
+@pytest.mark.parametrize("num_beams", [2, 4])
+@pytest.mark.parametrize("prompt_seed", [0, 1, 2, 3])
+def test_beam_search_matches_hf_generate(tiny, sampler, prompt_seed, num_beams, ngram):
+    """beam_search returns HF generate(num_beams=nb, num_return_sequences=nb) beams, in HF's order,
+    with HF's summed log-probs, on prompts where no beam reaches EOS."""
+    prompt = random_prompt(tiny.tokenizer, prompt_seed)
+    steps = 20
+    expected = hf_beam_search(tiny, prompt, num_beams, steps, ngram)
+    if ngram is not None:
+        assert expected != hf_beam_search(tiny, prompt, num_beams, steps, None), (
+            "precondition: n-gram blocking should change Hugging Face's answer on this prompt"
+        )
+    actual = sampler.beam_search(prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram)
+    assert_same_beams(actual, expected)
+
+
+@pytest.mark.exercise("beam_search")
+def test_beam_search_fewer_return_sequences_are_hfs_best(tiny, sampler):
+    """num_return_sequences < num_beams returns the best of HF's beams, best first."""
+    prompt = random_prompt(tiny.tokenizer, 4)
+    expected = hf_beam_search(tiny, prompt, 4, 12, 2)
+    assert_same_beams(sampler.beam_search(prompt, 2, 4, 12, no_repeat_ngram_size=2), expected[:2])
+
+
+@pytest.mark.exercise("beam_search")
+def test_beam_search_shows_a_progress_bar(sampler, capsys):
+    """beam_search shows a tqdm progress bar (on stderr)."""
+    sampler.beam_search("When I was", 1, 2, 3)
+    err = capsys.readouterr().err
+    assert "|" in err and "/3" in err, f"no tqdm progress bar on stderr: {err!r}"
+
+
+@pytest.mark.exercise("beam_search")
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_return_sequences=3, num_beams=2), "num_return_sequences"),
+        (dict(num_return_sequences=0, num_beams=2), "num_return_sequences"),
+        (dict(num_return_sequences=1, num_beams=0), "num_beams"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(prompt=""), "prompt"),
+        (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size"),
+        (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size"),
+    ],
+    ids=["more-returns-than-beams", "zero-returns", "zero-beams", "negative-steps", "empty-prompt", "ngram-0",
+         "ngram-negative"],
+)
+def test_beam_search_rejects_bad_arguments(sampler, kwargs, match):
+    """Bad arguments raise a ValueError naming the argument."""
+    args = dict(prompt="When I was", num_return_sequences=1, num_beams=2, max_new_tokens=3)
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=match):
+        sampler.beam_search(**args)
+
+
+# ---------------------------------------------------------------------------------------
+# Real GPT-2: the classic course's published "When I was" beams
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_prompt_beam(gpt2, impl):
+    """One beam holding "When I was", on the implementation under test's DemoTransformer."""
+    model = load_demo(gpt2, impl.transformer)
+    tokens = gpt2.tokenizer.encode("When I was", return_tensors="pt")
+    return impl.beams.Beams(model, gpt2.tokenizer, torch.zeros(1), tokens)
+
+
+@torch.no_grad()
+def when_i_was_top3(gpt2_prompt_beam):
+    """The classic start: the three best one-token continuations of "When I was"."""
+    return gpt2_prompt_beam.generate(k=3)
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("Beams.generate")
+def test_gpt2_when_i_was_generate(gpt2, gpt2_prompt_beam):
+    """generate(3, no_repeat_ngram_size=1) after "When I was" + top 3: " a kid" -3.1, " a child" -4.8,
+    " a little" -4.9 first (the classic course's values), with sums equal to HF's log-probs."""
+    with torch.no_grad():
+        beams = when_i_was_top3(gpt2_prompt_beam).generate(k=3, no_repeat_ngram_size=1)
+    assert len(beams) == 9
+    expected = [(-3.1, "When I was a kid"), (-4.8, "When I was a child"), (-4.9, "When I was a little")]
+    got = beams.logprobs_and_completions()[:3]
+    assert [text for _, text in got] == [text for _, text in expected]
+    assert [lp for lp, _ in got] == pytest.approx([lp for lp, _ in expected], abs=0.1)
+    with torch.no_grad():
+        logprobs = gpt2.hf_model(beams.tokens).logits.log_softmax(-1)
+    length = beams.tokens.shape[1]
+    live = logprobs[:, length - 3].gather(1, beams.tokens[:, length - 2, None])[:, 0] + logprobs[
+        :, length - 2
+    ].gather(1, beams.tokens[:, length - 1, None])[:, 0]
+    torch.testing.assert_close(beams.logprob_sums, live, atol=1e-3, rtol=0)
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("Beams.filter")
+def test_gpt2_when_i_was_filter(gpt2_prompt_beam):
+    """filter(3) of those nine beams: " a kid" -3.1, " growing up" -3.2, " in the" -4.6, none ended."""
+    with torch.no_grad():
+        best, ended = when_i_was_top3(gpt2_prompt_beam).generate(k=3, no_repeat_ngram_size=1).filter(3)
+    expected = [(-3.1, "When I was a kid"), (-3.2, "When I was growing up"), (-4.6, "When I was in the")]
+    got = best.logprobs_and_completions()
+    assert [text for _, text in got] == [text for _, text in expected]
+    assert [lp for lp, _ in got] == pytest.approx([lp for lp, _ in expected], abs=0.1)
+    assert len(ended) == 0
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("Beams.get_topk_non_repeating")
+def test_gpt2_when_i_was_ngram_blocking(gpt2_prompt_beam):
+    """Five greedy steps of each beam repeat "I was"; with no_repeat_ngram_size=2 none does."""
+    prompt = "When I was"
+    free = blocked = when_i_was_top3(gpt2_prompt_beam)
+    with torch.no_grad():
+        for _ in range(5):
+            free = free.generate(k=1)
+            blocked = blocked.generate(k=1, no_repeat_ngram_size=2)
+    assert all("I was" in text.removeprefix(prompt) for _, text in free.logprobs_and_completions())
+    assert all("I was" not in text.removeprefix(prompt) for _, text in blocked.logprobs_and_completions())
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("beam_search")
+@pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
+@pytest.mark.parametrize("num_beams", [2, 4])
+def test_gpt2_beam_search_matches_hf_generate(gpt2, impl, num_beams, ngram):
+    """On real GPT-2, beam_search equals HF generate's beams and summed log-probs."""
+    sampler = impl.sampling.TransformerSampler(load_demo(gpt2, impl.transformer), gpt2.tokenizer)
+    for prompt in ["When I was", "The ships hung in the sky in much the same way that"]:
+        expected = hf_beam_search(gpt2, prompt, num_beams, 10, ngram)
+        actual = sampler.beam_search(prompt, num_beams, num_beams, 10, no_repeat_ngram_size=ngram)
+        assert [text for _, text in actual] == [text for _, text in expected]
+        assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=1e-3)

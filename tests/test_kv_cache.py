@@ -1,0 +1,521 @@
+"""Part 4: the KV cache, against full forwards of Hugging Face and TransformerLens.
+
+How the tests judge:
+
+* ``KeyValueCache`` is checked on tensors built here: shape, ``k``/``v``/``batch``/
+  ``seq_len``, ``new_empty``, indexing along the batch (beams) keeping the class, torch
+  operations giving plain tensors, and every misuse raising a ValueError/TypeError that
+  says what went wrong.
+* The cached forward is fed a sequence in chunks (one token at a time, a prefill then
+  single tokens, a multi-token chunk mid-way; batch 1 and 3). After every call its logits
+  must equal Hugging Face's full forward over the whole sequence (and the uncached
+  DemoTransformer), and the cache must hold TransformerLens' keys and values.
+* Cached ``sample`` must draw exactly the tokens of uncached ``sample`` and of Hugging
+  Face ``generate`` (greedy, and seeded sampling), and must really use the cache: a spy
+  model checks that each step after the prompt runs one new position.
+* Cached ``beam_search`` must return Hugging Face's beams and summed log-probs (and the
+  uncached ones), and every beam's cache row must hold the keys of that beam's own tokens.
+
+Nothing here is statistical: every comparison is exact up to float tolerance. Random
+token sequences are drawn from ``SAMPLING_COURSE_TEST_SEED`` (default 0; also a range such
+as ``1-200`` or a list ``1,5,9-12``, which runs each seeded test once per seed), and any
+seed must pass.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from sampling_course.reference import load_demo
+
+# fp32 logits of two correct implementations agree to ~1e-5 (as in test_transformer.py);
+# every classic mistake of part 4 moves them by far more than 1e-3 on the stand-in.
+TOL = dict(atol=1e-4, rtol=1e-4)
+# Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
+ATOL = 1e-4
+
+PROMPTS = [
+    "When I was a kid",
+    "The cat sat on the",
+    "Jingle bells, jingle bells",
+]
+
+# How many new positions each call of the cached forward adds, from an empty cache.
+SCHEDULES = {
+    "one-at-a-time": [1] * 10,
+    "prefill-then-singles": [7, 1, 1, 1, 1],
+    "chunk-midway": [4, 1, 1, 5, 1, 3, 1],
+}
+
+
+# ---------------------------------------------------------------------------------------
+# Seeds: SAMPLING_COURSE_TEST_SEED=7, =1-200 or =1,5,9-12
+# ---------------------------------------------------------------------------------------
+
+
+def _seeds() -> list[int]:
+    raw = os.environ.get("SAMPLING_COURSE_TEST_SEED", "0").strip()
+    seeds: list[int] = []
+    try:
+        for part in raw.split(","):
+            first, _, last = part.strip().partition("-")
+            seeds.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise pytest.UsageError(
+            f"SAMPLING_COURSE_TEST_SEED must be a seed (7), a range (1-200) or a list (1,5,9-12), got {raw!r}"
+        ) from None
+    if not seeds:
+        raise pytest.UsageError(f"SAMPLING_COURSE_TEST_SEED={raw!r} names no seed")
+    return seeds
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``seed`` runs once per seed of SAMPLING_COURSE_TEST_SEED."""
+    if "seed" in metafunc.fixturenames:
+        metafunc.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures and helpers
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo(reference, impl):
+    """The implementation under test's DemoTransformer with the reference's weights."""
+    return load_demo(reference, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def KVC(impl):
+    """The KeyValueCache class under test."""
+    return impl.transformer.KeyValueCache
+
+
+@pytest.fixture(scope="module")
+def sampler(reference, demo, impl):
+    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
+
+
+def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, d_vocab, (batch, length), generator=generator)
+
+
+def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from the reference.\n{m}")
+
+
+def assert_cache_shape(KVC, cache, cfg, batch: int, seq_len: int, what: str) -> None:
+    assert isinstance(cache, KVC), f"{what}: expected a KeyValueCache, got {type(cache).__name__}"
+    expected = (cfg.n_layers, 2, batch, seq_len, cfg.n_heads, cfg.d_head)
+    assert tuple(cache.shape) == expected, f"{what}: cache shape {tuple(cache.shape)}, expected {expected}"
+    assert cache.batch == batch and cache.seq_len == seq_len, (
+        f"{what}: cache.batch={cache.batch}, cache.seq_len={cache.seq_len}, expected {batch} and {seq_len}"
+    )
+
+
+def zeros_cache(KVC, cfg, batch: int, seq_len: int):
+    return KVC(torch.zeros(cfg.n_layers, 2, batch, seq_len, cfg.n_heads, cfg.d_head))
+
+
+def hf_logits(reference, tokens: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return reference.hf_model(tokens).logits
+
+
+class Spy(nn.Module):
+    """Wraps a DemoTransformer and records, for every call, (positions passed, positions cached)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.cfg = model.cfg
+        self.calls: list[tuple[int, int | None]] = []
+
+    def forward(self, tokens, kv_cache=None):
+        self.calls.append((tokens.shape[1], None if kv_cache is None else kv_cache.seq_len))
+        return self.model(tokens) if kv_cache is None else self.model(tokens, kv_cache)
+
+
+# ---------------------------------------------------------------------------------------
+# KeyValueCache: shape, helpers, indexing
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_new_empty_has_the_model_shape(KVC, reference):
+    """new_empty(cfg, batch) is an empty KeyValueCache (seq_len 0) of shape (n_layers, 2, batch, 0, n_heads, d_head)."""
+    cfg = reference.cfg
+    cache = KVC.new_empty(cfg)
+    assert_cache_shape(KVC, cache, cfg, batch=1, seq_len=0, what="new_empty(cfg)")
+    assert cache.dtype == torch.float32
+    assert_cache_shape(KVC, KVC.new_empty(cfg, batch=3), cfg, batch=3, seq_len=0, what="new_empty(cfg, batch=3)")
+    assert tuple(cache.k.shape) == (cfg.n_layers, 1, 0, cfg.n_heads, cfg.d_head)
+    assert tuple(cache.v.shape) == (cfg.n_layers, 1, 0, cfg.n_heads, cfg.d_head)
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_new_empty_rejects_bad_arguments(KVC, reference):
+    """new_empty wants a Config and a batch of at least 1."""
+    assert KVC.new_empty(reference.cfg, batch=2).batch == 2
+    with pytest.raises(ValueError, match="batch"):
+        KVC.new_empty(reference.cfg, batch=0)
+    with pytest.raises(TypeError, match="Config"):
+        KVC.new_empty(dataclasses.asdict(reference.cfg))
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_k_v_batch_and_seq_len_read_their_dimensions(KVC):
+    """k is [:, 0] and v is [:, 1] (plain tensors); batch is dimension 2 and seq_len dimension 3."""
+    data = torch.randn(3, 2, 4, 5, 2, 6, generator=torch.Generator().manual_seed(0))
+    cache = KVC(data.clone())
+    assert cache.batch == 4 and cache.seq_len == 5
+    assert torch.equal(cache.k, data[:, 0]) and torch.equal(cache.v, data[:, 1])
+    assert not isinstance(cache.k, KVC) and not isinstance(cache.v, KVC)
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_indexing_along_the_batch_keeps_the_class(KVC):
+    """cache[:, :, index] (index tensor, boolean mask or slice) is a KeyValueCache with those rows,
+    in that order; other torch operations give plain tensors."""
+    data = torch.randn(2, 2, 3, 4, 2, 5, generator=torch.Generator().manual_seed(1))
+    cache = KVC(data.clone())
+    for index in (torch.tensor([2, 0, 0, 1]), torch.tensor([True, False, True]), slice(1, 3), [1]):
+        rows = cache[:, :, index]
+        expected = data[:, :, index]
+        assert isinstance(rows, KVC), f"cache[:, :, {index!r}] is a {type(rows).__name__}, not a KeyValueCache"
+        assert torch.equal(rows.as_subclass(torch.Tensor), expected)
+        assert rows.batch == expected.shape[2] and rows.seq_len == 4
+    for what, result in {
+        "cache * 2": cache * 2,
+        "torch.cat([cache, cache], dim=3)": torch.cat([cache, cache], dim=3),
+        "cache.unbind(0)[0]": cache.unbind(0)[0],
+        "cache[0]": cache[0],
+    }.items():
+        assert not isinstance(result, KVC), f"{what} should be a plain tensor"
+
+
+# ---------------------------------------------------------------------------------------
+# Misuse fails loudly, saying what went wrong
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_batch_mismatch_raises(KVC, demo, reference):
+    """Tokens with another batch size than the cache raise a ValueError naming both sizes."""
+    cache = KVC.new_empty(reference.cfg, batch=2)
+    assert cache.batch == 2
+    tokens = random_tokens(0, 3, 4, reference.cfg.d_vocab)
+    with pytest.raises(ValueError, match=r"batch size 3.*holds 2"):
+        demo(tokens, cache)
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_tokens_not_longer_than_the_cache_raise(KVC, demo, reference):
+    """Tokens that are not longer than the cache (e.g. only the newest token) raise a ValueError."""
+    cache = zeros_cache(KVC, reference.cfg, batch=1, seq_len=5)
+    assert cache.seq_len == 5
+    tokens = random_tokens(0, 1, 5, reference.cfg.d_vocab)
+    for length in (5, 1):
+        with pytest.raises(ValueError, match=rf"{length} positions.*already holds 5"):
+            demo(tokens[:, :length], cache)
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_cache_of_another_model_raises(KVC, demo, reference):
+    """A cache built for another config (more layers, or other heads) raises a ValueError saying so."""
+    cfg = reference.cfg
+    tokens = random_tokens(0, 1, 3, cfg.d_vocab)
+    others = [
+        dataclasses.replace(cfg, n_layers=cfg.n_layers + 1),
+        dataclasses.replace(cfg, n_heads=cfg.n_heads * 2, d_head=cfg.d_head // 2),
+    ]
+    for other in others:
+        cache = KVC.new_empty(other)
+        assert cache.seq_len == 0
+        with pytest.raises(ValueError, match="another model"):
+            demo(tokens, cache)
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_going_past_n_ctx_raises(KVC, demo, reference):
+    """More than n_ctx positions with a cache raise a ValueError naming n_ctx and what to do instead."""
+    cfg = reference.cfg
+    tokens = random_tokens(0, 1, cfg.n_ctx + 1, cfg.d_vocab)
+    for cache in (zeros_cache(KVC, cfg, batch=1, seq_len=cfg.n_ctx), KVC.new_empty(cfg)):
+        with pytest.raises(ValueError, match=rf"n_ctx={cfg.n_ctx}") as excinfo:
+            demo(tokens, cache)
+        message = str(excinfo.value)
+        assert "fresh cache" in message or "without a cache" in message, f"no way out in the message: {message}"
+
+
+@pytest.mark.exercise("KeyValueCache")
+def test_a_cache_that_is_not_a_keyvaluecache_raises(KVC, demo, reference):
+    """A plain tensor or Hugging Face-style tuple as kv_cache raises a TypeError naming KeyValueCache."""
+    cfg = reference.cfg
+    cache = KVC.new_empty(cfg)
+    assert cache.seq_len == 0
+    tokens = random_tokens(0, 1, 3, cfg.d_vocab)
+    for wrong in (cache.as_subclass(torch.Tensor), (cache.k, cache.v)):
+        with pytest.raises(TypeError, match="KeyValueCache"):
+            demo(tokens, wrong)
+
+
+# ---------------------------------------------------------------------------------------
+# The cached forward against the full forward
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("apply_causal_mask")
+@pytest.mark.exercise("cached_forward")
+def test_causal_mask_is_shifted_for_cached_keys(demo):
+    """With 3 new queries after 2 cached keys, query i sees keys 0..2+i; masked scores are exactly IGNORE."""
+    attn = demo.blocks[0].attn
+    scores = torch.zeros(1, 1, 3, 5)
+    masked = attn.apply_causal_mask(scores)[0, 0]
+    allowed = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(masked[allowed], torch.zeros(int(allowed.sum())))
+    assert torch.equal(masked[~allowed], torch.full((int((~allowed).sum()),), float(attn.IGNORE))), (
+        "masked scores must be exactly the model's IGNORE constant, in the cached case too"
+    )
+    # A single new query after 4 cached keys sees all 5 keys.
+    assert torch.equal(attn.apply_causal_mask(torch.zeros(1, 1, 1, 5)), torch.zeros(1, 1, 1, 5))
+
+
+@pytest.mark.exercise("cached_forward")
+@pytest.mark.parametrize("schedule", list(SCHEDULES.values()), ids=list(SCHEDULES))
+@pytest.mark.parametrize("batch", [1, 3])
+def test_cached_logits_match_the_full_forward_at_every_step(KVC, demo, reference, seed, batch, schedule):
+    """Fed in chunks from an empty cache, each call returns the logits of exactly its new positions,
+    equal to HF's (and the uncached DemoTransformer's) full-sequence logits there, and the cache grows by them."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, batch, sum(schedule), cfg.d_vocab)
+    expected = hf_logits(reference, tokens)
+    with torch.no_grad():
+        uncached = demo(tokens)
+    cache = KVC.new_empty(cfg, batch=batch)
+    start = 0
+    with torch.no_grad():
+        for step, n_new in enumerate(schedule):
+            end = start + n_new
+            logits, cache = demo(tokens[:, :end], cache)
+            what = f"step {step} (positions {start}..{end - 1})"
+            assert_cache_shape(KVC, cache, cfg, batch, end, what)
+            assert_close(logits, expected[:, start:end], f"cached logits at {what} vs Hugging Face")
+            assert_close(logits, uncached[:, start:end], f"cached logits at {what} vs the uncached forward")
+            start = end
+
+
+@pytest.mark.exercise("cached_forward")
+def test_cache_holds_the_reference_keys_and_values(KVC, demo, reference, seed):
+    """After every call, cache.k[layer] / cache.v[layer] equal TransformerLens' keys / values of all
+    positions so far, in position order."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 2, 10, cfg.d_vocab)
+    with torch.no_grad():
+        _, activations = reference.model.run_with_cache(tokens)
+    cache = KVC.new_empty(cfg, batch=2)
+    end = 0
+    with torch.no_grad():
+        for n_new in (4, 1, 3, 2):
+            end += n_new
+            _, cache = demo(tokens[:, :end], cache)
+            for layer in range(cfg.n_layers):
+                assert_close(cache.k[layer], activations["k", layer][:, :end], f"cached keys of layer {layer} at length {end}")
+                assert_close(cache.v[layer], activations["v", layer][:, :end], f"cached values of layer {layer} at length {end}")
+
+
+@pytest.mark.exercise("cached_forward")
+def test_cached_forward_leaves_its_input_cache_alone(KVC, demo, reference, seed):
+    """The cache passed in is not modified (beam search reuses it for every child of a beam)."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 1, 6, cfg.d_vocab)
+    with torch.no_grad():
+        _, cache = demo(tokens[:, :4], KVC.new_empty(cfg))
+        before = cache.as_subclass(torch.Tensor).clone()
+        demo(tokens, cache)
+    assert cache.seq_len == 4 and torch.equal(cache.as_subclass(torch.Tensor), before)
+
+
+@pytest.mark.exercise("cached_forward")
+def test_cached_forward_reaches_the_last_position(KVC, demo, reference, seed):
+    """A prefill of n_ctx - 1 tokens, then one more at position n_ctx - 1, gives HF's last logits."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 1, cfg.n_ctx, cfg.d_vocab)
+    with torch.no_grad():
+        _, cache = demo(tokens[:, :-1], KVC.new_empty(cfg))
+        logits, cache = demo(tokens, cache)
+    assert_cache_shape(KVC, cache, cfg, 1, cfg.n_ctx, "after the last position")
+    assert_close(logits, hf_logits(reference, tokens)[:, -1:], "logits at position n_ctx - 1")
+
+
+# ---------------------------------------------------------------------------------------
+# Cached sampling
+# ---------------------------------------------------------------------------------------
+
+
+def hf_generate_text(reference, prompt: str, max_new_tokens: int, **kwargs) -> str:
+    tok = reference.tokenizer
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = reference.hf_model.generate(
+            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+            pad_token_id=tok.eos_token_id, **kwargs,
+        )
+    return tok.decode(out[0])
+
+
+@pytest.mark.exercise("cached_sample")
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_cached_greedy_matches_hf_and_uncached(KVC, sampler, reference, prompt):
+    """Cached greedy sample equals HF generate(do_sample=False) and uncached greedy sample, token for token."""
+    expected = hf_generate_text(reference, prompt, 30, do_sample=False)
+    cached = sampler.sample(prompt, 30, temperature=0, kv_cache=KVC.new_empty(reference.cfg))
+    assert cached == expected, "cached greedy decoding differs from Hugging Face generate"
+    assert cached == sampler.sample(prompt, 30, temperature=0), "cached and uncached greedy decoding differ"
+
+
+@pytest.mark.exercise("cached_sample")
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_cached_seeded_sampling_matches_hf(KVC, sampler, reference, seed, prompt):
+    """With the same seed, cached sample(temperature=1) draws HF generate(do_sample=True, top_k=0)'s tokens."""
+    cached = sampler.sample(prompt, 30, seed=seed, kv_cache=KVC.new_empty(reference.cfg))
+    torch.manual_seed(seed)
+    expected = hf_generate_text(reference, prompt, 30, do_sample=True, top_k=0, top_p=1.0, temperature=1.0)
+    assert cached == expected, "cached seeded sampling differs from Hugging Face's with the same seed"
+
+
+@pytest.mark.exercise("cached_sample")
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(top_k=10), dict(temperature=1.5, top_k=3), dict(top_p=0.9), dict(temperature=0.8, frequency_penalty=2.0)],
+    ids=["top_k", "temperature-top_k", "top_p", "frequency_penalty"],
+)
+def test_cached_and_uncached_sampling_agree(KVC, sampler, reference, seed, kwargs):
+    """With the same seed, cached and uncached sample give the same text for every decoding setting."""
+    prompt = PROMPTS[0]
+    uncached = sampler.sample(prompt, 30, seed=seed, **kwargs)
+    cached = sampler.sample(prompt, 30, seed=seed, kv_cache=KVC.new_empty(reference.cfg), **kwargs)
+    assert cached == uncached
+
+
+@pytest.mark.exercise("cached_sample")
+def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl):
+    """With a cache, the first call runs the whole prompt from an empty cache and every later call
+    passes a cache holding all but the newest position."""
+    spy = Spy(demo)
+    sampler = impl.sampling.TransformerSampler(spy, reference.tokenizer)
+    prompt = PROMPTS[0]
+    n_prompt = len(reference.tokenizer(prompt).input_ids)
+    out = sampler.sample(prompt, 12, temperature=0, kv_cache=KVC.new_empty(reference.cfg))
+    assert reference.tokenizer.eos_token not in out, "precondition: greedy decoding reached EOS"
+    assert len(spy.calls) == 12, f"{len(spy.calls)} model calls for 12 new tokens"
+    assert all(cached is not None for _, cached in spy.calls), "the model was called without the cache"
+    assert spy.calls[0] == (n_prompt, 0), "the first call should run the prompt from the empty cache"
+    for step, (passed, cached) in enumerate(spy.calls[1:], start=1):
+        assert (passed, cached) == (n_prompt + step, n_prompt + step - 1), (
+            f"step {step}: the cache holds {cached} of {passed} positions; keep the cache the model returns"
+        )
+
+
+@pytest.mark.exercise("cached_sample")
+def test_cached_sample_past_n_ctx_raises(KVC, tiny, impl):
+    """Cached sampling past n_ctx raises a ValueError naming n_ctx (uncached sampling slides instead)."""
+    demo = load_demo(tiny, impl.transformer)
+    sampler = impl.sampling.TransformerSampler(demo, tiny.tokenizer)
+    n_ctx = tiny.cfg.n_ctx
+    # A prompt a few tokens short of n_ctx (decoded random ids re-encode to a different length).
+    length = n_ctx - 8
+    while True:
+        prompt = tiny.tokenizer.decode(random_tokens(0, 1, length, tiny.tokenizer.eos_token_id)[0])
+        n_prompt = len(tiny.tokenizer(prompt).input_ids)
+        if n_prompt <= n_ctx - 4:
+            break
+        length -= 4
+    steps = n_ctx - n_prompt + 4
+    uncached = sampler.sample(prompt, steps, temperature=0)
+    assert tiny.tokenizer.eos_token not in uncached, "precondition: greedy decoding reached EOS before n_ctx"
+    with pytest.raises(ValueError, match=f"n_ctx={n_ctx}"):
+        sampler.sample(prompt, steps, temperature=0, kv_cache=KVC.new_empty(tiny.cfg))
+
+
+# ---------------------------------------------------------------------------------------
+# Cached beam search
+# ---------------------------------------------------------------------------------------
+
+
+def hf_beam_search(reference, prompt: str, num_beams: int, max_new_tokens: int, ngram: int | None):
+    """Hugging Face's beam search, scored by summed log-probs, as (score, text) pairs."""
+    tok = reference.tokenizer
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = reference.hf_model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, num_beams=num_beams,
+            num_return_sequences=num_beams, no_repeat_ngram_size=ngram, max_new_tokens=max_new_tokens,
+            length_penalty=0.0, early_stopping="never", output_scores=True, return_dict_in_generate=True,
+            pad_token_id=tok.eos_token_id,
+        )
+    new = out.sequences[:, ids.shape[1] :]
+    # Precondition: where no beam ends in EOS, HF's beam search is the classic algorithm.
+    assert new.shape[1] == max_new_tokens and not (new == tok.eos_token_id).any(), (
+        "precondition failed: a Hugging Face beam reached EOS; pick another prompt or horizon"
+    )
+    return [(float(score), tok.decode(seq)) for score, seq in zip(out.sequences_scores, out.sequences)]
+
+
+def assert_same_beams(actual, expected, what: str) -> None:
+    assert [text for _, text in actual] == [text for _, text in expected], f"{what}: different beams or order"
+    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=ATOL), (
+        f"{what}: different summed log-probs"
+    )
+
+
+@pytest.mark.exercise("cached_beam_search")
+@pytest.mark.parametrize(
+    "prompt, num_beams, ngram",
+    [(PROMPTS[0], 3, None), (PROMPTS[1], 4, None), (PROMPTS[2], 4, 2)],
+    ids=["3-beams", "4-beams", "4-beams-ngram-2"],
+)
+def test_cached_beam_search_matches_hf_and_uncached(KVC, sampler, reference, prompt, num_beams, ngram):
+    """Cached beam_search returns HF generate(num_beams)'s beams and summed log-probs, and the uncached ones."""
+    steps = 12
+    expected = hf_beam_search(reference, prompt, num_beams, steps, ngram)
+    cached = sampler.beam_search(
+        prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram, kv_cache=KVC.new_empty(reference.cfg)
+    )
+    assert_same_beams(cached, expected, "cached beam search vs Hugging Face")
+    assert_same_beams(cached, sampler.beam_search(prompt, num_beams, num_beams, steps, ngram), "cached vs uncached")
+
+
+@pytest.mark.exercise("cached_beam_search")
+def test_every_beam_keeps_its_own_cache_row(KVC, demo, reference, impl):
+    """After each generate and filter, beam b's cache row (``beams.beam_cache``) holds
+    TransformerLens' keys and values of beam b's tokens[:-1]: children inherit their
+    parent's row, and rows follow the beams."""
+    tok, cfg = reference.tokenizer, reference.cfg
+    tokens = tok(PROMPTS[1], return_tensors="pt").input_ids
+    beams = impl.beams.Beams(demo, tok, torch.zeros(1), tokens, KVC.new_empty(cfg))
+
+    def check(beams, what):
+        cache = beams.beam_cache
+        assert_cache_shape(KVC, cache, cfg, len(beams), beams.tokens.shape[1] - 1, what)
+        with torch.no_grad():
+            _, activations = reference.model.run_with_cache(beams.tokens[:, :-1])
+        for layer in range(cfg.n_layers):
+            assert_close(cache.k[layer], activations["k", layer], f"{what}: keys of layer {layer}")
+            assert_close(cache.v[layer], activations["v", layer], f"{what}: values of layer {layer}")
+
+    with torch.no_grad():
+        for step in range(4):
+            beams = beams.generate(k=3)
+            check(beams, f"step {step}, after generate")
+            beams, terminated = beams.filter(k=3)
+            assert len(terminated) == 0, "precondition: no beam reached EOS"
+            check(beams, f"step {step}, after filter")

@@ -1,0 +1,212 @@
+"""The course notebooks: stored clean, complete, free of solutions, and runnable top to bottom.
+
+The fast tests read the notebooks as JSON. The ``notebooks``-marked tests execute every
+notebook with nbclient against the solutions (``SAMPLING_COURSE_IMPL=solutions``) in a
+fresh kernel running this interpreter, fail on the first cell error, and report each
+notebook's execution time. Deselect them with ``-m "not notebooks"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from sampling_course.course import EXERCISES
+from sampling_course.stubs import BEGIN_MARKER, END_MARKER
+
+REPO = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = REPO / "notebooks"
+SOLUTIONS_DIR = REPO / "solutions"
+
+# Course part -> notebook file.
+NOTEBOOKS = {
+    1: "01_transformer_from_scratch.ipynb",
+    2: "02_sampling.ipynb",
+    3: "03_beam_search.ipynb",
+    4: "04_kv_cache.ipynb",
+}
+
+CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']([^)]*)\)""")
+
+
+def load(name: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+
+
+def code_cells(nb: nbformat.NotebookNode) -> list[str]:
+    return [cell.source for cell in nb.cells if cell.cell_type == "code"]
+
+
+def solution_lines() -> dict[str, str]:
+    """Every non-trivial line inside a solution region of solutions/*.py -> where it comes from."""
+    lines: dict[str, str] = {}
+    for path in sorted(SOLUTIONS_DIR.glob("*.py")):
+        inside = False
+        for number, raw in enumerate(path.read_text().splitlines(), start=1):
+            line = raw.strip()
+            if line.startswith(BEGIN_MARKER):
+                inside = True
+            elif line.startswith(END_MARKER):
+                inside = False
+            elif inside and len(line) >= 16 and not line.startswith("#"):
+                lines[line] = f"{path.name}:{number}"
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Fast: how the notebooks are stored
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_part_has_its_notebook():
+    parts = sorted({e.part for e in EXERCISES})
+    assert parts == sorted(NOTEBOOKS), f"course parts {parts}, notebooks for {sorted(NOTEBOOKS)}"
+    found = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
+    assert found == sorted(NOTEBOOKS.values()), f"unexpected notebooks in notebooks/: {found}"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS.values())
+def test_notebook_is_valid_and_stored_without_outputs(name):
+    nb = load(name)
+    nbformat.validate(nb)
+    assert nb.metadata.get("kernelspec", {}).get("name") == "python3", f"{name}: kernelspec must be python3"
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        assert cell.outputs == [], f"{name}: code cell {index} is stored with outputs; clear them"
+        assert cell.execution_count is None, f"{name}: code cell {index} has an execution_count; clear it"
+
+
+@pytest.mark.parametrize("part, name", NOTEBOOKS.items())
+def test_notebook_checks_every_exercise_of_its_part(part, name):
+    """One ``check("<exercise>", impl=IMPL)`` per exercise, in course order, and no check of another part."""
+    calls = [m for source in code_cells(load(name)) for m in CHECK_CALL.finditer(source)]
+    checked = [m.group(1) for m in calls]
+    expected = [e.name for e in EXERCISES if e.part == part]
+    assert checked == expected, f"{name}: check() cells for {checked}, expected {expected}"
+    for m in calls:
+        # check() grades exercises/ unless told otherwise: it must grade what the notebook runs.
+        assert "impl=IMPL" in m.group(2), f"{name}: {m.group(0)} must pass impl=IMPL"
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS.values())
+def test_notebook_selects_the_implementation_from_the_environment(name):
+    setup = "\n".join(code_cells(load(name)))
+    assert 'IMPL = os.environ.get("SAMPLING_COURSE_IMPL", "exercises")' in setup
+    assert 'load_reference("auto")' in setup
+    # Learner code is imported from the chosen package, never from a fixed one.
+    assert not re.search(r"^\s*(from|import) (solutions|exercises)\b", setup, re.MULTILINE), (
+        f"{name} imports solutions/ or exercises/ directly; use importlib with IMPL"
+    )
+
+
+@pytest.mark.parametrize("name", NOTEBOOKS.values())
+def test_notebook_holds_no_solution_code(name):
+    nb = load(name)
+    text = json.dumps(nb)
+    assert BEGIN_MARKER not in text and END_MARKER not in text, f"{name} contains solution markers"
+    lines = solution_lines()
+    assert len(lines) > 50, "found too few solution lines in solutions/*.py to compare with"
+    for index, source in enumerate(code_cells(nb)):
+        for line in source.splitlines():
+            where = lines.get(line.strip())
+            assert where is None, f"{name}: code cell {index} copies a solution line ({where}): {line.strip()!r}"
+
+
+# ---------------------------------------------------------------------------------------
+# Slow: run every notebook top to bottom against the solutions
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def kernel_spec_dir(tmp_path_factory) -> Path:
+    """A "python3" kernelspec that runs *this* interpreter, whatever else is installed."""
+    root = tmp_path_factory.mktemp("kernels")
+    spec = root / "python3"
+    spec.mkdir()
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (sampling-course tests)",
+        "language": "python",
+    }))
+    return root
+
+
+@pytest.fixture(scope="module")
+def timings(request):
+    """Collects each notebook's execution time and prints them at the end of the module."""
+    collected: dict[str, float] = {}
+    yield collected
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if collected and reporter is not None:
+        # Straight to the terminal, past pytest's output capture.
+        with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+            reporter.write_line("")
+            for name, seconds in collected.items():
+                reporter.write_line(f"notebook {name}: executed in {seconds:.1f} s")
+
+
+def _text_of(outputs) -> str:
+    parts = []
+    for output in outputs:
+        if output.get("output_type") == "stream":
+            parts.append(output.get("text", ""))
+        elif "data" in output:
+            parts.append(output["data"].get("text/plain", ""))
+        elif output.get("output_type") == "error":
+            parts.append("\n".join(output.get("traceback", [])))
+    return "".join(parts)
+
+
+@pytest.mark.notebooks
+@pytest.mark.parametrize("name", NOTEBOOKS.values())
+def test_notebook_runs_top_to_bottom(name, kernel_spec_dir, timings, monkeypatch, pytestconfig, record_property):
+    if pytestconfig.getoption("--impl") != "solutions":
+        pytest.skip("the notebooks are executed against the solutions only (run without --impl exercises)")
+    from jupyter_client.kernelspec import KernelSpecManager
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    # The kernel subprocess inherits this environment.
+    monkeypatch.setenv("SAMPLING_COURSE_IMPL", "solutions")
+    monkeypatch.setenv("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # quiets a debugger warning on stderr
+    monkeypatch.delenv("PYTEST_ADDOPTS", raising=False)
+
+    nb = load(name)
+    # One extra cell at the end records which interpreter ran the notebook.
+    nb.cells.append(nbformat.v4.new_code_cell("import sys; print(sys.executable)"))
+    km = KernelManager(kernel_name="python3", kernel_spec_manager=KernelSpecManager(kernel_dirs=[str(kernel_spec_dir)]))
+    client = NotebookClient(nb, km=km, kernel_name="python3", timeout=600,
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    start = time.perf_counter()
+    try:
+        client.execute()
+    except CellExecutionError as exc:
+        pytest.fail(f"{name} failed while running against solutions/:\n{exc}", pytrace=False)
+    seconds = time.perf_counter() - start
+    timings[name] = seconds
+    record_property("execution_seconds", round(seconds, 1))
+
+    assert _text_of(nb.cells[-1].outputs).strip() == sys.executable, "the notebook ran on another interpreter"
+    for index, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+        assert not errors, f"{name}: code cell {index} raised {errors[0].get('ename')}"
+        if CHECK_CALL.search(cell.source):
+            # Every check must grade solutions/ here, and the solutions must pass.
+            shown = _text_of(cell.outputs)
+            for bad in ("Not implemented yet", "tests failing", "First failure"):
+                if bad in shown:
+                    panel = shown[max(0, shown.index(bad) - 200) :][:1200]
+                    pytest.fail(f"{name}: {cell.source.strip()} reports {bad!r} on solutions/:\n{panel}", pytrace=False)
+            assert "passed" in shown, f"{name}: {cell.source.strip()} did not report passing tests:\n{shown[-1200:]}"

@@ -1,0 +1,890 @@
+"""Part 2: TransformerSampler, its decoding methods one by one and the sampling loop.
+
+How the tests judge:
+
+* Deterministic pieces (greedy, temperature, frequency penalty) are compared exactly with
+  an oracle computed here: ``argmax``, Hugging Face's logits processors, a ``Counter`` loop.
+* Random pieces are tested statistically on hand-made logits. The expected distribution
+  is computed independently in float64 (softmax, then an explicit top-k / nucleus in plain
+  Python). **Support** (which tokens may ever appear) is checked separately from
+  **frequencies**: a token outside the expected support is a failure as soon as it is
+  drawn once; each in-support token's count must lie in its exact binomial acceptance
+  interval, with a Bonferroni correction over tokens and both tails, so that a correct
+  implementation fails a test with probability at most ``ALPHA`` = 1e-6.
+* The loop ``sample`` is compared token for token with Hugging Face ``generate`` on the
+  same weights (greedy, and seeded sampling), and with small fake models that make EOS,
+  the token budget and the n_ctx window observable.
+
+Every statistical test takes the ``seed`` fixture and seeds torch with it. The seed comes
+from the environment variable ``SAMPLING_COURSE_TEST_SEED``: one non-negative integer
+(default 0), an inclusive range such as ``1-200`` or a list such as ``1,5,9-12``; several
+seeds run each statistical test once per seed (``scripts/stress_statistical.py`` does that).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+import pytest
+import torch
+from scipy.stats import binom
+from transformers.generation.logits_process import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from sampling_course.reference import load_demo
+
+ALPHA = 1e-6  # the false-failure probability of every statistical test below
+N_VECTOR = 20_000  # draws when the method takes a batch of logits (one call)
+N_LOOP = 4_000  # draws when the method returns one token per call (sample_next_token)
+
+# Hand-made logits over a 10-token vocabulary, deliberately unsorted so that an index
+# into the sorted order (a forgotten gather) shows up as a wrong token.
+# softmax: ~[.064 .014 .349 .116 .032 .212 .004 .047 .142 .021]
+LOGITS = torch.tensor([0.3, -1.2, 2.0, 0.9, -0.4, 1.5, -2.5, 0.0, 1.1, -0.8])
+# The same values in other positions, for a second group of rows in one batch.
+LOGITS_2 = LOGITS[torch.tensor([7, 2, 9, 5, 0, 1, 8, 3, 6, 4])]
+
+# Probabilities chosen for the nucleus: sorted .5, .3, .12, .05, .03 (cumulative .5, .8,
+# .92, .97, 1.0), placed out of order.
+NUCLEUS_PROBS = torch.tensor([0.05, 0.5, 0.03, 0.3, 0.12], dtype=torch.float64)
+NUCLEUS_LOGITS = NUCLEUS_PROBS.log().float()
+
+
+# ---------------------------------------------------------------------------------------
+# Seeds: SAMPLING_COURSE_TEST_SEED=7, =1-200 or =1,5,9-12
+# ---------------------------------------------------------------------------------------
+
+
+def _seeds() -> list[int]:
+    raw = os.environ.get("SAMPLING_COURSE_TEST_SEED", "0").strip()
+    seeds: list[int] = []
+    try:
+        for part in raw.split(","):
+            first, _, last = part.strip().partition("-")
+            seeds.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise pytest.UsageError(
+            f"SAMPLING_COURSE_TEST_SEED must be a seed (7), a range (1-200) or a list (1,5,9-12), got {raw!r}"
+        ) from None
+    if not seeds:
+        raise pytest.UsageError(f"SAMPLING_COURSE_TEST_SEED={raw!r} names no seed")
+    return seeds
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``seed`` runs once per seed of SAMPLING_COURSE_TEST_SEED."""
+    if "seed" in metafunc.fixturenames:
+        metafunc.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures and helpers
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def Sampler(impl):
+    """The TransformerSampler class under test (its static methods need no model)."""
+    return impl.sampling.TransformerSampler
+
+
+@pytest.fixture(scope="module")
+def demo(reference, impl):
+    """The implementation under test's DemoTransformer with the reference's weights."""
+    return load_demo(reference, impl.transformer)
+
+
+def softmax64(logits: torch.Tensor) -> torch.Tensor:
+    return torch.softmax(logits.double(), dim=-1)
+
+
+def top_k_probs(probs: torch.Tensor, k: int) -> torch.Tensor:
+    """The distribution renormalised over the k most likely tokens (no tie at the k-th)."""
+    values = probs.sort(descending=True).values
+    assert k == len(values) or values[k - 1] > values[k], "oracle: tie at the k-th value"
+    kept = probs >= values[k - 1]
+    return torch.where(kept, probs, 0.0) / probs[kept].sum()
+
+
+def top_p_probs(probs: torch.Tensor, top_p: float, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """The nucleus, written out: keep tokens in order while the mass above them is < top_p."""
+    kept: list[int] = []
+    mass_above = 0.0
+    for token in probs.argsort(descending=True).tolist():
+        if mass_above >= top_p and len(kept) >= min_tokens_to_keep:
+            break
+        kept.append(token)
+        mass_above += probs[token].item()
+    out = torch.zeros_like(probs)
+    out[kept] = probs[kept] / probs[kept].sum()
+    return out
+
+
+def counts_of(input_ids: list[int], d_vocab: int) -> torch.Tensor:
+    """How often each token id occurs, counted with a plain Counter."""
+    counts = torch.zeros(d_vocab, dtype=torch.float64)
+    for token, count in Counter(input_ids).items():
+        counts[token] = count
+    return counts
+
+
+def draws_of(method, logits: torch.Tensor, n: int, *args, **kwargs) -> torch.Tensor:
+    """One vectorised call of ``method`` on ``n`` copies of ``logits``: a (n,) tensor of token ids."""
+    tokens = method(logits.expand(n, -1).clone(), *args, **kwargs)
+    assert isinstance(tokens, torch.Tensor), f"expected a tensor of token ids, got {type(tokens).__name__}"
+    assert tokens.shape == (n,), f"{n} rows of logits gave draws of shape {tuple(tokens.shape)}, expected ({n},)"
+    assert not tokens.dtype.is_floating_point, f"token ids must be integers, got {tokens.dtype}"
+    return tokens.long()
+
+
+def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, alpha: float = ALPHA) -> None:
+    """Support first, then frequencies against exact binomial bounds.
+
+    Support: a token whose expected probability is 0 must never be drawn. Frequencies:
+    each supported token's count lies in [ppf(q), isf(q)] of Binomial(n, p) with
+    q = alpha / (2 * number of supported tokens), so a correct sampler fails with
+    probability at most alpha (Bonferroni over tokens and both tails).
+    """
+    n = draws.numel()
+    d_vocab = expected.shape[-1]
+    assert draws.min() >= 0 and draws.max() < d_vocab, f"{what}: token ids outside [0, {d_vocab})"
+    observed = torch.bincount(draws.flatten(), minlength=d_vocab)
+    support = (expected > 0).nonzero().flatten().tolist()
+    outside = {t: int(observed[t]) for t in range(d_vocab) if observed[t] > 0 and t not in support}
+    assert not outside, (
+        f"{what}: drew tokens that must never appear (token: count) {outside}; allowed tokens {support}"
+    )
+    q = alpha / (2 * len(support))
+    problems = []
+    for token in support:
+        p = expected[token].item()
+        low, high = binom.ppf(q, n, p), binom.isf(q, n, p)
+        if not low <= observed[token] <= high:
+            problems.append(
+                f"token {token}: frequency {observed[token].item() / n:.4f}, expected {p:.4f} "
+                f"(acceptable count range [{low:.0f}, {high:.0f}] of {n})"
+            )
+    assert not problems, f"{what}: frequencies differ from the expected distribution\n" + "\n".join(problems)
+
+
+# ---------------------------------------------------------------------------------------
+# The oracles used below agree with Hugging Face's logits processors
+# ---------------------------------------------------------------------------------------
+
+
+def test_oracles_agree_with_hugging_face():
+    """This file's top-k and nucleus oracles keep the same tokens as HF's TopK/TopP warpers."""
+    ids = torch.zeros(1, 1, dtype=torch.long)
+    for logits in (LOGITS, LOGITS_2, NUCLEUS_LOGITS):
+        probs = softmax64(logits)
+        for k in (1, 3, 5):
+            hf = TopKLogitsWarper(k)(ids, logits[None].clone())[0]
+            assert torch.equal(top_k_probs(probs, k) > 0, hf > float("-inf")), k
+        for top_p, keep in ((0.3, 1), (0.5, 1), (0.79, 1), (0.81, 1), (0.96, 1), (0.3, 3), (1.0, 1)):
+            hf = TopPLogitsWarper(top_p, min_tokens_to_keep=keep)(ids, logits[None].clone())[0]
+            assert torch.equal(top_p_probs(probs, top_p, keep) > 0, hf > float("-inf")), (top_p, keep)
+
+
+# ---------------------------------------------------------------------------------------
+# greedy_search
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("greedy_search")
+def test_greedy_search_is_argmax(Sampler):
+    """greedy_search returns the index of the largest logit for every leading index."""
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 50, generator=generator)
+    tokens = Sampler.greedy_search(logits)
+    assert tokens.shape == (3, 5), f"shape {tuple(tokens.shape)}, expected (3, 5)"
+    assert torch.equal(tokens.long(), logits.argmax(dim=-1))
+    assert int(Sampler.greedy_search(LOGITS)) == 2
+
+
+@pytest.mark.exercise("greedy_search")
+def test_greedy_search_takes_the_first_of_tied_tokens(Sampler):
+    """Among several maximal logits, the lowest token id wins (as torch.argmax and HF do)."""
+    logits = torch.tensor([0.0, 3.0, 1.0, 3.0, 3.0])
+    assert int(Sampler.greedy_search(logits)) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# apply_temperature
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("apply_temperature")
+@pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0, 0.01])
+def test_apply_temperature_matches_hf(Sampler, temperature):
+    """apply_temperature divides the logits by the temperature, like HF's TemperatureLogitsWarper."""
+    logits = torch.stack([LOGITS, LOGITS_2])
+    expected = TemperatureLogitsWarper(temperature)(torch.zeros(2, 1, dtype=torch.long), logits.clone())
+    actual = Sampler.apply_temperature(logits.clone(), temperature)
+    torch.testing.assert_close(actual, expected)
+    torch.testing.assert_close(actual, logits / temperature)
+
+
+@pytest.mark.exercise("apply_temperature")
+def test_apply_temperature_sharpens_below_one_and_flattens_above(Sampler):
+    """Temperature 0.5 lowers the entropy of softmax(logits), temperature 2 raises it."""
+
+    def entropy(logits):
+        probs = softmax64(logits)
+        return -(probs * probs.log()).sum().item()
+
+    base = entropy(LOGITS)
+    assert entropy(Sampler.apply_temperature(LOGITS.clone(), 0.5)) < base - 0.1
+    assert entropy(Sampler.apply_temperature(LOGITS.clone(), 2.0)) > base + 0.1
+
+
+# ---------------------------------------------------------------------------------------
+# apply_frequency_penalty
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("apply_frequency_penalty")
+@pytest.mark.parametrize("penalty", [0.7, 2.0, -0.3])
+def test_frequency_penalty_is_per_occurrence(Sampler, penalty):
+    """Each token loses penalty x (its number of occurrences): a token seen 3 times loses 3 x penalty."""
+    input_ids = [4, 7, 4, 1, 4, 7, 9]  # 4 three times, 7 twice, 1 and 9 once
+    logits = torch.linspace(-2, 2, 12)
+    expected = logits.double() - penalty * counts_of(input_ids, 12)
+    actual = Sampler.apply_frequency_penalty(torch.tensor(input_ids), logits.clone(), penalty)
+    torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
+    assert actual[4].item() == pytest.approx(logits[4].item() - 3 * penalty, abs=1e-5)
+
+
+@pytest.mark.exercise("apply_frequency_penalty")
+def test_frequency_penalty_on_a_real_vocabulary_and_a_batch(Sampler, tiny):
+    """On the stand-in's vocabulary, with a batch of logits, every row is penalised by the same counts."""
+    generator = torch.Generator().manual_seed(1)
+    d_vocab = tiny.cfg.d_vocab
+    input_ids = torch.randint(0, 40, (60,), generator=generator)  # plenty of repeats
+    logits = torch.randn(3, d_vocab, generator=generator)
+    expected = logits.double() - 0.5 * counts_of(input_ids.tolist(), d_vocab)
+    actual = Sampler.apply_frequency_penalty(input_ids, logits.clone(), 0.5)
+    assert actual.shape == logits.shape
+    torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# sample_basic
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("sample_basic")
+def test_sample_basic_frequencies_match_softmax(Sampler, seed):
+    """Draws follow softmax(logits), not the argmax; a -inf logit is never drawn.
+
+    Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    logits = LOGITS.clone()
+    logits[6] = float("-inf")
+    draws = draws_of(Sampler.sample_basic, logits, N_VECTOR)
+    assert_draws_follow(draws, softmax64(logits), "sample_basic")
+
+
+@pytest.mark.exercise("sample_basic")
+def test_sample_basic_rows_are_independent(Sampler, seed):
+    """Each row of a batch is drawn from its own softmax (two groups of rows, different logits).
+
+    Binomial bounds with Bonferroni over tokens and both groups: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    n = N_VECTOR // 2
+    logits = torch.stack([LOGITS, LOGITS_2]).repeat(n, 1)  # rows alternate LOGITS, LOGITS_2
+    draws = Sampler.sample_basic(logits)
+    assert draws.shape == (2 * n,)
+    assert_draws_follow(draws[0::2].long(), softmax64(LOGITS), "rows with LOGITS", ALPHA / 2)
+    assert_draws_follow(draws[1::2].long(), softmax64(LOGITS_2), "rows with LOGITS_2", ALPHA / 2)
+
+
+def _one_hot_logits(tokens: torch.Tensor, d_vocab: int) -> torch.Tensor:
+    """Logits that allow exactly one token per row: 0 there, -inf elsewhere."""
+    logits = torch.full((*tokens.shape, d_vocab), float("-inf"))
+    return logits.scatter(-1, tokens[..., None], 0.0)
+
+
+@pytest.mark.parametrize(
+    "method, args",
+    [
+        pytest.param("greedy_search", (), marks=pytest.mark.exercise("greedy_search"), id="greedy_search"),
+        pytest.param("sample_basic", (), marks=pytest.mark.exercise("sample_basic"), id="sample_basic"),
+        pytest.param("sample_top_k", (3,), marks=pytest.mark.exercise("sample_top_k"), id="sample_top_k"),
+        pytest.param("sample_top_p", (0.9,), marks=pytest.mark.exercise("sample_top_p"), id="sample_top_p"),
+    ],
+)
+def test_methods_keep_leading_dimensions(Sampler, method, args):
+    """Logits of shape (2, 3, d_vocab) give tokens of shape (2, 3), each from its own row."""
+    tokens = torch.tensor([[5, 0, 17], [3, 3, 9]])
+    draws = getattr(Sampler, method)(_one_hot_logits(tokens, 20), *args)
+    assert draws.shape == (2, 3), f"{method}: shape {tuple(draws.shape)}, expected (2, 3)"
+    assert torch.equal(draws.long(), tokens), f"{method}: drew {draws.tolist()}, the only allowed tokens are {tokens.tolist()}"
+
+
+# ---------------------------------------------------------------------------------------
+# sample_top_k
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("sample_top_k")
+@pytest.mark.parametrize("k", [3, 5, 10])
+def test_sample_top_k_support_and_frequencies(Sampler, k, seed):
+    """Only the k most likely tokens appear, with their softmax renormalised over the k.
+
+    Two groups of rows with different logits in one call. Binomial bounds with Bonferroni
+    over tokens and groups: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    n = N_VECTOR // 2
+    draws = Sampler.sample_top_k(torch.stack([LOGITS, LOGITS_2]).repeat(n, 1), k)
+    assert draws.shape == (2 * n,)
+    for rows, logits in ((slice(0, None, 2), LOGITS), (slice(1, None, 2), LOGITS_2)):
+        assert_draws_follow(draws[rows].long(), top_k_probs(softmax64(logits), k), f"top-{k}", ALPHA / 2)
+
+
+@pytest.mark.exercise("sample_top_k")
+def test_sample_top_k_of_one_is_greedy(Sampler):
+    """With k = 1 every row gives its argmax."""
+    logits = torch.randn(500, 50, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(Sampler.sample_top_k(logits, 1).long(), logits.argmax(dim=-1))
+
+
+@pytest.mark.exercise("sample_top_k")
+def test_sample_top_k_keeps_exactly_k_when_the_kth_value_is_tied(Sampler, seed):
+    """A tie at the k-th value keeps exactly k tokens: the top one and one of the tied ones.
+
+    Logits [.5, 2, 1, -1, 1, 1, -.5, 0], k = 2: token 1 must have probability
+    e^2 / (e^2 + e) = 0.731 (keeping all tied tokens would give 0.475), the rest goes to
+    the tied tokens 2, 4, 5, and nothing else appears. Binomial bound on token 1:
+    false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    logits = torch.tensor([0.5, 2.0, 1.0, -1.0, 1.0, 1.0, -0.5, 0.0])
+    draws = draws_of(Sampler.sample_top_k, logits, N_VECTOR, 2)
+    allowed = {1, 2, 4, 5}
+    assert set(draws.unique().tolist()) <= allowed, f"drew {sorted(set(draws.tolist()) - allowed)} outside {allowed}"
+    p_top = torch.tensor(2.0).exp().item() / (torch.tensor(2.0).exp().item() + torch.tensor(1.0).exp().item())
+    top_count = int((draws == 1).sum())
+    low, high = binom.ppf(ALPHA / 2, N_VECTOR, p_top), binom.isf(ALPHA / 2, N_VECTOR, p_top)
+    assert low <= top_count <= high, (
+        f"token 1 drawn with frequency {top_count / N_VECTOR:.4f}, expected {p_top:.4f}: "
+        "exactly k = 2 tokens must be kept when the k-th value is tied"
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# sample_top_p
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("sample_top_p")
+@pytest.mark.parametrize(
+    "top_p, kept",
+    [
+        (0.3, 1),  # the top token alone already has mass .5 >= .3
+        (0.79, 2),  # .5 < .79, so the token that takes the total to .8 is kept: inclusive
+        (0.81, 3),  # .8 < .81: the third token (.12) is needed as well
+        (0.96, 4),
+        (1.0, 5),
+    ],
+)
+def test_sample_top_p_inclusive_cutoff(Sampler, top_p, kept, seed):
+    """The nucleus is the smallest top set with mass >= top_p; draws are renormalised over it.
+
+    Sorted probabilities .5, .3, .12, .05, .03 (cumulative .5, .8, .92, .97, 1). Binomial
+    bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    expected = top_p_probs(NUCLEUS_PROBS, top_p)
+    assert int((expected > 0).sum()) == kept  # the oracle itself
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, N_VECTOR, top_p)
+    assert_draws_follow(draws, expected, f"top_p={top_p}")
+
+
+@pytest.mark.exercise("sample_top_p")
+@pytest.mark.parametrize("top_p, min_tokens_to_keep", [(0.3, 3), (0.79, 4), (0.96, 2)])
+def test_sample_top_p_min_tokens_to_keep(Sampler, top_p, min_tokens_to_keep, seed):
+    """At least min_tokens_to_keep tokens stay in the nucleus; a larger nucleus is unchanged.
+
+    Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    expected = top_p_probs(NUCLEUS_PROBS, top_p, min_tokens_to_keep)
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, N_VECTOR, top_p, min_tokens_to_keep=min_tokens_to_keep)
+    assert_draws_follow(draws, expected, f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}")
+
+
+@pytest.mark.exercise("sample_top_p")
+def test_sample_top_p_rows_are_independent(Sampler, seed):
+    """Each row gets its own nucleus (two groups of rows with different logits, top_p = 0.6).
+
+    Binomial bounds with Bonferroni over tokens and groups: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    n = N_VECTOR // 2
+    draws = Sampler.sample_top_p(torch.stack([LOGITS, LOGITS_2]).repeat(n, 1), 0.6)
+    assert draws.shape == (2 * n,)
+    for rows, logits in ((slice(0, None, 2), LOGITS), (slice(1, None, 2), LOGITS_2)):
+        assert_draws_follow(draws[rows].long(), top_p_probs(softmax64(logits), 0.6), "top_p=0.6", ALPHA / 2)
+
+
+# ---------------------------------------------------------------------------------------
+# sample_next_token: the whole pipeline for one position
+# ---------------------------------------------------------------------------------------
+
+
+def pipeline_probs(logits, input_ids, temperature=1.0, top_k=0, top_p=0.0, frequency_penalty=0.0):
+    """temperature, then frequency penalty, then top-k or top-p: the expected distribution."""
+    z = logits.double() / temperature - frequency_penalty * counts_of(input_ids, len(logits))
+    probs = softmax64(z)
+    if top_k:
+        return top_k_probs(probs, top_k)
+    if top_p:
+        return top_p_probs(probs, top_p)
+    return probs
+
+
+PENALISED_IDS = [2, 9, 2, 5, 9, 9]  # token 2 twice, 5 once, 9 three times
+
+
+@pytest.mark.exercise("sample_next_token")
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(),
+        dict(temperature=2.0),
+        dict(temperature=0.5),
+        dict(temperature=2.0, frequency_penalty=1.0),
+        dict(temperature=0.5, top_k=3),
+        # The penalty comes first: token 2 (logit 2, seen twice) falls out of the top 3.
+        dict(top_k=3, frequency_penalty=0.8),
+        # The temperature comes first: the nucleus of softmax(logits / 2) at .5 has 3 tokens.
+        dict(temperature=2.0, top_p=0.5),
+        dict(temperature=0.5, top_p=0.9, frequency_penalty=0.5),
+    ],
+    ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()) or "defaults",
+)
+def test_sample_next_token_distribution(Sampler, settings, seed):
+    """Repeated calls follow softmax after temperature, frequency penalty and top-k/top-p, in that order.
+
+    Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    input_ids = torch.tensor(PENALISED_IDS)
+    draws = []
+    for _ in range(N_LOOP):
+        token = Sampler.sample_next_token(input_ids, LOGITS.clone(), **settings)
+        draws.append(token)
+    assert all(isinstance(t, int) for t in draws[:5]), f"sample_next_token must return an int, got {type(draws[0])}"
+    expected = pipeline_probs(LOGITS, PENALISED_IDS, **settings)
+    assert_draws_follow(torch.tensor(draws), expected, f"sample_next_token({settings})")
+
+
+@pytest.mark.exercise("sample_next_token")
+def test_sample_next_token_temperature_zero_is_greedy(Sampler):
+    """temperature=0 returns the argmax as an int, whatever the other settings."""
+    generator = torch.Generator().manual_seed(3)
+    input_ids = torch.randint(0, 50, (12,), generator=generator)
+    for _ in range(5):
+        logits = torch.randn(50, generator=generator)
+        for extra in (dict(), dict(top_k=5), dict(top_p=0.5), dict(frequency_penalty=1.0)):
+            token = Sampler.sample_next_token(input_ids, logits, temperature=0.0, **extra)
+            assert isinstance(token, int), f"sample_next_token must return an int, got {type(token).__name__}"
+            assert token == int(logits.argmax()), extra
+
+
+# ---------------------------------------------------------------------------------------
+# Bad input: a ValueError that says what is allowed
+# ---------------------------------------------------------------------------------------
+
+BAD_SETTINGS = [
+    (dict(temperature=-0.5), r"temperature must be >= 0"),
+    (dict(top_p=1.5), r"top_p must be in \[0, 1\]"),
+    (dict(top_p=-0.1), r"top_p must be in \[0, 1\]"),
+    (dict(top_k=-1), r"top_k must be an integer in \[0, d_vocab"),
+    (dict(top_k=10**6), r"top_k must be an integer in \[0, d_vocab"),
+    (dict(top_k=5, top_p=0.9), r"top_k or top_p, not both"),
+]
+
+
+@pytest.mark.parametrize("settings, message", BAD_SETTINGS, ids=[str(s) for s, _ in BAD_SETTINGS])
+def test_sample_next_token_rejects_bad_settings(Sampler, settings, message):
+    """Out-of-range settings raise a ValueError naming the setting and its allowed range."""
+    with pytest.raises(ValueError, match=message):
+        Sampler.sample_next_token(torch.tensor([1, 2]), LOGITS.clone(), **settings)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        *BAD_SETTINGS,
+        (dict(prompt=""), r"prompt must be a non-empty string"),
+        (dict(max_tokens_generated=-1), r"max_tokens_generated must be an integer >= 0"),
+    ],
+    ids=[str(s) for s, _ in BAD_SETTINGS] + ["empty prompt", "max_tokens_generated=-1"],
+)
+def test_sample_rejects_bad_input(Sampler, tiny, kwargs, message):
+    """sample() validates everything before generating anything."""
+    kwargs = {"prompt": "Hello", "max_tokens_generated": 3, **kwargs}
+    sampler = Sampler(CountingModel(tiny.cfg, tiny.tokenizer.eos_token_id), tiny.tokenizer)
+    with pytest.raises(ValueError, match=message):
+        sampler.sample(**kwargs)
+
+
+def test_static_methods_reject_bad_arguments(Sampler):
+    """The building blocks check their own arguments too."""
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        Sampler.apply_temperature(LOGITS.clone(), 0.0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        Sampler.apply_temperature(LOGITS.clone(), -1.0)
+    with pytest.raises(ValueError, match="k must be between 1 and d_vocab=10"):
+        Sampler.sample_top_k(LOGITS.clone(), 0)
+    with pytest.raises(ValueError, match="k must be between 1 and d_vocab=10"):
+        Sampler.sample_top_k(LOGITS.clone(), 11)
+    with pytest.raises(ValueError, match=r"top_p must be in \[0, 1\]"):
+        Sampler.sample_top_p(LOGITS.clone(), 1.01)
+    with pytest.raises(ValueError, match="min_tokens_to_keep must be >= 1"):
+        Sampler.sample_top_p(LOGITS.clone(), 0.5, min_tokens_to_keep=0)
+
+
+# ---------------------------------------------------------------------------------------
+# sample: the loop, against Hugging Face generate and against fake models
+# ---------------------------------------------------------------------------------------
+
+PROMPTS = [
+    "John and Mary went to the",
+    "Jingle bells, jingle bells, jingle all the way",
+    "When I was a kid, the cat sat on the mat",
+]
+
+
+def hf_generate_ids(reference, prompt: str, max_new_tokens: int, **kwargs) -> list[int]:
+    """Prompt and continuation token ids from Hugging Face generate on the reference."""
+    tokenizer = reference.tokenizer
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = reference.hf_model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            max_new_tokens=max_new_tokens,
+            pad_token_id=tokenizer.eos_token_id,
+            **kwargs,
+        )
+    return out[0].tolist()
+
+
+def hf_generate(reference, prompt: str, max_new_tokens: int, **kwargs) -> str:
+    return reference.tokenizer.decode(hf_generate_ids(reference, prompt, max_new_tokens, **kwargs))
+
+
+@pytest.mark.exercise("sample")
+@pytest.mark.parametrize("prompt", PROMPTS)
+def test_sample_greedy_matches_hf_generate(Sampler, demo, reference, prompt):
+    """sample(temperature=0) gives exactly Hugging Face's greedy generate(do_sample=False)."""
+    sampler = Sampler(demo, reference.tokenizer)
+    actual = sampler.sample(prompt, max_tokens_generated=24, temperature=0.0)
+    expected = hf_generate(reference, prompt, 24, do_sample=False)
+    assert actual == expected
+
+
+@pytest.mark.exercise("sample")
+@pytest.mark.parametrize("temperature, torch_seed", [(1.0, 0), (1.0, 1), (0.7, 2)])
+def test_sample_with_seed_matches_hf_sampling(Sampler, demo, reference, temperature, torch_seed):
+    """sample(seed=s) equals HF generate(do_sample=True, top_k=0) after torch.manual_seed(s).
+
+    Both draw one torch.multinomial(softmax(logits / temperature)) per step (this is what
+    torch.multinomial and torch.distributions.Categorical do), so the same seed gives the
+    same tokens. A deterministic comparison, not a statistical one.
+    """
+    sampler = Sampler(demo, reference.tokenizer)
+    prompt = PROMPTS[0]
+    actual = sampler.sample(prompt, max_tokens_generated=16, temperature=temperature, seed=torch_seed)
+    torch.manual_seed(torch_seed)
+    expected = hf_generate(reference, prompt, 16, do_sample=True, top_k=0, top_p=1.0, temperature=temperature)
+    assert actual == expected
+
+
+class FrequencyPenaltyProcessor(LogitsProcessor):
+    """Subtract penalty x (occurrences so far) from every token's score: the oracle for HF generate."""
+
+    def __init__(self, penalty: float):
+        self.penalty = penalty
+
+    def __call__(self, input_ids, scores):
+        counts = torch.stack([torch.bincount(row, minlength=scores.shape[-1]) for row in input_ids])
+        return scores - self.penalty * counts.to(scores.dtype)
+
+
+@pytest.mark.exercise("sample")
+@pytest.mark.parametrize(
+    "settings, processors",
+    [
+        (dict(top_k=1), []),  # top-1 sampling is greedy
+        (dict(top_p=1e-6), []),  # so is a nucleus this small
+        (dict(top_k=1, frequency_penalty=100.0), [FrequencyPenaltyProcessor(100.0)]),  # no token twice
+    ],
+    ids=["top_k=1", "top_p=1e-6", "top_k=1,frequency_penalty=100"],
+)
+def test_sample_passes_its_settings_on(Sampler, demo, reference, settings, processors):
+    """sample() hands top_k, top_p and frequency_penalty to every step: settings that make
+    sampling deterministic give HF's greedy generate (with the penalty as a logits processor)."""
+    sampler = Sampler(demo, reference.tokenizer)
+    prompt = PROMPTS[1]
+    actual = sampler.sample(prompt, max_tokens_generated=20, seed=0, **settings)
+    expected = hf_generate(reference, prompt, 20, do_sample=False, logits_processor=LogitsProcessorList(processors))
+    assert actual == expected
+
+
+class ForceEOSAfter(torch.nn.Module):
+    """Wraps a model; once the sequence has ``length`` tokens, EOS is the only possible next token.
+
+    Records how many times it is called, so that a loop running past EOS shows.
+    """
+
+    def __init__(self, model: torch.nn.Module, eos: int, length: int):
+        super().__init__()
+        self.model, self.cfg, self.eos, self.length = model, model.cfg, eos, length
+        self.calls = 0
+
+    def forward(self, tokens: torch.Tensor, *args, **kwargs):
+        self.calls += 1
+        logits = self.model(tokens, *args, **kwargs).clone()
+        if tokens.shape[-1] >= self.length:
+            logits[:, -1, :] = float("-inf")
+            logits[:, -1, self.eos] = 0.0
+        return logits
+
+
+class ForceEOSProcessor(LogitsProcessor):
+    """The same rule for Hugging Face generate."""
+
+    def __init__(self, eos: int, length: int):
+        self.eos, self.length = eos, length
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[-1] >= self.length:
+            scores = torch.full_like(scores, float("-inf"))
+            scores[:, self.eos] = 0.0
+        return scores
+
+
+@pytest.mark.exercise("sample")
+@pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=1.0, seed=5)], ids=["greedy", "sampling"])
+def test_sample_stops_right_after_eos(Sampler, demo, reference, settings):
+    """Generation ends with the EOS token included, and the model is not called again after it.
+
+    EOS is forced once the sequence has 5 new tokens; the expected text comes from HF
+    generate with the same rule as a logits processor.
+    """
+    tokenizer = reference.tokenizer
+    prompt = PROMPTS[2]
+    prompt_len = len(tokenizer(prompt).input_ids)
+    model = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+    actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=20, **settings)
+
+    hf_kwargs = dict(do_sample=False)
+    if settings["temperature"] > 0:
+        torch.manual_seed(settings["seed"])
+        hf_kwargs = dict(do_sample=True, top_k=0, top_p=1.0, temperature=settings["temperature"])
+    processors = LogitsProcessorList([ForceEOSProcessor(tokenizer.eos_token_id, prompt_len + 5)])
+    expected_ids = hf_generate_ids(reference, prompt, 20, logits_processor=processors, **hf_kwargs)
+    assert expected_ids[-1] == tokenizer.eos_token_id and len(expected_ids) <= prompt_len + 6  # the oracle
+    expected = tokenizer.decode(expected_ids)
+    generated = len(expected_ids) - prompt_len
+    assert actual == expected, "the text must end right after the EOS token, EOS included"
+    assert model.calls == generated, f"the model was called {model.calls} times for {generated} generated tokens"
+
+
+class CountingModel(torch.nn.Module):
+    """A fake model whose next token is always (last token * 7 + 3) mod (d_vocab - 1), skipping EOS.
+
+    All other logits are -inf, so greedy and sampling agree. It records every input, so the
+    number of steps and the context window the sampler uses are observable.
+    """
+
+    def __init__(self, cfg, eos: int):
+        super().__init__()
+        self.cfg, self.eos = cfg, eos
+        self.inputs: list[torch.Tensor] = []
+
+    def successor(self, token: int) -> int:
+        nxt = (token * 7 + 3) % (self.cfg.d_vocab - 1)
+        return nxt + 1 if nxt >= self.eos else nxt
+
+    def forward(self, tokens: torch.Tensor, *args, **kwargs):
+        self.inputs.append(tokens.detach().clone())
+        nxt = tokens.clone().apply_(self.successor)
+        return torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf")).scatter(-1, nxt[..., None], 0.0)
+
+
+def counting_continuation(model: CountingModel, prompt_ids: list[int], n: int) -> list[int]:
+    ids = list(prompt_ids)
+    for _ in range(n):
+        ids.append(model.successor(ids[-1]))
+    return ids
+
+
+@pytest.mark.exercise("sample")
+@pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=1.0)], ids=["greedy", "sampling"])
+def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
+    """Without EOS, exactly max_tokens_generated tokens are added (7, 1, then 0), one model call each."""
+    tokenizer = tiny.tokenizer
+    prompt_ids = tokenizer(PROMPTS[0]).input_ids
+    for max_tokens_generated in (7, 1, 0):
+        model = CountingModel(tiny.cfg, tokenizer.eos_token_id)
+        actual = Sampler(model, tokenizer).sample(PROMPTS[0], max_tokens_generated=max_tokens_generated, **settings)
+        expected = tokenizer.decode(counting_continuation(model, prompt_ids, max_tokens_generated))
+        assert actual == expected, f"max_tokens_generated={max_tokens_generated}"
+        assert len(model.inputs) == max_tokens_generated, (
+            f"the model was called {len(model.inputs)} times for {max_tokens_generated} tokens"
+        )
+
+
+@pytest.mark.exercise("sample")
+def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
+    """A prompt longer than n_ctx works: each step the model sees the last n_ctx tokens, and
+    the returned text still starts with the whole prompt."""
+    tokenizer = tiny.tokenizer
+    n_ctx = tiny.cfg.n_ctx
+    prompt = " ".join(["the cat sat on the mat"] * 40)
+    prompt_ids = tokenizer(prompt).input_ids
+    assert len(prompt_ids) > n_ctx + 10
+    model = CountingModel(tiny.cfg, tokenizer.eos_token_id)
+    actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=4, temperature=0.0)
+    full = counting_continuation(model, prompt_ids, 4)
+    assert actual == tokenizer.decode(full)
+    assert len(model.inputs) == 4
+    for step, seen in enumerate(model.inputs):
+        expected = torch.tensor(full[: len(prompt_ids) + step][-n_ctx:])
+        assert seen.shape == (1, n_ctx), f"step {step}: the model got input of shape {tuple(seen.shape)}"
+        assert torch.equal(seen[0].cpu(), expected), f"step {step}: not the last n_ctx tokens"
+
+
+@pytest.mark.exercise("sample")
+def test_sample_past_n_ctx_on_the_real_model(Sampler, demo, reference):
+    """Greedy decoding of a prompt longer than n_ctx equals HF's argmax on the last n_ctx tokens."""
+    tokenizer = reference.tokenizer
+    n_ctx = reference.cfg.n_ctx
+    words = "the cat sat on the mat and John and Mary went to the church"
+    prompt = " ".join([words] * (n_ctx // 10 + 5))
+    ids = tokenizer(prompt).input_ids
+    assert len(ids) > n_ctx
+    if len(ids) > n_ctx + 200:  # keep GPT-2's version short
+        prompt = tokenizer.decode(ids[-(n_ctx + 50) :])
+        ids = tokenizer(prompt).input_ids
+    expected = list(ids)
+    with torch.no_grad():
+        for _ in range(3):
+            logits = reference.hf_model(torch.tensor([expected[-n_ctx:]])).logits[0, -1]
+            expected.append(int(logits.argmax()))
+    actual = Sampler(demo, tokenizer).sample(prompt, max_tokens_generated=3, temperature=0.0)
+    assert actual == tokenizer.decode(expected)
+
+
+@pytest.mark.exercise("sample")
+def test_sample_verbose_prints_the_text(Sampler, demo, tiny, capsys):
+    """verbose=True prints the text as it grows; verbose=False prints nothing."""
+    sampler = Sampler(demo, tiny.tokenizer)
+    quiet = sampler.sample(PROMPTS[0], max_tokens_generated=5, temperature=0.0)
+    assert capsys.readouterr().out == ""
+    loud = sampler.sample(PROMPTS[0], max_tokens_generated=5, temperature=0.0, verbose=True)
+    printed = capsys.readouterr().out
+    assert loud == quiet
+    assert PROMPTS[0] in printed and loud in printed.replace("\r", "")
+
+
+# ---------------------------------------------------------------------------------------
+# End to end: the reference model's own next-token distribution
+# ---------------------------------------------------------------------------------------
+
+
+def next_token_logits(model, tokenizer, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = tokenizer(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        logits = model(ids)
+    logits = logits.logits if hasattr(logits, "logits") else logits
+    return ids[0], logits[0, -1]
+
+
+def frequencies_of(Sampler, input_ids, logits, n: int) -> torch.Tensor:
+    draws = [Sampler.sample_next_token(input_ids, logits) for _ in range(n)]
+    return torch.bincount(torch.tensor(draws), minlength=logits.shape[-1])
+
+
+@pytest.mark.exercise("sample_next_token")
+def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, seed):
+    """Sampling after "John and Mary went to the" gives its two likeliest next tokens (" church"
+    and " house" on GPT-2) as often as the reference's own softmax says.
+
+    4000 calls of sample_next_token on the logits of the model under test; binomial bounds
+    for the two tokens (Bonferroni): false-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    prompt = "John and Mary went to the"
+    input_ids, logits = next_token_logits(demo, reference.tokenizer, prompt)
+    _, hf_logits = next_token_logits(reference.hf_model, reference.tokenizer, prompt)
+    probs = softmax64(hf_logits)
+    top = probs.topk(2).indices.tolist()
+    observed = frequencies_of(Sampler, input_ids, logits, N_LOOP)
+    q = ALPHA / 4
+    for token in top:
+        p = probs[token].item()
+        low, high = binom.ppf(q, N_LOOP, p), binom.isf(q, N_LOOP, p)
+        assert low <= observed[token] <= high, (
+            f"{reference.tokenizer.decode(token)!r}: frequency {observed[token].item() / N_LOOP:.4f}, "
+            f"reference probability {p:.4f}"
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Real GPT-2: the published expectations
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gpt2_demo(gpt2, impl):
+    """The DemoTransformer under test with real GPT-2 weights."""
+    return load_demo(gpt2, impl.transformer)
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("sample")
+def test_gpt2_jingle_bells_greedy(Sampler, gpt2_demo, gpt2):
+    """GPT-2 greedily continues "Jingle bells, jingle bells, jingle all the way" with
+    " up to the top of the mountain."."""
+    sampler = Sampler(gpt2_demo, gpt2.tokenizer)
+    prompt = "Jingle bells, jingle bells, jingle all the way"
+    text = sampler.sample(prompt, max_tokens_generated=8, temperature=0.0)
+    assert text == prompt + " up to the top of the mountain."
+
+
+@pytest.mark.gpt2
+@pytest.mark.exercise("sample_next_token")
+def test_gpt2_church_and_house_frequencies(Sampler, gpt2_demo, gpt2, seed):
+    """After "John and Mary went to the", GPT-2 samples " church" 6.48% and " house" 3.67% of the time.
+
+    10000 calls of sample_next_token. The published values are rounded to 4 digits, so the
+    true probability lies within +-0.00005 of them: the lower bound is the binomial quantile
+    at the low end of that interval and the upper bound the one at the high end, q = 1e-6/4
+    per tail and token. False-failure probability <= 1e-6.
+    """
+    torch.manual_seed(seed)
+    n = 10_000
+    input_ids, logits = next_token_logits(gpt2_demo, gpt2.tokenizer, "John and Mary went to the")
+    observed = frequencies_of(Sampler, input_ids, logits, n)
+    q = ALPHA / 4
+    for word, published in ((" church", 0.0648), (" house", 0.0367)):
+        (token,) = gpt2.tokenizer.encode(word)
+        low = binom.ppf(q, n, published - 0.00005)
+        high = binom.isf(q, n, published + 0.00005)
+        assert low <= observed[token] <= high, (
+            f"{word!r}: frequency {observed[token].item() / n:.4f}, published {published}"
+        )
