@@ -63,13 +63,24 @@ __all__ = [
 ]
 
 IMPLS = ("solutions", "exercises")
+
+
+def resolve_impl(impl: str | None = None) -> str:
+    """The implementation to grade: ``impl``, else $SAMPLING_COURSE_IMPL, else ``exercises``."""
+    impl = impl or os.environ.get("SAMPLING_COURSE_IMPL") or "exercises"
+    if impl not in IMPLS:
+        raise ValueError(f"impl (or SAMPLING_COURSE_IMPL) must be one of {', '.join(IMPLS)}, got {impl!r}")
+    return impl
+
+
 DONE = "done"
 NOT_IMPLEMENTED_YET = "not implemented yet"
 FAILING = "failing"
 NO_TESTS_YET = "no tests yet"
 
-# The key conftest.py puts in report.user_properties when a stub raised NotImplementedError.
-_NOT_IMPLEMENTED_KEY = "not implemented"
+# The key the course's pytest plugin puts in report.user_properties when a stub raised
+# NotImplementedError (one source of truth: sampling_course.pytest_plugin).
+from sampling_course.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY  # noqa: E402
 
 _STYLE = {DONE: "green", NOT_IMPLEMENTED_YET: "yellow", FAILING: "red", NO_TESTS_YET: "blue"}
 _SYMBOL = {DONE: "✓", NOT_IMPLEMENTED_YET: "…", FAILING: "✗", NO_TESTS_YET: "·"}
@@ -546,7 +557,8 @@ def render_result(result: Result) -> Panel:
     ex = result.exercise
     body: list[Any] = []
     if result.status == DONE:
-        body.append(Text(f"✓ All {result.ran} test{'s' * (result.ran != 1)} passed.", style="bold green"))
+        tests = f"All {result.ran} tests" if result.ran != 1 else "The 1 test"
+        body.append(Text(f"✓ {tests} passed.", style="bold green"))
         if result.skipped:
             body.append(Text(f"({result.skipped} skipped, e.g. the real-GPT-2 tier when its weights are not cached)", style="dim"))
     elif result.status == NOT_IMPLEMENTED_YET:
@@ -663,7 +675,7 @@ def check(
     name: str | Sequence[str] | None = None,
     obj: Any = None,
     *,
-    impl: str = "exercises",
+    impl: str | None = None,
     display: bool = True,
     console: Console | None = None,
 ) -> CheckReport:
@@ -674,15 +686,15 @@ def check(
     ``check("LayerNorm", obj=LayerNorm)`` or ``check("sample_top_p", obj=my_top_p)``.
     Returns a ``CheckReport``, true when every exercise checked is done.
     """
-    report = _run(name, impl, obj)
+    report = _run(name, resolve_impl(impl), obj)
     if display:
         (console or Console()).print(render_report(report))
     return report
 
 
-def progress(impl: str = "exercises", *, display: bool = True, console: Console | None = None) -> CheckReport:
+def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None) -> CheckReport:
     """Check every exercise and show a table of where you are, like ``rustlings list``."""
-    report = _run(None, impl)
+    report = _run(None, resolve_impl(impl))
     if display:
         (console or Console()).print(render_progress(report))
     return report
@@ -808,7 +820,7 @@ def compare(
     max_tokens_generated: int = 20,
     method: Literal["sample", "beam_search"] = "sample",
     *,
-    impl: str = "exercises",
+    impl: str | None = None,
     transformer: str | None = None,
     display: bool = True,
     console: Console | None = None,
@@ -829,8 +841,9 @@ def compare(
 
     if method not in ("sample", "beam_search"):
         raise ValueError(f'method must be "sample" or "beam_search", got {method!r}')
-    if impl not in IMPLS or (transformer is not None and transformer not in IMPLS):
-        raise ValueError(f"impl and transformer must be one of {', '.join(IMPLS)}")
+    impl = resolve_impl(impl)
+    if transformer is not None and transformer not in IMPLS:
+        raise ValueError(f"transformer must be one of {', '.join(IMPLS)}, got {transformer!r}")
     if method == "beam_search":
         kwargs.setdefault("num_beams", 3)
         kwargs.setdefault("num_return_sequences", kwargs["num_beams"])
@@ -943,10 +956,7 @@ def _add_impl(parser: argparse.ArgumentParser) -> None:
 
 
 def _impl_of(args: argparse.Namespace) -> str:
-    impl = args.impl or os.environ.get("SAMPLING_COURSE_IMPL") or "exercises"
-    if impl not in IMPLS:
-        raise ValueError(f"--impl (or SAMPLING_COURSE_IMPL) must be one of {', '.join(IMPLS)}, got {impl!r}")
-    return impl
+    return resolve_impl(args.impl)
 
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:

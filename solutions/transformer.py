@@ -119,10 +119,11 @@ class Attention(nn.Module):
         all positions so far, ready to be cached.
         """
         ### BEGIN SOLUTION
-        # Every head reads the same input. Giving it a head dimension first makes each einsum one
-        # matmul per head with that head's own W; "b s d, n d h -> b s n h" would make torch copy
-        # W_Q, W_K and W_V into one (d_model, n_heads * d_head) matrix at every call, which costs
-        # more than the matmul itself when the KV cache lets us run one token at a time (part 4).
+        # Every head reads the same input: give it a head dimension, so that each einsum is one
+        # matmul per head with that head's own weights. (The direct "b s d, n d h -> b s n h"
+        # gives the same numbers but makes torch copy W_Q, W_K and W_V into one
+        # (d_model, n_heads * d_head) matrix at every call; when a KV cache runs one token at a
+        # time (part 4), that copy takes longer than the matmul itself.)
         x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)
         q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q
         k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K
