@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import math
+import os
 import statistics
 import sys
 import time
@@ -370,6 +371,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a tiny random model, few tokens, one timed round (timings meaningless)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     if args.quick:
@@ -387,6 +389,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     console = Console()
     started = time.perf_counter()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with console.status("building the models"):
         setup = build(args)
     console.print(
@@ -403,6 +408,15 @@ def main(argv: list[str] | None = None) -> int:
     console.print("[green]checked:[/] every variant generated the same tokens (greedy) and beams (beam search)")
     outcomes = report(setup, results, console)
     console.print(f"total time {time.perf_counter() - started:.0f} s")
+    if load_before is not None:
+        load_after, cores = os.getloadavg()[0], os.cpu_count() or 1
+        console.print(f"load average {load_before:.1f} before, {load_after:.1f} after, on {cores} CPU cores")
+        # The 1-minute load average lags, and the bench itself adds about one per thread.
+        if load_before > 1.0 or load_after > torch.get_num_threads() + 1.0:
+            console.print(
+                "[yellow]other processes were running: with every core busy, torch's threads wait on "
+                "each other and timings (and ratios) can be off by far more than the run-to-run noise[/]"
+            )
     if args.quick:
         console.print("(--quick: a smoke run on a tiny model; the timings and targets mean nothing here)")
         return 0

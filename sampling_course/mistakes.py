@@ -256,7 +256,7 @@ def caught(mistake: Mistake) -> tuple[bool, str]:
         env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop("SAMPLING_COURSE_IMPL", None)
         proc = subprocess.run(
-            [sys.executable, "-m", "pytest", str(REPO / "tests" / mistake.tests), "--impl", "exercises",
+            [sys.executable, "-m", "pytest", str(REPO / "tests" / mistake.tests), "--impl=exercises",
              "-x", "-q", "-rf", "-p", "no:cacheprovider", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml")],
             cwd=workdir, env=env, capture_output=True, text=True,
         )
