@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 41b635e906ad2c4ae4a9042df240b58ff432128b210b3eacc72237bb66fa0439
+# stub-checksum: eca1787cc480234eff758fb1cf6611fc3d73c9c92580337c7f3b61c785748dfe
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -19,6 +19,7 @@ import torch
 from jaxtyping import Float, Int
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from torch import Tensor
 
 from .transformer import DemoTransformer, KeyValueCache
@@ -110,5 +111,6 @@ class Beams:
             if len(text) > max_print_chars:
                 half = (max_print_chars - 5) // 2
                 text = text[:half] + " ... " + text[-half:]
-            table.add_row(f"{logprob:>8.3f}", text)
+            # Text, not a markup string: a completion containing "[...]" must print as it is.
+            table.add_row(f"{logprob:>8.3f}", Text(text))
         Console().print(table)

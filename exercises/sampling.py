@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 1a124c435242392b8b7702c2bea3272f236b124292ba3afeeb92fb2d6574bcc1
+# stub-checksum: 9a55cf98307d9b2d9e8e5c8f10556707f7ed7a71ceb1ab4e34391bef7cc464c6
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -177,6 +177,11 @@ class TransformerSampler:
             raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
 
         tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)
+        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:
+            raise ValueError(
+                f"the prompt ({tokens.shape[1]} tokens) plus max_new_tokens={max_new_tokens} is longer than the "
+                f"model's n_ctx={self.cfg.n_ctx}; beam search keeps every beam's whole history, so shorten one of them"
+            )
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
         raise NotImplementedError()

@@ -104,3 +104,30 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     terminalreporter.section("not implemented yet", yellow=True)
     for stub, count in tests_per_stub.items():
         terminalreporter.write_line(f"{stub}: not implemented yet ({count} test{'s' * (count != 1)} waiting)")
+
+
+# ---------------------------------------------------------------------------------------
+# Seeds: every test taking `seed` runs once per seed in SAMPLING_COURSE_TEST_SEED (7, 1-200 or 1,5,9-12)
+# ---------------------------------------------------------------------------------------
+
+
+def _seeds() -> list[int]:
+    raw = os.environ.get("SAMPLING_COURSE_TEST_SEED", "0").strip()
+    seeds: list[int] = []
+    try:
+        for part in raw.split(","):
+            first, _, last = part.strip().partition("-")
+            seeds.extend(range(int(first), int(last or first) + 1))
+    except ValueError:
+        raise pytest.UsageError(
+            f"SAMPLING_COURSE_TEST_SEED must be a seed (7), a range (1-200) or a list (1,5,9-12), got {raw!r}"
+        ) from None
+    if not seeds:
+        raise pytest.UsageError(f"SAMPLING_COURSE_TEST_SEED={raw!r} names no seed")
+    return seeds
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Every test that takes ``seed`` runs once per seed of SAMPLING_COURSE_TEST_SEED."""
+    if "seed" in metafunc.fixturenames:
+        metafunc.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")

@@ -16,6 +16,7 @@ import torch
 from jaxtyping import Float, Int
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 from torch import Tensor
 
 from .transformer import DemoTransformer, KeyValueCache
@@ -143,5 +144,6 @@ class Beams:
             if len(text) > max_print_chars:
                 half = (max_print_chars - 5) // 2
                 text = text[:half] + " ... " + text[-half:]
-            table.add_row(f"{logprob:>8.3f}", text)
+            # Text, not a markup string: a completion containing "[...]" must print as it is.
+            table.add_row(f"{logprob:>8.3f}", Text(text))
         Console().print(table)

@@ -224,6 +224,11 @@ class TransformerSampler:
             raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
 
         tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)
+        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:
+            raise ValueError(
+                f"the prompt ({tokens.shape[1]} tokens) plus max_new_tokens={max_new_tokens} is longer than the "
+                f"model's n_ctx={self.cfg.n_ctx}; beam search keeps every beam's whole history, so shorten one of them"
+            )
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
         ### BEGIN SOLUTION

@@ -19,7 +19,6 @@ so any seed must pass.
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -30,12 +29,6 @@ from sampling_course.reference import load_demo
 
 # Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def seed() -> int:
-    """The seed of the random parts of this module (stress runs set SAMPLING_COURSE_TEST_SEED)."""
-    return int(os.environ.get("SAMPLING_COURSE_TEST_SEED", "0"))
 
 
 @pytest.fixture(scope="module")
@@ -117,6 +110,13 @@ def test_print_renders_a_truncated_table(impl, tiny, capsys):
     shown = repr(tokenizer.decode(long_tokens[0]))
     assert shown not in out, "a completion longer than max_print_chars is printed in full"
     assert shown[:15] in out and shown[-15:] in out, "the start and the end of a long completion are kept"
+
+
+def test_print_shows_brackets_verbatim(impl, tiny, capsys):
+    """A completion containing "[...]" is printed as text, not read as rich markup."""
+    tokens = torch.tensor(tiny.tokenizer.encode("a [bold]x[/bold] and [/] y"))[None]
+    impl.beams.Beams(None, tiny.tokenizer, torch.tensor([-1.0]), tokens).print(max_print_chars=200)
+    assert "[bold]x[/bold] and [/] y" in capsys.readouterr().out
 
 
 # ---------------------------------------------------------------------------------------
@@ -563,9 +563,10 @@ def test_beam_search_shows_a_progress_bar(sampler, capsys):
         (dict(prompt=""), "prompt"),
         (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size"),
         (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size"),
+        (dict(max_new_tokens=200), "n_ctx"),
     ],
     ids=["more-returns-than-beams", "zero-returns", "zero-beams", "negative-steps", "empty-prompt", "ngram-0",
-         "ngram-negative"],
+         "ngram-negative", "past-n_ctx"],
 )
 def test_beam_search_rejects_bad_arguments(sampler, kwargs, match):
     """Bad arguments raise a ValueError naming the argument."""

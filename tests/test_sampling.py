@@ -23,7 +23,6 @@ seeds run each statistical test once per seed (``scripts/stress_statistical.py``
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 
 import pytest
@@ -54,33 +53,6 @@ LOGITS_2 = LOGITS[torch.tensor([7, 2, 9, 5, 0, 1, 8, 3, 6, 4])]
 # .92, .97, 1.0), placed out of order.
 NUCLEUS_PROBS = torch.tensor([0.05, 0.5, 0.03, 0.3, 0.12], dtype=torch.float64)
 NUCLEUS_LOGITS = NUCLEUS_PROBS.log().float()
-
-
-# ---------------------------------------------------------------------------------------
-# Seeds: SAMPLING_COURSE_TEST_SEED=7, =1-200 or =1,5,9-12
-# ---------------------------------------------------------------------------------------
-
-
-def _seeds() -> list[int]:
-    raw = os.environ.get("SAMPLING_COURSE_TEST_SEED", "0").strip()
-    seeds: list[int] = []
-    try:
-        for part in raw.split(","):
-            first, _, last = part.strip().partition("-")
-            seeds.extend(range(int(first), int(last or first) + 1))
-    except ValueError:
-        raise pytest.UsageError(
-            f"SAMPLING_COURSE_TEST_SEED must be a seed (7), a range (1-200) or a list (1,5,9-12), got {raw!r}"
-        ) from None
-    if not seeds:
-        raise pytest.UsageError(f"SAMPLING_COURSE_TEST_SEED={raw!r} names no seed")
-    return seeds
-
-
-def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every test that takes ``seed`` runs once per seed of SAMPLING_COURSE_TEST_SEED."""
-    if "seed" in metafunc.fixturenames:
-        metafunc.parametrize("seed", _seeds(), ids=lambda s: f"seed{s}")
 
 
 # ---------------------------------------------------------------------------------------
