@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 0ee93d15b00df90cba014c5780c7fd9e8936edfe652243bbb5c79b263e7fac5f
+# stub-checksum: 78e6a8de1eba5cff7515993256b0a7d45a8108d3e1706dd7e5e13e2a3d5fe1ab
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -116,7 +116,7 @@ class Attention(nn.Module):
             raise NotImplementedError()
         # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
         raise NotImplementedError()
-        return out if past_kv is None else (out, torch.stack([k, v]))
+        return out if past_kv is None else (out, kv)
 
     def apply_causal_mask(
         self, attn_scores: Float[Tensor, "batch n_heads query_pos key_pos"]
