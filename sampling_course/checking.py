@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal
+from unittest import mock
 
 import pytest
 from rich.console import Console, Group
@@ -418,20 +419,15 @@ def substituted(package: str, exercise: Exercise | str, obj: Any) -> Iterator[No
 
 @contextmanager
 def _scoped_env(**values: str | None) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
-    try:
+    """Set (or, for None, remove) environment variables inside the block only."""
+    # patch.dict restores the whole environment on exit, whatever the block changed.
+    with mock.patch.dict(os.environ):
         for key, value in values.items():
             if value is None:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
         yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 @contextmanager
