@@ -962,6 +962,18 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         return int(exc.code or 0)
 
 
+def _run_and_render(names: Sequence[str] | None, args: argparse.Namespace, render: Callable) -> int:
+    """Check ``names`` (None: all), print ``render(report)``; exit 0 when all are done, 1 if not, 2 on bad input."""
+    console = Console()
+    try:
+        report = _run(names, _impl_of(args))
+    except ValueError as exc:  # an unknown exercise or --impl
+        console.print(f"[red]error:[/] {exc}")
+        return 2
+    console.print(render(report))
+    return 0 if report.ok else 1
+
+
 def cli_check(argv: Sequence[str] | None = None) -> int:
     """``sampling-course check [EXERCISE ...] [--impl ...]``: 0 when nothing checked fails or is unimplemented."""
     parser = argparse.ArgumentParser(
@@ -972,14 +984,7 @@ def cli_check(argv: Sequence[str] | None = None) -> int:
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    console = Console()
-    try:
-        report = _run(args.exercise or None, _impl_of(args))
-    except ValueError as exc:  # an unknown exercise or --impl
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    console.print(render_report(report))
-    return 0 if report.ok else 1
+    return _run_and_render(args.exercise or None, args, render_report)
 
 
 def cli_progress(argv: Sequence[str] | None = None) -> int:
@@ -989,14 +994,7 @@ def cli_progress(argv: Sequence[str] | None = None) -> int:
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    console = Console()
-    try:
-        report = _run(None, _impl_of(args))
-    except ValueError as exc:  # an unknown --impl
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    console.print(render_progress(report))
-    return 0 if report.ok else 1
+    return _run_and_render(None, args, render_progress)
 
 
 def cli_hint(argv: Sequence[str] | None = None) -> int:

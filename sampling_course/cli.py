@@ -2,53 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
-from collections.abc import Callable
 
 
-def _demo(argv: list[str]) -> int:
-    from sampling_course.demo import main
-
-    return main(argv)
-
-
-def _make_exercises(argv: list[str]) -> int:
-    from sampling_course.stubs import main
-
-    return main(argv)
-
-
-def _check(argv: list[str]) -> int:
-    from sampling_course.checking import cli_check
-
-    return cli_check(argv)
-
-
-def _progress(argv: list[str]) -> int:
-    from sampling_course.checking import cli_progress
-
-    return cli_progress(argv)
-
-
-def _hint(argv: list[str]) -> int:
-    from sampling_course.checking import cli_hint
-
-    return cli_hint(argv)
-
-
-def _bench(argv: list[str]) -> int:
-    from sampling_course.bench import main
-
-    return main(argv)
-
-
-def _plant_mistakes(argv: list[str]) -> int:
-    from sampling_course.mistakes import main
-
-    return main(argv)
-
-
-def _download_gpt2(argv: list[str]) -> int:
+def download_gpt2_main(argv: list[str]) -> int:
+    """`sampling-course download-gpt2`: fetch GPT-2 small into the local Hugging Face cache."""
     from sampling_course.reference import ReferenceUnavailable, download_gpt2
 
     if argv:
@@ -62,15 +21,17 @@ def _download_gpt2(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
-    "demo": (_demo, "run the finished solutions next to the reference model"),
-    "check": (_check, "check one exercise (or all) in exercises/"),
-    "progress": (_progress, "list every exercise with done / not yet / failing"),
-    "hint": (_hint, "print a graded hint for an exercise"),
-    "make-exercises": (_make_exercises, "regenerate exercises/ from solutions/ (instructors)"),
-    "plant-mistakes": (_plant_mistakes, "check that the tests catch each classic mistake (instructors)"),
-    "bench": (_bench, "time cached and uncached decoding against Hugging Face generate"),
-    "download-gpt2": (_download_gpt2, "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
+# command -> ("module:function" taking argv and returning an exit code, one-line description).
+# Imported only when the command runs, so `sampling-course hint` does not load torch.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("sampling_course.demo:main", "run the finished solutions next to the reference model"),
+    "check": ("sampling_course.checking:cli_check", "check one exercise (or all) in exercises/"),
+    "progress": ("sampling_course.checking:cli_progress", "list every exercise with done / not yet / failing"),
+    "hint": ("sampling_course.checking:cli_hint", "print a graded hint for an exercise"),
+    "make-exercises": ("sampling_course.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
+    "plant-mistakes": ("sampling_course.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
+    "bench": ("sampling_course.bench:main", "time cached and uncached decoding against Hugging Face generate"),
+    "download-gpt2": ("sampling_course.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
 }
 
 
@@ -91,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if command not in COMMANDS:
         print(f"sampling-course: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
         return 2
-    return COMMANDS[command][0](rest)
+    module, function = COMMANDS[command][0].split(":")
+    return getattr(importlib.import_module(module), function)(rest)
 
 
 if __name__ == "__main__":
