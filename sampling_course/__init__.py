@@ -1,8 +1,11 @@
 """sampling-course: build GPT-2 from scratch, then every decoding method that matters.
 
-This package is the course engine that learners never edit: the model ``Config``,
-reference-model loading (real GPT-2 or the offline stand-in), weight conversion,
-the stub generator, the exercise checker and the command-line interface.
+This package is the course engine that learners never edit. Its top level is what
+learners and notebooks import: the model ``Config``, reference models
+(``sampling_course.reference``), weight conversion (``sampling_course.weights``) and
+the tokenizer. ``sampling_course.grading`` holds the grading machinery (course map,
+pytest plugin, checker, stub generator, planted mistakes); ``sampling_course.apps``
+holds the programs (the ``sampling-course`` command, demo, bench, notebook helpers).
 
 In a notebook::
 
@@ -21,17 +24,23 @@ from typing import TYPE_CHECKING, Any
 from sampling_course.config import Config
 
 if TYPE_CHECKING:
-    from sampling_course.checking import check, compare, hint, progress
+    from sampling_course.grading.checking import check, hint, progress
+    from sampling_course.grading.compare import compare
 
 __all__ = ["Config", "check", "compare", "hint", "progress"]
 
 # The checker imports pytest and rich; load it on first use so `import sampling_course` stays light.
-_LAZY = {"check", "compare", "hint", "progress"}
+_LAZY = {
+    "check": "sampling_course.grading.checking",
+    "hint": "sampling_course.grading.checking",
+    "progress": "sampling_course.grading.checking",
+    "compare": "sampling_course.grading.compare",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from sampling_course import checking
+        import importlib
 
-        return getattr(checking, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'sampling_course' has no attribute {name!r}")

@@ -274,15 +274,3 @@ def load_reference(name: Literal["auto", "gpt2", "tiny"] = "auto", *, quiet: boo
                 )
             return load_reference("tiny")
     raise ValueError(f"unknown reference {name!r}; choose 'auto', 'gpt2' or 'tiny'")
-
-
-def load_demo(reference: Reference, transformer_module=None) -> torch.nn.Module:
-    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights."""
-    from sampling_course.weights import demo_state_dict
-
-    if transformer_module is None:
-        from solutions import transformer as transformer_module
-    cfg = Config.from_hf(reference.hf_model.config)
-    model = transformer_module.DemoTransformer(cfg)
-    model.load_state_dict(demo_state_dict(reference.hf_model), strict=True)
-    return model.eval()

@@ -1,7 +1,7 @@
 """Shared fixtures: the implementation under test and the reference models.
 
 The command-line options (``--impl``, ``--exercise``) and the "not implemented yet"
-reporting live in ``sampling_course.pytest_plugin``, which pyproject.toml loads for
+reporting live in ``sampling_course.grading.pytest_plugin``, which pyproject.toml loads for
 every pytest run, so that the options exist before pytest collects anything.
 """
 

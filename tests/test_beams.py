@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import NoRepeatNGramLogitsProcessor
 
-from sampling_course.reference import load_demo
+from sampling_course.grading.impl import load_demo
 
 # Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
 ATOL = 1e-4

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course import bench
+from sampling_course.apps import bench
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Tests for the course registry (``sampling_course.course``) and the checker (``sampling_course.checking``).
+"""Tests for the course registry (``grading.course``) and the checker (``grading.runner``, ``checking``, ``compare``).
 
 The checker runs pytest in-process, so several tests here run a nested pytest session
 on part 1's LayerNorm tests (a few seconds each, on the offline stand-in). The nested
@@ -18,27 +18,23 @@ import pytest
 import torch
 from rich.console import Console
 
-from sampling_course import checking
-from sampling_course.checking import (
+from sampling_course.grading import checking, runner
+from sampling_course.grading import compare as compare_module
+from sampling_course.grading.checking import check, cli_check, cli_hint, hint
+from sampling_course.grading.compare import compare
+from sampling_course.grading.render import render_progress
+from sampling_course.grading.results import (
     DONE,
     FAILING,
     NO_TESTS_YET,
     NOT_IMPLEMENTED_YET,
     CheckReport,
     TestOutcome,
-    check,
-    cli_check,
-    cli_hint,
-    compare,
-    hint,
-    render_progress,
-    resolve_target,
-    run_checks,
-    substituted,
     summarize,
 )
-from sampling_course.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
-from sampling_course.stubs import is_learner_edited
+from sampling_course.grading.runner import resolve_target, run_checks, substituted
+from sampling_course.grading.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
+from sampling_course.grading.stubs import is_learner_edited
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -102,7 +98,7 @@ def test_every_marker_names_a_registered_exercise():
     assert markers, "no exercise markers found: the scan is broken"
     registered = {e.name for e in EXERCISES}
     unknown = {name: sorted(files) for name, files in markers.items() if name not in registered}
-    assert not unknown, f"markers that name no exercise in sampling_course.course.EXERCISES: {unknown}"
+    assert not unknown, f"markers that name no exercise in sampling_course.grading.course.EXERCISES: {unknown}"
 
 
 def test_every_tested_exercise_has_its_target_in_the_solutions():
@@ -297,7 +293,7 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 
     monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
     monkeypatch.setattr(tqdm.auto, "tqdm", NotebookBar)
-    with checking._terminal_like():
+    with runner._terminal_like():
         assert tqdm.auto.tqdm is tqdm.asyncio.tqdm
         assert not Console(file=io.StringIO()).is_jupyter
     assert tqdm.auto.tqdm is NotebookBar and rich.console._is_jupyter()
@@ -368,14 +364,14 @@ def test_compare_identical_outputs_and_random_state():
 
 def test_compare_reports_the_first_difference(monkeypatch):
     """When the learner's sampler draws differently (here: another seed), compare says where they part."""
-    real = checking._run_sampler
+    real = compare_module._run_sampler
     calls = []
 
     def learner_uses_another_seed(package, transformer, reference, method, prompt, seed, *rest):
         calls.append(package)
         return real(package, transformer, reference, method, prompt, seed + (len(calls) == 1), *rest)
 
-    monkeypatch.setattr(checking, "_run_sampler", learner_uses_another_seed)
+    monkeypatch.setattr(compare_module, "_run_sampler", learner_uses_another_seed)
     console = recording_console()
     result = compare(prompt="The cat", reference="tiny", max_tokens_generated=12, impl="solutions", console=console)
     assert len(calls) == 2

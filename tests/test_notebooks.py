@@ -18,8 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from sampling_course.course import EXERCISES
-from sampling_course.stubs import BEGIN_MARKER, END_MARKER
+from sampling_course.grading.course import EXERCISES
+from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
 
 REPO = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = REPO / "notebooks"

@@ -36,7 +36,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from sampling_course.reference import load_demo
+from sampling_course.grading.impl import load_demo
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 N_VECTOR = 20_000  # draws when the method takes a batch of logits (one call)

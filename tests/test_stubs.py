@@ -1,4 +1,4 @@
-"""Tests for the exercise stub generator (``sampling_course.stubs``)."""
+"""Tests for the exercise stub generator (``sampling_course.grading.stubs``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sampling_course.stubs import (
+from sampling_course.grading.stubs import (
     OUT_OF_DATE_MESSAGE,
     StubError,
     body_checksum,

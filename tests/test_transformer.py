@@ -16,7 +16,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
 from sampling_course.config import Config
-from sampling_course.reference import _perturb_, load_demo
+from sampling_course.grading.impl import load_demo
+from sampling_course.reference import _perturb_
 from sampling_course.weights import demo_state_dict
 
 # fp32 activations of a 12-layer model drift by ~1e-5 between two correct implementations;

@@ -6,7 +6,7 @@ The same tests grade the complete ``solutions`` (the default) or the learner's
 
 A stub that still raises ``NotImplementedError`` is reported on one line,
 ``<stub>: not implemented yet``, instead of as a failure with a traceback.
-pyproject.toml loads this module with ``-p sampling_course.pytest_plugin``.
+pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from collections import defaultdict
 import pytest
 import torch
 
-IMPLS = ("solutions", "exercises")
+from sampling_course.grading.impl import IMPLS
+
 NOT_IMPLEMENTED = "not implemented"
 
 

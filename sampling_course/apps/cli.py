@@ -24,14 +24,14 @@ def download_gpt2_main(argv: list[str]) -> int:
 # command -> ("module:function" taking argv and returning an exit code, one-line description).
 # Imported only when the command runs, so `sampling-course hint` does not load torch.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("sampling_course.demo:main", "run the finished solutions next to the reference model"),
-    "check": ("sampling_course.checking:cli_check", "check one exercise (or all) in exercises/"),
-    "progress": ("sampling_course.checking:cli_progress", "list every exercise with done / not yet / failing"),
-    "hint": ("sampling_course.checking:cli_hint", "print a graded hint for an exercise"),
-    "make-exercises": ("sampling_course.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
-    "plant-mistakes": ("sampling_course.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
-    "bench": ("sampling_course.bench:main", "time cached and uncached decoding against Hugging Face generate"),
-    "download-gpt2": ("sampling_course.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
+    "demo": ("sampling_course.apps.demo:main", "run the finished solutions next to the reference model"),
+    "check": ("sampling_course.grading.checking:cli_check", "check one exercise (or all) in exercises/"),
+    "progress": ("sampling_course.grading.checking:cli_progress", "list every exercise with done / not yet / failing"),
+    "hint": ("sampling_course.grading.checking:cli_hint", "print a graded hint for an exercise"),
+    "make-exercises": ("sampling_course.grading.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
+    "plant-mistakes": ("sampling_course.grading.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
+    "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
+    "download-gpt2": ("sampling_course.apps.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
 }
 
 

@@ -2,7 +2,8 @@
 
 Everything here calls the learner's own objects (a model, a sampling function, a cache
 class) and only draws or times what they produce, so the notebooks stay short without
-hiding any part of an exercise.
+hiding any part of an exercise. ``load_demo`` builds your DemoTransformer (or the
+solution's) and gives it a reference checkpoint's weights.
 """
 
 from __future__ import annotations
@@ -12,6 +13,18 @@ from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
+
+from sampling_course.grading.impl import load_demo
+
+__all__ = [
+    "attention_pattern",
+    "empirical_probs",
+    "load_demo",
+    "plot_attention",
+    "plot_top_tokens",
+    "time_per_token",
+    "token_labels",
+]
 
 __all__ = ["token_labels", "plot_top_tokens", "empirical_probs", "attention_pattern", "plot_attention", "time_per_token"]
 

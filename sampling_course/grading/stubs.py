@@ -58,7 +58,7 @@ STUB_LINE = "raise NotImplementedError()"
 # The repo root is the parent of this package. This also holds for a regular
 # (non-editable) install, because setuptools installs `solutions` and
 # `exercises` as top-level packages next to `sampling_course`.
-_REPO_ROOT = Path(__file__).resolve().parent.parent
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SOLUTIONS_DIR = _REPO_ROOT / "solutions"
 DEFAULT_EXERCISES_DIR = _REPO_ROOT / "exercises"
 

@@ -1,0 +1,157 @@
+"""Rich panels and tables for check results, progress and hints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from sampling_course.grading.course import Exercise
+from sampling_course.grading.results import DONE, FAILING, NO_TESTS_YET, NOT_IMPLEMENTED_YET, CheckReport, Result
+
+_STYLE = {DONE: "green", NOT_IMPLEMENTED_YET: "yellow", FAILING: "red", NO_TESTS_YET: "blue"}
+_SYMBOL = {DONE: "✓", NOT_IMPLEMENTED_YET: "…", FAILING: "✗", NO_TESTS_YET: "·"}
+
+
+def _status_text(result: Result) -> Text:
+    return Text(f"{_SYMBOL[result.status]} {result.status}", style=_STYLE[result.status])
+
+
+def _tests_text(result: Result) -> str:
+    if result.total == 0:
+        return "-"
+    text = f"{result.passed}/{result.ran}"
+    return text + (f" ({result.skipped} skipped)" if result.skipped else "")
+
+
+def render_result(result: Result) -> Panel:
+    """A panel for one exercise: green done, yellow not implemented yet, red failing."""
+    ex = result.exercise
+    body: list[Any] = []
+    if result.status == DONE:
+        tests = f"All {result.ran} tests" if result.ran != 1 else "The 1 test"
+        body.append(Text(f"✓ {tests} passed.", style="bold green"))
+        if result.skipped:
+            body.append(Text(f"({result.skipped} skipped, e.g. the real-GPT-2 tier when its weights are not cached)", style="dim"))
+    elif result.status == NOT_IMPLEMENTED_YET:
+        stubs = ", ".join(result.stubs) or ex.target
+        body.append(Text(f"… Not implemented yet: {stubs}", style="bold yellow"))
+        body.append(Text(f"Fill it in ({ex.location}), then run the check again."))
+        body.append(Text(f"Task: {ex.task}", style="dim"))
+        if result.passed:
+            body.append(Text(f"{result.passed}/{result.ran} tests already pass.", style="dim"))
+    elif result.status == FAILING:
+        body.append(Text(f"✗ {result.failed} of {result.ran} tests failing", style="bold red")
+                    + Text(f"  ({result.passed} passed)", style="dim"))
+        if result.failing_test:
+            body.append(Text(f"First failure: {result.failing_test}", style="red"))
+        if result.message:
+            body.append(Text(_indent(result.message)))
+        if result.hint:
+            body.append(Text("Hint: ", style="bold") + Text(result.hint))
+        body.append(Text(f'More hints: hint("{ex.name}")  or  sampling-course hint {ex.name} --level 2', style="dim"))
+    else:
+        body.append(Text("· No tests for this exercise yet.", style="bold blue"))
+        if result.message:
+            body.append(Text(f"(all {result.total} tests skipped: {result.message})", style="dim"))
+    title = f"[bold]{ex.name}[/]  [dim]part {ex.part}: {ex.part_title}[/]"
+    return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[result.status], expand=False)
+
+
+def _indent(text: str, prefix: str = "  ") -> str:
+    return "\n".join(prefix + line for line in text.splitlines())
+
+
+def render_table(results: Sequence[Result], title: str | None = None) -> Table:
+    """Every result as a row under its part's heading, in course order."""
+    table = Table(title=title, title_justify="left", show_edge=False, pad_edge=False, box=None, show_header=False)
+    table.add_column("symbol", no_wrap=True)
+    table.add_column("exercise", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("tests", justify="right", no_wrap=True, style="dim")
+    part = None
+    for result in results:
+        if result.exercise.part != part:
+            part = result.exercise.part
+            table.add_row("", Text(f"Part {part}: {result.exercise.part_title}", style="bold"), "", "")
+        style = _STYLE[result.status]
+        table.add_row(
+            Text(f"  {_SYMBOL[result.status]}", style=style),
+            result.name,
+            Text(result.status, style=style),
+            _tests_text(result),
+        )
+    return table
+
+
+def _bar(done: int, total: int, width: int = 25) -> Text:
+    """A plain-text progress bar; it reads the same in a terminal, a notebook and a log file."""
+    filled = round(width * done / total) if total else 0
+    return Text("[", style="dim") + Text("#" * filled, style="green") + Text("-" * (width - filled), style="dim") + Text("]", style="dim")
+
+
+def _next_up(results: Sequence[Result]) -> Result | None:
+    """The first exercise to work on: one with tests that is not done, else one with no tests."""
+    pending = [r for r in results if r.status in (FAILING, NOT_IMPLEMENTED_YET)]
+    return pending[0] if pending else next((r for r in results if not r.done), None)
+
+
+def render_progress(report: CheckReport | Sequence[Result]) -> Group:
+    """The rustlings-style overview: a table of every exercise, a bar and 'N/M exercises done'."""
+    results = list(report)
+    n_done = sum(r.done for r in results)
+    impl = report.impl if isinstance(report, CheckReport) else "exercises"
+    parts: list[Any] = [render_table(results, title=f"Progress ({impl}/)")]
+    parts.append(
+        Text("Progress: ") + _bar(n_done, len(results))
+        + Text(f" {n_done}/{len(results)} exercises done", style="bold green" if n_done == len(results) else "bold")
+    )
+    nxt = _next_up(results)
+    if nxt is not None and nxt.status != NO_TESTS_YET:
+        parts.append(Text(f"Next up: {nxt.name} ({nxt.status}): {nxt.exercise.task}", style=_STYLE[nxt.status]))
+        parts.append(Text(f'  check("{nxt.name}")  ·  hint("{nxt.name}")  ·  sampling-course check {nxt.name}', style="dim"))
+    elif results and n_done == len(results):
+        parts.append(Text("Every exercise is done. Well done!", style="bold green"))
+    if isinstance(report, CheckReport):
+        parts.extend(_collection_warnings(report))
+    return Group(*parts)
+
+
+def _collection_warnings(report: CheckReport) -> list[Text]:
+    return [Text(f"warning: a test file could not be collected: {error}", style="yellow") for error in report.collection_errors]
+
+
+def render_report(report: CheckReport) -> Group:
+    """One panel for one exercise; for several, the table plus the panel of the next one to fix."""
+    results = list(report)
+    parts: list[Any] = []
+    if len(results) == 1:
+        parts.append(render_result(results[0]))
+    else:
+        parts.append(render_table(results, title=f"Checked {len(results)} exercises ({report.impl}/)"))
+        nxt = _next_up(results)
+        if nxt is not None and nxt.status != NO_TESTS_YET:
+            parts.append(render_result(nxt))
+        n_done = sum(r.done for r in results)
+        parts.append(Text(f"{n_done}/{len(results)} exercises done", style="bold"))
+    parts.extend(_collection_warnings(report))
+    return Group(*parts)
+
+
+def render_hints(exercise: Exercise, levels: Sequence[int]) -> Panel:
+    """A panel with the chosen hint levels of one exercise."""
+    n = len(exercise.hints)
+    body: list[Any] = [Text(exercise.task, style="italic"), Text("")]
+    for level in levels:
+        body.append(Text(f"Hint {level}/{n}", style="bold cyan"))
+        body.append(Text(_indent(exercise.hint(level)) if level == n else exercise.hint(level)))
+    if levels[-1] < n:
+        body.append(Text(""))
+        body.append(Text(f'Stuck? hint("{exercise.name}") again, or sampling-course hint {exercise.name} '
+                         f"--level {levels[-1] + 1}", style="dim"))
+    return Panel(Group(*body), title=f"[bold]{exercise.name}[/]  [dim]{exercise.location}[/]", title_align="left",
+                 border_style="cyan", expand=False)

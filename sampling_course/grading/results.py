@@ -1,0 +1,140 @@
+"""What a check run found: one ``Result`` per exercise, gathered in a ``CheckReport``.
+
+* ``done``: every test that ran passed;
+* ``not implemented yet``: a stub still raises ``NotImplementedError``;
+* ``failing``: a test failed; the result carries the first failure's message and a hint;
+* ``no tests yet``: no test carries that exercise's marker (or every one was skipped).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from sampling_course.grading.course import Exercise, get_exercise
+
+DONE = "done"
+NOT_IMPLEMENTED_YET = "not implemented yet"
+FAILING = "failing"
+NO_TESTS_YET = "no tests yet"
+
+
+@dataclass(frozen=True)
+class TestOutcome:
+    """What happened to one test, all phases (setup, call, teardown) taken together."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+    nodeid: str
+    exercises: tuple[str, ...]
+    outcome: Literal["passed", "failed", "not implemented", "skipped"]
+    message: str = ""
+    stub: str = ""
+
+
+@dataclass(frozen=True)
+class Result:
+    """The state of one exercise after running its tests."""
+
+    exercise: Exercise
+    status: str  # DONE, NOT_IMPLEMENTED_YET, FAILING or NO_TESTS_YET
+    passed: int = 0
+    total: int = 0  # tests collected for this exercise, skipped ones included
+    failed: int = 0
+    not_implemented: int = 0
+    skipped: int = 0
+    message: str | None = None  # the first failure's message, when failing
+    failing_test: str | None = None  # that test's id, e.g. "test_transformer.py::test_x[tiny]"
+    stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
+    hint: str | None = None  # the exercise's first hint, when failing
+
+    @property
+    def name(self) -> str:
+        return self.exercise.name
+
+    @property
+    def done(self) -> bool:
+        return self.status == DONE
+
+    @property
+    def ran(self) -> int:
+        """Tests that ran (were not skipped)."""
+        return self.total - self.skipped
+
+    def __repr__(self) -> str:
+        return f"Result({self.name!r}, {self.status!r}, passed={self.passed}/{self.ran})"
+
+
+@dataclass
+class CheckReport:
+    """The results of one check run; true when every exercise checked is done.
+
+    Iterate over it (or index it by position or exercise name) for the ``Result``\\s.
+    """
+
+    results: list[Result]
+    impl: str = "exercises"
+    collection_errors: list[str] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.results) and all(r.done for r in self.results)
+
+    def __iter__(self) -> Iterator[Result]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, key: int | str) -> Result:
+        if isinstance(key, str):
+            wanted = get_exercise(key).name
+            for result in self.results:
+                if result.name == wanted:
+                    return result
+            raise KeyError(f"{wanted} was not checked in this run")
+        return self.results[key]
+
+    @property
+    def n_done(self) -> int:
+        return sum(r.done for r in self.results)
+
+    @property
+    def ok(self) -> bool:
+        """No exercise checked is failing or unimplemented (``no tests yet`` is fine)."""
+        return not any(r.status in (FAILING, NOT_IMPLEMENTED_YET) for r in self.results)
+
+    def __repr__(self) -> str:
+        names = ", ".join(f"{r.name}: {r.status}" for r in self.results[:3])
+        more = f", ... ({len(self.results) - 3} more)" if len(self.results) > 3 else ""
+        return f"<CheckReport {self.impl}/: {self.n_done}/{len(self.results)} done; {names}{more}>"
+
+
+def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
+    """One exercise's ``Result`` from the outcomes of the tests that grade it.
+
+    A real failure outranks an unfilled stub (it is what the learner must look at), and
+    a stub outranks passes: an exercise is done only when nothing failed and something ran.
+    """
+    counts = {kind: sum(o.outcome == kind for o in outcomes) for kind in ("passed", "failed", "not implemented", "skipped")}
+    stubs = tuple(dict.fromkeys(o.stub for o in outcomes if o.outcome == "not implemented" and o.stub))
+    common = dict(
+        exercise=exercise,
+        passed=counts["passed"],
+        total=len(outcomes),
+        failed=counts["failed"],
+        not_implemented=counts["not implemented"],
+        skipped=counts["skipped"],
+        stubs=stubs,
+    )
+    if counts["failed"]:
+        first = next(o for o in outcomes if o.outcome == "failed")
+        return Result(status=FAILING, message=first.message, failing_test=first.nodeid, hint=exercise.hints[0], **common)
+    if counts["not implemented"]:
+        return Result(status=NOT_IMPLEMENTED_YET, **common)
+    if counts["passed"]:
+        return Result(status=DONE, **common)
+    skipped = next((o.message for o in outcomes if o.outcome == "skipped"), None)
+    return Result(status=NO_TESTS_YET, message=skipped, **common)
+
+

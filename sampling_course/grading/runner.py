@@ -1,0 +1,352 @@
+"""Run the grading tests in this process and summarise them per exercise.
+
+The tests in ``tests/`` are the single source of truth. ``run_checks`` runs them with
+pytest *in this process* (so a class defined in a notebook cell can be checked, and the
+reference models stay loaded between checks) and turns the per-test reports into one
+``Result`` per exercise (see ``sampling_course.grading.results``).
+
+Each check imports the implementation under test afresh, so edits to ``exercises/``
+are picked up without restarting the kernel; the modules that were imported before
+are put back afterwards, so a check never disturbs the caller's own imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import io
+import os
+import pkgutil
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from sampling_course.grading.course import EXERCISES, Exercise, get_exercise
+from sampling_course.grading.impl import IMPLS
+# The key the course's pytest plugin puts in report.user_properties when a stub raised
+# NotImplementedError (one source of truth: the plugin).
+from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
+from sampling_course.grading.results import CheckReport, Result, TestOutcome, summarize
+
+# A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
+# "what differs and by how much", short enough for a notebook cell.
+_MAX_MESSAGE_LINES = 6
+_MAX_LINE_CHARS = 160
+
+
+def tests_dir() -> Path:
+    """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``)."""
+    import sampling_course
+
+    candidates = []
+    if os.environ.get("SAMPLING_COURSE_TESTS"):
+        candidates.append(Path(os.environ["SAMPLING_COURSE_TESTS"]))
+    candidates.append(Path(sampling_course.__file__).resolve().parent.parent / "tests")
+    for candidate in candidates:
+        if (candidate / "conftest.py").is_file():
+            return candidate
+    raise FileNotFoundError(
+        "cannot find the course's tests/ directory (looked in "
+        + ", ".join(str(c) for c in candidates)
+        + "). Install the course from its source checkout with `pip install -e .`, "
+        "or point SAMPLING_COURSE_TESTS at the tests/ directory."
+    )
+
+
+def _short_message(report: Any) -> str:
+    """The exception line(s) of a failed or skipped report, trimmed for display."""
+    longrepr = report.longrepr
+    crash = getattr(longrepr, "reprcrash", None)
+    if crash is not None:
+        text = crash.message
+    elif isinstance(longrepr, tuple) and len(longrepr) == 3:  # a skip: (path, lineno, reason)
+        text = str(longrepr[2])
+    else:
+        text = str(longrepr or "")
+        # A plain-text traceback: its last non-empty line is the exception.
+        if "\n" in text and not report.skipped:
+            text = [line for line in text.splitlines() if line.strip()][-1]
+    text = text.removeprefix("Skipped: ").removeprefix("AssertionError: ")
+    # Drop pytest's "+  where x = <repr of a whole model>" introspection: noise for a learner.
+    lines = [line.rstrip()[:_MAX_LINE_CHARS] for line in text.splitlines()
+             if line.strip() and not line.lstrip().startswith("+ ")]
+    # After a test's own message, pytest repeats the failed expression ("assert not [...]"): drop it.
+    rewritten = next((i for i, line in enumerate(lines) if line.startswith("assert ")), 0)
+    if rewritten > 0:
+        lines = lines[:rewritten]
+    if len(lines) > _MAX_MESSAGE_LINES:
+        lines = lines[:_MAX_MESSAGE_LINES] + ["..."]
+    return "\n".join(lines)
+
+
+class _Collector:
+    """A pytest plugin that records which tests grade which exercise, and how each went."""
+
+    def __init__(self) -> None:
+        self.exercises: dict[str, tuple[str, ...]] = {}
+        self.outcomes: dict[str, TestOutcome] = {}
+        self.collection_errors: list[str] = []
+
+    # trylast: see the items after conftest.py has applied --exercise.
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        for item in items:
+            names = tuple(m.args[0] for m in item.iter_markers("exercise") if m.args)
+            self.exercises[item.nodeid] = names
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.collection_errors.append(f"{report.nodeid or 'collection'}: {_short_message(report)}")
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        previous = self.outcomes.get(report.nodeid)
+        names = self.exercises.get(report.nodeid, ())
+        if report.failed:
+            stub = next((value for key, value in report.user_properties if key == _NOT_IMPLEMENTED_KEY), None)
+            if previous is not None and previous.outcome in ("failed", "not implemented"):
+                return  # keep the first failure (a teardown error after a failed call adds nothing)
+            if stub is not None:
+                outcome = TestOutcome(report.nodeid, names, "not implemented", f"{stub}: not implemented yet", stub)
+            else:
+                outcome = TestOutcome(report.nodeid, names, "failed", _short_message(report))
+            self.outcomes[report.nodeid] = outcome
+        elif report.skipped and previous is None:
+            self.outcomes[report.nodeid] = TestOutcome(report.nodeid, names, "skipped", _short_message(report))
+        elif report.passed and report.when == "call" and previous is None:
+            self.outcomes[report.nodeid] = TestOutcome(report.nodeid, names, "passed")
+
+
+@contextmanager
+def _isolated_modules(ours: Callable[[str, ModuleType], bool]) -> Iterator[None]:
+    """Inside the block, modules for which ``ours(name, module)`` holds are imported afresh;
+    afterwards the caller's own modules are put back and the fresh ones dropped."""
+    saved = {name: module for name, module in list(sys.modules.items()) if module is not None and ours(name, module)}
+    for name in saved:
+        del sys.modules[name]
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        for name, module in list(sys.modules.items()):
+            if module is not None and ours(name, module):
+                del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def isolated_package(package: str):
+    """Import ``package`` afresh inside the block; put the caller's modules back afterwards.
+
+    Fresh: a learner's edits to exercises/*.py count without restarting the kernel.
+    Put back: objects the caller already holds (a model, a class) keep working, and an
+    outer pytest session that imported ``solutions`` is not disturbed by a nested check.
+    """
+    return _isolated_modules(lambda name, _: name == package or name.startswith(package + "."))
+
+
+def _isolated_tests(tests: Path):
+    """The same for conftest.py and the test modules: each check runs the tests on disk,
+    and a nested run never touches the module objects of an outer pytest session."""
+
+    def ours(name: str, module: ModuleType) -> bool:
+        file = getattr(module, "__file__", None)
+        if not file or not os.path.basename(file).startswith(("test_", "conftest")):
+            return False  # cheap test first: sys.modules holds thousands of modules
+        return Path(file).resolve().parent == tests
+
+    return _isolated_modules(ours)
+
+
+def _import_all(package: str) -> list[ModuleType]:
+    """Every module of ``package`` that imports; broken ones are left for the tests to report."""
+    root = importlib.import_module(package)
+    modules = [root]
+    for info in pkgutil.iter_modules(root.__path__):
+        try:
+            modules.append(importlib.import_module(f"{package}.{info.name}"))
+        except Exception:  # a learner's syntax error: the tests will say so, with a message
+            continue
+    return modules
+
+
+def resolve_target(exercise: Exercise, package: str) -> tuple[Any, str]:
+    """``(owner, attribute)`` of the object an exercise asks for, in ``package``.
+
+    ``owner`` is the module (for ``LayerNorm``) or the class (for
+    ``TransformerSampler.sample_top_p``) whose attribute ``check(obj=...)`` replaces.
+    """
+    owner: Any = importlib.import_module(f"{package}.{exercise.module}")
+    *path, attr = exercise.target.split(".")
+    for part in path:
+        owner = getattr(owner, part)
+    if attr not in vars(owner):
+        raise LookupError(f"{package}.{exercise.module} has no {exercise.target} (needed by exercise {exercise.name})")
+    return owner, attr
+
+
+def _replacement(obj: Any, owner: Any, attr: str) -> Any:
+    """``obj`` in the form ``owner.attr`` needs: a staticmethod for a static method, and so on."""
+    original = vars(owner)[attr]
+    if isinstance(owner, ModuleType):
+        return obj
+    if inspect.ismethod(obj):  # a bound method: use the function underneath
+        obj = obj.__func__
+    if isinstance(obj, type) and not isinstance(original, type):
+        # The learner passed their whole class for one method: take that method from it.
+        try:
+            obj = inspect.getattr_static(obj, attr)
+        except AttributeError:
+            raise TypeError(f"{obj.__name__} has no attribute {attr!r} to check") from None
+    if isinstance(original, staticmethod) and not isinstance(obj, staticmethod):
+        return staticmethod(obj)
+    if isinstance(original, classmethod) and not isinstance(obj, (classmethod, staticmethod)):
+        return classmethod(obj)
+    return obj
+
+
+@contextmanager
+def substituted(package: str, exercise: Exercise | str, obj: Any) -> Iterator[None]:
+    """Inside the block, ``package`` uses ``obj`` for the exercise's object.
+
+    A module-level object (a class such as ``LayerNorm``) is replaced in every module
+    of the package that holds it, so ``DemoTransformer`` builds its blocks from ``obj``.
+    A method (``Beams.generate``, the static ``TransformerSampler.sample_top_p``) is
+    replaced on its class, wrapped in ``staticmethod`` when the original was one.
+    Everything is restored on exit.
+    """
+    exercise = get_exercise(exercise)
+    modules = _import_all(package)
+    owner, attr = resolve_target(exercise, package)
+    original = vars(owner)[attr]
+    replacement = _replacement(obj, owner, attr)
+    owners = [m for m in modules if vars(m).get(attr, None) is original] if isinstance(owner, ModuleType) else [owner]
+    if owner not in owners:
+        owners.append(owner)
+    saved = [(o, vars(o)[attr]) for o in owners]
+    try:
+        for o in owners:
+            setattr(o, attr, replacement)
+        yield
+    finally:
+        for o, value in saved:
+            setattr(o, attr, value)
+
+
+@contextmanager
+def _scoped_env(**values: str | None) -> Iterator[None]:
+    """Set (or, for None, remove) environment variables inside the block only."""
+    # patch.dict restores the whole environment on exit, whatever the block changed.
+    with mock.patch.dict(os.environ):
+        for key, value in values.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        yield
+
+
+@contextmanager
+def _terminal_like() -> Iterator[None]:
+    """Inside the block, libraries that detect Jupyter behave as in a terminal.
+
+    The nested test session runs inside the notebook's kernel, where ``tqdm.auto`` would
+    draw widgets and rich would render HTML: both bypass pytest's capture, so they would
+    leak into the cell and hide output from the tests that check it. Restored on exit.
+    """
+    patches: list[tuple[Any, str, Any]] = []
+    try:
+        import tqdm.asyncio
+        import tqdm.auto
+        import tqdm.autonotebook
+        import tqdm.std
+
+        patches += [
+            (tqdm.auto, "tqdm", tqdm.asyncio.tqdm), (tqdm.auto, "trange", tqdm.asyncio.trange),
+            (tqdm.autonotebook, "tqdm", tqdm.std.tqdm), (tqdm.autonotebook, "trange", tqdm.std.trange),
+        ]
+    except ImportError:
+        pass
+    import rich.console
+
+    if hasattr(rich.console, "_is_jupyter"):
+        patches.append((rich.console, "_is_jupyter", lambda: False))
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches if hasattr(owner, name)]
+    try:
+        for owner, name, value in patches:
+            if hasattr(owner, name):
+                setattr(owner, name, value)
+        yield
+    finally:
+        for owner, name, value in saved:
+            setattr(owner, name, value)
+
+
+def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exercise]:
+    if names is None:
+        return list(EXERCISES)
+    if isinstance(names, (str, Exercise)):
+        names = [names]
+    chosen = [get_exercise(n) for n in names]
+    order = {e.name: i for i, e in enumerate(EXERCISES)}
+    return sorted(dict.fromkeys(chosen), key=lambda e: order[e.name])
+
+
+def run_report(names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None) -> CheckReport:
+    """Run the selected exercises' tests once, in-process, and summarise them per exercise."""
+    if impl not in IMPLS:
+        raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
+    exercises = _unique_exercises(names)
+    if obj is not None and len(exercises) != 1:
+        raise ValueError("check(name, obj=...) checks one object: name exactly one exercise")
+
+    tests = tests_dir().resolve()
+    args = [str(tests), "--impl", impl]
+    for exercise in exercises:
+        args += ["--exercise", exercise.name]
+    # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe
+    # an outer pytest session) relies on: faulthandler and random reseeding are left off.
+    args += ["-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
+             "--continue-on-collection-errors"]  # one broken test file must not hide the others
+
+    collector = _Collector()
+    output = io.StringIO()
+    # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
+    # session's last teardown and belongs to an outer session, if any: put it back.
+    env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
+    with isolated_package(impl), _isolated_tests(tests), env, _terminal_like():
+        with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
+            # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.
+            with redirect_stdout(output), redirect_stderr(output):
+                exit_code = pytest.main(args, plugins=[collector])
+
+    if exit_code == pytest.ExitCode.INTERRUPTED and not collector.collection_errors:
+        raise KeyboardInterrupt
+    if exit_code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
+        tail = "\n".join(output.getvalue().strip().splitlines()[-25:])
+        raise RuntimeError(f"pytest could not run the checks (exit code {int(exit_code)}):\n{tail}")
+
+    per_exercise: dict[str, list[TestOutcome]] = {e.name.lower(): [] for e in exercises}
+    for nodeid, names_of_test in collector.exercises.items():
+        outcome = collector.outcomes.get(nodeid)
+        if outcome is None:  # collected but never reported (should not happen); count it as not run
+            outcome = TestOutcome(nodeid, names_of_test, "skipped", "did not run")
+        for name in {n.lower() for n in names_of_test}:
+            if name in per_exercise:
+                per_exercise[name].append(outcome)
+    results = [summarize(e, per_exercise[e.name.lower()]) for e in exercises]
+    return CheckReport(results, impl=impl, collection_errors=collector.collection_errors)
+
+
+def run_checks(names: Sequence[str] | str | None = None, impl: str = "exercises", *, obj: Any = None) -> list[Result]:
+    """Run the tests of the named exercises (all when None) against ``impl``; one ``Result`` each.
+
+    ``impl`` is ``"exercises"`` (the learner's code) or ``"solutions"``. With ``obj``,
+    that one exercise is checked with ``obj`` in place of the package's own object
+    (see ``substituted``). Results come in course order.
+    """
+    return run_report(names, impl, obj).results
