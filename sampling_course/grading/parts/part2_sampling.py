@@ -1,0 +1,175 @@
+"""Part 2, Sampling: its exercises (what each asks, three graded hints) and its planted mistakes."""
+
+from __future__ import annotations
+
+from sampling_course.grading.catalogue import Exercise, Mistake, exercise
+
+TITLE = "Sampling"
+
+EXERCISES: tuple[Exercise, ...] = (
+    exercise(
+        "greedy_search", 2, "sampling", "TransformerSampler.greedy_search",
+        "Pick the most likely next token.",
+        "Greedy decoding has no randomness. Softmax keeps the order of the logits, so you do "
+        "not need probabilities at all.",
+        "Take the argmax over the last (vocabulary) dimension, so that any leading batch "
+        "dimensions are kept. On ties argmax returns the first index, as Hugging Face does.",
+        "return logits.argmax(dim=-1)",
+    ),
+    exercise(
+        "sample_basic", 2, "sampling", "TransformerSampler.sample_basic",
+        "Draw one token at random from softmax(logits), for every leading index.",
+        "Turn the logits into probabilities over the vocabulary, then draw one index according to them.",
+        "Use torch.multinomial(probs, num_samples=1): it is the draw Hugging Face makes, so with "
+        "the same seed you get the same tokens. It takes 1-D or 2-D input only, so flatten the "
+        "leading dimensions first and restore them afterwards.",
+        "probs = logits.softmax(dim=-1)\n"
+        "draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)\n"
+        "return draws.reshape(logits.shape[:-1])",
+    ),
+    exercise(
+        "apply_temperature", 2, "sampling", "TransformerSampler.apply_temperature",
+        "Scale the logits by the temperature: below 1 sharpens the distribution, above 1 flattens it.",
+        "Think about the limits: as the temperature goes to 0 sampling should become greedy, "
+        "and as it grows the distribution should approach uniform.",
+        "Divide the logits by the temperature; multiplying does the opposite of what you want. "
+        "Temperature 0 never reaches this function: sample_next_token treats it as greedy.",
+        "return logits / temperature",
+    ),
+    exercise(
+        "apply_frequency_penalty", 2, "sampling", "TransformerSampler.apply_frequency_penalty",
+        "Lower each token's logit by freq_penalty for every time it already occurs in input_ids.",
+        "A token that occurs n times in the input so far loses n * freq_penalty; tokens that "
+        "never occurred keep their logit.",
+        "torch.bincount(input_ids, minlength=d_vocab) counts every token id in one call and "
+        "gives a vector as long as the vocabulary. The penalty is per occurrence, not once per "
+        "distinct token.",
+        "counts = torch.bincount(input_ids, minlength=logits.shape[-1])\n"
+        "return logits - freq_penalty * counts.to(logits.dtype)",
+    ),
+    exercise(
+        "sample_top_k", 2, "sampling", "TransformerSampler.sample_top_k",
+        "Draw the next token from the k most likely tokens only, renormalised.",
+        "Keep the k largest logits, sample among them, then translate the position you drew "
+        "back into a vocabulary id.",
+        "logits.topk(k, dim=-1) returns the values and their token ids. Sampling from the kept "
+        "logits with sample_basic renormalises them for you; gather the chosen id from the "
+        "indices.",
+        "top_logits, top_tokens = logits.topk(k, dim=-1)\n"
+        "choice = TransformerSampler.sample_basic(top_logits)\n"
+        "return top_tokens.gather(-1, choice[..., None])[..., 0]",
+    ),
+    exercise(
+        "sample_top_p", 2, "sampling", "TransformerSampler.sample_top_p",
+        "Nucleus sampling: draw from the smallest set of most likely tokens whose probability adds up to at least top_p.",
+        "Sort the tokens from most to least likely and walk down the list adding up their "
+        "probabilities; stop as soon as the total reaches top_p.",
+        "The cutoff is inclusive: the token that takes the running total to top_p or past it is "
+        "kept. Equivalently, keep a token when the probability of the tokens ranked above it "
+        "(cumsum minus its own probability) is still < top_p. Always keep at least "
+        "min_tokens_to_keep tokens, and map the sorted position you draw back to a token id.",
+        "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)\n"
+        "probs = sorted_logits.softmax(dim=-1)\n"
+        "keep = probs.cumsum(dim=-1) - probs < top_p\n"
+        "keep[..., :min_tokens_to_keep] = True\n"
+        'choice = TransformerSampler.sample_basic(sorted_logits.masked_fill(~keep, float("-inf")))\n'
+        "return sorted_tokens.gather(-1, choice[..., None])[..., 0]",
+    ),
+    exercise(
+        "sample_next_token", 2, "sampling", "TransformerSampler.sample_next_token",
+        "Turn one position's logits into the next token according to the decoding settings.",
+        "Temperature 0 means greedy decoding: return greedy_search's token and ignore the other settings.",
+        "Otherwise the order is fixed: apply the temperature, then the frequency penalty (only "
+        "when it is non-zero), then top-k or top-p (whichever is set), else plain sampling. "
+        "Return a Python int.",
+        "if temperature == 0: return int(greedy_search(logits))\n"
+        "logits = apply_temperature(logits, temperature)\n"
+        "if frequency_penalty != 0.0: logits = apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+        "if top_k > 0: return int(sample_top_k(logits, top_k))\n"
+        "if top_p > 0.0: return int(sample_top_p(logits, top_p))\n"
+        "return int(sample_basic(logits))",
+    ),
+    exercise(
+        "sample", 2, "sampling", "TransformerSampler.sample",
+        "The generation loop: run the model, pick a token, append it, until max_tokens_generated or end-of-text.",
+        "Only the logits of the last position matter for the next token, and the model must "
+        "never see more than n_ctx positions.",
+        "Each step: logits = model(input_ids[None, -n_ctx:])[0, -1], then "
+        "sample_next_token(input_ids, logits, **kwargs), then append the token. Stop after "
+        "(not before) the end-of-text token, and decode the whole sequence, prompt included.",
+        "for _ in range(max_tokens_generated):\n"
+        "    logits = self.model(input_ids[None, -self.cfg.n_ctx:])[0, -1]\n"
+        "    next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+        "    input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n"
+        "    if next_token == self.tokenizer.eos_token_id: break\n"
+        "return self.tokenizer.decode(input_ids)",
+    ),
+)
+
+# Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
+# `sampling-course plant-mistakes` checks that the named test file catches it.
+MISTAKES: list[Mistake] = [
+    Mistake(2, "greedy argmax over the wrong dimension", "sampling.py",
+            "return logits.argmax(dim=-1)", "return logits.argmax(dim=0)", "test_sampling.py"),
+    Mistake(2, "temperature multiplied instead of divided", "sampling.py",
+            "return logits / temperature", "return logits * temperature", "test_sampling.py"),
+    Mistake(2, "presence penalty (once per distinct token) instead of frequency penalty", "sampling.py",
+            "counts = torch.bincount(input_ids, minlength=logits.shape[-1])",
+            "counts = (torch.bincount(input_ids, minlength=logits.shape[-1]) > 0).long()", "test_sampling.py"),
+    Mistake(2, "frequency penalty added instead of subtracted", "sampling.py",
+            "return logits - freq_penalty * counts.to(logits.dtype)",
+            "return logits + freq_penalty * counts.to(logits.dtype)", "test_sampling.py"),
+    Mistake(2, "sample_basic returns the argmax", "sampling.py",
+            "draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)",
+            "draws = probs.reshape(-1, probs.shape[-1]).argmax(dim=-1, keepdim=True)", "test_sampling.py"),
+    Mistake(2, "sample_basic softmax over the batch dimension", "sampling.py",
+            "probs = logits.softmax(dim=-1)\n        # multinomial",
+            "probs = logits.softmax(dim=0)\n        # multinomial", "test_sampling.py"),
+    Mistake(2, "top-k from k-1 tokens", "sampling.py",
+            "top_logits, top_tokens = logits.topk(k, dim=-1)",
+            "top_logits, top_tokens = logits.topk(max(k - 1, 1), dim=-1)", "test_sampling.py"),
+    Mistake(2, "top-k uniform over the top k", "sampling.py",
+            "choice = TransformerSampler.sample_basic(top_logits)",
+            "choice = TransformerSampler.sample_basic(torch.zeros_like(top_logits))", "test_sampling.py"),
+    Mistake(2, "top-k returns the rank instead of the token", "sampling.py",
+            "return top_tokens.gather(-1, choice[..., None])[..., 0]", "return choice", "test_sampling.py"),
+    Mistake(2, "top-p cutoff exclusive instead of inclusive", "sampling.py",
+            "keep = mass_above < top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p", "test_sampling.py"),
+    Mistake(2, "top-p ignores min_tokens_to_keep", "sampling.py",
+            "keep[..., :min_tokens_to_keep] = True", "keep[..., :1] = True", "test_sampling.py"),
+    Mistake(2, "top-p sorts ascending", "sampling.py",
+            "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)",
+            "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=False)", "test_sampling.py"),
+    Mistake(2, "top-p returns the rank instead of the token", "sampling.py",
+            "return sorted_tokens.gather(-1, choice[..., None])[..., 0]", "return choice", "test_sampling.py"),
+    Mistake(2, "frequency penalty applied before the temperature", "sampling.py",
+            "        logits = TransformerSampler.apply_temperature(logits, temperature)\n"
+            "        if frequency_penalty != 0.0:\n"
+            "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n",
+            "        if frequency_penalty != 0.0:\n"
+            "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+            "        logits = TransformerSampler.apply_temperature(logits, temperature)\n", "test_sampling.py"),
+    Mistake(2, "sample_next_token ignores top_k", "sampling.py",
+            "if top_k > 0:\n", "if False:\n", "test_sampling.py"),
+    Mistake(2, "sample_next_token ignores top_p", "sampling.py",
+            "if top_p > 0.0:\n", "if False:\n", "test_sampling.py"),
+    Mistake(2, "sample passes only the temperature on", "sampling.py",
+            "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n",
+            "next_token = self.sample_next_token(input_ids, logits, kwargs.get(\"temperature\", 1.0))\n",
+            "test_sampling.py"),
+    Mistake(2, "sample loop ignores EOS", "sampling.py",
+            "if next_token == self.tokenizer.eos_token_id:", "if False:", "test_sampling.py"),
+    Mistake(2, "sample loop stops before EOS and drops it", "sampling.py",
+            "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n",
+            "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+            "            if next_token == self.tokenizer.eos_token_id:\n"
+            "                break\n", "test_sampling.py"),
+    Mistake(2, "sample loop generates one token too many", "sampling.py",
+            "for _ in range(max_tokens_generated):", "for _ in range(max_tokens_generated + 1):", "test_sampling.py"),
+    Mistake(2, "sample feeds the whole sequence past n_ctx", "sampling.py",
+            "logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]",
+            "logits = self.model(input_ids[None])[0, -1]", "test_sampling.py"),
+    Mistake(2, "sample context window off by one", "sampling.py",
+            "logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]",
+            "logits = self.model(input_ids[None, -self.cfg.n_ctx + 1 :])[0, -1]", "test_sampling.py"),
+]
