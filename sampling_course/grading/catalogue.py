@@ -1,4 +1,4 @@
-"""The records the course map is made of: an ``Exercise`` and a planted ``Mistake``.
+"""The records the course map is made of: an ``Exercise``, a planted ``Mistake`` and a planted ``Variant``.
 
 Each part of the course lists its own in ``sampling_course/grading/parts/``;
 ``grading.course`` and ``grading.mistakes`` gather them in course order.
@@ -59,3 +59,20 @@ class Mistake:
     old: str  # text that must occur exactly once in that file
     new: str
     tests: str  # the test file expected to catch it
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A correct implementation in another style than the solution's, which every test must accept.
+
+    Planted like a ``Mistake`` (``old``, found exactly once in ``solutions/<file>``, becomes
+    ``new``); then the tests of ``exercise`` must all pass. A variant that a test rejects
+    is a bug in the test.
+    """
+
+    part: int
+    exercise: str  # the exercise whose tests must pass, as in @pytest.mark.exercise(...)
+    name: str
+    file: str
+    old: str
+    new: str

@@ -1,4 +1,5 @@
-"""Plant the classic mistakes of each exercise and check that the tests catch every one.
+"""Plant the classic mistakes of each exercise and check that the tests catch every one;
+plant correct variants in other styles and check that the tests accept every one.
 
 A grading test is only worth something if it fails on wrong code. Each ``Mistake`` (listed
 per part in ``grading/parts/``) rewrites one line of the solutions the way a learner might
@@ -7,8 +8,14 @@ off by one, ...). The
 runner copies ``solutions/`` into a scratch package named ``exercises``, plants one
 mistake, runs that part's test file with ``--impl exercises`` and expects it to fail.
 
-    sampling-course plant-mistakes            # all of them (a few minutes)
-    sampling-course plant-mistakes --part 2   # one part
+The mirror image: each ``Variant`` rewrites an exercise in another correct style
+(``Categorical(...).sample()``, top-p through ``searchsorted``, a ``-1e10`` mask, ...),
+and then every test of that exercise must pass.
+
+    sampling-course plant-mistakes               # mistakes and variants (several minutes)
+    sampling-course plant-mistakes --part 2      # one part
+    sampling-course plant-mistakes --variants    # only the correct variants
+    sampling-course plant-mistakes --mistakes    # only the mistakes
 """
 
 from __future__ import annotations
@@ -19,41 +26,48 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from sampling_course.grading.catalogue import Mistake
+from sampling_course.grading.catalogue import Mistake, Variant
 from sampling_course.grading.course import PART_MODULES
 
 REPO = Path(__file__).resolve().parents[2]
 
 MISTAKES: list[Mistake] = [mistake for module in PART_MODULES for mistake in module.MISTAKES]
+VARIANTS: list[Variant] = [variant for module in PART_MODULES for variant in getattr(module, "VARIANTS", [])]
 
 
-def plant(mistake: Mistake, workdir: Path) -> Path:
-    """Copy solutions/ to ``workdir/exercises`` with ``mistake`` planted; return the package dir."""
+def plant(change: Mistake | Variant, workdir: Path) -> Path:
+    """Copy solutions/ to ``workdir/exercises`` with ``change`` planted; return the package dir."""
     package = workdir / "exercises"
     shutil.copytree(REPO / "solutions", package, ignore=shutil.ignore_patterns("__pycache__"))
-    target = package / mistake.file
+    target = package / change.file
     source = target.read_text()
-    count = source.count(mistake.old)
+    count = source.count(change.old)
     if count != 1:
-        raise ValueError(f"{mistake.name!r}: expected the text once in solutions/{mistake.file}, found it {count} times")
-    target.write_text(source.replace(mistake.old, mistake.new))
+        raise ValueError(f"{change.name!r}: expected the text once in solutions/{change.file}, found it {count} times")
+    target.write_text(source.replace(change.old, change.new))
     return package
+
+
+def _pytest_on_planted(change: Mistake | Variant, selection: list[str]) -> subprocess.CompletedProcess:
+    """Run pytest on ``selection`` with ``--impl=exercises`` pointing at a planted copy of the solutions."""
+    with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
+        workdir = Path(tmp)
+        plant(change, workdir)
+        env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+        env.pop("SAMPLING_COURSE_IMPL", None)
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", *selection, "--impl=exercises",
+             "-q", "-rf", "-p", "no:cacheprovider", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml")],
+            cwd=workdir, env=env, capture_output=True, text=True,
+        )
 
 
 def caught(mistake: Mistake) -> tuple[bool, str]:
     """Run the mistake's test file against the planted copy; True when the tests fail."""
-    with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
-        workdir = Path(tmp)
-        plant(mistake, workdir)
-        env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        env.pop("SAMPLING_COURSE_IMPL", None)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pytest", str(REPO / "tests" / mistake.tests), "--impl=exercises",
-             "-x", "-q", "-rf", "-p", "no:cacheprovider", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml")],
-            cwd=workdir, env=env, capture_output=True, text=True,
-        )
+    proc = _pytest_on_planted(mistake, [str(REPO / "tests" / mistake.tests), "-x"])
     # Caught means a test failed on an assertion: not a crash, not an import error.
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     if failed:
@@ -62,24 +76,57 @@ def caught(mistake: Mistake) -> tuple[bool, str]:
     return False, last[0]
 
 
+def accepted(variant: Variant) -> tuple[bool, str]:
+    """Run every test of the variant's exercise against the planted copy; True when all pass."""
+    proc = _pytest_on_planted(variant, [str(REPO / "tests"), "--exercise", variant.exercise])
+    summary = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-200:]])[-1]
+    if proc.returncode == 0 and " passed" in summary:
+        return True, summary.strip("= ")
+    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    return False, (failed[0].removeprefix("FAILED ") if failed else summary)
+
+
+def _run_all(items: list, check, jobs: int) -> list[tuple[bool, str]]:
+    """``check`` on every item, ``jobs`` subprocesses at a time, results in the items' order."""
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(check, items))
+
+
 def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
     parser = argparse.ArgumentParser(prog="sampling-course plant-mistakes", description=__doc__.splitlines()[0])
     parser.add_argument("--part", type=int, action="append", help="only this part (repeatable)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--mistakes", action="store_true", help="only plant the mistakes")
+    which.add_argument("--variants", action="store_true", help="only plant the correct variants")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (default: one per core)")
     args = parser.parse_args(argv)
-    selected = [m for m in MISTAKES if not args.part or m.part in args.part]
-    table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
-    missed = 0
-    for mistake in selected:
-        ok, detail = caught(mistake)
-        missed += not ok
-        table.add_row(str(mistake.part), mistake.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:90])
     console = Console()
-    console.print(table)
-    console.print(f"{len(selected) - missed}/{len(selected)} planted mistakes caught")
-    return 1 if missed else 0
+    # One torch thread per run: the runs themselves are the parallelism.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    failures = 0
+    if not args.variants:
+        selected = [m for m in MISTAKES if not args.part or m.part in args.part]
+        table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
+        for mistake, (ok, detail) in zip(selected, _run_all(selected, caught, args.jobs)):
+            failures += not ok
+            table.add_row(str(mistake.part), mistake.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:90])
+        console.print(table)
+        n_caught = sum(1 for row in table.columns[2].cells if "yes" in str(row))
+        console.print(f"{n_caught}/{len(selected)} planted mistakes caught")
+    if not args.mistakes:
+        selected_v = [v for v in VARIANTS if not args.part or v.part in args.part]
+        table = Table("part", "exercise", "correct variant", "accepted", "result", title="Correct variants")
+        n_ok = 0
+        for variant, (ok, detail) in zip(selected_v, _run_all(selected_v, accepted, args.jobs)):
+            failures += not ok
+            n_ok += ok
+            table.add_row(str(variant.part), variant.exercise, variant.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:70])
+        console.print(table)
+        console.print(f"{n_ok}/{len(selected_v)} planted correct variants accepted")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
