@@ -24,7 +24,7 @@ __all__ = ["Exercise", "EXERCISES", "PARTS", "UnknownExerciseError", "get_exerci
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
 PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache)
 
-PARTS: dict[int, str] = {number: module.TITLE for number, module in enumerate(PART_MODULES, start=1)}
+PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
 
 EXERCISES: tuple[Exercise, ...] = tuple(exercise for module in PART_MODULES for exercise in module.EXERCISES)
 

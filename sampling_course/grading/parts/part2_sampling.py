@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, exercise
 
+PART = 2
 TITLE = "Sampling"
 
 EXERCISES: tuple[Exercise, ...] = (

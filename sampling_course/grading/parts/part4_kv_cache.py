@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, exercise
 
+PART = 4
 TITLE = "KV cache"
 
 EXERCISES: tuple[Exercise, ...] = (
