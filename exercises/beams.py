@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: eca1787cc480234eff758fb1cf6611fc3d73c9c92580337c7f3b61c785748dfe
+# stub-checksum: 8cfc238c1c34a6cba48a3126560c53a73a877622152ee43dba2ae5558a03841a
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -66,6 +66,7 @@ class Beams:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    @property
     def logprobs_and_completions(self) -> list[tuple[float, str]]:
         """(summed log-probability, decoded text) for every beam, in order."""
         return [
@@ -106,7 +107,7 @@ class Beams:
     def print(self, title: str = "Best completions", max_print_chars: int = 80) -> None:
         """Show the beams as a table; long completions keep their start and end."""
         table = Table("logprob sum", "completion", title=title)
-        for logprob, text in self.logprobs_and_completions():
+        for logprob, text in self.logprobs_and_completions:
             text = repr(text)
             if len(text) > max_print_chars:
                 half = (max_print_chars - 5) // 2

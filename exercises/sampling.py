@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 9a55cf98307d9b2d9e8e5c8f10556707f7ed7a71ceb1ab4e34391bef7cc464c6
+# stub-checksum: 270b0840304e1356d623fe93dc6566a65f3139c1e6696939c021cb6195e119b6
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -8,6 +8,9 @@ A model gives logits for the next token; a decoding method turns them into a cho
 each method is a small static function you can test on hand-made logits:
 
     logits -> temperature -> frequency penalty -> top-k or top-p -> draw a token
+
+Each method takes one position's logits, shape ``(d_vocab,)``, and returns the chosen
+token id as a Python ``int``. (Part 5 batches the same ideas over many sequences.)
 
 Part 3 adds ``beam_search`` and part 4 passes a KV cache through both loops.
 """
@@ -45,8 +48,13 @@ class TransformerSampler:
         ``kwargs`` go to ``sample_next_token`` (temperature, top_k, top_p,
         frequency_penalty); ``seed`` seeds torch's generator once, before the first token.
         Returns the prompt plus the continuation, decoded (including a final EOS if one
-        was generated). With ``kv_cache`` (an empty ``KeyValueCache``), each step runs
-        only the newest token through the model.
+        was generated). ``verbose=True`` prints the text as it grows.
+
+        With ``kv_cache`` (an empty ``KeyValueCache``), each step runs only the newest
+        token through the model. A cache cannot slide past the model's n_ctx (its keys
+        were computed at their positions), so then the prompt plus the generated tokens
+        must fit in n_ctx: the cache raises a ValueError that says so. Without a cache the
+        model simply sees the last n_ctx tokens at every step.
         """
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty string")
@@ -66,6 +74,9 @@ class TransformerSampler:
             else:
                 # Hint: pass the whole sequence; the cache knows which positions are new.
                 raise NotImplementedError()
+            raise NotImplementedError()
+            if verbose:  # show the text as it grows
+                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)
             raise NotImplementedError()
         if verbose:
             print()
@@ -98,12 +109,12 @@ class TransformerSampler:
         raise NotImplementedError()
 
     @staticmethod
-    def greedy_search(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
+    def greedy_search(logits: Float[Tensor, "d_vocab"]) -> int:
         """The most likely token (the first one, if several tie)."""
         raise NotImplementedError()
 
     @staticmethod
-    def apply_temperature(logits: Float[Tensor, "... d_vocab"], temperature: float) -> Float[Tensor, "... d_vocab"]:
+    def apply_temperature(logits: Float[Tensor, "d_vocab"], temperature: float) -> Float[Tensor, "d_vocab"]:
         """Divide the logits by the temperature: below 1 sharpens, above 1 flattens."""
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 here (use greedy_search for 0), got {temperature!r}")
@@ -111,28 +122,26 @@ class TransformerSampler:
 
     @staticmethod
     def apply_frequency_penalty(
-        input_ids: Int[Tensor, "seq_len"], logits: Float[Tensor, "... d_vocab"], freq_penalty: float
-    ) -> Float[Tensor, "... d_vocab"]:
+        input_ids: Int[Tensor, "seq_len"], logits: Float[Tensor, "d_vocab"], freq_penalty: float
+    ) -> Float[Tensor, "d_vocab"]:
         """Subtract ``freq_penalty`` once for every occurrence of each token in ``input_ids``."""
         # Hint: torch.bincount counts every token id in one call.
         raise NotImplementedError()
 
     @staticmethod
-    def sample_basic(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
-        """Draw one token from softmax(logits), independently for every leading index."""
+    def sample_basic(logits: Float[Tensor, "d_vocab"]) -> int:
+        """Draw one token from softmax(logits)."""
         raise NotImplementedError()
 
     @staticmethod
-    def sample_top_k(logits: Float[Tensor, "... d_vocab"], k: int) -> Int[Tensor, "..."]:
+    def sample_top_k(logits: Float[Tensor, "d_vocab"], k: int) -> int:
         """Draw from the ``k`` most likely tokens only, renormalised."""
         if not 1 <= k <= logits.shape[-1]:
             raise ValueError(f"k must be between 1 and d_vocab={logits.shape[-1]}, got {k!r}")
         raise NotImplementedError()
 
     @staticmethod
-    def sample_top_p(
-        logits: Float[Tensor, "... d_vocab"], top_p: float, min_tokens_to_keep: int = 1
-    ) -> Int[Tensor, "..."]:
+    def sample_top_p(logits: Float[Tensor, "d_vocab"], top_p: float, min_tokens_to_keep: int = 1) -> int:
         """Nucleus sampling: draw from the smallest set of top tokens whose probability is >= top_p.
 
         The cutoff is inclusive: the token that takes the running total to ``top_p`` or
@@ -184,6 +193,8 @@ class TransformerSampler:
             )
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
+        for _ in tqdm(range(max_new_tokens), desc="beam search", leave=False):
+            raise NotImplementedError()
         raise NotImplementedError()
 
 

@@ -63,6 +63,7 @@ class Beams:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    @property
     def logprobs_and_completions(self) -> list[tuple[float, str]]:
         """(summed log-probability, decoded text) for every beam, in order."""
         return [
@@ -139,7 +140,7 @@ class Beams:
     def print(self, title: str = "Best completions", max_print_chars: int = 80) -> None:
         """Show the beams as a table; long completions keep their start and end."""
         table = Table("logprob sum", "completion", title=title)
-        for logprob, text in self.logprobs_and_completions():
+        for logprob, text in self.logprobs_and_completions:
             text = repr(text)
             if len(text) > max_print_chars:
                 half = (max_print_chars - 5) // 2

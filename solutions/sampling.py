@@ -6,6 +6,9 @@ each method is a small static function you can test on hand-made logits:
 
     logits -> temperature -> frequency penalty -> top-k or top-p -> draw a token
 
+Each method takes one position's logits, shape ``(d_vocab,)``, and returns the chosen
+token id as a Python ``int``. (Part 5 batches the same ideas over many sequences.)
+
 Part 3 adds ``beam_search`` and part 4 passes a KV cache through both loops.
 """
 
@@ -42,8 +45,13 @@ class TransformerSampler:
         ``kwargs`` go to ``sample_next_token`` (temperature, top_k, top_p,
         frequency_penalty); ``seed`` seeds torch's generator once, before the first token.
         Returns the prompt plus the continuation, decoded (including a final EOS if one
-        was generated). With ``kv_cache`` (an empty ``KeyValueCache``), each step runs
-        only the newest token through the model.
+        was generated). ``verbose=True`` prints the text as it grows.
+
+        With ``kv_cache`` (an empty ``KeyValueCache``), each step runs only the newest
+        token through the model. A cache cannot slide past the model's n_ctx (its keys
+        were computed at their positions), so then the prompt plus the generated tokens
+        must fit in n_ctx: the cache raises a ValueError that says so. Without a cache the
+        model simply sees the last n_ctx tokens at every step.
         """
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty string")
@@ -72,8 +80,10 @@ class TransformerSampler:
             ### BEGIN SOLUTION
             next_token = self.sample_next_token(input_ids, logits, **kwargs)
             input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])
-            if verbose:
-                print(self.tokenizer.decode(next_token), end="", flush=True)
+            ### END SOLUTION
+            if verbose:  # show the text as it grows
+                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)
+            ### BEGIN SOLUTION
             # Stop after, not before, the end-of-text token: it is part of the output.
             if next_token == self.tokenizer.eos_token_id:
                 break
@@ -120,14 +130,14 @@ class TransformerSampler:
         ### END SOLUTION
 
     @staticmethod
-    def greedy_search(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
+    def greedy_search(logits: Float[Tensor, "d_vocab"]) -> int:
         """The most likely token (the first one, if several tie)."""
         ### BEGIN SOLUTION
-        return logits.argmax(dim=-1)
+        return int(logits.argmax())
         ### END SOLUTION
 
     @staticmethod
-    def apply_temperature(logits: Float[Tensor, "... d_vocab"], temperature: float) -> Float[Tensor, "... d_vocab"]:
+    def apply_temperature(logits: Float[Tensor, "d_vocab"], temperature: float) -> Float[Tensor, "d_vocab"]:
         """Divide the logits by the temperature: below 1 sharpens, above 1 flattens."""
         if not temperature > 0:
             raise ValueError(f"temperature must be > 0 here (use greedy_search for 0), got {temperature!r}")
@@ -137,8 +147,8 @@ class TransformerSampler:
 
     @staticmethod
     def apply_frequency_penalty(
-        input_ids: Int[Tensor, "seq_len"], logits: Float[Tensor, "... d_vocab"], freq_penalty: float
-    ) -> Float[Tensor, "... d_vocab"]:
+        input_ids: Int[Tensor, "seq_len"], logits: Float[Tensor, "d_vocab"], freq_penalty: float
+    ) -> Float[Tensor, "d_vocab"]:
         """Subtract ``freq_penalty`` once for every occurrence of each token in ``input_ids``."""
         ### BEGIN SOLUTION
         # Hint: torch.bincount counts every token id in one call.
@@ -147,31 +157,26 @@ class TransformerSampler:
         ### END SOLUTION
 
     @staticmethod
-    def sample_basic(logits: Float[Tensor, "... d_vocab"]) -> Int[Tensor, "..."]:
-        """Draw one token from softmax(logits), independently for every leading index."""
+    def sample_basic(logits: Float[Tensor, "d_vocab"]) -> int:
+        """Draw one token from softmax(logits)."""
         ### BEGIN SOLUTION
         probs = logits.softmax(dim=-1)
-        # multinomial wants 1-D or 2-D input: flatten the leading dimensions, then restore them.
-        draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)
-        return draws.reshape(logits.shape[:-1])
+        return int(torch.multinomial(probs, num_samples=1))
         ### END SOLUTION
 
     @staticmethod
-    def sample_top_k(logits: Float[Tensor, "... d_vocab"], k: int) -> Int[Tensor, "..."]:
+    def sample_top_k(logits: Float[Tensor, "d_vocab"], k: int) -> int:
         """Draw from the ``k`` most likely tokens only, renormalised."""
         if not 1 <= k <= logits.shape[-1]:
             raise ValueError(f"k must be between 1 and d_vocab={logits.shape[-1]}, got {k!r}")
         ### BEGIN SOLUTION
-        top_logits, top_tokens = logits.topk(k, dim=-1)
+        top_logits, top_tokens = logits.topk(k)
         # Sampling from the kept logits renormalises them: no need to leave log space.
-        choice = TransformerSampler.sample_basic(top_logits)
-        return top_tokens.gather(-1, choice[..., None])[..., 0]
+        return int(top_tokens[TransformerSampler.sample_basic(top_logits)])
         ### END SOLUTION
 
     @staticmethod
-    def sample_top_p(
-        logits: Float[Tensor, "... d_vocab"], top_p: float, min_tokens_to_keep: int = 1
-    ) -> Int[Tensor, "..."]:
+    def sample_top_p(logits: Float[Tensor, "d_vocab"], top_p: float, min_tokens_to_keep: int = 1) -> int:
         """Nucleus sampling: draw from the smallest set of top tokens whose probability is >= top_p.
 
         The cutoff is inclusive: the token that takes the running total to ``top_p`` or
@@ -183,13 +188,14 @@ class TransformerSampler:
             raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep!r}")
         ### BEGIN SOLUTION
         # Hint: keep a token when the probability of the tokens ranked above it is still < top_p.
-        sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)
+        sorted_logits, sorted_tokens = logits.sort(descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
         mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs
         keep = mass_above < top_p
-        keep[..., :min_tokens_to_keep] = True
-        choice = TransformerSampler.sample_basic(sorted_logits.masked_fill(~keep, float("-inf")))
-        return sorted_tokens.gather(-1, choice[..., None])[..., 0]
+        keep[:min_tokens_to_keep] = True
+        # The mass above a token only grows down the sorted list, so the kept tokens are a prefix.
+        n_kept = int(keep.sum())
+        return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])
         ### END SOLUTION
 
     @torch.inference_mode()
@@ -231,15 +237,17 @@ class TransformerSampler:
             )
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
         finished: list[tuple[float, str]] = []
-        ### BEGIN SOLUTION
         for _ in tqdm(range(max_new_tokens), desc="beam search", leave=False):
+            ### BEGIN SOLUTION
             beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)
             beams, terminated = beams.filter(k=num_beams)
-            finished.extend(terminated.logprobs_and_completions())
+            finished.extend(terminated.logprobs_and_completions)
             if len(finished) >= num_return_sequences:
-                return finished[:num_return_sequences]
-        finished.extend(beams.logprobs_and_completions())
-        return finished[:num_return_sequences]
+                break
+            ### END SOLUTION
+        ### BEGIN SOLUTION
+        # Finished beams first, in the order they finished; then the best unfinished ones.
+        return (finished + beams.logprobs_and_completions)[:num_return_sequences]
         ### END SOLUTION
 
 

@@ -81,7 +81,7 @@ def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Ten
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from the reference.\n{m}")
+    assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from the reference.\n{m}")
 
 
 def assert_cache_shape(KVC, cache, cfg, batch: int, seq_len: int, what: str) -> None:
@@ -245,10 +245,13 @@ def test_a_cache_that_is_not_a_keyvaluecache_raises(KVC, demo, reference):
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.exercise("apply_causal_mask")
 @pytest.mark.exercise("cached_forward")
 def test_causal_mask_is_shifted_for_cached_keys(demo):
-    """With 3 new queries after 2 cached keys, query i sees keys 0..2+i; masked scores are exactly IGNORE."""
+    """With 3 new queries after 2 cached keys, query i sees keys 0..2+i; masked scores are exactly IGNORE.
+
+    Part 1 only ever needs square scores; with a cache the queries are the last positions
+    of the keys, so apply_causal_mask must shift the mask (graded here, with the cached forward).
+    """
     attn = demo.blocks[0].attn
     scores = torch.zeros(1, 1, 3, 5)
     masked = attn.apply_causal_mask(scores)[0, 0]
@@ -356,12 +359,15 @@ def test_cached_greedy_matches_hf_and_uncached(KVC, sampler, reference, prompt):
 
 @pytest.mark.exercise("cached_sample")
 @pytest.mark.parametrize("prompt", PROMPTS[:2])
-def test_cached_seeded_sampling_matches_hf(KVC, sampler, reference, seed, prompt):
-    """With the same seed, cached sample(temperature=1) draws HF generate(do_sample=True, top_k=0)'s tokens."""
+def test_cached_seeded_sampling_matches_uncached(KVC, sampler, reference, seed, prompt):
+    """With the same seed, cached sample(temperature=1) draws the same tokens as uncached sample.
+
+    The draws come from your own sample_next_token either way, so any correct way of drawing
+    passes; only the logits (cached or not) may differ, and they must not.
+    """
     cached = sampler.sample(prompt, 30, seed=seed, kv_cache=KVC.new_empty(reference.cfg))
-    torch.manual_seed(seed)
-    expected = hf_generate_text(reference, prompt, 30, do_sample=True, top_k=0, top_p=1.0, temperature=1.0)
-    assert cached == expected, "cached seeded sampling differs from Hugging Face's with the same seed"
+    expected = sampler.sample(prompt, 30, seed=seed)
+    assert cached == expected, "cached seeded sampling differs from uncached sampling with the same seed"
 
 
 @pytest.mark.exercise("cached_sample")

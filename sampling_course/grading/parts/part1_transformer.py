@@ -44,10 +44,10 @@ EXERCISES: tuple[Exercise, ...] = (
         "Hide every key that lies after its query by writing IGNORE into its attention score.",
         "Score [q, k] must be hidden exactly when key k is in the future of query q. A token "
         "may attend to itself, so the diagonal stays visible and no row is ever fully masked.",
-        "Build a boolean (query_pos, key_pos) mask with torch.triu(..., diagonal=...) on the scores' "
-        "device and apply it with masked_fill(mask, self.IGNORE). The queries are the last "
-        "query_pos of the key_pos positions (earlier keys may come from a cache), so the diagonal "
-        "offset is key_pos - query_pos + 1, which is 1 without a cache.",
+        "Build a boolean (query_pos, key_pos) mask with torch.triu(..., diagonal=1) on the scores' "
+        "device and apply it with masked_fill(mask, self.IGNORE). Here the scores are square. "
+        "(In part 4 a cache supplies earlier keys, the queries become the last query_pos of the "
+        "key_pos positions, and the diagonal shifts to key_pos - query_pos + 1.)",
         "query_pos, key_pos = attn_scores.shape[-2:]\n"
         "future = torch.triu(torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n"
         "                    diagonal=key_pos - query_pos + 1)\n"

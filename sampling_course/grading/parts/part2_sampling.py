@@ -10,23 +10,22 @@ TITLE = "Sampling"
 EXERCISES: tuple[Exercise, ...] = (
     exercise(
         "greedy_search", 2, "sampling", "TransformerSampler.greedy_search",
-        "Pick the most likely next token.",
+        "Pick the most likely next token from one position's logits; return it as an int.",
         "Greedy decoding has no randomness. Softmax keeps the order of the logits, so you do "
         "not need probabilities at all.",
-        "Take the argmax over the last (vocabulary) dimension, so that any leading batch "
-        "dimensions are kept. On ties argmax returns the first index, as Hugging Face does.",
-        "return logits.argmax(dim=-1)",
+        "Take the argmax of the (d_vocab,) logits and turn the 0-d tensor into a Python int "
+        "(int(...) or .item()). On ties argmax returns the first index, as Hugging Face does.",
+        "return int(logits.argmax())",
     ),
     exercise(
         "sample_basic", 2, "sampling", "TransformerSampler.sample_basic",
-        "Draw one token at random from softmax(logits), for every leading index.",
+        "Draw one token at random from softmax(logits); return it as an int.",
         "Turn the logits into probabilities over the vocabulary, then draw one index according to them.",
-        "Use torch.multinomial(probs, num_samples=1): it is the draw Hugging Face makes, so with "
-        "the same seed you get the same tokens. It takes 1-D or 2-D input only, so flatten the "
-        "leading dimensions first and restore them afterwards.",
+        "torch.multinomial(probs, num_samples=1) draws an index with those probabilities (it is "
+        "the draw Hugging Face makes); torch.distributions.Categorical(logits=logits).sample() "
+        "works as well. Return a Python int.",
         "probs = logits.softmax(dim=-1)\n"
-        "draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)\n"
-        "return draws.reshape(logits.shape[:-1])",
+        "return int(torch.multinomial(probs, num_samples=1))",
     ),
     exercise(
         "apply_temperature", 2, "sampling", "TransformerSampler.apply_temperature",
@@ -53,12 +52,11 @@ EXERCISES: tuple[Exercise, ...] = (
         "Draw the next token from the k most likely tokens only, renormalised.",
         "Keep the k largest logits, sample among them, then translate the position you drew "
         "back into a vocabulary id.",
-        "logits.topk(k, dim=-1) returns the values and their token ids. Sampling from the kept "
-        "logits with sample_basic renormalises them for you; gather the chosen id from the "
-        "indices.",
-        "top_logits, top_tokens = logits.topk(k, dim=-1)\n"
-        "choice = TransformerSampler.sample_basic(top_logits)\n"
-        "return top_tokens.gather(-1, choice[..., None])[..., 0]",
+        "logits.topk(k) returns the values and their token ids. Sampling from the kept logits "
+        "with sample_basic renormalises them for you; it gives a position among the k, so look "
+        "up the token id at that position.",
+        "top_logits, top_tokens = logits.topk(k)\n"
+        "return int(top_tokens[TransformerSampler.sample_basic(top_logits)])",
     ),
     exercise(
         "sample_top_p", 2, "sampling", "TransformerSampler.sample_top_p",
@@ -69,12 +67,12 @@ EXERCISES: tuple[Exercise, ...] = (
         "kept. Equivalently, keep a token when the probability of the tokens ranked above it "
         "(cumsum minus its own probability) is still < top_p. Always keep at least "
         "min_tokens_to_keep tokens, and map the sorted position you draw back to a token id.",
-        "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)\n"
+        "sorted_logits, sorted_tokens = logits.sort(descending=True)\n"
         "probs = sorted_logits.softmax(dim=-1)\n"
         "keep = probs.cumsum(dim=-1) - probs < top_p\n"
-        "keep[..., :min_tokens_to_keep] = True\n"
+        "keep[:min_tokens_to_keep] = True\n"
         'choice = TransformerSampler.sample_basic(sorted_logits.masked_fill(~keep, float("-inf")))\n'
-        "return sorted_tokens.gather(-1, choice[..., None])[..., 0]",
+        "return int(sorted_tokens[choice])",
     ),
     exercise(
         "sample_next_token", 2, "sampling", "TransformerSampler.sample_next_token",
@@ -110,8 +108,8 @@ EXERCISES: tuple[Exercise, ...] = (
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the named test file catches it.
 MISTAKES: list[Mistake] = [
-    Mistake(2, "greedy argmax over the wrong dimension", "sampling.py",
-            "return logits.argmax(dim=-1)", "return logits.argmax(dim=0)", "test_sampling.py"),
+    Mistake(2, "greedy takes the least likely token", "sampling.py",
+            "return int(logits.argmax())", "return int(logits.argmin())", "test_sampling.py"),
     Mistake(2, "temperature multiplied instead of divided", "sampling.py",
             "return logits / temperature", "return logits * temperature", "test_sampling.py"),
     Mistake(2, "presence penalty (once per distinct token) instead of frequency penalty", "sampling.py",
@@ -121,28 +119,29 @@ MISTAKES: list[Mistake] = [
             "return logits - freq_penalty * counts.to(logits.dtype)",
             "return logits + freq_penalty * counts.to(logits.dtype)", "test_sampling.py"),
     Mistake(2, "sample_basic returns the argmax", "sampling.py",
-            "draws = torch.multinomial(probs.reshape(-1, probs.shape[-1]), num_samples=1)",
-            "draws = probs.reshape(-1, probs.shape[-1]).argmax(dim=-1, keepdim=True)", "test_sampling.py"),
-    Mistake(2, "sample_basic softmax over the batch dimension", "sampling.py",
-            "probs = logits.softmax(dim=-1)\n        # multinomial",
-            "probs = logits.softmax(dim=0)\n        # multinomial", "test_sampling.py"),
+            "return int(torch.multinomial(probs, num_samples=1))", "return int(probs.argmax())", "test_sampling.py"),
+    Mistake(2, "sample_basic draws uniformly", "sampling.py",
+            "return int(torch.multinomial(probs, num_samples=1))",
+            "return int(torch.multinomial(torch.ones_like(probs), num_samples=1))", "test_sampling.py"),
     Mistake(2, "top-k from k-1 tokens", "sampling.py",
-            "top_logits, top_tokens = logits.topk(k, dim=-1)",
-            "top_logits, top_tokens = logits.topk(max(k - 1, 1), dim=-1)", "test_sampling.py"),
+            "top_logits, top_tokens = logits.topk(k)",
+            "top_logits, top_tokens = logits.topk(max(k - 1, 1))", "test_sampling.py"),
     Mistake(2, "top-k uniform over the top k", "sampling.py",
-            "choice = TransformerSampler.sample_basic(top_logits)",
-            "choice = TransformerSampler.sample_basic(torch.zeros_like(top_logits))", "test_sampling.py"),
+            "top_tokens[TransformerSampler.sample_basic(top_logits)]",
+            "top_tokens[TransformerSampler.sample_basic(torch.zeros_like(top_logits))]", "test_sampling.py"),
     Mistake(2, "top-k returns the rank instead of the token", "sampling.py",
-            "return top_tokens.gather(-1, choice[..., None])[..., 0]", "return choice", "test_sampling.py"),
+            "return int(top_tokens[TransformerSampler.sample_basic(top_logits)])",
+            "return TransformerSampler.sample_basic(top_logits)", "test_sampling.py"),
     Mistake(2, "top-p cutoff exclusive instead of inclusive", "sampling.py",
             "keep = mass_above < top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p", "test_sampling.py"),
     Mistake(2, "top-p ignores min_tokens_to_keep", "sampling.py",
-            "keep[..., :min_tokens_to_keep] = True", "keep[..., :1] = True", "test_sampling.py"),
+            "keep[:min_tokens_to_keep] = True", "keep[:1] = True", "test_sampling.py"),
     Mistake(2, "top-p sorts ascending", "sampling.py",
-            "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=True)",
-            "sorted_logits, sorted_tokens = logits.sort(dim=-1, descending=False)", "test_sampling.py"),
+            "sorted_logits, sorted_tokens = logits.sort(descending=True)",
+            "sorted_logits, sorted_tokens = logits.sort(descending=False)", "test_sampling.py"),
     Mistake(2, "top-p returns the rank instead of the token", "sampling.py",
-            "return sorted_tokens.gather(-1, choice[..., None])[..., 0]", "return choice", "test_sampling.py"),
+            "return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])",
+            "return TransformerSampler.sample_basic(sorted_logits[:n_kept])", "test_sampling.py"),
     Mistake(2, "frequency penalty applied before the temperature", "sampling.py",
             "        logits = TransformerSampler.apply_temperature(logits, temperature)\n"
             "        if frequency_penalty != 0.0:\n"

@@ -61,9 +61,9 @@ EXERCISES: tuple[Exercise, ...] = (
         "for _ in range(max_new_tokens):\n"
         "    beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)\n"
         "    beams, terminated = beams.filter(k=num_beams)\n"
-        "    finished.extend(terminated.logprobs_and_completions())\n"
+        "    finished.extend(terminated.logprobs_and_completions)\n"
         "    if len(finished) >= num_return_sequences: return finished[:num_return_sequences]\n"
-        "finished.extend(beams.logprobs_and_completions())\n"
+        "finished.extend(beams.logprobs_and_completions)\n"
         "return finished[:num_return_sequences]",
     ),
 )
@@ -106,11 +106,11 @@ MISTAKES: list[Mistake] = [
             "beams, terminated = beams.filter(k=num_beams)",
             "beams, terminated = beams.filter(k=num_return_sequences)", "test_beams.py"),
     Mistake(3, "beam_search drops finished beams", "sampling.py",
-            "finished.extend(terminated.logprobs_and_completions())", "pass", "test_beams.py"),
+            "finished.extend(terminated.logprobs_and_completions)", "pass", "test_beams.py"),
     Mistake(3, "beam_search never returns early", "sampling.py",
-            "if len(finished) >= num_return_sequences:\n                return finished[:num_return_sequences]",
-            "if False:\n                return finished[:num_return_sequences]", "test_beams.py"),
+            "if len(finished) >= num_return_sequences:\n                break",
+            "if False:\n                break", "test_beams.py"),
     Mistake(3, "beam_search puts live beams before finished ones", "sampling.py",
-            "finished.extend(beams.logprobs_and_completions())\n        return finished[:num_return_sequences]",
-            "return (beams.logprobs_and_completions() + finished)[:num_return_sequences]", "test_beams.py"),
+            "return (finished + beams.logprobs_and_completions)[:num_return_sequences]",
+            "return (beams.logprobs_and_completions + finished)[:num_return_sequences]", "test_beams.py"),
 ]

@@ -28,8 +28,10 @@ EXERCISES: tuple[Exercise, ...] = (
         "positional embedding must start at the cache's seq_len, not at 0.",
         "In every layer the queries come from the new positions only, while the keys and values "
         "are the cached ones followed by the new ones (concatenate along the position "
-        "dimension). The mask is then rectangular; apply_causal_mask's key_pos - query_pos + 1 "
-        "offset already handles it. Return each layer's full keys and values as the new cache.",
+        "dimension). The scores are then rectangular (query_pos < key_pos) and the queries are "
+        "the last positions, so query i may see keys up to i + key_pos - query_pos: if your "
+        "part-1 apply_causal_mask assumed square scores, shift it now (torch.triu's diagonal "
+        "argument). Return each layer's full keys and values as the new cache.",
         "past = kv_cache.seq_len\n"
         "new = tokens[:, past:]\n"
         "residual = self.embed(new) + self.pos_embed(new, offset=past)\n"
