@@ -81,7 +81,7 @@ def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Ten
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
-    assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from the reference.\n{m}")
+    torch.testing.assert_close(actual, expected, **TOL, check_dtype=False, msg=lambda m: f"{what} differs from the reference.\n{m}")
 
 
 def assert_cache_shape(KVC, cache, cfg, batch: int, seq_len: int, what: str) -> None:
