@@ -51,21 +51,15 @@ def plot_top_tokens(ax, probs: Tensor, tokenizer, ids: Tensor | None = None, top
 
 
 @torch.inference_mode()
-def empirical_probs(draw: Callable[[Tensor], Tensor], logits: Tensor, n: int = 4000, chunk: int = 500) -> Tensor:
+def empirical_probs(draw: Callable[[Tensor], int], logits: Tensor, n: int = 4000) -> Tensor:
     """How often each token comes out of ``draw`` in ``n`` draws from the same ``logits``.
 
-    ``draw`` takes ``(batch, d_vocab)`` logits and returns ``(batch,)`` token ids, e.g.
-    ``lambda l: TransformerSampler.sample_top_k(l, 5)``. Draws are made ``chunk`` rows at a
-    time so that a 50k vocabulary stays small in memory.
+    ``draw`` takes one position's ``(d_vocab,)`` logits and returns one token id (an int),
+    e.g. ``lambda l: TransformerSampler.sample_top_k(l, 5)``; it gets a fresh copy each
+    time, so a draw that edits its input in place does not disturb the next one.
     """
-    counts = torch.zeros(logits.shape[-1], dtype=torch.long)
-    done = 0
-    while done < n:
-        rows = min(chunk, n - done)
-        drawn = draw(logits.expand(rows, -1)).reshape(-1).cpu()
-        counts += torch.bincount(drawn, minlength=logits.shape[-1])
-        done += rows
-    return counts.float() / n
+    drawn = torch.tensor([int(draw(logits.clone())) for _ in range(n)])
+    return torch.bincount(drawn, minlength=logits.shape[-1]).float() / n
 
 
 @torch.inference_mode()
