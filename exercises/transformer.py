@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 78e6a8de1eba5cff7515993256b0a7d45a8108d3e1706dd7e5e13e2a3d5fe1ab
+# stub-checksum: 89d8fbf741bff71f465bc07ddb83e3fd46b99ce1101ff98ce5968e95b2e1b33e
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -29,7 +29,10 @@ from torch import Tensor
 from sampling_course.config import Config
 
 # Written into masked attention scores. Large and negative rather than -inf, so that
-# softmax never sees a row of -inf (which would give NaN) and the value survives fp16.
+# softmax never sees a row of -inf (which would give NaN). It stays finite in float32 and
+# bfloat16 (-99840), but not in float16, whose largest magnitude is 65504: a model cast to
+# fp16 turns this buffer into -inf. That is harmless while every row keeps a visible key,
+# as a causal mask's rows do; torch.finfo(dtype).min is finite in every dtype.
 IGNORE = -1e5
 
 

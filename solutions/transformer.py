@@ -26,7 +26,10 @@ from torch import Tensor
 from sampling_course.config import Config
 
 # Written into masked attention scores. Large and negative rather than -inf, so that
-# softmax never sees a row of -inf (which would give NaN) and the value survives fp16.
+# softmax never sees a row of -inf (which would give NaN). It stays finite in float32 and
+# bfloat16 (-99840), but not in float16, whose largest magnitude is 65504: a model cast to
+# fp16 turns this buffer into -inf. That is harmless while every row keeps a visible key,
+# as a causal mask's rows do; torch.finfo(dtype).min is finite in every dtype.
 IGNORE = -1e5
 
 
