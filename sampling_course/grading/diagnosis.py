@@ -25,10 +25,11 @@ whose next-token logits are a lookup table (the offline tiny tokenizer decodes t
 on hand-made beams and toy models, part 4 on a small random ``DemoTransformer`` behind a
 wrapper that records what the cache held at every call. Probes never load a reference model.
 
-Planted outputs. Each mistake is planted into a private copy of ``solutions/`` imported under
-a unique package name (its directory is on ``sys.path`` only while it is imported, and its
-modules leave ``sys.modules`` afterwards); its probe output, and the solution's own, are
-cached for the rest of the process, since the solutions do not change during a session.
+Planted outputs. Each mistake is planted into a private copy of ``solutions/``, imported
+from memory under a unique package name (nothing is written to disk; an unchanged module
+compiles once per process, and the copy's modules leave ``sys.modules`` afterwards). Its
+probe output, and the solution's own, are cached for the rest of the process, since the
+solutions do not change during a session.
 
 Matching. Outputs match when they have the same structure and every leaf agrees: tensors of
 the same shape within ``rtol=1e-4, atol=1e-5`` (integer and boolean tensors exactly), floats
@@ -62,17 +63,16 @@ stopped and named nothing.
 from __future__ import annotations
 
 import ast
-import atexit
 import contextlib
 import importlib
+import importlib.abc
+import importlib.util
 import io
 import itertools
 import math
 import os
-import shutil
 import sys
 import sysconfig
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -89,13 +89,11 @@ from sampling_course.grading.course import EXERCISES, get_exercise
 from sampling_course.grading.mistakes import MISTAKES, REPO
 
 __all__ = [
-    "PROBES", "Frequencies", "Raised", "coverage", "describe_match", "draws_for", "exercises_of",
+    "PROBES", "Distribution", "Frequencies", "Raised", "coverage", "describe_match", "draws_for", "exercises_of",
     "explain", "mistake_target", "mistakes_of", "name_mistake", "planted", "same",
 ]
 
 SOLUTIONS = REPO / "solutions"
-# The modules a probe may use; every implementation package has them.
-MODULES = ("transformer", "sampling", "beams")
 RTOL, ATOL = 1e-4, 1e-5
 # The probability of naming a mistake wrongly (and of missing one) per frequency setting.
 FALSE_MATCH = 1e-6
@@ -108,25 +106,22 @@ TIME_LIMIT_S = 5.0
 # ---------------------------------------------------------------------------------------
 
 
-def _qualname_at(source: str, first: int, last: int) -> str | None:
-    """The qualified name of the innermost function or class spanning lines first..last."""
-    found: list[str] = []
+@lru_cache(maxsize=None)
+def _spans(file: str) -> tuple[tuple[str, int, int], ...]:
+    """(qualified name, first line, last line) of every function and class in ``solutions/<file>``."""
+    spans: list[tuple[str, int, int]] = []
 
-    def visit(node: ast.AST, names: list[str]) -> None:
+    def visit(node: ast.AST, names: tuple[str, ...]) -> None:
         for child in ast.iter_child_nodes(node):
-            end = getattr(child, "end_lineno", None)
-            if end is None or child.lineno > last or end < first:
-                continue
             if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                start = min([child.lineno] + [d.lineno for d in child.decorator_list])
-                if start <= first and end >= last:
-                    found[:] = names + [child.name]
-                    visit(child, names + [child.name])
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                spans.append((".".join(names + (child.name,)), first, child.end_lineno or child.lineno))
+                visit(child, names + (child.name,))
             else:
                 visit(child, names)
 
-    visit(ast.parse(source), [])
-    return ".".join(found) or None
+    visit(ast.parse(_solution_source(file)), ())
+    return tuple(spans)
 
 
 @lru_cache(maxsize=None)
@@ -146,7 +141,9 @@ def mistake_target(mistake: Mistake) -> str | None:
     start = source.index(mistake.old)
     first = source.count("\n", 0, start) + 1
     last = source.count("\n", 0, start + len(mistake.old) - 1) + 1
-    return _qualname_at(source, first, last)
+    # The innermost (longest name) function or class that spans every line of the text.
+    holders = [name for name, a, b in _spans(mistake.file) if a <= first and last <= b]
+    return max(holders, key=lambda name: name.count("."), default=None)
 
 
 @lru_cache(maxsize=None)
@@ -330,13 +327,19 @@ def _exact_distribution(draw: Callable[[], Any], categories: int, tolerance: flo
     return Distribution(tuple(leaves.get(i, 0.0) for i in range(size)), tolerance)
 
 
+def _seed(seed: int) -> None:
+    """Seed torch's CPU generator (what the draws use); torch.manual_seed would also queue
+    seeding for every accelerator, which costs milliseconds per call on a CPU-only machine."""
+    torch.random.default_generator.manual_seed(seed)
+
+
 def _frequencies(draw: Callable[[], Any], categories: int, gap: float, seed: int) -> Frequencies | Distribution:
     """The learner's side: the frequency of every token over ``draws_for(gap, categories)``
     draws after ``torch.manual_seed(seed)``. Planted solutions: the exact distribution."""
     if _EXACT:
         return _exact_distribution(draw, categories, gap / 2)
     n = draws_for(gap, categories)
-    torch.manual_seed(seed)
+    _seed(seed)
     counts = Counter(_as_int(draw()) for _ in range(n))
     if min(counts) < 0:
         raise ValueError("a negative token id")
@@ -592,16 +595,17 @@ def _words() -> tuple[int, ...]:
 
 
 class _ToyLM(torch.nn.Module):
-    """A toy language model: logits = table[last token] + by_position[position].
+    """A toy language model: logits = table[row_of[last token]] + by_position[position].
 
     The next token depends on the token before it and on where it sits, so feeding the
     model the wrong window shows. It records the longest input it was given.
     """
 
-    def __init__(self, cfg: Config, table: torch.Tensor, by_position: torch.Tensor | None = None):
+    def __init__(self, cfg: Config, table: torch.Tensor, row_of: torch.Tensor, by_position: torch.Tensor | None = None):
         super().__init__()
         self.cfg = cfg
         self.register_buffer("table", table)
+        self.register_buffer("row_of", row_of)
         self.register_buffer("by_position", by_position if by_position is not None else torch.zeros(64, table.shape[1]))
         self.longest_input = 0
 
@@ -609,22 +613,26 @@ class _ToyLM(torch.nn.Module):
         if kv_cache is not None:
             raise TypeError("the probe's toy model runs without a cache")
         self.longest_input = max(self.longest_input, tokens.shape[1])
-        # embedding(), not table[tokens]: a lookup, where advanced indexing of a large table is slow.
-        return torch.nn.functional.embedding(tokens, self.table) + self.by_position[: tokens.shape[1]]
+        rows = self.row_of.index_select(0, tokens.flatten()).view_as(tokens)
+        return torch.nn.functional.embedding(rows, self.table) + self.by_position[: tokens.shape[1]]
 
 
-def _word_table(g: torch.Generator, std: float = 2.0, rows: dict[int, dict[int, float]] | None = None) -> torch.Tensor:
-    """A (d_vocab, d_vocab) table: every row random over the words (no ties), -40 elsewhere;
-    ``rows`` gives some rows as explicit probabilities instead."""
-    tok, words = _tokenizer(), torch.tensor(_words())
-    vocab = len(tok)
-    table = torch.full((vocab, vocab), -40.0)
-    table[:, words] = _randn(g, vocab, len(words), std=std)
+def _word_table(g: torch.Generator, std: float = 2.0,
+                rows: dict[int, dict[int, float]] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(table, row_of)`` for a ``_ToyLM``: a row for every word, one for end-of-text and one
+    for any other token, each random over the words (so no ties) and -40 elsewhere; ``rows``
+    gives some rows as explicit probabilities instead."""
+    tok, words = _tokenizer(), _words()
+    ids = list(words) + [tok.eos_token_id]
+    row_of = torch.full((len(tok),), len(ids), dtype=torch.long)
+    row_of[ids] = torch.arange(len(ids))
+    table = torch.full((len(ids) + 1, len(tok)), -40.0)
+    table[:, list(words)] = _randn(g, len(ids) + 1, len(words), std=std)
     for last, row in (rows or {}).items():
-        table[last] = -40.0
+        table[row_of[last]] = -40.0
         for nxt, p in row.items():
-            table[last, nxt] = math.log(p)
-    return table
+            table[row_of[last], nxt] = math.log(p)
+    return table, row_of
 
 
 @_probe("sample")
@@ -639,28 +647,28 @@ def _probe_sample(impl: _Impl) -> Any:
     # next tokens cycle w0 -> w1 -> w2 -> w0, so the penalty changes the path; a sampler that
     # drops top_k and the penalty follows the cycle (the favourite is 40 nats ahead).
     g = _gen(30)
-    table = _word_table(g, std=1.0)
+    table, row_of = _word_table(g, std=1.0)
     for i, w in enumerate(words):
-        table[w, words[(i + 1) % 3 if i < 3 else (i + 1) % len(words)]] = 40.0
-    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table)
+        table[row_of[w], words[(i + 1) % 3 if i < 3 else (i + 1) % len(words)]] = 40.0
+    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table, row_of)
     texts.append(sampler(model, tok).sample(prompt, max_tokens_generated=8, temperature=1.0, top_k=1,
                                             frequency_penalty=45.0, seed=0))
 
     # 2. Greedy, with end-of-text forced as the token after position 4: the loop must stop
     # right after it and keep it. 3. Greedy without end-of-text: exactly 3 new tokens.
-    table = _word_table(g)
+    table, row_of = _word_table(g)
     forced = torch.zeros(64, vocab)
     forced[4, eos] = 100.0
-    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table, forced)
+    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table, row_of, forced)
     texts.append(sampler(model, tok).sample(prompt, max_tokens_generated=8, temperature=0.0))
-    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table)
+    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=32), table, row_of)
     texts.append(sampler(model, tok).sample(prompt, max_tokens_generated=3, temperature=0.0))
 
     # 4. Greedy past n_ctx = 5, on a model whose logits depend on the position: the window
     # the model sees (the last n_ctx tokens) decides every token.
     by_position = torch.zeros(64, vocab)
     by_position[:, list(words)] = _randn(g, 64, len(words), std=2.0)
-    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=5), table, by_position)
+    model = _ToyLM(_cfg(d_vocab=vocab, n_ctx=5), table, row_of, by_position)
     texts.append(sampler(model, tok).sample(prompt, max_tokens_generated=8, temperature=0.0))
     return texts
 
@@ -676,15 +684,15 @@ def _beams_state(beams: Any) -> tuple[Any, Any]:
 def _probe_generate(impl: _Impl) -> Any:
     tok, words = _tokenizer(), _words()
     g = _gen(40)
-    table = _word_table(g)
+    table, row_of = _word_table(g)
     table += _randn(g, table.shape[0], 1, std=3.0)  # rows far from normalised: logits != log-probs
-    model = _ToyLM(_cfg(d_vocab=len(tok), n_ctx=32), table)
+    model = _ToyLM(_cfg(d_vocab=len(tok), n_ctx=32), table, row_of)
     beams_cls = impl.beams.Beams
     # Each beam holds the bigram (a, its favourite next token) and ends in a: blocking bigrams
     # must take the favourite out of its top k.
     rows = []
     for i, a in enumerate(words[:3]):
-        favourite = int(table[a].argmax())
+        favourite = int(table[row_of[a]].argmax())
         rows.append([a, favourite, words[10 + i], a])
     tokens = torch.tensor(rows)
     sums = torch.tensor([-1.0, -2.5, -0.5])
@@ -737,7 +745,7 @@ def _probe_beam_search(impl: _Impl) -> Any:
     cfg = _cfg(d_vocab=vocab, n_ctx=32)
 
     def run(rows: dict[int, dict[int, float]], **kwargs: Any) -> Any:
-        model = _ToyLM(cfg, _word_table(g, std=1.0, rows=rows))
+        model = _ToyLM(cfg, *_word_table(g, std=1.0, rows=rows))
         out = impl.sampling.TransformerSampler(model, tok).beam_search(tok.decode([a]), **kwargs)
         return [(float(lp), text) for lp, text in out], model.longest_input
 
@@ -824,54 +832,77 @@ def _probe_cached_beam_search(impl: _Impl) -> Any:
 # Running probes: planted copies of the solutions, the learner's package
 # ---------------------------------------------------------------------------------------
 
-_SCRATCH: Path | None = None
 _COUNTER = itertools.count()
 _NOTHING = object()  # a planted probe that failed: matches nothing
 _OUTPUTS: dict[tuple[str, Mistake | None], Any] = {}
 
 
-def _scratch() -> Path:
-    global _SCRATCH
-    if _SCRATCH is None:
-        _SCRATCH = Path(tempfile.mkdtemp(prefix="sampling-course-diagnosis-"))
-        atexit.register(shutil.rmtree, _SCRATCH, True)
-    return _SCRATCH
+@lru_cache(maxsize=None)
+def _solution_sources() -> dict[str, str]:
+    """Every module of ``solutions/`` by name (``"__init__"`` for the package itself)."""
+    return {path.stem: path.read_text() for path in sorted(SOLUTIONS.glob("*.py"))}
+
+
+@lru_cache(maxsize=256)
+def _compiled(source: str, filename: str) -> Any:
+    # Unchanged modules compile once per process, however many copies are planted.
+    return compile(source, filename, "exec", dont_inherit=True)
+
+
+class _PlantedPackages(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports planted copies of the solutions from memory: package name -> {module: source}."""
+
+    def __init__(self) -> None:
+        self.packages: dict[str, dict[str, str]] = {}
+        self.imported: dict[str, set[str]] = {}  # package -> the module names imported from it
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        package, _, module = fullname.partition(".")
+        sources = self.packages.get(package)
+        if sources is None or "." in module or (module or "__init__") not in sources:
+            return None
+        origin = str(SOLUTIONS / f"{module or '__init__'}.py")
+        return importlib.util.spec_from_loader(fullname, self, origin=origin, is_package=not module)
+
+    def create_module(self, spec: Any) -> None:
+        return None
+
+    def exec_module(self, module: Any) -> None:
+        package, _, name = module.__name__.partition(".")
+        filename = module.__spec__.origin
+        module.__file__ = filename
+        self.imported.setdefault(package, set()).add(module.__name__)
+        exec(_compiled(self.packages[package][name or "__init__"], filename), module.__dict__)
+
+
+_FINDER = _PlantedPackages()
 
 
 @contextlib.contextmanager
 def planted(change: Mistake | None = None) -> Iterator[str]:
-    """A copy of ``solutions/`` with ``change`` planted, imported under a unique name; yields that name.
+    """The solutions with ``change`` planted, importable under a unique package name inside the block.
 
-    The copy's directory is on ``sys.path`` only while its modules are imported; they leave
-    ``sys.modules`` when the block ends (the copy stays in a scratch directory removed at exit).
+    Nothing is copied to disk: the package is served from memory while the block runs,
+    and its modules leave ``sys.modules`` when it ends.
     """
-    root = _scratch()
+    sources = dict(_solution_sources())
+    if change is not None:
+        module = Path(change.file).stem
+        if sources.get(module, "").count(change.old) != 1:
+            raise ValueError(f"{change.name!r}: expected its text once in solutions/{change.file}")
+        sources[module] = sources[module].replace(change.old, change.new)
     name = f"_planted_solutions_{os.getpid()}_{next(_COUNTER)}"
-    package_dir = root / name
+    _FINDER.packages[name] = sources
+    if _FINDER not in sys.meta_path:
+        sys.meta_path.insert(0, _FINDER)
     try:
-        # Keep the bytecode: unchanged files (same size and mtime) import without compiling.
-        shutil.copytree(SOLUTIONS, package_dir)
-        if change is not None:
-            target = package_dir / change.file
-            source = target.read_text()
-            if source.count(change.old) != 1:
-                raise ValueError(f"{change.name!r}: expected its text once in solutions/{change.file}")
-            target.write_text(source.replace(change.old, change.new))
-        sys.path.insert(0, str(root))
-        try:
-            importlib.invalidate_caches()
-            importlib.import_module(name)
-            for module in MODULES:
-                if (package_dir / f"{module}.py").is_file():
-                    importlib.import_module(f"{name}.{module}")
-        finally:
-            sys.path.remove(str(root))
         yield name
     finally:
-        for key in [k for k in sys.modules if k == name or k.startswith(name + ".")]:
-            del sys.modules[key]
-        # The copy stays on disk until the process exits (the scratch directory goes then): deleting
-        # a few small files per plant would cost more than planting.
+        del _FINDER.packages[name]
+        for key in _FINDER.imported.pop(name, ()):
+            sys.modules.pop(key, None)
+        if not _FINDER.packages and _FINDER in sys.meta_path:
+            sys.meta_path.remove(_FINDER)
 
 
 @contextlib.contextmanager
@@ -889,7 +920,7 @@ def _quiet() -> Iterator[None]:
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad(), _terminal_like(), \
                 contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-            torch.manual_seed(0)
+            _seed(0)
             yield
     finally:
         torch.set_num_threads(threads)
