@@ -59,6 +59,9 @@ class Mistake:
     old: str  # text that must occur exactly once in that file
     new: str
     tests: str  # the test file expected to catch it
+    # What the mistake is, in plain words, read after "This matches a classic mistake: "
+    # when a learner's failing code behaves like it (see grading/diagnosis.py).
+    why: str = ""
 
 
 @dataclass(frozen=True)
