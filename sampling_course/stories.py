@@ -54,6 +54,9 @@ __all__ = [
     "parse_story",
     "prefix_logprob",
     "entropy_floor",
+    "heldout_stories",
+    "story_loss",
+    "HELDOUT_SEED",
     "validity",
     "split_sentences",
     "DecodingReport",
@@ -299,7 +302,7 @@ LOOK_AGAIN = _table(
 FOUND = _table(
     "found",
     '{hero} hugged {pet} and said, "Thank you, {pet}!"',
-    "{hero} was so happy to have {his} {toy} back.",
+    "{He} {was} so happy to have {his} {toy} back.",
 )
 
 # --- episode: the weather ---------------------------------------------------------------
@@ -632,6 +635,63 @@ def entropy_floor(stories: Iterable[Story], tokenizer) -> float:
     if tokens == 0:
         raise ValueError("entropy_floor needs at least one story")
     return nats / tokens
+
+
+# ---------------------------------------------------------------------------------------
+# Held-out loss of a model against the floor
+# ---------------------------------------------------------------------------------------
+
+# Stories drawn with this seed are never used for training: they measure held-out loss.
+HELDOUT_SEED = 31337
+
+
+def heldout_stories(tokenizer, n_ctx: int, n_tokens: int = 20_000, seed: int = HELDOUT_SEED) -> list[Story]:
+    """Fresh stories that fit a model's context whole, about ``n_tokens`` tokens in all.
+
+    A model reads ``<|endoftext|>``, the story and a closing ``<|endoftext|>``, so a story
+    fits when it has at most ``n_ctx - 2`` tokens. Longer stories (a few percent) are
+    skipped, and the entropy floor is computed on the same stories, so that loss and
+    floor always count the same tokens.
+    """
+    rng = random.Random(seed)
+    chosen: list[Story] = []
+    total = 0
+    while total < n_tokens:
+        for story in sample_stories(64, rng.getrandbits(32)):
+            length = len(tokenizer(story.text).input_ids)
+            if length + 2 <= n_ctx and total < n_tokens:
+                chosen.append(story)
+                total += length + 1
+    return chosen
+
+
+def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 16) -> float:
+    """A causal LM's mean loss in nats per token on ``stories``, each read from position 0.
+
+    Each story is read as ``<|endoftext|>`` + story, and the model is scored on every
+    story token and the closing ``<|endoftext|>``: the tokens :func:`entropy_floor` counts.
+    """
+    import torch
+
+    eos = tokenizer.eos_token_id
+    rows = sorted(([eos] + tokenizer(s.text).input_ids + [eos] for s in stories), key=len)
+    device = next(hf_model.parameters()).device
+    nats = 0.0
+    count = 0
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            width = len(batch[-1])
+            # Right padding needs no attention mask in a causal model: real tokens never
+            # look at the padding after them, and padded targets are masked out below.
+            ids = torch.tensor([r + [eos] * (width - len(r)) for r in batch], device=device)
+            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch], device=device)
+            logits = hf_model(ids).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+            keep = mask[:, 1:].bool()
+            nats -= logp[keep].sum().item()
+            count += int(keep.sum())
+    return nats / count
 
 
 # ---------------------------------------------------------------------------------------
