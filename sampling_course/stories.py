@@ -178,6 +178,8 @@ class _Choice:
 
 def _words(entries: list[str | tuple[str, float]]) -> _Choice:
     pairs = [(e, 1.0) if isinstance(e, str) else e for e in entries]
+    if len({v for v, _ in pairs}) != len(pairs):
+        raise ValueError(f"a word table lists the same word twice: {entries}")
     return _Choice(tuple(v for v, _ in pairs), tuple(w for _, w in pairs))
 
 
@@ -777,6 +779,8 @@ class DecodingReport:
       stories; the source's own value is about ``-entropy_floor``.
     * ``parsed``: the fraction of continuations for which that was defined.
     * ``mean_tokens``: mean continuation length in tokens.
+
+    Each continuation ends at its first ``<|endoftext|>``, if any.
     """
 
     n: int
@@ -824,6 +828,9 @@ def _continuation_logprob(prompt: str, text: str, n_tokens: Callable[[str], int]
 def decoding_report(texts: Sequence[str], prompt: str = "", tokenizer=None) -> DecodingReport:
     """Measure continuations ``texts`` of ``prompt`` (each text excludes the prompt).
 
+    Anything after a continuation's first ``<|endoftext|>`` (such as the padding of a
+    batched generation) is ignored.
+
     ``tokenizer`` counts tokens; the story tokenizer by default.
     """
     if tokenizer is None:
@@ -835,14 +842,16 @@ def decoding_report(texts: Sequence[str], prompt: str = "", tokenizer=None) -> D
         return len(tokenizer(s).input_ids)
 
     texts = list(texts)
+    # A story ends at <|endoftext|>; what a generator adds after it (padding) is not text.
+    stories = [t.split(EOS_TOKEN)[0] for t in texts]
     n_valid = n_sentences = 0
-    for text in texts:
+    prompt_sentences = len(split_sentences(prompt))
+    for text in stories:
         # Sentences that end inside the continuation (the first may have begun in the prompt).
-        prompt_sentences = len(split_sentences(prompt))
         sentences = split_sentences(prompt + text)[prompt_sentences:]
         n_valid += sum(map(sentence_is_valid, sentences))
         n_sentences += len(sentences)
-    seqs = [words(t) for t in texts]
+    seqs = [words(t) for t in stories]
     scores = [_continuation_logprob(prompt, t, n_tokens) for t in texts]
     scored = [s for s in scores if s is not None]
     return DecodingReport(
@@ -853,7 +862,7 @@ def decoding_report(texts: Sequence[str], prompt: str = "", tokenizer=None) -> D
         repeated_4grams=_repeated(seqs, 4),
         logprob_per_token=sum(scored) / len(scored) if scored else math.nan,
         parsed=len(scored) / len(texts) if texts else math.nan,
-        mean_tokens=sum(n_tokens(t) for t in texts) / len(texts) if texts else math.nan,
+        mean_tokens=sum(n_tokens(t) for t in stories) / len(texts) if texts else math.nan,
     )
 
 

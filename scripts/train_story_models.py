@@ -128,10 +128,20 @@ def build_model(recipe: Recipe, tokenizer):
 
 
 def train(name: str, recipe: Recipe, out_dir: Path | None, heldout_tokens: int = 20_000,
-          eval_every: int = 200, log_every: int = 25) -> dict:
-    """Train one model, print its progress, save it to ``out_dir / name``; return the figures."""
+          eval_every: int = 200, log_every: int = 25, resume: Path | None = None) -> dict:
+    """Train one model, print its progress, save it to ``out_dir / name``; return the figures.
+
+    With ``resume``, training continues from the weights saved there (a second stage,
+    with its own warmup and decay) instead of starting from scratch.
+    """
     tokenizer = load_story_tokenizer()
-    model = build_model(recipe, tokenizer)
+    if resume is None:
+        model = build_model(recipe, tokenizer)
+    else:
+        from transformers import GPT2LMHeadModel
+
+        model = GPT2LMHeadModel.from_pretrained(resume, dtype=torch.float32)
+        previous = json.loads((Path(resume) / "training.json").read_text())
     n_params = sum(p.numel() for p in model.parameters())
     steps = max(1, recipe.tokens // (recipe.batch * recipe.n_ctx))
     heldout = heldout_stories(tokenizer, recipe.n_ctx, heldout_tokens)
@@ -197,6 +207,8 @@ def train(name: str, recipe: Recipe, out_dir: Path | None, heldout_tokens: int =
         "last_train_loss": sum(losses[-10:]) / len(losses[-10:]),
         "torch_threads": torch.get_num_threads(),
     }
+    if resume is not None:
+        figures["resumed_from"] = previous
     print(f"[{name}] held-out loss {held:.4f} nats/token, entropy floor {floor:.4f}, gap {held - floor:.4f}; "
           f"{tokens:,} tokens in {train_time / 60:.1f} min ({tokens / train_time:,.0f} tokens/s)", flush=True)
     if out_dir is not None:
@@ -216,7 +228,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--tokens", type=int, help="override the training budget (tokens per model)")
     parser.add_argument("--lr", type=float, help="override the peak learning rate")
     parser.add_argument("--smoke", action="store_true", help="a few steps of a tiny model, for tests")
+    parser.add_argument("--seed", type=int, help="override the seed (initialisation and training stories)")
+    parser.add_argument("--resume", type=Path, help="continue training the model saved in this directory")
+    parser.add_argument("--threads", type=int,
+                        help="torch threads (default: all cores; on a machine busy with other work, 1 can be faster)")
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     if args.smoke:
         recipe = SMOKE
@@ -237,7 +255,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
             recipe = replace(recipe, tokens=args.tokens)
         if args.lr:
             recipe = replace(recipe, lr=args.lr)
-        results.append(train(name, recipe, args.out))
+        if args.seed is not None:
+            recipe = replace(recipe, seed=args.seed)
+        results.append(train(name, recipe, args.out, resume=args.resume))
     return results
 
 

@@ -297,12 +297,16 @@ def test_report_scores_continuations_against_the_source(stories, tokenizer) -> N
     expected = (story.logprob - prefix_logprob(prompt)[0]) / (
         n_tokens(tokenizer, story.text) - n_tokens(tokenizer, prompt) + 1
     )
-    report = decoding_report([rest + EOS_TOKEN, "Purple monkeys dance. And"], prompt=prompt, tokenizer=tokenizer)
+    padded = rest + EOS_TOKEN * 3 + "Purple"  # what follows the first EOS is ignored
+    report = decoding_report([padded, "Purple monkeys dance. And"], prompt=prompt, tokenizer=tokenizer)
     assert isinstance(report, DecodingReport)
     assert report.n == 2 and report.parsed == 0.5
     assert report.logprob_per_token == pytest.approx(expected)
     n_rest = len(split_sentences(rest))
     assert report.valid == pytest.approx(n_rest / (n_rest + 1))
+    assert report.mean_tokens == pytest.approx(
+        (n_tokens(tokenizer, rest) + n_tokens(tokenizer, "Purple monkeys dance. And")) / 2
+    )
 
     from rich.console import Console
 
