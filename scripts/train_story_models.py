@@ -20,9 +20,15 @@ generation does) would then look unusual. So every window here starts with
 ``<|endoftext|>`` and the first token of a story; whole stories, each after its own
 ``<|endoftext|>``, fill the rest, and the last one is cut off where the window ends.
 
-Budget. Each model trains for a fixed number of tokens, chosen from throughput measured
-on a 2-core machine (float32, eager PyTorch), so that both together take about 20
-minutes there. Training is seeded, so a rerun on the same machine gives the same model.
+Budget. Each model trains for a fixed number of tokens (see ``RECIPES``), chosen from
+throughput measured on a 2-core machine (float32, eager PyTorch) so that both together
+take about 20 minutes there when nothing else runs. On a busy machine ``--threads 1`` can
+be much faster than the default. Training is seeded: a rerun gives the same model up to
+floating-point differences between machines and thread counts.
+
+The held-out loss is measured on ~20,000 tokens of stories drawn with a seed training
+never uses, each read from position 0; stories too long for the context are left out of
+both the loss and the floor (see ``sampling_course.stories.heldout_stories``).
 """
 
 from __future__ import annotations
@@ -68,10 +74,15 @@ class Recipe:
 
 
 RECIPES = {
-    # 4 layers: enough for the model to copy names and toys from the opening to the end.
-    "story": Recipe(n_layer=4, n_embd=192, n_head=6, n_ctx=512, tokens=4_300_000, lr=2e-3),
+    # 4 layers: enough to copy names and toys from the opening to the end. A second,
+    # shorter stage with a lower peak learning rate (a warm restart) takes it the last
+    # few hundredths of a nat towards the floor.
+    "story": [
+        Recipe(n_layer=4, n_embd=192, n_head=6, n_ctx=512, tokens=4_300_000, lr=2e-3),
+        Recipe(n_layer=4, n_embd=192, n_head=6, n_ctx=512, tokens=1_000_000, lr=6e-4, seed=1),
+    ],
     # 1 layer: fast, for speculative decoding; it cannot copy as well, so its loss is higher.
-    "story-draft": Recipe(n_layer=1, n_embd=128, n_head=4, n_ctx=512, tokens=2_000_000, lr=3e-3),
+    "story-draft": [Recipe(n_layer=1, n_embd=128, n_head=4, n_ctx=512, tokens=2_000_000, lr=3e-3)],
 }
 SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, lr=1e-2, batch=4, warmup=0.1)
 
@@ -127,29 +138,12 @@ def build_model(recipe: Recipe, tokenizer):
     return GPT2LMHeadModel(config)
 
 
-def train(name: str, recipe: Recipe, out_dir: Path | None, heldout_tokens: int = 20_000,
-          eval_every: int = 200, log_every: int = 25, resume: Path | None = None) -> dict:
-    """Train one model, print its progress, save it to ``out_dir / name``; return the figures.
-
-    With ``resume``, training continues from the weights saved there (a second stage,
-    with its own warmup and decay) instead of starting from scratch.
-    """
-    tokenizer = load_story_tokenizer()
-    if resume is None:
-        model = build_model(recipe, tokenizer)
-    else:
-        from transformers import GPT2LMHeadModel
-
-        model = GPT2LMHeadModel.from_pretrained(resume, dtype=torch.float32)
-        previous = json.loads((Path(resume) / "training.json").read_text())
-    n_params = sum(p.numel() for p in model.parameters())
+def train_stage(name: str, model, recipe: Recipe, tokenizer, heldout, floor: float,
+                eval_every: int = 200, log_every: int = 25) -> dict:
+    """One stage of training: AdamW, linear warmup then cosine decay; returns its figures."""
     steps = max(1, recipe.tokens // (recipe.batch * recipe.n_ctx))
-    heldout = heldout_stories(tokenizer, recipe.n_ctx, heldout_tokens)
-    floor = entropy_floor(heldout, tokenizer)
-    print(f"[{name}] {recipe.n_layer} layers x d_model {recipe.n_embd}, n_ctx {recipe.n_ctx}: "
-          f"{n_params / 1e6:.2f}M parameters; {steps} steps of {recipe.batch} x {recipe.n_ctx} tokens; "
-          f"floor {floor:.4f} nats/token on {len(heldout)} held-out stories", flush=True)
-
+    print(f"[{name}] stage: {steps} steps of {recipe.batch} x {recipe.n_ctx} tokens, peak lr {recipe.lr}",
+          flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -185,32 +179,70 @@ def train(name: str, recipe: Recipe, out_dir: Path | None, heldout_tokens: int =
             curve.append((step + 1, held))
             print(f"[{name}] step {step + 1}: held-out {held:.4f} (floor {floor:.4f}, gap {held - floor:+.4f})",
                   flush=True)
-
     model.eval()
     held = story_loss(model, tokenizer, heldout)
     curve.append((steps, held))
     tokens = steps * recipe.batch * recipe.n_ctx
-    figures = {
-        "name": name,
+    print(f"[{name}] stage done: held-out {held:.4f}, floor {floor:.4f}, gap {held - floor:.4f}; "
+          f"{tokens:,} tokens in {train_time / 60:.1f} min ({tokens / train_time:,.0f} tokens/s)", flush=True)
+    return {
         "recipe": asdict(recipe),
-        "parameters": n_params,
         "steps": steps,
         "tokens": tokens,
         "train_seconds": round(train_time, 1),
         "tokens_per_second": round(tokens / train_time),
-        "heldout_stories": len(heldout),
-        "heldout_loss": round(held, 4),
-        "entropy_floor": round(floor, 4),
-        "gap": round(held - floor, 4),
+        "torch_threads": torch.get_num_threads(),
         "heldout_curve": [(s, round(v, 4)) for s, v in curve],
         "first_train_loss": losses[0],
         "last_train_loss": sum(losses[-10:]) / len(losses[-10:]),
-        "torch_threads": torch.get_num_threads(),
     }
-    if resume is not None:
-        figures["resumed_from"] = previous
+
+
+def train(name: str, stages: list[Recipe], out_dir: Path | None, heldout_tokens: int = 20_000,
+          log_every: int = 25, resume: Path | None = None) -> dict:
+    """Train one model through its stages, save it to ``out_dir / name``; return the figures.
+
+    A later stage continues from the weights of the one before (a warm restart: its own
+    warmup and decay). With ``resume``, the stages continue the model saved there.
+    """
+    tokenizer = load_story_tokenizer()
+    done: list[dict] = []
+    if resume is None:
+        model = build_model(stages[0], tokenizer)
+    else:
+        from transformers import GPT2LMHeadModel
+
+        model = GPT2LMHeadModel.from_pretrained(resume, dtype=torch.float32)
+        done = json.loads((Path(resume) / "training.json").read_text())["stages"]
+    recipe = stages[0]
+    n_params = sum(p.numel() for p in model.parameters())
+    heldout = heldout_stories(tokenizer, recipe.n_ctx, heldout_tokens)
+    floor = entropy_floor(heldout, tokenizer)
+    print(f"[{name}] {recipe.n_layer} layers x d_model {recipe.n_embd}, n_ctx {recipe.n_ctx}: "
+          f"{n_params / 1e6:.2f}M parameters; floor {floor:.4f} nats/token on {len(heldout)} held-out stories",
+          flush=True)
+    for i, stage in enumerate(stages):
+        if done:
+            # Stages meet through float16 weights, exactly as when one is saved and the next resumed.
+            model.half().float()
+        done.append(train_stage(name, model, stage, tokenizer, heldout, floor, log_every=log_every))
+
+    held = done[-1]["heldout_curve"][-1][1]
+    tokens = sum(stage["tokens"] for stage in done)
+    seconds = sum(stage["train_seconds"] for stage in done)
+    figures = {
+        "name": name,
+        "parameters": n_params,
+        "tokens": tokens,
+        "train_seconds": round(seconds, 1),
+        "heldout_stories": len(heldout),
+        "heldout_loss": held,
+        "entropy_floor": round(floor, 4),
+        "gap": round(held - floor, 4),
+        "stages": done,
+    }
     print(f"[{name}] held-out loss {held:.4f} nats/token, entropy floor {floor:.4f}, gap {held - floor:.4f}; "
-          f"{tokens:,} tokens in {train_time / 60:.1f} min ({tokens / train_time:,.0f} tokens/s)", flush=True)
+          f"{tokens:,} tokens in {seconds / 60:.1f} min of training", flush=True)
     if out_dir is not None:
         target = Path(out_dir) / name
         # float16 halves the files; the course loads them back as float32.
@@ -244,20 +276,21 @@ def main(argv: list[str] | None = None) -> list[dict]:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
-            return [train("smoke", recipe, args.out, heldout_tokens=1_000, log_every=10)]
+            return [train("smoke", [recipe], args.out, heldout_tokens=1_000, log_every=10)]
         finally:
             torch.set_num_threads(threads)
     names = list(RECIPES) if args.model == "both" else [args.model]
     results = []
     for name in names:
-        recipe = RECIPES[name]
-        if args.tokens:
-            recipe = replace(recipe, tokens=args.tokens)
-        if args.lr:
-            recipe = replace(recipe, lr=args.lr)
-        if args.seed is not None:
-            recipe = replace(recipe, seed=args.seed)
-        results.append(train(name, recipe, args.out, resume=args.resume))
+        stages = RECIPES[name]
+        if args.resume:
+            stages = stages[-1:]  # one more stage, with the overrides below
+        overrides = {"tokens": args.tokens, "lr": args.lr, "seed": args.seed}
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        if overrides and len(stages) > 1:
+            parser.error("--tokens, --lr and --seed apply to one stage: use them with --resume or the draft")
+        stages = [replace(stage, **overrides) for stage in stages]
+        results.append(train(name, stages, args.out, resume=args.resume))
     return results
 
 

@@ -333,9 +333,10 @@ def test_training_smoke_run_lowers_the_loss(tmp_path) -> None:
     assert tok.decode(window[1:8]).startswith(("Once upon a time", "There once was"))
 
     (figures,) = script.main(["--smoke", "--out", str(tmp_path), "--tokens", str(20 * 4 * 128)])
-    assert figures["last_train_loss"] < figures["first_train_loss"] - 1.0
+    (stage,) = figures["stages"]
+    assert stage["last_train_loss"] < stage["first_train_loss"] - 1.0
     saved = tmp_path / "smoke"
-    assert json.loads((saved / "training.json").read_text())["steps"] == 20
+    assert json.loads((saved / "training.json").read_text())["stages"][0]["steps"] == 20
     assert (saved / "model.safetensors").is_file() and (saved / "tokenizer.json").is_file()
 
 
