@@ -5,7 +5,7 @@ the grammar in ``sampling_course/stories.py``, with the story tokenizer. Because
 grammar's probabilities are known exactly, the script reports each model's held-out loss
 next to the entropy floor, the loss no model can beat::
 
-    python scripts/train_story_models.py                  # both models (about 20 minutes on 2 CPU cores)
+    python scripts/train_story_models.py                  # both models (20-25 minutes on 2 idle CPU cores)
     python scripts/train_story_models.py --model story-draft
     python scripts/train_story_models.py --smoke --out /tmp/smoke   # a few seconds
 
@@ -21,8 +21,9 @@ generation does) would then look unusual. So every window here starts with
 ``<|endoftext|>``, fill the rest, and the last one is cut off where the window ends.
 
 Budget. Each model trains for a fixed number of tokens (see ``RECIPES``), chosen from
-throughput measured on a 2-core machine (float32, eager PyTorch) so that both together
-take about 20 minutes there when nothing else runs. On a busy machine ``--threads 1`` can
+throughput measured on a 2-core machine (float32, eager PyTorch, about 4,500 tokens/s
+for the 4-layer model) so that both together take roughly 20-25 minutes there when
+nothing else runs. On a busy machine ``--threads 1`` can
 be much faster than the default. Training is seeded: a rerun gives the same model up to
 floating-point differences between machines and thread counts.
 
