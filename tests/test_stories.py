@@ -360,6 +360,29 @@ def test_story_models_load_like_a_hub_checkpoint(name: str, tokenizer) -> None:
     assert not ref.hf_model.training
 
 
+def test_auto_falls_back_to_the_story_model(monkeypatch, capsys) -> None:
+    """Without GPT-2, "auto" gives the story model and says so."""
+    import sampling_course.reference as reference_module
+
+    def unavailable(allow_download: bool):
+        raise reference_module.ReferenceUnavailable("no GPT-2 here")
+
+    monkeypatch.setattr(reference_module, "_gpt2_dir", unavailable)
+    assert load_reference("auto").name == "story"
+    assert "Using the offline story model 'story'" in " ".join(capsys.readouterr().err.split())
+    with pytest.raises(ValueError, match="'story-draft'"):
+        load_reference("story-large")
+
+
+def test_missing_story_checkpoint_says_how_to_rebuild(monkeypatch, tmp_path) -> None:
+    import sampling_course.reference as reference_module
+    import sampling_course.tokenizer as tokenizer_module
+
+    monkeypatch.setattr(tokenizer_module, "ASSETS_DIR", tmp_path)
+    with pytest.raises(reference_module.ReferenceUnavailable, match="train_story_models.py"):
+        reference_module.story_model_dir("story")
+
+
 @pytest.mark.parametrize("name", ["story", "story-draft"])
 def test_demo_transformer_matches_hf_logits(name: str) -> None:
     ref = load_reference(name)
