@@ -58,6 +58,7 @@ __all__ = [
     "story_loss",
     "HELDOUT_SEED",
     "validity",
+    "sentence_is_valid",
     "split_sentences",
     "DecodingReport",
     "decoding_report",
