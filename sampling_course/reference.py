@@ -7,15 +7,19 @@ live on the same weights:
   ``run_with_cache`` gives every intermediate activation (``cache["normalized", 0, "ln1"]``).
 * ``hf_model``: the Hugging Face ``GPT2LMHeadModel``, for logits and ``generate``.
 
-Two checkpoints exist:
+The checkpoints:
 
 * ``"gpt2"``: GPT-2 small from the Hugging Face hub (or its local cache when offline).
+* ``"story"`` and ``"story-draft"``: small GPT-2s trained on the course's story source
+  (``sampling_course.stories``), shipped with the course. Their text reads as (simple)
+  English, and the exact probabilities of the source tell how good they are.
 * ``"tiny"``: a small GPT-2 with deterministic weights and a byte-level BPE tokenizer
   trained on text shipped with the course. It is built on first use, saved to a local
   directory, and loaded back exactly the way the hub checkpoint is, so both references
   go through the same code.
 
-``"auto"`` picks the real GPT-2 when it is available and the stand-in otherwise.
+All of them load through the same code as the hub checkpoint. ``"auto"`` picks the real
+GPT-2 when it is available and the story model otherwise.
 """
 
 from __future__ import annotations
@@ -227,11 +231,13 @@ def _load(name: str, path: Path) -> Reference:
     from transformer_lens.model_bridge import TransformerBridge
 
     _quiet_transformers()
-    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True).eval()
+    # float32 always: the story checkpoints are stored in float16 to keep the package
+    # small, and from_pretrained would otherwise keep the stored dtype.
+    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
     tokenizer = GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
     # The bridge rewires the module it is given in place, so it gets a copy of its own and
     # hf_model stays a plain GPT2LMHeadModel.
-    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True).eval()
+    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         bridge = TransformerBridge.boot_transformers(str(path), hf_model=bridged, tokenizer=tokenizer)
@@ -249,16 +255,40 @@ def _load(name: str, path: Path) -> Reference:
     )
 
 
-def load_reference(name: Literal["auto", "gpt2", "tiny"] = "auto", *, quiet: bool = False) -> Reference:
-    """Load a reference checkpoint by name: ``"gpt2"``, ``"tiny"`` or ``"auto"``.
+STORY_MODELS = ("story", "story-draft")
+
+
+def story_model_dir(name: str) -> Path:
+    """The shipped directory of a story model (``"story"`` or ``"story-draft"``)."""
+    from sampling_course.tokenizer import ASSETS_DIR
+
+    if name not in STORY_MODELS:
+        raise ValueError(f"unknown story model {name!r}; choose one of {STORY_MODELS}")
+    path = ASSETS_DIR / name
+    if not (path / "model.safetensors").is_file():
+        raise ReferenceUnavailable(
+            f"The {name!r} checkpoint is missing from {path}. "
+            "Retrain it with: python scripts/train_story_models.py"
+        )
+    return path
+
+
+def load_reference(
+    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto", *, quiet: bool = False
+) -> Reference:
+    """Load a reference checkpoint by name: ``"gpt2"``, ``"story"``, ``"story-draft"``, ``"tiny"`` or ``"auto"``.
 
     ``"gpt2"`` uses the local Hugging Face cache, downloading once when the hub is
     reachable, and raises ``ReferenceUnavailable`` (saying how to get the weights)
-    otherwise. ``"auto"`` falls back to ``"tiny"`` with a visible notice.
-    The result is cached per process and shared: treat its models as read-only.
+    otherwise. ``"story"`` and ``"story-draft"`` are the models trained on the course's
+    story source, shipped with the course. ``"auto"`` falls back to ``"story"`` with a
+    visible notice. The result is cached per process and shared: treat its models as
+    read-only.
     """
     if name == "tiny":
         return _load("tiny", tiny_dir())
+    if name in STORY_MODELS:
+        return _load(name, story_model_dir(name))
     if name == "gpt2":
         return _load("gpt2", _gpt2_dir(allow_download=True))
     if name == "auto":
@@ -270,7 +300,9 @@ def load_reference(name: Literal["auto", "gpt2", "tiny"] = "auto", *, quiet: boo
 
                 Console(stderr=True).print(
                     f"[yellow]Notice:[/] real GPT-2 unavailable ({exc}). "
-                    "Using the offline stand-in 'tiny' instead."
+                    "Using the offline story model 'story' instead."
                 )
-            return load_reference("tiny")
-    raise ValueError(f"unknown reference {name!r}; choose 'auto', 'gpt2' or 'tiny'")
+            return load_reference("story")
+    raise ValueError(
+        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
+    )

@@ -60,6 +60,12 @@ def tiny() -> Reference:
 
 
 @pytest.fixture(scope="session")
+def story() -> Reference:
+    """The story model shipped with the course: a small GPT-2 trained on the story grammar."""
+    return load_reference("story")
+
+
+@pytest.fixture(scope="session")
 def gpt2() -> Reference:
     """Real GPT-2 small; the test is skipped when its weights are not cached locally."""
     return _require_gpt2()

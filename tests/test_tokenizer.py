@@ -127,3 +127,37 @@ def test_course_prompts_tokenize_compactly(prompt: str) -> None:
     ids = shipped()(prompt).input_ids
     assert len(ids) <= len(prompt.split()) + 3
     assert shipped().decode(ids) == prompt
+
+
+# ---------------------------------------------------------------------------------------
+# The story models' tokenizer
+# ---------------------------------------------------------------------------------------
+
+
+def test_shipped_story_tokenizer_matches_retraining() -> None:
+    """Retraining on the seeded story corpus reproduces the shipped story tokenizer exactly."""
+    from sampling_course.tokenizer import load_story_tokenizer, train_story_tokenizer
+
+    shipped_story = load_story_tokenizer()
+    retrained = train_story_tokenizer()
+    assert retrained.get_vocab() == shipped_story.get_vocab()
+    assert retrained.backend_tokenizer.to_str() == shipped_story.backend_tokenizer.to_str()
+
+
+def test_story_tokenizer_is_gpt2_style_and_word_level_on_stories() -> None:
+    """1,000 tokens, EOS last; story words are mostly single tokens; stories round-trip."""
+    from sampling_course.stories import sample_stories
+    from sampling_course.tokenizer import STORY_VOCAB_SIZE, load_story_tokenizer
+
+    tok = load_story_tokenizer()
+    assert isinstance(tok, GPT2TokenizerFast)
+    assert len(tok) == STORY_VOCAB_SIZE == 1000
+    assert tok.eos_token == tok.bos_token == EOS_TOKEN and tok.eos_token_id == len(tok) - 1
+    texts = [s.text for s in sample_stories(50, seed=123)]
+    for text in texts:
+        assert tok.decode(tok(text).input_ids) == text
+    n_words = sum(len(t.split()) for t in texts)
+    n_tokens = sum(len(tok(t).input_ids) for t in texts)
+    assert n_tokens < 1.4 * n_words  # a word and its punctuation: about 1.25 tokens
+    for word in ["Once", " upon", " favorite", " squirrel", " pillow"]:
+        assert len(tok(word).input_ids) == 1
