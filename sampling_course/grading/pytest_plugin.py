@@ -11,8 +11,11 @@ pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin
 
 from __future__ import annotations
 
+import ast
 import os
 from collections import defaultdict
+from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
@@ -49,6 +52,48 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"sampling-course: testing {config.getoption('--impl')}/"
+
+
+@cache
+def _marked_exercises(path: Path, mtime_ns: int) -> frozenset[str] | None:
+    """The exercise names (lower case) that the test file ``path`` marks; None when one is computed."""
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except (SyntaxError, ValueError):
+        return None  # pytest will collect it and report the error
+    names = set()
+    for node in ast.walk(tree):
+        # pytest.mark.exercise(...) or mark.exercise(...), on a test or in pytest.param(marks=...)
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exercise"):
+            continue
+        owner = node.func.value
+        if not ((isinstance(owner, ast.Attribute) and owner.attr == "mark") or (isinstance(owner, ast.Name) and owner.id == "mark")):
+            continue
+        if not (node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            return None  # a computed name: cannot tell without importing the file
+        names.add(node.args[0].value.lower())
+    return frozenset(names)
+
+
+def marked_exercises(path: Path) -> frozenset[str] | None:
+    """Which exercises a test file grades, read from its text (cached until the file changes)."""
+    return _marked_exercises(path, path.stat().st_mtime_ns)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With --exercise, skip importing test files that grade none of the chosen exercises.
+
+    Importing a test file costs its imports (nbformat, scipy, ...); for a single check that
+    is most of the time, and deselecting its tests afterwards would not give it back.
+    """
+    wanted = {name.lower() for name in config.getoption("--exercise")}
+    if not wanted or not (collection_path.name.startswith("test_") and collection_path.suffix == ".py"):
+        return None
+    try:
+        marked = marked_exercises(collection_path)
+    except OSError:
+        return None  # let pytest report it
+    return True if marked is not None and not marked & wanted else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
