@@ -34,13 +34,17 @@ def impl_module(module: str, impl: str | None = None, default: str = "solutions"
 
 
 def load_demo(reference: "Reference", transformer_module: ModuleType | None = None) -> "torch.nn.Module":
-    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights."""
+    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights.
+
+    Raises a ValueError naming each parameter that is missing, extra, misnamed or of the wrong shape.
+    """
     from sampling_course.config import Config
-    from sampling_course.weights import demo_state_dict
+    from sampling_course.weights import demo_state_dict, load_weights
 
     if transformer_module is None:
         transformer_module = impl_module("transformer", "solutions")
     cfg = Config.from_hf(reference.hf_model.config)
     model = transformer_module.DemoTransformer(cfg)
-    model.load_state_dict(demo_state_dict(reference.hf_model), strict=True)
-    return model.eval()
+    # Every parameter must match by name and shape; buffers the model makes itself (such as a
+    # persistent IGNORE) need not be in the weights.
+    return load_weights(model, demo_state_dict(reference.hf_model)).eval()
