@@ -6,6 +6,12 @@ The same tests grade the complete ``solutions`` (the default) or the learner's
 
 A stub that still raises ``NotImplementedError`` is reported on one line,
 ``<stub>: not implemented yet``, instead of as a failure with a traceback.
+
+With ``--impl exercises`` a test that runs past ``--test-timeout`` seconds (60 by default,
+or $SAMPLING_COURSE_TEST_TIMEOUT) is stopped and reported on one line, ``took longer than
+60 s``; the rest of that exercise's tests are skipped, so a loop that never ends costs
+one wait, not one per test.
+
 pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin``.
 """
 
@@ -20,9 +26,33 @@ from pathlib import Path
 import pytest
 import torch
 
-from sampling_course.grading.impl import IMPLS
+from sampling_course.grading.impl import IMPLS, find_checkout, stale_install_message
+from sampling_course.grading.time_limit import TookTooLong, time_limit
 
 NOT_IMPLEMENTED = "not implemented"
+TOOK_TOO_LONG = "took too long"  # the key in report.user_properties; its value is the limit in seconds
+TIMEOUT_ENV = "SAMPLING_COURSE_TEST_TIMEOUT"
+DEFAULT_TEST_TIMEOUT = 60.0
+
+_timeout_key = pytest.StashKey[float]()
+_slow_exercises_key = pytest.StashKey[set]()
+
+
+def resolve_test_timeout(option: float | str | None, impl: str) -> float:
+    """Seconds a test may run: ``option``, else $SAMPLING_COURSE_TEST_TIMEOUT, else 60 for the
+    exercises and no limit (0) for the solutions."""
+    raw = option if option is not None else os.environ.get(TIMEOUT_ENV)
+    if raw is None or (isinstance(raw, str) and not raw.strip()):
+        return DEFAULT_TEST_TIMEOUT if impl == "exercises" else 0.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0:  # also rejects nan
+        raise ValueError(f"the test timeout ({TIMEOUT_ENV} or --test-timeout) must be a number of seconds >= 0 "
+                         f"(0 turns it off), got {raw!r}")
+    return seconds
+
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -41,12 +71,29 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="NAME",
         help="only run the tests that grade this exercise (repeatable)",
     )
+    group.addoption(
+        "--test-timeout",
+        default=None,
+        metavar="SECONDS",
+        help=f"stop a test after SECONDS and report that it took too long (default: {DEFAULT_TEST_TIMEOUT:g} "
+        f"with --impl exercises, none for the solutions; also settable with {TIMEOUT_ENV}; 0 turns it off)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     impl = config.getoption("--impl")
     if impl not in IMPLS:
         raise pytest.UsageError(f"SAMPLING_COURSE_IMPL={impl!r} is not one of {', '.join(IMPLS)}")
+    # After `pip install .` the tests would grade a copy made at install time, not the checkout's files.
+    checkout = find_checkout(Path(config.rootpath))
+    stale = stale_install_message(impl, checkout) if checkout is not None else None
+    if stale:
+        raise pytest.UsageError(stale)
+    try:
+        config.stash[_timeout_key] = resolve_test_timeout(config.getoption("--test-timeout"), impl)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_slow_exercises_key] = set()
     torch.set_num_threads(max(1, min(torch.get_num_threads(), os.cpu_count() or 1)))
 
 
@@ -109,7 +156,34 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # ---------------------------------------------------------------------------------------
-# "not implemented yet" instead of a traceback
+# A time limit per test
+# ---------------------------------------------------------------------------------------
+
+
+def _exercises_of(item: pytest.Item) -> set[str]:
+    return {m.args[0].lower() for m in item.iter_markers("exercise") if m.args}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Skip the rest of an exercise's tests once one took too long: each would wait as long."""
+    seconds = item.config.stash.get(_timeout_key, 0.0)
+    names = _exercises_of(item)
+    if seconds and names and names <= item.config.stash[_slow_exercises_key]:
+        pytest.skip(f"not run: an earlier test of {', '.join(sorted(names))} took longer than {seconds:g} s")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    # Only the test function itself is timed: there the exception lands in the test's or the
+    # learner's code. Fixture setup is left alone, since an exception arriving in the middle
+    # of pytest's own fixture bookkeeping would break the tests after it.
+    with time_limit(item.config.stash.get(_timeout_key, 0.0)):
+        return (yield)
+
+
+# ---------------------------------------------------------------------------------------
+# "not implemented yet" and "took longer than N s" instead of a traceback
 # ---------------------------------------------------------------------------------------
 
 
@@ -128,17 +202,30 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         report.longrepr = f"{stub}: not implemented yet"
         report.sections = []
         report.user_properties.append((NOT_IMPLEMENTED, stub))
+    elif report.failed and call.excinfo is not None and call.excinfo.errisinstance(TookTooLong):
+        seconds = item.config.stash.get(_timeout_key, 0.0)
+        report.longrepr = f"took longer than {seconds:g} s"
+        report.sections = []
+        report.user_properties.append((TOOK_TOO_LONG, seconds))
+        item.config.stash[_slow_exercises_key].update(_exercises_of(item))
 
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
+    # Their own categories: counted in the summary line and the exit code, but kept out of
+    # the FAILURES section, so an untouched stub or an endless loop costs one line, not a traceback.
     if report.failed and any(key == NOT_IMPLEMENTED for key, _ in report.user_properties):
-        # Its own category: counted in the summary line and the exit code, but kept out of
-        # the FAILURES section, so an untouched stub costs one line rather than a traceback.
         return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
+    if report.failed and any(key == TOOK_TOO_LONG for key, _ in report.user_properties):
+        return TOOK_TOO_LONG, "T", "TOOK TOO LONG"
     return None
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    slow = terminalreporter.stats.get(TOOK_TOO_LONG, [])
+    if slow:
+        terminalreporter.section("took too long", red=True)
+        for report in slow:
+            terminalreporter.write_line(f"{report.nodeid}: {report.longrepr}, stopped (is there a loop that never ends?)")
     reports = terminalreporter.stats.get(NOT_IMPLEMENTED, [])
     if not reports:
         return
