@@ -198,6 +198,7 @@ def build_tiny_checkpoint(out_dir: Path) -> None:
 
     from sampling_course.tokenizer import load_tiny_tokenizer
 
+    _quiet_transformers()  # no "Writing model shards" bar: the build is a detail of the first run
     tokenizer = load_tiny_tokenizer()
     config = GPT2Config(
         vocab_size=len(tokenizer),
