@@ -14,6 +14,7 @@ import math
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.initialization import no_init_weights
 
 from sampling_course.config import Config
 from sampling_course.grading.impl import load_demo
@@ -215,7 +216,11 @@ def test_demo_transformer_single_token_and_batch_independence(demo, reference):
 
 def _random_gpt2(seed: int, scale: float, **dims) -> GPT2LMHeadModel:
     """A GPT-2 with every parameter drawn from N(0, scale), biases and LayerNorms perturbed too."""
-    model = GPT2LMHeadModel(GPT2Config(**dims)).eval()
+    # Hugging Face's own initialisation is skipped (every parameter is overwritten below, and at
+    # GPT-2 small's size it is the slowest step); tie_weights() then shares W_E with lm_head as usual.
+    with no_init_weights():
+        model = GPT2LMHeadModel(GPT2Config(**dims)).eval()
+    model.tie_weights()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
