@@ -29,8 +29,10 @@ import os
 import shutil
 import socket
 import tempfile
+import threading
 import warnings
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -64,14 +66,36 @@ class ReferenceUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Reference:
-    """A loaded reference checkpoint. Shared between callers: do not modify its models."""
+    """A loaded reference checkpoint. Shared between callers: do not modify its models.
+
+    ``model`` (the TransformerLens bridge) is built the first time it is read: loading
+    TransformerLens takes seconds, and only the tests that compare activations need it.
+    """
 
     name: str
-    model: "object"  # transformer_lens.model_bridge.TransformerBridge
     hf_model: "object"  # transformers.GPT2LMHeadModel, in eval mode
     tokenizer: "object"  # transformers.GPT2TokenizerFast
     cfg: Config
     path: Path
+    # Builds the bridge on first access to ``model``; not part of the value.
+    _build_model: Callable[[], object] = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
+    _lock: threading.Lock = field(repr=False, compare=False, default_factory=threading.Lock)
+
+    @property
+    def model(self) -> "object":  # transformer_lens.model_bridge.TransformerBridge
+        """A TransformerLens ``TransformerBridge`` on the same weights, built on first use."""
+        with self._lock:  # two threads reading it at once build it once
+            if "_model" not in self.__dict__:
+                if self._build_model is None:
+                    raise ReferenceUnavailable(f"reference {self.name!r} was created without a TransformerLens model")
+                # Writing __dict__ directly: a frozen dataclass forbids attribute assignment.
+                self.__dict__["_model"] = self._build_model()
+            return self.__dict__["_model"]
+
+    @property
+    def model_loaded(self) -> bool:
+        """Whether ``model`` has been built already (reading it would build it)."""
+        return "_model" in self.__dict__
 
 
 def cache_home() -> Path:
@@ -178,6 +202,7 @@ def build_tiny_checkpoint(out_dir: Path) -> None:
 
     from sampling_course.tokenizer import load_tiny_tokenizer
 
+    _quiet_transformers()  # no "Writing model shards" bar: the build is a detail of the first run
     tokenizer = load_tiny_tokenizer()
     config = GPT2Config(
         vocab_size=len(tokenizer),
@@ -225,16 +250,12 @@ def _quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-@cache
-def _load(name: str, path: Path) -> Reference:
-    from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+def _bridge(path: Path, tokenizer: object) -> object:
+    """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``."""
+    from transformers import GPT2LMHeadModel
     from transformer_lens.model_bridge import TransformerBridge
 
     _quiet_transformers()
-    # float32 always: the story checkpoints are stored in float16 to keep the package
-    # small, and from_pretrained would otherwise keep the stored dtype.
-    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
-    tokenizer = GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
     # The bridge rewires the module it is given in place, so it gets a copy of its own and
     # hf_model stays a plain GPT2LMHeadModel.
     bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
@@ -245,13 +266,25 @@ def _load(name: str, path: Path) -> Reference:
         # DemoTransformer holds them, so activations can be compared one for one.
         bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
     bridge.eval()
+    return bridge
+
+
+@cache
+def _load(name: str, path: Path) -> Reference:
+    from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+
+    _quiet_transformers()
+    # float32 always: the story checkpoints are stored in float16 to keep the package
+    # small, and from_pretrained would otherwise keep the stored dtype.
+    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+    tokenizer = GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
     return Reference(
         name=name,
-        model=bridge,
         hf_model=hf_model,
         tokenizer=tokenizer,
         cfg=Config.from_hf(hf_model.config),
         path=path,
+        _build_model=lambda: _bridge(path, tokenizer),
     )
 
 

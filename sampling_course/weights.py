@@ -67,3 +67,46 @@ def demo_state_dict(hf_model: torch.nn.Module) -> dict[str, Tensor]:
         })
     # Contiguous copies, so the demo model never shares storage with the HF model.
     return {k: v.contiguous().clone() for k, v in out.items()}
+
+
+def load_weights(model: torch.nn.Module, state_dict: dict[str, Tensor]) -> torch.nn.Module:
+    """Copy ``state_dict`` (e.g. from ``demo_state_dict``) into ``model``'s parameters; return ``model``.
+
+    Every parameter must be matched: a parameter the weights lack, a weight the model has
+    no parameter for, or a shape that differs raises a ValueError naming each one. Buffers
+    are the exception: a model may create its own constants (the classic text registers the
+    mask value with ``register_buffer("IGNORE", ...)``, which puts it in the state dict),
+    and those keep the value the model gave them.
+    """
+    import difflib
+
+    params = dict(model.named_parameters(remove_duplicate=False))  # tied weights under each name
+    buffers = {name for name, _ in model.named_buffers(remove_duplicate=False)}
+    missing = sorted(set(params) - set(state_dict))
+    extra = sorted(set(state_dict) - set(params) - buffers)
+    # A missing parameter next to an extra weight of a similar name is most likely a misspelling.
+    renamed = {}
+    for name in missing:
+        close = difflib.get_close_matches(name, [e for e in extra if e not in renamed.values()], n=1, cutoff=0.6)
+        if close:
+            renamed[name] = close[0]
+    problems = [f"the model calls {name!r} what the weights call {renamed[name]!r}" if name in renamed
+                else f"the model's parameter {name!r} is not in the weights" for name in missing]
+    problems += [f"the weights have {name!r}, which the model has no parameter for"
+                 for name in extra if name not in renamed.values()]
+    problems += [
+        f"{name!r} has shape {tuple(params[name].shape)} in the model but {tuple(tensor.shape)} in the weights"
+        for name, tensor in state_dict.items()
+        if name in params and params[name].shape != tensor.shape
+    ]
+    if problems:
+        raise ValueError(
+            f"cannot load the weights into {type(model).__name__}: " + "; ".join(problems)
+            + ". Parameter names and shapes must follow the course's (W_E, W_pos, W_Q of shape "
+            "[n_heads, d_model, d_head], ln1.w, ...)."
+        )
+    with torch.no_grad():
+        for name, tensor in state_dict.items():
+            if name in params:
+                params[name].copy_(tensor)
+    return model

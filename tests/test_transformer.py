@@ -14,11 +14,12 @@ import math
 import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.initialization import no_init_weights
 
 from sampling_course.config import Config
 from sampling_course.grading.impl import load_demo
 from sampling_course.reference import _perturb_
-from sampling_course.weights import demo_state_dict
+from sampling_course.weights import demo_state_dict, load_weights
 
 # fp32 activations of a 12-layer model drift by ~1e-5 between two correct implementations;
 # every classic mistake in part 1 moves them by more than 1e-3 on the stand-in.
@@ -215,7 +216,11 @@ def test_demo_transformer_single_token_and_batch_independence(demo, reference):
 
 def _random_gpt2(seed: int, scale: float, **dims) -> GPT2LMHeadModel:
     """A GPT-2 with every parameter drawn from N(0, scale), biases and LayerNorms perturbed too."""
-    model = GPT2LMHeadModel(GPT2Config(**dims)).eval()
+    # Hugging Face's own initialisation is skipped (every parameter is overwritten below, and at
+    # GPT-2 small's size it is the slowest step); tie_weights() then shares W_E with lm_head as usual.
+    with no_init_weights():
+        model = GPT2LMHeadModel(GPT2Config(**dims)).eval()
+    model.tie_weights()
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, param in sorted(model.named_parameters()):
@@ -239,7 +244,7 @@ def test_random_weights_match_hf(impl, dims, scale):
     hf_model = _random_gpt2(seed=len(dims), scale=scale, **dims)
     cfg = Config.from_hf(hf_model.config)
     demo = impl.transformer.DemoTransformer(cfg)
-    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    load_weights(demo, demo_state_dict(hf_model))
     tokens = torch.randint(0, cfg.d_vocab, (2, min(cfg.n_ctx, 24)), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert_close(demo.eval()(tokens), hf_model(tokens).logits, "logits on random weights")

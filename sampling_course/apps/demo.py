@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import ModuleType
+from unittest import mock
 
 import torch
 from rich.console import Console
 from rich.table import Table
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.grading.impl import impl_module, load_demo
 from sampling_course.reference import Reference, load_reference
 
 DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"
@@ -87,6 +93,28 @@ def cache_table(sampler, model, prompt: str, max_tokens: int) -> Table:
     return table
 
 
+@contextmanager
+def progress_bars_on_a_terminal_only(sampling: ModuleType) -> Iterator[None]:
+    """Inside the block, progress bars (beam search's, a GPT-2 download's) show only when stderr is a
+    terminal: redrawn with carriage returns, they are debris in a file or a pipe."""
+    if sys.stderr.isatty():
+        yield
+        return
+    from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+    hub_bars_were_off = are_progress_bars_disabled()
+    disable_progress_bars()
+    try:
+        if hasattr(sampling, "tqdm"):
+            with mock.patch.object(sampling, "tqdm", functools.partial(sampling.tqdm, disable=True)):
+                yield
+        else:
+            yield
+    finally:
+        if not hub_bars_were_off:
+            enable_progress_bars()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sampling-course demo", description=__doc__)
     parser.add_argument("--reference", choices=["auto", "gpt2", "tiny"], default="auto",
@@ -96,16 +124,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
-    from solutions.sampling import TransformerSampler
-
+    sampling = impl_module("sampling", "solutions")
     console = Console()
-    reference = load_reference(args.reference)
-    console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
-                  f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
-    model = load_demo(reference)
-    sampler = TransformerSampler(model, reference.tokenizer)
-    console.print(next_token_table(reference, model, args.prompt))
-    console.print(decoding_table(sampler, args.prompt, args.max_tokens, args.seed))
-    console.print(beam_table(sampler, args.prompt, args.max_tokens))
-    console.print(cache_table(sampler, model, args.prompt, args.max_tokens))
+    with progress_bars_on_a_terminal_only(sampling):
+        reference = load_reference(args.reference)
+        console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
+                      f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
+        model = load_demo(reference)
+        sampler = sampling.TransformerSampler(model, reference.tokenizer)
+        console.print(next_token_table(reference, model, args.prompt))
+        console.print(decoding_table(sampler, args.prompt, args.max_tokens, args.seed))
+        console.print(beam_table(sampler, args.prompt, args.max_tokens))
+        console.print(cache_table(sampler, model, args.prompt, args.max_tokens))
     return 0

@@ -19,12 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from rich.console import Console
+from rich.markup import escape
 
 from sampling_course.grading.course import UnknownExerciseError, get_exercise
-from sampling_course.grading.impl import resolve_impl
+from sampling_course.grading.impl import StaleInstallError, resolve_impl
 from sampling_course.grading.render import render_hints, render_progress, render_report
 from sampling_course.grading.results import CheckReport
-from sampling_course.grading.runner import run_report
+from sampling_course.grading.runner import TestsNotFoundError, run_report
 
 __all__ = ["check", "progress", "hint", "cli_check", "cli_progress", "cli_hint"]
 
@@ -44,18 +45,31 @@ def check(
     ``check("LayerNorm", obj=LayerNorm)`` or ``check("sample_top_p", obj=my_top_p)``.
     Returns a ``CheckReport``, true when every exercise checked is done.
     """
-    report = run_report(name, resolve_impl(impl), obj)
+    return _show(_run(name, resolve_impl(impl), obj), render_report, display, console)
+
+
+def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None) -> CheckReport:
+    """``run_report``, with a problem of the setup (no tests, a stale install) as the report's one-line error."""
+    try:
+        return run_report(names, impl, obj)
+    except (StaleInstallError, TestsNotFoundError) as exc:
+        return CheckReport([], impl=impl, error=str(exc))
+
+
+def _show(report: CheckReport, render: Callable, display: bool, console: Console | None) -> CheckReport:
     if display:
-        (console or Console()).print(render_report(report))
+        console = console or Console()
+        if report.error:
+            # soft_wrap: one line however narrow the terminal, so it reads (and greps) as one.
+            console.print(f"[red]error:[/] {escape(report.error)}", soft_wrap=True)
+        else:
+            console.print(render(report))
     return report
 
 
 def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None) -> CheckReport:
     """Check every exercise and show a table of where you are, like ``rustlings list``."""
-    report = run_report(None, resolve_impl(impl))
-    if display:
-        (console or Console()).print(render_progress(report))
-    return report
+    return _show(_run(None, resolve_impl(impl)), render_progress, display, console)
 
 
 # How many hints each exercise has revealed in this session, for hint(name) with no level.
@@ -110,11 +124,13 @@ def _run_and_render(names: Sequence[str] | None, args: argparse.Namespace, rende
     """Check ``names`` (None: all), print ``render(report)``; exit 0 when all are done, 1 if not, 2 on bad input."""
     console = Console()
     try:
-        report = run_report(names, _impl_of(args))
+        report = _run(names, _impl_of(args))
     except ValueError as exc:  # an unknown exercise or --impl
-        console.print(f"[red]error:[/] {exc}")
+        console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
-    console.print(render(report))
+    _show(report, render, True, console)
+    if report.error:
+        return 2
     return 0 if report.ok else 1
 
 

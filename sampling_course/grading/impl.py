@@ -8,7 +8,9 @@ programs in ``sampling_course.apps`` go through it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -33,14 +35,70 @@ def impl_module(module: str, impl: str | None = None, default: str = "solutions"
     return importlib.import_module(f"{resolve_impl(impl, default)}.{module}")
 
 
+class StaleInstallError(RuntimeError):
+    """The implementation Python would import is an installed copy, not the checkout's files."""
+
+
+def find_checkout(start: Path | None = None) -> Path | None:
+    """The course's source checkout: ``start`` (the working directory by default) or a parent of
+    it that holds ``tests/conftest.py`` and ``exercises/``; None when there is none."""
+    start = (start or Path.cwd()).resolve()
+    for folder in (start, *start.parents):
+        if (folder / "tests" / "conftest.py").is_file() and (folder / "exercises").is_dir():
+            return folder
+    return None
+
+
+DISTRIBUTION = "sampling-course"  # the project's name in pyproject.toml
+
+
+def installed_copies(package: str) -> set[Path]:
+    """Folders where pip installed a copy of ``package`` (``pip install .``, not ``-e``), from its records."""
+    import importlib.metadata
+
+    copies = set()
+    for dist in importlib.metadata.distributions(name=DISTRIBUTION):
+        for file in dist.files or ():
+            if file.parts == (package, "__init__.py"):
+                copies.add(Path(dist.locate_file(file)).resolve().parent)
+    return copies
+
+
+def stale_install_message(package: str, checkout: Path) -> str | None:
+    """One line saying to reinstall when ``package`` would be imported from a copy that
+    ``pip install .`` made, instead of from ``checkout/package``; None when all is well.
+
+    Only an installed copy counts: a copy put first on PYTHONPATH on purpose (as
+    ``plant-mistakes`` does) is what its caller wants graded.
+    """
+    local = (checkout / package).resolve()
+    if not (local / "__init__.py").is_file():
+        return None
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin:
+        return None
+    imported = Path(spec.origin).resolve().parent
+    if imported == local or imported not in installed_copies(package):
+        return None
+    return (f"{package}/ is imported from a copy made by `pip install .` ({imported}), not from {local}, "
+            f"so your edits there do not count: reinstall the course with `pip install -e .` in {checkout}")
+
+
 def load_demo(reference: "Reference", transformer_module: ModuleType | None = None) -> "torch.nn.Module":
-    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights."""
+    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights.
+
+    Raises a ValueError naming each parameter that is missing, extra, misnamed or of the wrong shape.
+    """
     from sampling_course.config import Config
-    from sampling_course.weights import demo_state_dict
+    from sampling_course.weights import demo_state_dict, load_weights
 
     if transformer_module is None:
         transformer_module = impl_module("transformer", "solutions")
     cfg = Config.from_hf(reference.hf_model.config)
     model = transformer_module.DemoTransformer(cfg)
-    model.load_state_dict(demo_state_dict(reference.hf_model), strict=True)
-    return model.eval()
+    # Every parameter must match by name and shape; buffers the model makes itself (such as a
+    # persistent IGNORE) need not be in the weights.
+    return load_weights(model, demo_state_dict(reference.hf_model)).eval()

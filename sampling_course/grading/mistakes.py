@@ -109,23 +109,24 @@ def main(argv: list[str] | None = None) -> int:
     failures = 0
     if not args.variants:
         selected = [m for m in MISTAKES if not args.part or m.part in args.part]
+        results = _run_all(selected, caught, args.jobs)
         table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
-        for mistake, (ok, detail) in zip(selected, _run_all(selected, caught, args.jobs)):
-            failures += not ok
+        for mistake, (ok, detail) in zip(selected, results):
             table.add_row(str(mistake.part), mistake.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:90])
         console.print(table)
-        n_caught = sum(1 for row in table.columns[2].cells if "yes" in str(row))
+        n_caught = sum(ok for ok, _ in results)
+        failures += len(results) - n_caught
         console.print(f"{n_caught}/{len(selected)} planted mistakes caught")
     if not args.mistakes:
         selected_v = [v for v in VARIANTS if not args.part or v.part in args.part]
+        results = _run_all(selected_v, accepted, args.jobs)
         table = Table("part", "exercise", "correct variant", "accepted", "result", title="Correct variants")
-        n_ok = 0
-        for variant, (ok, detail) in zip(selected_v, _run_all(selected_v, accepted, args.jobs)):
-            failures += not ok
-            n_ok += ok
+        for variant, (ok, detail) in zip(selected_v, results):
             table.add_row(str(variant.part), variant.exercise, variant.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:70])
         console.print(table)
-        console.print(f"{n_ok}/{len(selected_v)} planted correct variants accepted")
+        n_accepted = sum(ok for ok, _ in results)
+        failures += len(results) - n_accepted
+        console.print(f"{n_accepted}/{len(selected_v)} planted correct variants accepted")
     return 1 if failures else 0
 
 

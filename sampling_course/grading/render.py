@@ -11,14 +11,23 @@ from rich.table import Table
 from rich.text import Text
 
 from sampling_course.grading.course import Exercise
-from sampling_course.grading.results import DONE, FAILING, NO_TESTS_YET, NOT_IMPLEMENTED_YET, CheckReport, Result
+from sampling_course.grading.results import (
+    DONE,
+    FAILING,
+    NO_TESTS_YET,
+    NOT_IMPLEMENTED_YET,
+    TOOK_TOO_LONG,
+    CheckReport,
+    Result,
+)
 
-_STYLE = {DONE: "green", NOT_IMPLEMENTED_YET: "yellow", FAILING: "red", NO_TESTS_YET: "blue"}
-_SYMBOL = {DONE: "✓", NOT_IMPLEMENTED_YET: "…", FAILING: "✗", NO_TESTS_YET: "·"}
+_STYLE = {DONE: "green", NOT_IMPLEMENTED_YET: "yellow", FAILING: "red", TOOK_TOO_LONG: "red", NO_TESTS_YET: "blue"}
+_SYMBOL = {DONE: "✓", NOT_IMPLEMENTED_YET: "…", FAILING: "✗", TOOK_TOO_LONG: "✗", NO_TESTS_YET: "·"}
 
 
-def _status_text(result: Result) -> Text:
-    return Text(f"{_SYMBOL[result.status]} {result.status}", style=_STYLE[result.status])
+def _status_word(result: Result) -> str:
+    """The status as the table shows it: "took longer than 60 s" says more than "took too long"."""
+    return result.message if result.status == TOOK_TOO_LONG and result.message else result.status
 
 
 def _tests_text(result: Result) -> str:
@@ -44,6 +53,13 @@ def render_result(result: Result) -> Panel:
         body.append(Text(f"Task: {ex.task}", style="dim"))
         if result.passed:
             body.append(Text(f"{result.passed}/{result.ran} tests already pass.", style="dim"))
+    elif result.status == TOOK_TOO_LONG:
+        body.append(Text(f"✗ {result.message[:1].upper()}{result.message[1:]} and was stopped: is there a loop "
+                         "that never ends?", style="bold red"))
+        if result.failing_test:
+            body.append(Text(f"Stopped: {result.failing_test}", style="red"))
+        if result.hint:
+            body.append(Text("Hint: ", style="bold") + Text(result.hint))
     elif result.status == FAILING:
         body.append(Text(f"✗ {result.failed} of {result.ran} tests failing", style="bold red")
                     + Text(f"  ({result.passed} passed)", style="dim"))
@@ -82,7 +98,7 @@ def render_table(results: Sequence[Result], title: str | None = None) -> Table:
         table.add_row(
             Text(f"  {_SYMBOL[result.status]}", style=style),
             result.name,
-            Text(result.status, style=style),
+            Text(_status_word(result), style=style),
             _tests_text(result),
         )
     return table
@@ -96,7 +112,7 @@ def _bar(done: int, total: int, width: int = 25) -> Text:
 
 def _next_up(results: Sequence[Result]) -> Result | None:
     """The first exercise to work on: one with tests that is not done, else one with no tests."""
-    pending = [r for r in results if r.status in (FAILING, NOT_IMPLEMENTED_YET)]
+    pending = [r for r in results if r.status in (TOOK_TOO_LONG, FAILING, NOT_IMPLEMENTED_YET)]
     return pending[0] if pending else next((r for r in results if not r.done), None)
 
 
@@ -112,7 +128,7 @@ def render_progress(report: CheckReport | Sequence[Result]) -> Group:
     )
     nxt = _next_up(results)
     if nxt is not None and nxt.status != NO_TESTS_YET:
-        parts.append(Text(f"Next up: {nxt.name} ({nxt.status}): {nxt.exercise.task}", style=_STYLE[nxt.status]))
+        parts.append(Text(f"Next up: {nxt.name} ({_status_word(nxt)}): {nxt.exercise.task}", style=_STYLE[nxt.status]))
         parts.append(Text(f'  check("{nxt.name}")  ·  hint("{nxt.name}")  ·  sampling-course check {nxt.name}', style="dim"))
     elif results and n_done == len(results):
         parts.append(Text("Every exercise is done. Well done!", style="bold green"))

@@ -3,6 +3,7 @@
 * ``done``: every test that ran passed;
 * ``not implemented yet``: a stub still raises ``NotImplementedError``;
 * ``failing``: a test failed; the result carries the first failure's message and a hint;
+* ``took too long``: a test ran past its time limit and was stopped (a loop that never ends?);
 * ``no tests yet``: no test carries that exercise's marker (or every one was skipped).
 """
 
@@ -17,6 +18,7 @@ from sampling_course.grading.course import Exercise, get_exercise
 DONE = "done"
 NOT_IMPLEMENTED_YET = "not implemented yet"
 FAILING = "failing"
+TOOK_TOO_LONG = "took too long"
 NO_TESTS_YET = "no tests yet"
 
 
@@ -28,7 +30,7 @@ class TestOutcome:
 
     nodeid: str
     exercises: tuple[str, ...]
-    outcome: Literal["passed", "failed", "not implemented", "skipped"]
+    outcome: Literal["passed", "failed", "not implemented", "took too long", "skipped"]
     message: str = ""
     stub: str = ""
 
@@ -38,16 +40,16 @@ class Result:
     """The state of one exercise after running its tests."""
 
     exercise: Exercise
-    status: str  # DONE, NOT_IMPLEMENTED_YET, FAILING or NO_TESTS_YET
+    status: str  # DONE, NOT_IMPLEMENTED_YET, FAILING, TOOK_TOO_LONG or NO_TESTS_YET
     passed: int = 0
     total: int = 0  # tests collected for this exercise, skipped ones included
-    failed: int = 0
+    failed: int = 0  # took too long included
     not_implemented: int = 0
     skipped: int = 0
-    message: str | None = None  # the first failure's message, when failing
+    message: str | None = None  # the first failure's message, when failing or too long
     failing_test: str | None = None  # that test's id, e.g. "test_transformer.py::test_x[tiny]"
     stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
-    hint: str | None = None  # the exercise's first hint, when failing
+    hint: str | None = None  # the exercise's first hint, when failing or too long
 
     @property
     def name(self) -> str:
@@ -76,6 +78,7 @@ class CheckReport:
     results: list[Result]
     impl: str = "exercises"
     collection_errors: list[str] = field(default_factory=list)
+    error: str | None = None  # why nothing could be checked (e.g. a stale `pip install .`)
 
     def __bool__(self) -> bool:
         return bool(self.results) and all(r.done for r in self.results)
@@ -101,8 +104,8 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        """No exercise checked is failing or unimplemented (``no tests yet`` is fine)."""
-        return not any(r.status in (FAILING, NOT_IMPLEMENTED_YET) for r in self.results)
+        """No exercise checked is failing or unimplemented (``no tests yet`` is fine), and the check could run."""
+        return self.error is None and not any(r.status in (FAILING, TOOK_TOO_LONG, NOT_IMPLEMENTED_YET) for r in self.results)
 
     def __repr__(self) -> str:
         names = ", ".join(f"{r.name}: {r.status}" for r in self.results[:3])
@@ -113,20 +116,26 @@ class CheckReport:
 def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
     """One exercise's ``Result`` from the outcomes of the tests that grade it.
 
-    A real failure outranks an unfilled stub (it is what the learner must look at), and
-    a stub outranks passes: an exercise is done only when nothing failed and something ran.
+    A test stopped for taking too long comes first (each check waits for it), then a real
+    failure, which outranks an unfilled stub (it is what the learner must look at), and a
+    stub outranks passes: an exercise is done only when nothing failed and something ran.
     """
-    counts = {kind: sum(o.outcome == kind for o in outcomes) for kind in ("passed", "failed", "not implemented", "skipped")}
+    kinds = ("passed", "failed", "not implemented", "took too long", "skipped")
+    counts = {kind: sum(o.outcome == kind for o in outcomes) for kind in kinds}
     stubs = tuple(dict.fromkeys(o.stub for o in outcomes if o.outcome == "not implemented" and o.stub))
     common = dict(
         exercise=exercise,
         passed=counts["passed"],
         total=len(outcomes),
-        failed=counts["failed"],
+        failed=counts["failed"] + counts["took too long"],
         not_implemented=counts["not implemented"],
         skipped=counts["skipped"],
         stubs=stubs,
     )
+    if counts["took too long"]:
+        first = next(o for o in outcomes if o.outcome == "took too long")
+        return Result(status=TOOK_TOO_LONG, message=first.message, failing_test=first.nodeid,
+                      hint=exercise.hints[0], **common)
     if counts["failed"]:
         first = next(o for o in outcomes if o.outcome == "failed")
         return Result(status=FAILING, message=first.message, failing_test=first.nodeid, hint=exercise.hints[0], **common)

@@ -28,10 +28,12 @@ from unittest import mock
 import pytest
 
 from sampling_course.grading.course import EXERCISES, Exercise, get_exercise
-from sampling_course.grading.impl import IMPLS
-# The key the course's pytest plugin puts in report.user_properties when a stub raised
-# NotImplementedError (one source of truth: the plugin).
+from sampling_course.grading.impl import IMPLS, StaleInstallError, find_checkout, stale_install_message
+# The keys the course's pytest plugin puts in report.user_properties when a stub raised
+# NotImplementedError or a test ran out of time (one source of truth: the plugin).
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
+from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
+from sampling_course.grading.pytest_plugin import resolve_test_timeout
 from sampling_course.grading.results import CheckReport, Result, TestOutcome, summarize
 
 # A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
@@ -40,18 +42,32 @@ _MAX_MESSAGE_LINES = 6
 _MAX_LINE_CHARS = 160
 
 
+class TestsNotFoundError(FileNotFoundError):
+    """The course's tests/ directory is nowhere to be found."""
+
+    __test__ = False  # not a pytest test class, despite the name
+
+
 def tests_dir() -> Path:
-    """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``)."""
+    """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``).
+
+    Next to the imported ``sampling_course`` in a checkout (an editable install), else in
+    the checkout the working directory lies in (after ``pip install .``, which copies the
+    package but not the tests).
+    """
     import sampling_course
 
     candidates = []
     if os.environ.get("SAMPLING_COURSE_TESTS"):
         candidates.append(Path(os.environ["SAMPLING_COURSE_TESTS"]))
     candidates.append(Path(sampling_course.__file__).resolve().parent.parent / "tests")
+    checkout = find_checkout()
+    if checkout is not None:
+        candidates.append(checkout / "tests")
     for candidate in candidates:
         if (candidate / "conftest.py").is_file():
             return candidate
-    raise FileNotFoundError(
+    raise TestsNotFoundError(
         "cannot find the course's tests/ directory (looked in "
         + ", ".join(str(c) for c in candidates)
         + "). Install the course from its source checkout with `pip install -e .`, "
@@ -86,12 +102,27 @@ def _short_message(report: Any) -> str:
 
 
 class _Collector:
-    """A pytest plugin that records which tests grade which exercise, and how each went."""
+    """A pytest plugin that records which tests grade which exercise, and how each went.
+
+    Once a test of an exercise has run into an unfilled stub, the exercise's remaining
+    tests would only run into it again (many first compute an expensive expected value,
+    such as a Hugging Face beam search): they are counted as waiting for that stub
+    without being run. A check of untouched stubs thus takes seconds, not minutes.
+    """
 
     def __init__(self) -> None:
         self.exercises: dict[str, tuple[str, ...]] = {}
         self.outcomes: dict[str, TestOutcome] = {}
         self.collection_errors: list[str] = []
+        self.stub_of: dict[str, str] = {}  # exercise (lower case) -> the stub one of its tests ran into
+        self.presumed: dict[str, str] = {}  # nodeid -> stub, for tests not run because of it
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: Any) -> None:
+        names = [name.lower() for name in self.exercises.get(item.nodeid, ())]
+        if names and all(name in self.stub_of for name in names):
+            self.presumed[item.nodeid] = stub = self.stub_of[names[0]]
+            pytest.skip(f"{stub}: not implemented yet")
 
     # trylast: see the items after conftest.py has applied --exercise.
     @pytest.hookimpl(trylast=True)
@@ -107,12 +138,23 @@ class _Collector:
     def pytest_runtest_logreport(self, report: Any) -> None:
         previous = self.outcomes.get(report.nodeid)
         names = self.exercises.get(report.nodeid, ())
+        presumed = self.presumed.get(report.nodeid)
+        if presumed is not None:
+            if previous is None:
+                self.outcomes[report.nodeid] = TestOutcome(
+                    report.nodeid, names, "not implemented", f"{presumed}: not implemented yet", presumed)
+            return
         if report.failed:
             stub = next((value for key, value in report.user_properties if key == _NOT_IMPLEMENTED_KEY), None)
-            if previous is not None and previous.outcome in ("failed", "not implemented"):
+            if stub is not None:
+                for name in names:
+                    self.stub_of.setdefault(name.lower(), stub)
+            if previous is not None and previous.outcome in ("failed", "not implemented", "took too long"):
                 return  # keep the first failure (a teardown error after a failed call adds nothing)
             if stub is not None:
                 outcome = TestOutcome(report.nodeid, names, "not implemented", f"{stub}: not implemented yet", stub)
+            elif any(key == _TOOK_TOO_LONG_KEY for key, _ in report.user_properties):
+                outcome = TestOutcome(report.nodeid, names, "took too long", str(report.longrepr))
             else:
                 outcome = TestOutcome(report.nodeid, names, "failed", _short_message(report))
             self.outcomes[report.nodeid] = outcome
@@ -297,7 +339,11 @@ def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exer
 
 
 def run_report(names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None) -> CheckReport:
-    """Run the selected exercises' tests once, in-process, and summarise them per exercise."""
+    """Run the selected exercises' tests once, in-process, and summarise them per exercise.
+
+    Raises ``TestsNotFoundError`` when there are no tests to run and ``StaleInstallError``
+    when ``impl`` would be imported from an installed copy instead of the checkout.
+    """
     if impl not in IMPLS:
         raise ValueError(f"impl must be one of {', '.join(IMPLS)}, got {impl!r}")
     exercises = _unique_exercises(names)
@@ -305,7 +351,13 @@ def run_report(names: Sequence[str | Exercise] | str | None, impl: str = "exerci
         raise ValueError("check(name, obj=...) checks one object: name exactly one exercise")
 
     tests = tests_dir().resolve()
-    args = [str(tests), "--impl", impl]
+    # After `pip install .`, Python imports a copy of exercises/ made at install time: grading
+    # it would ignore every edit since.
+    stale = stale_install_message(impl, tests.parent)
+    if stale:
+        raise StaleInstallError(stale)
+    # A learner's loop that never ends is stopped, in the notebook as on the command line.
+    args = [str(tests), "--impl", impl, "--test-timeout", str(resolve_test_timeout(None, "exercises"))]
     for exercise in exercises:
         args += ["--exercise", exercise.name]
     # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe

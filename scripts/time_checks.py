@@ -1,0 +1,115 @@
+"""Time the checker the way a learner meets it, and compare with its speed targets.
+
+Three numbers, each measured in fresh processes so that nothing is already imported:
+
+* the first check in a new process: ``sampling-course check NAME`` from a shell, for
+  exercises of parts 1-3 (target under 5 s);
+* a later check in the same process: ``check(NAME)`` again in one Python process, as in a
+  notebook after the first cell (target under 2 s);
+* ``sampling-course progress``: every exercise (target under 15 s).
+
+    python scripts/time_checks.py                       # against exercises/ (your code)
+    python scripts/time_checks.py --impl solutions      # against the finished solutions
+    python scripts/time_checks.py --repeat 3 LayerNorm sample_top_p
+
+Timings on a shared machine are noisy: the load average is printed next to them, the
+CPU seconds (user + system) are printed next to the wall-clock seconds (on a busy machine
+they are closer to what an idle one would take), and ``--repeat`` keeps the fastest of
+several runs. The targets are for wall-clock time; exits 1 when one is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+TARGETS = {"first check": 5.0, "later check": 2.0, "progress": 15.0}
+# One exercise per kind of test fixture: part 1 (TransformerLens activations), part 2, part 3.
+DEFAULT_EXERCISES = ["LayerNorm", "Attention", "sample_top_p", "sample", "Beams.filter", "beam_search"]
+
+# Run in a child process: check each exercise twice in that one process and report the second timing.
+_LATER = """
+import json, sys, time
+from sampling_course.grading.checking import check
+seconds = {}
+for name in sys.argv[2:]:
+    check(name, impl=sys.argv[1], display=False)  # the first check of this process: not what is timed
+    start, cpu = time.perf_counter(), time.process_time()
+    check(name, impl=sys.argv[1], display=False)
+    seconds[name] = (time.perf_counter() - start, time.process_time() - cpu)
+print(json.dumps(seconds))
+"""
+
+
+def _cli(*args: str) -> list[str]:
+    # The same as the `sampling-course` command, without relying on PATH.
+    return [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", *args]
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _timed(command: list[str]) -> tuple[float, float]:
+    """(wall-clock seconds, CPU seconds) of running ``command`` to its end."""
+    start, cpu = time.perf_counter(), _children_cpu()
+    subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start, _children_cpu() - cpu
+
+
+def _load() -> str:
+    try:
+        one, five, _ = os.getloadavg()
+    except OSError:
+        return "load average unknown"
+    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("exercise", nargs="*", default=DEFAULT_EXERCISES, help="exercises to time (default: a few of parts 1-3)")
+    parser.add_argument("--impl", default="exercises", choices=["exercises", "solutions"])
+    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--no-progress", action="store_true", help="skip timing `sampling-course progress`")
+    args = parser.parse_args(argv)
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
+
+    print(f"Timing checks against {args.impl}/; {_load()}")
+    rows: list[tuple[str, str, tuple[float, float]]] = []
+    for name in args.exercise:
+        rows.append(("first check", f"sampling-course check {name}",
+                     min(_timed(_cli("check", name, "--impl", args.impl)) for _ in range(args.repeat))))
+    later: dict[str, tuple[float, float]] = {}
+    for _ in range(args.repeat):
+        proc = subprocess.run([sys.executable, "-c", _LATER, args.impl, *args.exercise],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:], file=sys.stderr)
+            return 2
+        for name, timing in json.loads(proc.stdout.strip().splitlines()[-1]).items():
+            later[name] = min(tuple(timing), later.get(name, (float("inf"), 0.0)))
+    rows += [("later check", f"check({name!r}) again", timing) for name, timing in later.items()]
+    if not args.no_progress:
+        rows.append(("progress", "sampling-course progress",
+                     min(_timed(_cli("progress", "--impl", args.impl)) for _ in range(args.repeat))))
+
+    missed = 0
+    width = max(len(what) for _, what, _ in rows)
+    print(f"  {'':<{width}}  {'wall':>7}  {'cpu':>7}")
+    for kind, what, (wall, cpu) in rows:
+        ok = wall < TARGETS[kind]
+        missed += not ok
+        print(f"  {what:<{width}}  {wall:5.1f} s  {cpu:5.1f} s   target < {TARGETS[kind]:.0f} s  {'ok' if ok else 'MISSED'}")
+    print(f"after: {_load()}")
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
