@@ -48,10 +48,10 @@ def check(
     return _show(_run(name, resolve_impl(impl), obj), render_report, display, console)
 
 
-def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None) -> CheckReport:
+def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True) -> CheckReport:
     """``run_report``, with a problem of the setup (no tests, a stale install) as the report's one-line error."""
     try:
-        return run_report(names, impl, obj)
+        return run_report(names, impl, obj, diagnose=diagnose)
     except (StaleInstallError, TestsNotFoundError) as exc:
         return CheckReport([], impl=impl, error=str(exc))
 
@@ -69,7 +69,8 @@ def _show(report: CheckReport, render: Callable, display: bool, console: Console
 
 def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None) -> CheckReport:
     """Check every exercise and show a table of where you are, like ``rustlings list``."""
-    return _show(_run(None, resolve_impl(impl)), render_progress, display, console)
+    # The table names no mistakes, so progress skips looking for them.
+    return _show(_run(None, resolve_impl(impl), diagnose=False), render_progress, display, console)
 
 
 # How many hints each exercise has revealed in this session, for hint(name) with no level.
@@ -124,7 +125,7 @@ def _run_and_render(names: Sequence[str] | None, args: argparse.Namespace, rende
     """Check ``names`` (None: all), print ``render(report)``; exit 0 when all are done, 1 if not, 2 on bad input."""
     console = Console()
     try:
-        report = _run(names, _impl_of(args))
+        report = _run(names, _impl_of(args), diagnose=render is not render_progress)
     except ValueError as exc:  # an unknown exercise or --impl
         console.print(f"[red]error:[/] {escape(str(exc))}")
         return 2

@@ -72,7 +72,6 @@ import itertools
 import math
 import os
 import sys
-import sysconfig
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -87,6 +86,7 @@ from sampling_course.config import Config
 from sampling_course.grading.catalogue import Exercise, Mistake
 from sampling_course.grading.course import EXERCISES, get_exercise
 from sampling_course.grading.mistakes import MISTAKES, REPO
+from sampling_course.grading.time_limit import TookTooLong, time_limit
 
 __all__ = [
     "PROBES", "Distribution", "Frequencies", "Raised", "coverage", "describe_match", "draws_for", "exercises_of",
@@ -926,41 +926,6 @@ def _quiet() -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-class ProbeTimeout(BaseException):
-    """The learner's code ran past the time limit (a BaseException: ``except Exception`` cannot swallow it)."""
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Stop Python code outside the installed libraries after ``seconds`` (a trace function).
-
-    Only code outside the standard library and site-packages is traced (the learner's), so
-    the cost is small. When a debugger or coverage already traces, no limit is set.
-    """
-    if sys.gettrace() is not None:
-        yield
-        return
-    deadline = time.monotonic() + seconds
-    paths = sysconfig.get_paths()
-    libraries = tuple({paths[key] for key in ("stdlib", "platstdlib", "purelib", "platlib") if key in paths})
-
-    def local(frame: Any, event: str, arg: Any) -> Any:
-        if time.monotonic() > deadline:
-            raise ProbeTimeout(f"took longer than {seconds:g} s")
-        return local
-
-    def calls(frame: Any, event: str, arg: Any) -> Any:
-        if frame.f_code.co_filename.startswith(libraries):
-            return None
-        return local(frame, event, arg)
-
-    sys.settrace(calls)
-    try:
-        yield
-    finally:
-        sys.settrace(None)
-
-
 def _planted_output(exercise: Exercise, change: Mistake | None) -> Any:
     """The probe output of the solutions with ``change`` planted (None: the solutions), cached."""
     global _EXACT
@@ -991,7 +956,7 @@ def _learner_output(exercise: Exercise, package: str, obj: Any) -> Any:
     probe = PROBES[exercise.name]
     with _quiet(), isolated_package(package):
         with substituted(package, exercise, obj) if obj is not None else contextlib.nullcontext():
-            with _time_limit(TIME_LIMIT_S):
+            with time_limit(TIME_LIMIT_S):
                 return probe(_Impl(package))
 
 
@@ -1009,7 +974,7 @@ def name_mistake(exercise: Exercise | str, package: str, obj: Any = None) -> Mis
         return None
     try:
         learner = _learner_output(exercise, package, obj)
-    except (Exception, ProbeTimeout):  # noqa: BLE001 - a learner's error is the tests' to report
+    except (Exception, TookTooLong):  # noqa: BLE001 - a learner's error is the tests' to report
         return None
     if isinstance(learner, (list, tuple)) and learner and all(isinstance(step, Raised) for step in learner):
         return None

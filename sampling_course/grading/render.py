@@ -61,6 +61,8 @@ def render_result(result: Result) -> Panel:
         if result.hint:
             body.append(Text("Hint: ", style="bold") + Text(result.hint))
     elif result.status == FAILING:
+        if result.mistake:  # the classic mistake this output matches, said first and plainly
+            body.append(Text(result.mistake, style="bold red"))
         body.append(Text(f"✗ {result.failed} of {result.ran} tests failing", style="bold red")
                     + Text(f"  ({result.passed} passed)", style="dim"))
         if result.failing_test:

@@ -50,6 +50,7 @@ class Result:
     failing_test: str | None = None  # that test's id, e.g. "test_transformer.py::test_x[tiny]"
     stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
     hint: str | None = None  # the exercise's first hint, when failing or too long
+    mistake: str | None = None  # "This matches a classic mistake: ...", when failing like a planted one
 
     @property
     def name(self) -> str:

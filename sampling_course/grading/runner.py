@@ -12,6 +12,7 @@ are put back afterwards, so a check never disturbs the caller's own imports.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import io
@@ -34,7 +35,7 @@ from sampling_course.grading.impl import IMPLS, StaleInstallError, find_checkout
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
 from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
 from sampling_course.grading.pytest_plugin import resolve_test_timeout
-from sampling_course.grading.results import CheckReport, Result, TestOutcome, summarize
+from sampling_course.grading.results import FAILING, CheckReport, Result, TestOutcome, summarize
 
 # A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
 # "what differs and by how much", short enough for a notebook cell.
@@ -338,8 +339,13 @@ def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exer
     return sorted(dict.fromkeys(chosen), key=lambda e: order[e.name])
 
 
-def run_report(names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None) -> CheckReport:
+def run_report(
+    names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True
+) -> CheckReport:
     """Run the selected exercises' tests once, in-process, and summarise them per exercise.
+
+    With ``diagnose``, a failing exercise whose output matches one of its planted classic
+    mistakes says which (see ``grading.diagnosis``).
 
     Raises ``TestsNotFoundError`` when there are no tests to run and ``StaleInstallError``
     when ``impl`` would be imported from an installed copy instead of the checkout.
@@ -391,6 +397,13 @@ def run_report(names: Sequence[str | Exercise] | str | None, impl: str = "exerci
             if name in per_exercise:
                 per_exercise[name].append(outcome)
     results = [summarize(e, per_exercise[e.name.lower()]) for e in exercises]
+    if diagnose and any(r.status == FAILING for r in results):
+        from sampling_course.grading.diagnosis import describe_match  # imports torch: only when needed
+
+        results = [
+            dataclasses.replace(r, mistake=describe_match(r.exercise, impl, obj)) if r.status == FAILING else r
+            for r in results
+        ]
     return CheckReport(results, impl=impl, collection_errors=collector.collection_errors)
 
 
