@@ -314,6 +314,11 @@ VARIANTS: list[Variant] = [
             "        mlp_out = self.mlp(self.ln2(resid))\n"
             "        resid += mlp_out\n"
             "        return resid\n"),
+    Variant(1, "TransformerBlock", "a loop over (norm, sub-layer) pairs", "transformer.py", _BLOCK,
+            "        resid = resid_pre\n"
+            "        for norm, layer in ((self.ln1, self.attn), (self.ln2, self.mlp)):\n"
+            "            resid = resid + layer(norm(resid))\n"
+            "        return resid\n"),
     # Unembed
     Variant(1, "Unembed", "@ matmul", "transformer.py", _UNEMBED,
             "        return normalized_resid_final @ self.W_U + self.b_U\n"),

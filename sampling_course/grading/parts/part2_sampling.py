@@ -300,6 +300,9 @@ VARIANTS: list[Variant] = [
     Variant(2, "apply_temperature", "multiplied by the reciprocal", "sampling.py", _TEMPERATURE,
             "        inverse = 1.0 / temperature\n"
             "        return logits * inverse\n"),
+    Variant(2, "apply_temperature", "divided by a 0-d tensor of the logits' dtype", "sampling.py", _TEMPERATURE,
+            "        t = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)\n"
+            "        return logits.div(t)\n"),
     # apply_frequency_penalty
     Variant(2, "apply_frequency_penalty", "collections.Counter loop on a clone", "sampling.py", _PENALTY,
             "        from collections import Counter\n"

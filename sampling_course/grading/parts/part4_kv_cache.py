@@ -190,6 +190,16 @@ VARIANTS: list[Variant] = [
                 "        n_layers, two, batch, seq_len, n_heads, d_head = self.shape\n        return batch",
                 "        return self.shape[-3]",
             )),
+    Variant(4, "KeyValueCache", "zeros(...) with the device, k/v by plain indexing, sizes read off k", "transformer.py",
+            _CACHE_METHODS,
+            _cache_methods(
+                "        zeros = torch.zeros(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, dtype=dtype, device=device)\n"
+                "        return KeyValueCache(zeros)",
+                "        return self[:, 0]",
+                "        return self[:, 1]",
+                "        return self.k.shape[1]",
+                "        return self.k.size(2)",
+            )),
     # cached_forward
     Variant(4, "cached_forward", "indexed layers, keys and values stacked separately", "transformer.py",
             _CACHED_FORWARD,
