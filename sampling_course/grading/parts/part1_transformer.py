@@ -267,17 +267,22 @@ VARIANTS: list[Variant] = [
             "        W_QKV = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(d_model, 3 * n * h)\n"
             "        q, k, v = (normalized_resid_pre @ W_QKV).view(batch, seq, 3, n, h).unbind(dim=2)\n"
             "        q, k, v = q + self.b_Q, k + self.b_K, v + self.b_V\n"),
-    Variant(1, "Attention", "scores with torch.baddbmm over (batch * heads)", "transformer.py", _SCORES,
+    Variant(1, "Attention", "scores with torch.baddbmm over (batch * heads)", "transformer.py",
+            '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n',
             "        b, q_len, n, h = q.shape\n"
-            "        k_len = k.shape[1]\n"
-            "        q_ = q.permute(0, 2, 1, 3).reshape(b * n, q_len, h)\n"
-            "        k_ = k.permute(0, 2, 1, 3).reshape(b * n, k_len, h)\n"
-            "        v_ = v.permute(0, 2, 1, 3).reshape(b * n, k_len, h)\n"
-            "        zeros = torch.zeros(b * n, q_len, k_len, dtype=q.dtype, device=q.device)\n"
+            "        q_ = q.transpose(1, 2).reshape(b * n, q_len, h)\n"
+            "        k_ = k.transpose(1, 2).reshape(b * n, k.shape[1], h)\n"
+            "        zeros = q_.new_zeros(b * n, q_len, k.shape[1])\n"
             "        attn_scores = torch.baddbmm(zeros, q_, k_.transpose(1, 2), beta=0.0, alpha=1 / math.sqrt(h))\n"
-            "        pattern = self.apply_causal_mask(attn_scores.view(b, n, q_len, k_len)).softmax(dim=-1)\n"
-            "        z = torch.bmm(pattern.reshape(b * n, q_len, k_len), v_).view(b, n, q_len, h)\n"
-            "        out = z.permute(0, 2, 1, 3).reshape(b, q_len, n * h) @ self.W_O.reshape(n * h, -1) + self.b_O\n"),
+            "        attn_scores = attn_scores.view(b, n, q_len, -1)\n"),
+    Variant(1, "Attention", "pattern @ v and one matmul with W_O reshaped to (n_heads * d_head, d_model)",
+            "transformer.py",
+            '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+            "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
+            '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n',
+            "        z = pattern @ v.transpose(1, 2)  # (batch, n_heads, query_pos, d_head)\n"
+            "        z = z.transpose(1, 2).reshape(z.shape[0], z.shape[2], -1)  # heads side by side\n"
+            "        out = z @ self.W_O.reshape(-1, self.cfg.d_model) + self.b_O\n"),
     Variant(1, "Attention", "F.scaled_dot_product_attention with the model's own mask", "transformer.py", _SCORES,
             "        q_, k_, v_ = (t.transpose(1, 2) for t in (q, k, v))  # (batch, n_heads, pos, d_head)\n"
             "        zeros = torch.zeros(q_.shape[-2], k_.shape[-2], dtype=q.dtype, device=q.device)\n"

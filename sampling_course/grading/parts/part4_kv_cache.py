@@ -251,6 +251,6 @@ VARIANTS: list[Variant] = [
             "        if cache is not None:\n"
             "            cache = KeyValueCache(cache.repeat_interleave(k, dim=2))\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, cache)\n"),
-    Variant(4, "cached_beam_search", "Python loops over beams and ranks, index_select'd rows", "beams.py",
+    Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
             GENERATE_TAIL, GENERATE_LOOPS),
 ]
