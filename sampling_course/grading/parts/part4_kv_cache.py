@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
-from sampling_course.grading.parts.part2_sampling import SAMPLE_WHILE_LOOP, SAMPLE_BODY
-from sampling_course.grading.parts.part3_beams import GENERATE_TAIL, GENERATE_LOOPS
+from sampling_course.grading.parts.part2_sampling import SAMPLE_BODY, SAMPLE_WHILE_LOOP
+from sampling_course.grading.parts.part3_beams import GENERATE_LOOPS, GENERATE_TAIL
 
 PART = 4
 TITLE = "KV cache"
