@@ -110,6 +110,24 @@ def test_every_tested_exercise_has_its_target_in_the_solutions():
             assert attr in vars(owner), exercise.name
 
 
+def test_every_exercise_has_planted_correct_variants_that_apply():
+    """Each exercise of parts 1-4 has at least two planted correct variants (other styles that
+    `sampling-course plant-mistakes --variants` runs its tests on), and every planted variant
+    and mistake rewrites text found exactly once in the solutions."""
+    from sampling_course.grading.mistakes import MISTAKES, VARIANTS
+
+    registered = {e.name for e in EXERCISES}
+    assert {v.exercise for v in VARIANTS} <= registered
+    for exercise in (e for e in EXERCISES if e.part <= 4):
+        names = [v.name for v in VARIANTS if v.exercise == exercise.name]
+        assert len(names) >= 2, f"{exercise.name}: {len(names)} planted correct variants, expected at least 2"
+        assert len(set(names)) == len(names), f"{exercise.name}: two variants share a name"
+    for change in [*MISTAKES, *VARIANTS]:
+        source = (REPO / "solutions" / change.file).read_text()
+        assert source.count(change.old) == 1, f"{change.name!r}: its text occurs {source.count(change.old)} times in solutions/{change.file}"
+        assert change.new != change.old, change.name
+
+
 def test_hints_come_in_three_distinct_levels():
     """Every exercise has a one-line task and three different, non-empty hints."""
     for exercise in EXERCISES:

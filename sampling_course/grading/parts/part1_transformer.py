@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
 
 PART = 1
 TITLE = "GPT-2 from scratch"
@@ -168,4 +168,205 @@ MISTAKES: list[Mistake] = [
     Mistake(1, "missing b_U", "transformer.py",
             '"b s d, d v -> b s v") + self.b_U', '"b s d, d v -> b s v")', "test_transformer.py",
             why="the unembedding bias b_U is never added"),
+]
+
+# Correct implementations in other styles than the solutions' (the way learners write them);
+# `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
+_LAYER_NORM = (
+    "        residual = residual - residual.mean(dim=-1, keepdim=True)\n"
+    "        # The biased variance (divide by d_model, not d_model - 1), as in GPT-2.\n"
+    "        scale = (residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n"
+    "        return residual / scale * self.w + self.b\n"
+)
+_POS_EMBED = (
+    "        batch, seq_len = tokens.shape\n"
+    "        positions = self.W_pos[offset : offset + seq_len]\n"
+    '        return einops.repeat(positions, "pos d_model -> batch pos d_model", batch=batch)\n'
+)
+_CAUSAL_MASK = (
+    "        query_pos, key_pos = attn_scores.shape[-2:]\n"
+    "        # diagonal=key_pos - query_pos + 1 shifts the mask right by the number of cached keys.\n"
+    "        future = torch.triu(\n"
+    "            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n"
+    "            diagonal=key_pos - query_pos + 1,\n"
+    "        )\n"
+    "        return attn_scores.masked_fill(future, self.IGNORE)\n"
+)
+_QKV = (
+    '        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
+    '        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
+    '        k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
+    '        v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
+)
+_SCORES = (
+    '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+    "        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)\n"
+    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+    "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
+    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
+)
+_MLP = (
+    '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
+    '        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out\n'
+)
+_BLOCK = (
+    "        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))\n"
+    "        return resid_mid + self.mlp(self.ln2(resid_mid))\n"
+)
+_UNEMBED = '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'
+_DEMO = (
+    "        residual = self.embed(tokens) + self.pos_embed(tokens)\n"
+    "        for block in self.blocks:\n"
+    "            residual = block(residual)\n"
+    "        return self.unembed(self.ln_final(residual))\n"
+)
+
+VARIANTS: list[Variant] = [
+    # LayerNorm
+    Variant(1, "LayerNorm", "var(unbiased=False) and rsqrt", "transformer.py", _LAYER_NORM,
+            "        mean = residual.mean(dim=-1, keepdim=True)\n"
+            "        var = residual.var(dim=-1, keepdim=True, unbiased=False)\n"
+            "        return (residual - mean) * torch.rsqrt(var + self.cfg.layer_norm_eps) * self.w + self.b\n"),
+    Variant(1, "LayerNorm", "torch.nn.functional.layer_norm", "transformer.py", _LAYER_NORM,
+            "        return torch.nn.functional.layer_norm(\n"
+            "            residual, (self.cfg.d_model,), weight=self.w, bias=self.b, eps=self.cfg.layer_norm_eps\n"
+            "        )\n"),
+    Variant(1, "LayerNorm", "torch.var_mean(correction=0), std via torch.sqrt", "transformer.py", _LAYER_NORM,
+            "        var, mean = torch.var_mean(residual, dim=-1, keepdim=True, correction=0)\n"
+            "        normalized = (residual - mean) / torch.sqrt(var + self.cfg.layer_norm_eps)\n"
+            "        return normalized * self.w + self.b\n"),
+    # Embed
+    Variant(1, "Embed", "torch.nn.functional.embedding", "transformer.py",
+            "        return self.W_E[tokens]\n",
+            "        return torch.nn.functional.embedding(tokens, self.W_E)\n"),
+    Variant(1, "Embed", "one-hot matmul", "transformer.py",
+            "        return self.W_E[tokens]\n",
+            "        one_hot = torch.nn.functional.one_hot(tokens, num_classes=self.cfg.d_vocab).to(self.W_E.dtype)\n"
+            "        return one_hot @ self.W_E\n"),
+    Variant(1, "Embed", "index_select on the flattened ids", "transformer.py",
+            "        return self.W_E[tokens]\n",
+            "        return self.W_E.index_select(0, tokens.reshape(-1)).reshape(*tokens.shape, self.cfg.d_model)\n"),
+    # PosEmbed
+    Variant(1, "PosEmbed", "slice, unsqueeze and expand", "transformer.py", _POS_EMBED,
+            "        return self.W_pos[offset : offset + tokens.shape[1]].unsqueeze(0).expand(tokens.shape[0], -1, -1)\n"),
+    Variant(1, "PosEmbed", "arange position ids through F.embedding (HF style)", "transformer.py", _POS_EMBED,
+            "        position_ids = torch.arange(offset, offset + tokens.shape[-1], device=tokens.device)\n"
+            "        return torch.nn.functional.embedding(position_ids.expand_as(tokens), self.W_pos)\n"),
+    Variant(1, "PosEmbed", "W_pos[arange] repeated over the batch", "transformer.py", _POS_EMBED,
+            "        batch, seq_len = tokens.shape\n"
+            "        return self.W_pos[torch.arange(seq_len) + offset].repeat(batch, 1, 1)\n"),
+    # apply_causal_mask
+    Variant(1, "apply_causal_mask", "classic square mask: triu(diagonal=1) and masked_fill_ in place",
+            "transformer.py", _CAUSAL_MASK,
+            "        all_ones = torch.ones(attn_scores.size(-2), attn_scores.size(-1), device=attn_scores.device)\n"
+            "        mask = torch.triu(all_ones, diagonal=1).bool()\n"
+            "        attn_scores.masked_fill_(mask, self.IGNORE)\n"
+            "        return attn_scores\n"),
+    Variant(1, "apply_causal_mask", "tril of the visible keys, shifted for a cache", "transformer.py", _CAUSAL_MASK,
+            "        query_pos, key_pos = attn_scores.shape[-2:]\n"
+            "        visible = torch.ones(query_pos, key_pos, device=attn_scores.device).tril(diagonal=key_pos - query_pos)\n"
+            "        return torch.where(visible.bool(), attn_scores, self.IGNORE)\n"),
+    Variant(1, "apply_causal_mask", "arange comparisons", "transformer.py", _CAUSAL_MASK,
+            "        query_pos, key_pos = attn_scores.shape[-2:]\n"
+            "        query_index = torch.arange(key_pos - query_pos, key_pos, device=attn_scores.device)\n"
+            "        key_index = torch.arange(key_pos, device=attn_scores.device)\n"
+            "        return attn_scores.masked_fill(key_index[None, :] > query_index[:, None], self.IGNORE)\n"),
+    Variant(1, "apply_causal_mask", "shifted triu mask filled with torch.finfo(dtype).min", "transformer.py",
+            _CAUSAL_MASK,
+            "        query_pos, key_pos = attn_scores.shape[-2:]\n"
+            "        future = torch.ones(query_pos, key_pos, device=attn_scores.device).triu(key_pos - query_pos + 1)\n"
+            "        return attn_scores.masked_fill(future == 1, torch.finfo(attn_scores.dtype).min)\n"),
+    # Attention
+    Variant(1, "Attention", "one fused QKV matmul, then scores with @ and a reshaped W_O", "transformer.py",
+            _QKV,
+            "        batch, seq, d_model = normalized_resid_pre.shape\n"
+            "        n, h = self.cfg.n_heads, self.cfg.d_head\n"
+            "        W_QKV = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(d_model, 3 * n * h)\n"
+            "        q, k, v = (normalized_resid_pre @ W_QKV).view(batch, seq, 3, n, h).unbind(dim=2)\n"
+            "        q, k, v = q + self.b_Q, k + self.b_K, v + self.b_V\n"),
+    Variant(1, "Attention", "scores with torch.baddbmm over (batch * heads)", "transformer.py",
+            '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n',
+            "        b, q_len, n, h = q.shape\n"
+            "        q_ = q.transpose(1, 2).reshape(b * n, q_len, h)\n"
+            "        k_ = k.transpose(1, 2).reshape(b * n, k.shape[1], h)\n"
+            "        zeros = q_.new_zeros(b * n, q_len, k.shape[1])\n"
+            "        attn_scores = torch.baddbmm(zeros, q_, k_.transpose(1, 2), beta=0.0, alpha=1 / math.sqrt(h))\n"
+            "        attn_scores = attn_scores.view(b, n, q_len, -1)\n"),
+    Variant(1, "Attention", "pattern @ v and one matmul with W_O reshaped to (n_heads * d_head, d_model)",
+            "transformer.py",
+            '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+            "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
+            '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n',
+            "        z = pattern @ v.transpose(1, 2)  # (batch, n_heads, query_pos, d_head)\n"
+            "        z = z.transpose(1, 2).reshape(z.shape[0], z.shape[2], -1)  # heads side by side\n"
+            "        out = z @ self.W_O.reshape(-1, self.cfg.d_model) + self.b_O\n"),
+    Variant(1, "Attention", "F.scaled_dot_product_attention with the model's own mask", "transformer.py", _SCORES,
+            "        q_, k_, v_ = (t.transpose(1, 2) for t in (q, k, v))  # (batch, n_heads, pos, d_head)\n"
+            "        zeros = torch.zeros(q_.shape[-2], k_.shape[-2], dtype=q.dtype, device=q.device)\n"
+            "        mask = self.apply_causal_mask(zeros[None, None])  # 0 where visible, IGNORE elsewhere\n"
+            "        z = torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)\n"
+            '        out = torch.einsum("bnqh,nhd->bqd", z, self.W_O) + self.b_O\n'),
+    Variant(1, "Attention", "a Python loop over heads", "transformer.py", _SCORES,
+            "        out = self.b_O.expand(q.shape[0], q.shape[1], -1)\n"
+            "        for head in range(self.cfg.n_heads):\n"
+            "            scores = q[:, :, head] @ k[:, :, head].transpose(-1, -2) / self.cfg.d_head**0.5\n"
+            "            pattern = self.apply_causal_mask(scores[:, None])[:, 0].softmax(dim=-1)\n"
+            "            out = out + (pattern @ v[:, :, head]) @ self.W_O[head]\n"),
+    # MLP
+    Variant(1, "MLP", "F.gelu(approximate='tanh') and @", "transformer.py", _MLP,
+            "        pre = normalized_resid_mid @ self.W_in + self.b_in\n"
+            '        return torch.nn.functional.gelu(pre, approximate="tanh") @ self.W_out + self.b_out\n'),
+    Variant(1, "MLP", "F.linear with the tanh GELU written out", "transformer.py", _MLP,
+            "        pre = torch.nn.functional.linear(normalized_resid_mid, self.W_in.T, self.b_in)\n"
+            "        post = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))\n"
+            "        return torch.nn.functional.linear(post, self.W_out.T, self.b_out)\n"),
+    Variant(1, "MLP", "torch.einsum and nn.GELU('tanh')", "transformer.py", _MLP,
+            '        pre = torch.einsum("bsd,dm->bsm", normalized_resid_mid, self.W_in) + self.b_in\n'
+            '        post = nn.GELU(approximate="tanh")(pre)\n'
+            '        return torch.einsum("bsm,md->bsd", post, self.W_out) + self.b_out\n'),
+    # TransformerBlock
+    Variant(1, "TransformerBlock", "one residual variable, reassigned", "transformer.py", _BLOCK,
+            "        x = resid_pre\n"
+            "        x = x + self.attn(self.ln1(x))\n"
+            "        x = x + self.mlp(self.ln2(x))\n"
+            "        return x\n"),
+    Variant(1, "TransformerBlock", "named sub-layer outputs, in-place += on the new stream", "transformer.py", _BLOCK,
+            "        attn_out = self.attn(self.ln1(resid_pre))\n"
+            "        resid = resid_pre + attn_out\n"
+            "        mlp_out = self.mlp(self.ln2(resid))\n"
+            "        resid += mlp_out\n"
+            "        return resid\n"),
+    Variant(1, "TransformerBlock", "a loop over (norm, sub-layer) pairs", "transformer.py", _BLOCK,
+            "        resid = resid_pre\n"
+            "        for norm, layer in ((self.ln1, self.attn), (self.ln2, self.mlp)):\n"
+            "            resid = resid + layer(norm(resid))\n"
+            "        return resid\n"),
+    # Unembed
+    Variant(1, "Unembed", "@ matmul", "transformer.py", _UNEMBED,
+            "        return normalized_resid_final @ self.W_U + self.b_U\n"),
+    Variant(1, "Unembed", "F.linear with W_U transposed", "transformer.py", _UNEMBED,
+            "        return torch.nn.functional.linear(normalized_resid_final, self.W_U.T, self.b_U)\n"),
+    Variant(1, "Unembed", "torch.addmm on the flattened positions", "transformer.py", _UNEMBED,
+            "        batch, pos, d_model = normalized_resid_final.shape\n"
+            "        flat = torch.addmm(self.b_U, normalized_resid_final.reshape(batch * pos, d_model), self.W_U)\n"
+            "        return flat.view(batch, pos, -1)\n"),
+    # DemoTransformer
+    Variant(1, "DemoTransformer", "nn.Sequential over the blocks", "transformer.py", _DEMO,
+            "        x = self.embed(tokens) + self.pos_embed(tokens)\n"
+            "        x = nn.Sequential(*self.blocks)(x)\n"
+            "        return self.unembed(self.ln_final(x))\n"),
+    Variant(1, "DemoTransformer", "functools.reduce over the blocks", "transformer.py", _DEMO,
+            "        import functools\n"
+            "\n"
+            "        embedded = self.pos_embed(tokens, offset=0) + self.embed(tokens)\n"
+            "        residual = functools.reduce(lambda resid, block: block(resid), self.blocks, embedded)\n"
+            "        logits = self.unembed(self.ln_final(residual))\n"
+            "        return logits\n"),
+    Variant(1, "DemoTransformer", "indexed loop over range(n_layers)", "transformer.py", _DEMO,
+            "        residual = self.embed(tokens)\n"
+            "        residual = residual + self.pos_embed(tokens)\n"
+            "        for i in range(self.cfg.n_layers):\n"
+            "            residual = self.blocks[i](residual)\n"
+            "        normalized = self.ln_final(residual)\n"
+            "        return self.unembed(normalized)\n"),
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
 
 PART = 2
 TITLE = "Sampling"
@@ -194,4 +194,259 @@ MISTAKES: list[Mistake] = [
             "logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]",
             "logits = self.model(input_ids[None, -self.cfg.n_ctx + 1 :])[0, -1]", "test_sampling.py",
             why="feeding the model the last n_ctx - 1 tokens instead of the last n_ctx"),
+]
+
+# Correct implementations in other styles than the solutions' (the way learners write them);
+# `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
+_GREEDY = "        return int(logits.argmax())\n"
+_BASIC = (
+    "        probs = logits.softmax(dim=-1)\n"
+    "        return int(torch.multinomial(probs, num_samples=1))\n"
+)
+_TEMPERATURE = "        return logits / temperature\n"
+_PENALTY = (
+    "        counts = torch.bincount(input_ids, minlength=logits.shape[-1])\n"
+    "        return logits - freq_penalty * counts.to(logits.dtype)\n"
+)
+_TOP_K = (
+    "        top_logits, top_tokens = logits.topk(k)\n"
+    "        # Sampling from the kept logits renormalises them: no need to leave log space.\n"
+    "        return int(top_tokens[TransformerSampler.sample_basic(top_logits)])\n"
+)
+_TOP_P = (
+    "        sorted_logits, sorted_tokens = logits.sort(descending=True)\n"
+    "        sorted_probs = sorted_logits.softmax(dim=-1)\n"
+    "        mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs\n"
+    "        keep = mass_above < top_p\n"
+    "        keep[:min_tokens_to_keep] = True\n"
+    "        # The mass above a token only grows down the sorted list, so the kept tokens are a prefix.\n"
+    "        n_kept = int(keep.sum())\n"
+    "        return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])\n"
+)
+_NEXT_TOKEN = (
+    "        if temperature == 0:\n"
+    "            return int(TransformerSampler.greedy_search(logits))\n"
+    "        logits = TransformerSampler.apply_temperature(logits, temperature)\n"
+    "        if frequency_penalty != 0.0:\n"
+    "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+    "        if top_k > 0:\n"
+    "            return int(TransformerSampler.sample_top_k(logits, top_k))\n"
+    "        if top_p > 0.0:\n"
+    "            return int(TransformerSampler.sample_top_p(logits, top_p))\n"
+    "        return int(TransformerSampler.sample_basic(logits))\n"
+)
+# The whole body of sample() after the argument checks: a learner who writes the method in a
+# notebook (check("sample", obj=...)) replaces all of it, loop and printing included.
+SAMPLE_BODY = (
+    '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        for _ in range(max_tokens_generated):\n"
+    "            if kv_cache is None:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # The model has learned positions 0..n_ctx-1 only, so it sees the last n_ctx tokens.\n"
+    "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n"
+    "                ### END SOLUTION\n"
+    "            else:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # Hint: pass the whole sequence; the cache knows which positions are new.\n"
+    "                logits, kv_cache = self.model(input_ids[None], kv_cache)\n"
+    "                logits = logits[0, -1]\n"
+    "                ### END SOLUTION\n"
+    "            ### BEGIN SOLUTION\n"
+    "            next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+    "            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n"
+    "            ### END SOLUTION\n"
+    "            if verbose:  # show the text as it grows\n"
+    '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+    "            ### BEGIN SOLUTION\n"
+    "            # Stop after, not before, the end-of-text token: it is part of the output.\n"
+    "            if next_token == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "            ### END SOLUTION\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(input_ids)\n"
+)
+# The same loop written as a while loop over a Python list of token ids (used for part 4 too).
+SAMPLE_WHILE_LOOP = (
+    "        ids: list[int] = self.tokenizer.encode(prompt)\n"
+    "        n_prompt = len(ids)\n"
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        while len(ids) < n_prompt + max_tokens_generated:\n"
+    "            sequence = torch.tensor(ids, device=self.device)\n"
+    "            if kv_cache is None:\n"
+    "                context = sequence[max(0, len(ids) - self.cfg.n_ctx) :]\n"
+    "                logits = self.model(context.unsqueeze(0)).squeeze(0)[-1]\n"
+    "            else:\n"
+    "                output, kv_cache = self.model(sequence.unsqueeze(0), kv_cache=kv_cache)\n"
+    "                logits = output[0, -1, :]\n"
+    "            token = self.sample_next_token(sequence, logits, **kwargs)\n"
+    "            ids.append(int(token))\n"
+    "            if verbose:\n"
+    '                print(self.tokenizer.decode([ids[-1]]), end="", flush=True)\n'
+    "            if ids[-1] == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(ids)\n"
+)
+
+VARIANTS: list[Variant] = [
+    # greedy_search
+    Variant(2, "greedy_search", "torch.max(...).indices.item()", "sampling.py", _GREEDY,
+            "        return torch.max(logits, dim=-1).indices.item()\n"),
+    Variant(2, "greedy_search", "returns the 0-d tensor from torch.argmax", "sampling.py", _GREEDY,
+            "        return torch.argmax(logits)\n"),
+    Variant(2, "greedy_search", "Python list: values.index(max(values))", "sampling.py", _GREEDY,
+            "        values = logits.tolist()\n"
+            "        return values.index(max(values))\n"),
+    # sample_basic
+    Variant(2, "sample_basic", "Categorical(logits=...).sample().item()", "sampling.py", _BASIC,
+            "        return torch.distributions.Categorical(logits=logits).sample().item()\n"),
+    Variant(2, "sample_basic", "inverse CDF: torch.rand and searchsorted on the float64 cumsum", "sampling.py", _BASIC,
+            "        cdf = logits.double().softmax(dim=-1).cumsum(dim=-1)\n"
+            "        u = torch.rand((), dtype=torch.float64) * cdf[-1]\n"
+            "        index = torch.searchsorted(cdf, u, right=True)\n"
+            "        return int(index.clamp(max=logits.shape[-1] - 1))\n"),
+    Variant(2, "sample_basic", "Gumbel-max trick, returns a 0-d tensor", "sampling.py", _BASIC,
+            "        gumbel = -torch.empty_like(logits).exponential_().log()\n"
+            "        return (logits + gumbel).argmax()\n"),
+    Variant(2, "sample_basic", "torch.multinomial(probs, 1).item() on exp-normalised logits", "sampling.py", _BASIC,
+            "        weights = (logits - logits.max()).exp()\n"
+            "        return torch.multinomial(weights / weights.sum(), 1).item()\n"),
+    # apply_temperature
+    Variant(2, "apply_temperature", "torch.div", "sampling.py", _TEMPERATURE,
+            "        return torch.div(logits, temperature)\n"),
+    Variant(2, "apply_temperature", "multiplied by the reciprocal", "sampling.py", _TEMPERATURE,
+            "        inverse = 1.0 / temperature\n"
+            "        return logits * inverse\n"),
+    Variant(2, "apply_temperature", "divided by a 0-d tensor of the logits' dtype", "sampling.py", _TEMPERATURE,
+            "        t = torch.tensor(temperature, dtype=logits.dtype, device=logits.device)\n"
+            "        return logits.div(t)\n"),
+    # apply_frequency_penalty
+    Variant(2, "apply_frequency_penalty", "collections.Counter loop on a clone", "sampling.py", _PENALTY,
+            "        from collections import Counter\n"
+            "\n"
+            "        logits = logits.clone()\n"
+            "        for token, count in Counter(input_ids.tolist()).items():\n"
+            "            logits[token] -= freq_penalty * count\n"
+            "        return logits\n"),
+    Variant(2, "apply_frequency_penalty", "scatter_add of ones", "sampling.py", _PENALTY,
+            "        counts = torch.zeros_like(logits).scatter_add(0, input_ids, torch.ones_like(input_ids, dtype=logits.dtype))\n"
+            "        return logits - counts * freq_penalty\n"),
+    Variant(2, "apply_frequency_penalty", "unique(return_counts=True) and index_put(accumulate=True)", "sampling.py", _PENALTY,
+            "        tokens, counts = input_ids.unique(return_counts=True)\n"
+            "        return logits.index_put((tokens,), -freq_penalty * counts.to(logits.dtype), accumulate=True)\n"),
+    Variant(2, "apply_frequency_penalty", "one subtraction per occurrence, in a loop", "sampling.py", _PENALTY,
+            "        penalised = logits.clone()\n"
+            "        for token in input_ids:\n"
+            "            penalised[token] = penalised[token] - freq_penalty\n"
+            "        return penalised\n"),
+    # sample_top_k
+    Variant(2, "sample_top_k", "HF-style mask below the k-th value with -inf (keeps ties)", "sampling.py", _TOP_K,
+            "        kth_value = torch.topk(logits, k).values[-1]\n"
+            '        return TransformerSampler.sample_basic(logits.masked_fill(logits < kth_value, float("-inf")))\n'),
+    Variant(2, "sample_top_k", "scatter the top k into a -inf tensor", "sampling.py", _TOP_K,
+            "        values, indices = torch.topk(logits, k)\n"
+            '        filtered = torch.full_like(logits, float("-inf")).scatter(0, indices, values)\n'
+            "        return TransformerSampler.sample_basic(filtered)\n"),
+    Variant(2, "sample_top_k", "sort, -1e10 past the k-th, multinomial", "sampling.py", _TOP_K,
+            "        sorted_logits, order = logits.sort(descending=True)\n"
+            "        sorted_logits[k:] = -1e10\n"
+            "        choice = torch.multinomial(sorted_logits.softmax(dim=-1), 1)\n"
+            "        return order[choice].item()\n"),
+    Variant(2, "sample_top_k", "Categorical over the top-k logits", "sampling.py", _TOP_K,
+            "        top = logits.topk(k)\n"
+            "        position = torch.distributions.Categorical(logits=top.values).sample()\n"
+            "        return top.indices[position].item()\n"),
+    # sample_top_p
+    Variant(2, "sample_top_p", "torch.searchsorted on the cumulative probabilities", "sampling.py", _TOP_P,
+            "        sorted_logits, sorted_tokens = logits.sort(descending=True)\n"
+            "        cumulative = sorted_logits.softmax(dim=-1).cumsum(dim=-1)\n"
+            "        # The first position whose running total reaches top_p is the last one kept.\n"
+            "        n_kept = int(torch.searchsorted(cumulative, top_p)) + 1\n"
+            "        n_kept = max(min(n_kept, logits.shape[-1]), min_tokens_to_keep)\n"
+            "        return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])\n"),
+    Variant(2, "sample_top_p", "HF's TopPLogitsWarper: ascending sort, cumsum <= 1 - top_p removed, scattered back",
+            "sampling.py", _TOP_P,
+            "        sorted_logits, sorted_indices = torch.sort(logits, descending=False)\n"
+            "        cumulative_probs = sorted_logits.softmax(dim=-1).cumsum(dim=-1)\n"
+            "        sorted_to_remove = cumulative_probs <= (1 - top_p)\n"
+            "        sorted_to_remove[-min_tokens_to_keep:] = False\n"
+            "        to_remove = sorted_to_remove.scatter(0, sorted_indices, sorted_to_remove)\n"
+            '        return TransformerSampler.sample_basic(logits.masked_fill(to_remove, float("-inf")))\n'),
+    Variant(2, "sample_top_p", "Python loop over the sorted tokens, -1e10 mask", "sampling.py", _TOP_P,
+            "        probs = logits.softmax(dim=-1)\n"
+            "        kept: list[int] = []\n"
+            "        total = 0.0\n"
+            "        for token in probs.argsort(descending=True).tolist():\n"
+            "            kept.append(token)\n"
+            "            total += probs[token].item()\n"
+            "            if total >= top_p and len(kept) >= min_tokens_to_keep:\n"
+            "                break\n"
+            "        masked = torch.full_like(logits, -1e10)\n"
+            "        masked[kept] = logits[kept]\n"
+            "        return TransformerSampler.sample_basic(masked)\n"),
+    # sample_next_token
+    Variant(2, "sample_next_token", "if/elif chain with one return", "sampling.py", _NEXT_TOKEN,
+            "        if temperature == 0:\n"
+            "            token = TransformerSampler.greedy_search(logits)\n"
+            "        else:\n"
+            "            logits = TransformerSampler.apply_temperature(logits, temperature)\n"
+            "            if frequency_penalty:\n"
+            "                logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+            "            if top_k:\n"
+            "                token = TransformerSampler.sample_top_k(logits, top_k)\n"
+            "            elif top_p:\n"
+            "                token = TransformerSampler.sample_top_p(logits, top_p)\n"
+            "            else:\n"
+            "                token = TransformerSampler.sample_basic(logits)\n"
+            "        return token\n"),
+    Variant(2, "sample_next_token", "classic: temperature skipped at 1.0, no int()", "sampling.py", _NEXT_TOKEN,
+            "        if temperature == 0:\n"
+            "            return TransformerSampler.greedy_search(logits)\n"
+            "        elif temperature != 1.0:\n"
+            "            logits = TransformerSampler.apply_temperature(logits, temperature)\n"
+            "        if frequency_penalty != 0.0:\n"
+            "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+            "        if top_k > 0:\n"
+            "            return TransformerSampler.sample_top_k(logits, top_k)\n"
+            "        elif top_p > 0.0:\n"
+            "            return TransformerSampler.sample_top_p(logits, top_p)\n"
+            "        return TransformerSampler.sample_basic(logits)\n"),
+    Variant(2, "sample_next_token", "plain sampling routed through sample_top_k(logits, d_vocab)", "sampling.py",
+            _NEXT_TOKEN,
+            "        if temperature == 0:\n"
+            "            return int(TransformerSampler.greedy_search(logits))\n"
+            "        logits = TransformerSampler.apply_temperature(logits, temperature)\n"
+            "        logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
+            "        if top_p > 0.0:\n"
+            "            return int(TransformerSampler.sample_top_p(logits, top_p))\n"
+            "        return int(TransformerSampler.sample_top_k(logits, top_k or logits.shape[-1]))\n"),
+    # sample
+    Variant(2, "sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(2, "sample", "context sliced with max(0, len - n_ctx), torch.cat with a new tensor, EOS read back",
+            "sampling.py",
+            "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n",
+            "                context = input_ids[max(0, input_ids.shape[0] - self.cfg.n_ctx) :]\n"
+            "                logits = self.model(context.unsqueeze(0)).squeeze(0)[-1, :]\n"),
+    Variant(2, "sample", "append with torch.cat of a device tensor, EOS read from input_ids", "sampling.py",
+            "            next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+            "            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n"
+            "            ### END SOLUTION\n"
+            "            if verbose:  # show the text as it grows\n"
+            '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+            "            ### BEGIN SOLUTION\n"
+            "            # Stop after, not before, the end-of-text token: it is part of the output.\n"
+            "            if next_token == self.tokenizer.eos_token_id:\n",
+            "            token = self.sample_next_token(input_ids=input_ids, logits=logits, **kwargs)\n"
+            "            token_tensor = torch.tensor([token], dtype=torch.long, device=input_ids.device)\n"
+            "            input_ids = torch.cat((input_ids, token_tensor), dim=-1)\n"
+            "            ### END SOLUTION\n"
+            "            if verbose:  # show the text as it grows\n"
+            '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+            "            ### BEGIN SOLUTION\n"
+            "            if input_ids[-1].item() == self.tokenizer.eos_token_id:\n"),
 ]

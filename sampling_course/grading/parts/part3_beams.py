@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
 
 PART = 3
 TITLE = "Beam search"
@@ -129,4 +129,178 @@ MISTAKES: list[Mistake] = [
             "return (finished + beams.logprobs_and_completions)[:num_return_sequences]",
             "return (beams.logprobs_and_completions + finished)[:num_return_sequences]", "test_beams.py",
             why="returning the unfinished beams before the finished ones"),
+]
+
+# Correct implementations in other styles than the solutions' (the way learners write them);
+# `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
+GENERATE_TAIL = (
+    "        logprobs = logits.log_softmax(dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
+    "        new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()\n"
+    "        new_tokens = torch.cat([self.tokens[parents], topk_tokens.flatten()[:, None]], dim=-1)\n"
+    "        # Each child inherits its parent's cache row: it reads row parents[i], no copy needed.\n"
+    "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"
+)
+# generate with Python loops over beams and ranks; the cache rows are copied per child.
+GENERATE_LOOPS = (
+    "        logprobs = torch.log_softmax(logits, dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        sums, rows, parents = [], [], []\n"
+    "        for beam in range(len(self)):\n"
+    "            for rank in range(k):\n"
+    "                sums.append(self.logprob_sums[beam] + topk_logprobs[beam, rank])\n"
+    "                rows.append(torch.cat([self.tokens[beam], topk_tokens[beam, rank : rank + 1]]))\n"
+    "                parents.append(beam)\n"
+    "        new_cache = None if cache is None else cache[:, :, torch.tensor(parents, device=self.tokens.device)]\n"
+    "        return self.new_beams(torch.stack(sums), torch.stack(rows), new_cache)\n"
+)
+_NGRAM = (
+    "        if no_repeat_ngram_size is None:\n"
+    "            return logprobs.topk(k, dim=-1)\n"
+    "        n = no_repeat_ngram_size\n"
+    "        batch, seq_len = self.tokens.shape\n"
+    "        if seq_len >= n:\n"
+    "            # Every n-gram of every beam: (batch, n_windows, n).\n"
+    "            ngrams = self.tokens.unfold(dimension=1, size=n, step=1)\n"
+    "            # An n-gram is \"live\" when its first n-1 tokens equal the beam's last n-1 tokens.\n"
+    "            tail = self.tokens[:, seq_len - (n - 1) :]\n"
+    "            live = (ngrams[:, :, :-1] == tail[:, None, :]).all(dim=-1)\n"
+    "            # Count live n-grams ending in each token; any count > 0 blocks that token.\n"
+    "            blocked = torch.zeros_like(logprobs, dtype=torch.long)\n"
+    "            blocked.scatter_add_(1, ngrams[:, :, -1], live.long())\n"
+    "            logprobs = logprobs.masked_fill(blocked > 0, float(\"-inf\"))\n"
+    "        return logprobs.topk(k, dim=-1)\n"
+)
+_FILTER = (
+    "        best = self.logprob_sums.topk(min(k, len(self))).indices\n"
+    "        ended = self.tokens[best, -1] == self.tokenizer.eos_token_id\n"
+    "        return self[best[~ended]], self[best[ended]]\n"
+)
+_BEAM_SEARCH = (
+    "        finished: list[tuple[float, str]] = []\n"
+    "        for _ in tqdm(range(max_new_tokens), desc=\"beam search\", leave=False):\n"
+    "            ### BEGIN SOLUTION\n"
+    "            beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)\n"
+    "            beams, terminated = beams.filter(k=num_beams)\n"
+    "            finished.extend(terminated.logprobs_and_completions)\n"
+    "            if len(finished) >= num_return_sequences:\n"
+    "                break\n"
+    "            ### END SOLUTION\n"
+    "        ### BEGIN SOLUTION\n"
+    "        # Finished beams first, in the order they finished; then the best unfinished ones.\n"
+    "        return (finished + beams.logprobs_and_completions)[:num_return_sequences]\n"
+)
+
+VARIANTS: list[Variant] = [
+    # Beams.generate
+    Variant(3, "Beams.generate", "einops repeat/rearrange, cache rows copied with the tokens", "beams.py",
+            GENERATE_TAIL,
+            "        import einops\n"
+            "\n"
+            "        logprobs = logits.log_softmax(dim=-1)\n"
+            "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+            '        new_logprob_sums = einops.rearrange(self.logprob_sums[:, None] + topk_logprobs, "b k -> (b k)")\n'
+            '        repeated = einops.repeat(self.tokens, "b s -> (b k) s", k=k)\n'
+            '        new_tokens = torch.cat([repeated, einops.rearrange(topk_tokens, "b k -> (b k) 1")], dim=-1)\n'
+            "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
+            "        return self.new_beams(new_logprob_sums, new_tokens, None if cache is None else cache[:, :, parents])\n"),
+    Variant(3, "Beams.generate", "Python loops over beams and ranks", "beams.py", GENERATE_TAIL, GENERATE_LOOPS),
+    Variant(3, "Beams.generate", "log-prob sums kept in float64", "beams.py", GENERATE_TAIL,
+            "        logprobs = logits.double().log_softmax(dim=-1)\n"
+            "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+            "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
+            "        new_logprob_sums = (self.logprob_sums.double().unsqueeze(1) + topk_logprobs).reshape(-1)\n"
+            "        new_tokens = torch.cat([self.tokens.repeat_interleave(k, dim=0), topk_tokens.reshape(-1, 1)], dim=1)\n"
+            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"),
+    # Beams.get_topk_non_repeating
+    Variant(3, "Beams.get_topk_non_repeating", "Python loop over windows, finite fill -100", "beams.py", _NGRAM,
+            "        if no_repeat_ngram_size is None:\n"
+            "            return logprobs.topk(k, dim=-1)\n"
+            "        n = no_repeat_ngram_size\n"
+            "        logprobs = logprobs.clone()\n"
+            "        for row, seq in enumerate(self.tokens.tolist()):\n"
+            "            prefix = seq[len(seq) - n + 1 :]\n"
+            "            for i in range(len(seq) - n + 1):\n"
+            "                if seq[i : i + n - 1] == prefix:\n"
+            "                    logprobs[row, seq[i + n - 1]] = -100.0\n"
+            "        return logprobs.topk(k, dim=-1)\n"),
+    Variant(3, "Beams.get_topk_non_repeating", "dict of n-gram prefixes (HF's _get_ngrams), fill -1e9", "beams.py",
+            _NGRAM,
+            "        if no_repeat_ngram_size is None:\n"
+            "            return logprobs.topk(k, dim=-1)\n"
+            "        n = no_repeat_ngram_size\n"
+            "        banned = torch.zeros_like(logprobs, dtype=torch.bool)\n"
+            "        for row, seq in enumerate(self.tokens.tolist()):\n"
+            "            followers: dict[tuple[int, ...], list[int]] = {}\n"
+            "            for i in range(len(seq) - n + 1):\n"
+            "                followers.setdefault(tuple(seq[i : i + n - 1]), []).append(seq[i + n - 1])\n"
+            "            for token in followers.get(tuple(seq[len(seq) - n + 1 :]), []):\n"
+            "                banned[row, token] = True\n"
+            "        return logprobs.masked_fill(banned, -1e9).topk(k, dim=-1)\n"),
+    Variant(3, "Beams.get_topk_non_repeating", "loop over window starts, vectorised over the batch", "beams.py",
+            _NGRAM,
+            "        if no_repeat_ngram_size is None:\n"
+            "            return logprobs.topk(k, dim=-1)\n"
+            "        n = no_repeat_ngram_size\n"
+            "        seq_len = self.tokens.shape[1]\n"
+            "        blocked = torch.zeros_like(logprobs, dtype=torch.bool)\n"
+            "        for start in range(seq_len - n + 1):\n"
+            "            window = self.tokens[:, start : start + n]\n"
+            "            tail = self.tokens[:, seq_len - n + 1 :]\n"
+            "            rows = (window[:, :-1] == tail).all(dim=-1).nonzero().flatten()\n"
+            "            blocked[rows, window[rows, -1]] = True\n"
+            '        return torch.where(blocked, float("-inf"), logprobs).topk(k, dim=-1)\n'),
+    # Beams.filter
+    Variant(3, "Beams.filter", "Python lists of indices", "beams.py", _FILTER,
+            "        order = self.logprob_sums.argsort(descending=True)[:k].tolist()\n"
+            "        eos = self.tokenizer.eos_token_id\n"
+            "        going = [i for i in order if self.tokens[i, -1].item() != eos]\n"
+            "        ended = [i for i in order if self.tokens[i, -1].item() == eos]\n"
+            "        as_index = lambda rows: torch.tensor(rows, dtype=torch.long, device=self.tokens.device)\n"
+            "        return self[as_index(going)], self[as_index(ended)]\n"),
+    Variant(3, "Beams.filter", "classic: topk indices, membership in nonzero(EOS), plain lists", "beams.py", _FILTER,
+            "        top_beam_indices = self.logprob_sums.topk(k=k, dim=0).indices.tolist()\n"
+            "        terminated_indices = torch.nonzero(self.tokens[:, -1] == self.tokenizer.eos_token_id)\n"
+            "        best_continuing = [i for i in top_beam_indices if i not in terminated_indices]\n"
+            "        best_terminated = [i for i in top_beam_indices if i in terminated_indices]\n"
+            "        return self[best_continuing], self[best_terminated]\n"),
+    Variant(3, "Beams.filter", "sort, then boolean masks over the sorted beams", "beams.py", _FILTER,
+            "        order = torch.sort(self.logprob_sums, descending=True).indices[:k]\n"
+            "        beams = self[order]\n"
+            "        is_eos = beams.tokens[:, -1] == self.tokenizer.eos_token_id\n"
+            "        return beams[~is_eos], beams[is_eos]\n"),
+    # beam_search
+    Variant(3, "beam_search", "while loop with a step counter", "sampling.py", _BEAM_SEARCH,
+            "        finished: list[tuple[float, str]] = []\n"
+            "        step = 0\n"
+            "        while step < max_new_tokens and len(finished) < num_return_sequences:\n"
+            "            beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)\n"
+            "            beams, terminated = beams.filter(k=num_beams)\n"
+            "            finished += terminated.logprobs_and_completions\n"
+            "            step += 1\n"
+            "        if len(finished) >= num_return_sequences:\n"
+            "            return finished[:num_return_sequences]\n"
+            "        return finished + beams.logprobs_and_completions[: num_return_sequences - len(finished)]\n"),
+    Variant(3, "beam_search", "classic: return from inside the loop", "sampling.py", _BEAM_SEARCH,
+            "        final_logprobs_and_completions = []\n"
+            "        for _ in range(max_new_tokens):\n"
+            "            beams = beams.generate(num_beams, no_repeat_ngram_size)\n"
+            "            beams, beams_terminated = beams.filter(num_beams)\n"
+            "            final_logprobs_and_completions.extend(beams_terminated.logprobs_and_completions)\n"
+            "            if len(final_logprobs_and_completions) >= num_return_sequences:\n"
+            "                return final_logprobs_and_completions[:num_return_sequences]\n"
+            "        final_logprobs_and_completions.extend(beams.logprobs_and_completions)\n"
+            "        return final_logprobs_and_completions[:num_return_sequences]\n"),
+    Variant(3, "beam_search", "finished Beams objects kept, converted at the end", "sampling.py", _BEAM_SEARCH,
+            "        finished_beams = []\n"
+            "        for _ in range(max_new_tokens):\n"
+            "            beams, terminated = beams.generate(num_beams, no_repeat_ngram_size).filter(num_beams)\n"
+            "            if len(terminated) > 0:\n"
+            "                finished_beams.append(terminated)\n"
+            "            if sum(len(b) for b in finished_beams) >= num_return_sequences:\n"
+            "                break\n"
+            "        results = [pair for b in finished_beams for pair in b.logprobs_and_completions]\n"
+            "        results += beams.logprobs_and_completions\n"
+            "        return results[:num_return_sequences]\n"),
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.parts.part2_sampling import SAMPLE_BODY, SAMPLE_WHILE_LOOP
+from sampling_course.grading.parts.part3_beams import GENERATE_LOOPS, GENERATE_TAIL
 
 PART = 4
 TITLE = "KV cache"
@@ -111,4 +113,154 @@ MISTAKES: list[Mistake] = [
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
             "self.new_beams(new_logprob_sums, new_tokens, self.kv_cache, cache_rows=parents)", "test_kv_cache.py",
             why="giving the children the cache from before this step instead of the one the model just extended"),
+]
+
+# Correct implementations in other styles than the solutions' (the way learners write them);
+# `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
+_CACHE_METHODS = (
+    "        return cls(torch.empty(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, device=device, dtype=dtype))\n"
+    "        ### END SOLUTION\n"
+    "\n"
+    "    @property\n"
+    "    def k(self) -> Float[Tensor, \"n_layers batch seq_len n_heads d_head\"]:\n"
+    "        ### BEGIN SOLUTION\n"
+    "        return self.as_subclass(torch.Tensor)[:, 0]\n"
+    "        ### END SOLUTION\n"
+    "\n"
+    "    @property\n"
+    "    def v(self) -> Float[Tensor, \"n_layers batch seq_len n_heads d_head\"]:\n"
+    "        ### BEGIN SOLUTION\n"
+    "        return self.as_subclass(torch.Tensor)[:, 1]\n"
+    "        ### END SOLUTION\n"
+    "\n"
+    "    @property\n"
+    "    def batch(self) -> int:\n"
+    "        ### BEGIN SOLUTION\n"
+    "        return self.shape[2]\n"
+    "        ### END SOLUTION\n"
+    "\n"
+    "    @property\n"
+    "    def seq_len(self) -> int:\n"
+    "        ### BEGIN SOLUTION\n"
+    "        return self.shape[3]\n"
+)
+
+
+def _cache_methods(new_empty: str, k: str, v: str, batch: str, seq_len: str) -> str:
+    return (
+        new_empty + "\n\n"
+        "    @property\n    def k(self) -> Tensor:\n" + k + "\n\n"
+        "    @property\n    def v(self) -> Tensor:\n" + v + "\n\n"
+        "    @property\n    def batch(self) -> int:\n" + batch + "\n\n"
+        "    @property\n    def seq_len(self) -> int:\n" + seq_len + "\n"
+    )
+
+
+_CACHED_FORWARD = (
+    "        past = kv_cache.seq_len\n"
+    "        new_tokens = tokens[:, past:]\n"
+    "        # The offset matters: without it every new token would be embedded at position 0.\n"
+    "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n"
+    "        layers = []\n"
+    "        for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n"
+    "            residual, kv = block(residual, past_kv)\n"
+    "            layers.append(kv)\n"
+    "        return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))\n"
+)
+_CAUSAL_MASK = (
+    "        future = torch.triu(\n"
+    "            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n"
+    "            diagonal=key_pos - query_pos + 1,\n"
+    "        )\n"
+    "        return attn_scores.masked_fill(future, self.IGNORE)\n"
+)
+_CACHED_STEP = (
+    "                logits, kv_cache = self.model(input_ids[None], kv_cache)\n"
+    "                logits = logits[0, -1]\n"
+)
+
+VARIANTS: list[Variant] = [
+    # KeyValueCache
+    Variant(4, "KeyValueCache", "zeros, select/unbind, size()", "transformer.py", _CACHE_METHODS,
+            _cache_methods(
+                "        shape = (cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head)\n"
+                "        return KeyValueCache(torch.zeros(shape, device=device, dtype=dtype))",
+                "        return self.select(1, 0)",
+                "        return self.unbind(dim=1)[1]",
+                "        return self.size(2)",
+                "        return self.size(dim=3)",
+            )),
+    Variant(4, "KeyValueCache", "empty(0).reshape, narrow + squeeze, shape unpacking", "transformer.py",
+            _CACHE_METHODS,
+            _cache_methods(
+                "        data = torch.empty(0, device=device, dtype=dtype)\n"
+                "        return cls(data.reshape(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head))",
+                "        return self.as_subclass(torch.Tensor).narrow(1, 0, 1).squeeze(1)",
+                "        return self.as_subclass(torch.Tensor).narrow(1, 1, 1).squeeze(1)",
+                "        n_layers, two, batch, seq_len, n_heads, d_head = self.shape\n        return batch",
+                "        return self.shape[-3]",
+            )),
+    Variant(4, "KeyValueCache", "zeros(...) with the device, k/v by plain indexing, sizes read off k", "transformer.py",
+            _CACHE_METHODS,
+            _cache_methods(
+                "        zeros = torch.zeros(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, dtype=dtype, device=device)\n"
+                "        return KeyValueCache(zeros)",
+                "        return self[:, 0]",
+                "        return self[:, 1]",
+                "        return self.k.shape[1]",
+                "        return self.k.size(2)",
+            )),
+    # cached_forward
+    Variant(4, "cached_forward", "indexed layers, keys and values stacked separately", "transformer.py",
+            _CACHED_FORWARD,
+            "        past = kv_cache.seq_len\n"
+            "        new_tokens = tokens[:, past:]\n"
+            "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n"
+            "        keys, values = [], []\n"
+            "        for layer in range(self.cfg.n_layers):\n"
+            "            residual, kv = self.blocks[layer](residual, kv_cache[layer])\n"
+            "            keys.append(kv[0])\n"
+            "            values.append(kv[1])\n"
+            "        new_cache = torch.stack([torch.stack(keys), torch.stack(values)], dim=1)\n"
+            "        return self.unembed(self.ln_final(residual)), KeyValueCache(new_cache)\n"),
+    Variant(4, "cached_forward", "positions embedded for the whole sequence, then sliced", "transformer.py",
+            "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n",
+            "        residual = self.embed(new_tokens) + self.pos_embed(tokens)[:, past:]\n"),
+    Variant(4, "cached_forward", "keys and values concatenated separately in Attention", "transformer.py",
+            "            kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n"
+            "            k, v = kv.unbind(0)\n",
+            "            past_k, past_v = past_kv\n"
+            "            k = torch.cat([past_k, k], dim=1)\n"
+            "            v = torch.cat([past_v, v], dim=1)\n"
+            "            kv = torch.stack([k, v], dim=0)\n"),
+    Variant(4, "cached_forward", "shifted mask from arange comparisons", "transformer.py", _CAUSAL_MASK,
+            "        offset = key_pos - query_pos  # keys already in the cache\n"
+            "        rows = torch.arange(query_pos, device=attn_scores.device)[:, None] + offset\n"
+            "        cols = torch.arange(key_pos, device=attn_scores.device)[None, :]\n"
+            "        return torch.where(cols <= rows, attn_scores, self.IGNORE)\n"),
+    Variant(4, "cached_forward", "shifted mask filled with -inf", "transformer.py", _CAUSAL_MASK,
+            "        future = torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device)\n"
+            "        future = future.triu(diagonal=key_pos - query_pos + 1)\n"
+            '        return attn_scores.masked_fill(future, float("-inf"))\n'),
+    # cached_sample
+    Variant(4, "cached_sample", "tuple output unpacked by index, [0, -1, :]", "sampling.py", _CACHED_STEP,
+            "                output = self.model(input_ids.unsqueeze(0), kv_cache=kv_cache)\n"
+            "                kv_cache = output[1]\n"
+            "                logits = output[0][0, -1, :]\n"),
+    Variant(4, "cached_sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(4, "cached_sample", "squeeze the batch, then the last position", "sampling.py", _CACHED_STEP,
+            "                all_logits, kv_cache = self.model(torch.stack([input_ids]), kv_cache)\n"
+            "                logits = all_logits.squeeze(0)[-1]\n"),
+    # cached_beam_search
+    Variant(4, "cached_beam_search", "cache rows copied with cache[:, :, parents]", "beams.py",
+            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            "        new_cache = None if cache is None else cache[:, :, parents]\n"
+            "        return self.new_beams(new_logprob_sums, new_tokens, new_cache)\n"),
+    Variant(4, "cached_beam_search", "cache rows copied with repeat_interleave", "beams.py",
+            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            "        if cache is not None:\n"
+            "            cache = KeyValueCache(cache.repeat_interleave(k, dim=2))\n"
+            "        return self.new_beams(new_logprob_sums, new_tokens, cache)\n"),
+    Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
+            GENERATE_TAIL, GENERATE_LOOPS),
 ]
