@@ -5,6 +5,7 @@ live on the same weights:
 
 * ``model``: a TransformerLens ``TransformerBridge`` in compatibility mode, whose
   ``run_with_cache`` gives every intermediate activation (``cache["normalized", 0, "ln1"]``).
+  It is built the first time it is used, since loading TransformerLens takes seconds.
 * ``hf_model``: the Hugging Face ``GPT2LMHeadModel``, for logits and ``generate``.
 
 The checkpoints:

@@ -1,7 +1,8 @@
-"""The checker's guards: code that never returns is stopped, and a stale `pip install .` is named.
+"""The checker's guards and shortcuts: code that never returns is stopped, a stale
+`pip install .` is named, and a check only imports and runs what its verdict needs.
 
-Both are tried on small planted cases (a test file with an endless loop, a fake installed
-copy of exercises/) rather than on the course's own tests, so each costs about a second.
+Each is tried on a small planted case (a test file with an endless loop, a fake installed
+copy of exercises/, ...) rather than on the course's own tests, so each costs about a second.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import pytest
 from rich.console import Console
 
 from sampling_course.grading import checking, impl, pytest_plugin, runner
-from sampling_course.grading.results import TOOK_TOO_LONG
+from sampling_course.grading.results import NOT_IMPLEMENTED_YET, TOOK_TOO_LONG
+from sampling_course.reference import _load, tiny_dir
 from sampling_course.grading.time_limit import TookTooLong, time_limit
 
 # A learner's loop that forgets to advance. The deadline only keeps this suite from hanging
@@ -81,7 +83,8 @@ def test_time_limit_stops_a_python_loop_and_leaves_nothing_behind():
     """time_limit raises TookTooLong in an endless loop, even past `except Exception`, and never after the block."""
 
     def swallowing_loop():
-        while True:
+        deadline = time.monotonic() + 30  # only if the limit is broken
+        while time.monotonic() < deadline:
             try:
                 time.sleep(0.001)
             except Exception:  # a learner's catch-all must not hide the limit
@@ -205,3 +208,52 @@ def test_check_cli_and_pytest_stop_on_a_stale_install(stale_install, monkeypatch
 
     with pytest.raises(pytest.UsageError, match=r"pip install -e \."):
         pytest_plugin.pytest_configure(Config())
+
+
+# ---------------------------------------------------------------------------------------
+# Checks in seconds: import and run only what the verdict needs
+# ---------------------------------------------------------------------------------------
+
+STUB_AND_UNRELATED = """
+import pathlib
+
+import pytest
+
+
+def stub():
+    raise NotImplementedError()
+
+
+@pytest.mark.exercise("Embed")
+def test_first_runs_into_the_stub():
+    stub()
+
+
+@pytest.mark.exercise("Embed")
+def test_would_only_run_into_it_again():
+    pathlib.Path(__file__).with_name("second-test-ran").touch()
+    stub()
+"""
+
+
+def test_a_check_skips_other_files_and_tests_that_would_hit_the_same_stub(planted_course, monkeypatch):
+    """check("Embed") does not import a test file without an Embed marker, and once a test hit
+    Embed's stub the exercise's other tests are counted as waiting without being run."""
+    (planted_course / "test_stub.py").write_text(STUB_AND_UNRELATED)
+    (planted_course / "test_unrelated.py").write_text('raise RuntimeError("this file was imported")\n')
+    monkeypatch.setattr(runner, "tests_dir", lambda: planted_course)
+    report = runner.run_report(["Embed"], impl="exercises")
+    assert report.collection_errors == []
+    result = report["Embed"]
+    assert (result.status, result.stubs) == (NOT_IMPLEMENTED_YET, ("stub",)), result
+    # test_planted_loop.py marks Embed too: its quick test passes; both stub tests count as waiting.
+    assert (result.passed, result.not_implemented) == (1, 2), result
+    assert not (planted_course / "second-test-ran").exists()
+
+
+def test_reference_builds_its_transformer_lens_model_on_first_use():
+    """A freshly loaded reference has no TransformerLens bridge until .model is read; then it has one, once."""
+    fresh = _load.__wrapped__("tiny", tiny_dir())  # not the per-process shared one
+    assert not fresh.model_loaded
+    bridge = fresh.model
+    assert fresh.model_loaded and fresh.model is bridge and hasattr(bridge, "run_with_cache")

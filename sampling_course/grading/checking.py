@@ -44,6 +44,11 @@ def check(
     defined in the notebook to check instead of the one in ``exercises/``, e.g.
     ``check("LayerNorm", obj=LayerNorm)`` or ``check("sample_top_p", obj=my_top_p)``.
     Returns a ``CheckReport``, true when every exercise checked is done.
+
+    A test still running after 60 s ($SAMPLING_COURSE_TEST_TIMEOUT) is stopped and the
+    exercise shows "took longer than 60 s". When nothing can be checked (no tests/ found,
+    or exercises/ imported from a stale ``pip install .``), one line says why and the
+    report's ``error`` holds it.
     """
     return _show(_run(name, resolve_impl(impl), obj), render_report, display, console)
 

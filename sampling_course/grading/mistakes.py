@@ -68,10 +68,14 @@ def _pytest_on_planted(change: Mistake | Variant, selection: list[str]) -> subpr
 def caught(mistake: Mistake) -> tuple[bool, str]:
     """Run the mistake's test file against the planted copy; True when the tests fail."""
     proc = _pytest_on_planted(mistake, [str(REPO / "tests" / mistake.tests), "-x"])
-    # Caught means a test failed on an assertion: not a crash, not an import error.
+    # Caught means a test failed on an assertion (or was stopped for never returning): not a
+    # crash, not an import error.
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
     if failed:
         return True, failed[0].removeprefix("FAILED ").split(" - ")[0]
+    stopped = [line for line in proc.stdout.splitlines() if ": took longer than " in line]
+    if stopped:
+        return True, stopped[0].split(", stopped")[0]
     last = proc.stdout.strip().splitlines()[-1:] or [proc.stderr.strip()[-200:]]
     return False, last[0]
 

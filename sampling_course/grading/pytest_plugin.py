@@ -2,7 +2,9 @@
 
 The same tests grade the complete ``solutions`` (the default) or the learner's
 ``exercises``; choose with ``--impl exercises`` or ``SAMPLING_COURSE_IMPL=exercises``.
-``--exercise NAME`` selects the tests marked ``@pytest.mark.exercise(NAME)``.
+``--exercise NAME`` selects the tests marked ``@pytest.mark.exercise(NAME)``; test files
+whose text marks none of the chosen exercises are not even imported (so the marker must
+be written in the test file, with the name as a string).
 
 A stub that still raises ``NotImplementedError`` is reported on one line,
 ``<stub>: not implemented yet``, instead of as a failure with a traceback.

@@ -109,6 +109,8 @@ class CheckReport:
         return self.error is None and not any(r.status in (FAILING, TOOK_TOO_LONG, NOT_IMPLEMENTED_YET) for r in self.results)
 
     def __repr__(self) -> str:
+        if self.error:
+            return f"<CheckReport {self.impl}/: nothing checked: {self.error}>"
         names = ", ".join(f"{r.name}: {r.status}" for r in self.results[:3])
         more = f", ... ({len(self.results) - 3} more)" if len(self.results) > 3 else ""
         return f"<CheckReport {self.impl}/: {self.n_done}/{len(self.results)} done; {names}{more}>"

@@ -9,8 +9,9 @@ in the thread being timed (``PyThreadState_SetAsyncExc``).
 Limits: the exception arrives at the next Python instruction, so a Python loop stops
 within moments, but one long call into C (a single huge torch operation, ``time.sleep``)
 finishes first. ``TookTooLong`` derives from ``BaseException``, so ``except Exception``
-in the code being timed cannot swallow it; a bare ``except:`` could, and the watchdog
-raises it again every second until the block is left.
+in the code being timed cannot swallow it; a bare ``except:`` around the loop could. The
+watchdog raises it once only: raised again and again, it could land in whatever the
+thread runs next (the test framework's own bookkeeping) if the block had already ended.
 """
 
 from __future__ import annotations
@@ -49,13 +50,11 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     lock = threading.Lock()  # the block cannot end between the watchdog's check and its raise
 
     def watchdog() -> None:
-        wait = seconds
-        while not done.wait(wait):
-            with lock:
-                if done.is_set():
-                    return
+        if done.wait(seconds):
+            return
+        with lock:
+            if not done.is_set():
                 _raise_in(target, TookTooLong)
-            wait = 1.0  # in case the first one was caught and the loop goes on
 
     threading.Thread(target=watchdog, name="sampling-course time limit", daemon=True).start()
     try:
