@@ -1,6 +1,6 @@
 # GENERATED from solutions/speculative.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 8d50b96b6c50825a1a8b4d27d7edc41595bb7efb53e126fcfb2b4c019f171be5
+# stub-checksum: 0ae3e3f8c82c9cf81052606aa29b9558a5ec990d30812c2fb975c181f545c464
 """Part 7: speculative decoding.
 
 A forward pass of a large model over several new positions costs little more than over
@@ -169,8 +169,9 @@ def speculative_round(
     ``accept_or_resample`` decides; both caches are cropped.
 
     On entry each cache holds the first positions of ``tokens`` (the target's at most all
-    but the last). Returns the new tokens and the two caches, which then hold only
-    positions of ``tokens`` followed by the accepted proposals: never a rejected one.
+    but the last). Returns the new tokens and the two caches. Both then hold only positions
+    of ``tokens`` followed by the accepted proposals, never a rejected one; the target's
+    holds all of those, the draft's perhaps all but its last proposal.
     """
     # Hint: the last gamma + 1 rows of the target's logits are its distributions at the proposals and after them.
     raise NotImplementedError()
@@ -256,6 +257,8 @@ def speculative_generate(
         raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma (the number of tokens the draft proposes per round) must be an integer >= 1, got {gamma!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
     check_filters(target.cfg.d_vocab, temperature, top_k, top_p)
 
     device, dtype = device_and_dtype(target)
