@@ -32,13 +32,14 @@ Pearson's chi-square statistic over the outcomes of positive probability (the ra
 pooled, so that every cell expects at least ``MIN_EXPECTED`` draws) against
 ``scipy.stats.chi2.isf(ALPHA / TAIL_SAFETY, df)``, so that a correct implementation fails
 with probability at most ``ALPHA`` = 1e-6 (the safety factor covers the chi-square
-approximation's error in the far tail, measured by simulation). Each sample size is the smallest for which a
-distribution at chi-square distance ``DETECT_DISTANCE`` from the exact one is caught with
-probability at least ``POWER`` (noncentral chi-square). The planted mistakes of this part
-that change the output distribution move it much farther, in at least one setting: accepting
-when r >= p/q by 0.9 to 2.1 (or onto outcomes of probability 0), reading p from the first rows
-of the target's logits by 0.6 to 7.5, resampling from p instead of the residual by 0.23
-(measured with 4,000 runs each). The seed comes from ``SAMPLING_COURSE_TEST_SEED`` (see
+approximation's error in the far tail, measured by simulation: see ``TAIL_SAFETY``). Each
+sample size is the smallest for which a distribution at chi-square distance
+``DETECT_DISTANCE`` from the exact one is caught with probability at least ``POWER``
+(noncentral chi-square). The planted mistakes of this part that change the output
+distribution move it much farther, in at least one setting: accepting when r >= p/q by 0.9
+to 2.1 (or onto outcomes of probability 0), reading p from the first rows of the target's
+logits by 0.6 to 7.5, resampling from p instead of the residual by 0.23 (measured with
+4,000 runs each). The seed comes from ``SAMPLING_COURSE_TEST_SEED`` (see
 tests/test_sampling.py).
 """
 
@@ -60,9 +61,10 @@ from sampling_course.reference import ReferenceUnavailable, load_reference
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 # At these sample sizes Pearson's statistic has a heavier far tail than the chi-square
-# distribution: simulated under the exact distributions of the tests below (2e7 draws
-# each), it passes chi2.isf(1e-6, df) 1.6e-6 to 2.9e-6 of the time, and chi2.isf(1e-7, df)
-# 1.5e-7 to 5e-7 of the time. So the threshold is taken at ALPHA / TAIL_SAFETY.
+# distribution: simulated under the exact distributions of the five tests below (4e7
+# multinomial samples each, pooled as the tests pool), it passes chi2.isf(1e-6, df) 1.3e-6
+# to 2.4e-6 of the time, and chi2.isf(1e-7, df) 1e-7 to 4e-7 of the time. So the threshold
+# is taken at ALPHA / TAIL_SAFETY.
 TAIL_SAFETY = 10
 POWER = 0.999  # the chance of catching a distribution DETECT_DISTANCE away from the exact one
 DETECT_DISTANCE = 0.1  # chi-square distance sum((e - p)^2 / p) that the sample sizes are chosen to detect

@@ -63,7 +63,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "A round always ends with exactly one token of the target's: the replacement or the bonus.",
         "Loop over the proposals with one torch.rand((), generator=generator) each. On a rejection return "
         "the proposals before it followed by one draw from residual_probs(p[i], q[i]) (not from p[i]: "
-        "that would count p's mass twice). After the loop, append one draw from p[-1].",
+        "acceptance has already supplied min(p, q) of every token). After the loop, append one draw from p[-1].",
         "for i, x in enumerate(proposals.tolist()):\n"
         "    if torch.rand((), generator=generator) < p[i, x] / q[i, x]: continue\n"
         "    return torch.cat([proposals[:i], torch.multinomial(residual_probs(p[i], q[i]), 1, generator=generator)])\n"
