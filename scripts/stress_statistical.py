@@ -1,6 +1,6 @@
-"""Run the statistical tests of tests/test_sampling.py over many seeds and count the failures.
+"""Run the statistical tests of tests/test_sampling.py and tests/test_speculative.py over many seeds and count the failures.
 
-Each statistical test in tests/test_sampling.py takes the ``seed`` fixture, seeds torch with
+Each statistical test in those files takes the ``seed`` fixture, seeds torch with
 it and promises a false-failure probability of at most 1e-6. This script checks that
 promise empirically: it sets ``SAMPLING_COURSE_TEST_SEED=1-200`` (which parametrizes every
 such test over the seeds), selects only the tests that use ``seed`` and runs them in
@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_FILE = REPO / "tests" / "test_sampling.py"
+TEST_FILES = [REPO / "tests" / "test_sampling.py", REPO / "tests" / "test_speculative.py"]
 
 
 class _SeededOnly:
@@ -57,7 +57,7 @@ def run_worker(seeds: str, impl: str, gpt2: bool, out: Path) -> int:
 
     os.environ["SAMPLING_COURSE_TEST_SEED"] = seeds
     plugin = _SeededOnly()
-    args = [str(TEST_FILE), "-q", "-p", "no:cacheprovider", "--impl", impl, "--rootdir", str(REPO)]
+    args = [*map(str, TEST_FILES), "-q", "-p", "no:cacheprovider", "--impl", impl, "--rootdir", str(REPO)]
     if not gpt2:
         args += ["-m", "not gpt2"]
     code = pytest.main(args, plugins=[plugin])

@@ -31,7 +31,13 @@ NOTEBOOKS = {
     2: "02_sampling.ipynb",
     3: "03_beam_search.ipynb",
     4: "04_kv_cache.ipynb",
+    7: "07_speculative_decoding.ipynb",
 }
+
+# How each notebook gets its models: the reference chosen by "auto", except in part 7, which
+# needs a target and a draft (the story pair, or a labelled stand-in pair).
+MODEL_LOADING = {name: 'load_reference("auto")' for name in NOTEBOOKS.values()}
+MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(IMPL)"
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']([^)]*)\)""")
 
@@ -100,7 +106,7 @@ def test_notebook_checks_every_exercise_of_its_part(part, name):
 def test_notebook_selects_the_implementation_from_the_environment(name):
     setup = "\n".join(code_cells(load(name)))
     assert 'IMPL = os.environ.get("SAMPLING_COURSE_IMPL", "exercises")' in setup
-    assert 'load_reference("auto")' in setup
+    assert MODEL_LOADING[name] in setup
     # Learner code is imported from the chosen package, never from a fixed one.
     assert not re.search(r"^\s*(from|import) (solutions|exercises)\b", setup, re.MULTILINE), (
         f"{name} imports solutions/ or exercises/ directly; use importlib with IMPL"

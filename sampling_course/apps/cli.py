@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "make-exercises": ("sampling_course.grading.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
     "plant-mistakes": ("sampling_course.grading.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
+    "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),
     "download-gpt2": ("sampling_course.apps.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
 }
 

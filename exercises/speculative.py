@@ -1,0 +1,376 @@
+# GENERATED from solutions/speculative.py by `sampling-course make-exercises`.
+# Fill in each `raise NotImplementedError()` below with your own code.
+# stub-checksum: 0ae3e3f8c82c9cf81052606aa29b9558a5ec990d30812c2fb975c181f545c464
+"""Part 7: speculative decoding.
+
+A forward pass of a large model over several new positions costs little more than over
+one: the weights are read once and the positions run side by side. Sampling cannot use
+that, because each token depends on the one before. Speculative decoding gets around
+it with a second, much smaller model, the *draft*:
+
+    1. the draft proposes ``gamma`` tokens, one cheap forward pass each
+       (``draft_tokens``), each drawn from its distribution q;
+    2. the *target* scores all of them in ONE cached forward pass, which gives its own
+       distribution p at every proposal and one position past the last;
+    3. proposal x is accepted with probability min(1, p(x) / q(x)); at the first
+       rejection, one token is drawn from normalize(max(0, p - q)) and the round ends;
+       when all ``gamma`` are accepted, the target's last distribution gives a bonus
+       token for free (``accept_or_resample``, ``residual_probs``);
+    4. both caches forget the rejected proposals (``crop_cache``).
+
+Each round costs one target forward and adds between 1 and ``gamma + 1`` tokens.
+
+Why the output follows the target exactly: a token y comes out of one judged position
+either as an accepted proposal, with probability q(y) min(1, p(y)/q(y)) = min(p, q)(y),
+or as the replacement after a rejection. A rejection happens with probability
+1 - sum(min(p, q)) = sum(max(0, p - q)), and the replacement is y with probability
+max(0, p - q)(y) / sum(max(0, p - q)). Together:
+
+    min(p, q)(y) + max(0, p - q)(y) = p(y).
+
+So the draft only changes the speed: a good draft (q close to p) gets most proposals
+accepted, a bad one wastes its work, and the text has the target's distribution either
+way. Temperature 0 is the special case where p and q put all their mass on their argmax:
+a proposal is kept exactly when it is the target's greedy choice.
+
+``speculative_generate`` runs the rounds; the functions above it are the exercises, in
+the order a round uses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from jaxtyping import Float, Int
+from torch import Tensor
+
+from .transformer import KeyValueCache
+
+# ---------------------------------------------------------------------------------------
+# The distribution both models sample from
+# ---------------------------------------------------------------------------------------
+
+
+def filtered_probs(
+    logits: Float[Tensor, "... d_vocab"], temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0
+) -> Float[Tensor, "... d_vocab"]:
+    """The distribution to sample from: divide by the temperature, keep the top-k, keep the top-p, softmax.
+
+    The target's p and the draft's q both come from here, so each filter shapes both
+    alike, and each exactly once. The order is Hugging Face's: temperature, then top-k
+    (the ``top_k`` most likely tokens), then top-p (the smallest set of most likely
+    tokens whose probability, after top-k, is at least ``top_p``; the token that reaches
+    ``top_p`` is kept). ``top_k=0`` and ``top_p=1.0`` turn those filters off.
+
+    Temperature 0 means greedy: all the mass on the argmax (the first one, if several
+    tie). The acceptance rule then needs no special case.
+    """
+    check_filters(logits.shape[-1], temperature, top_k, top_p)
+    # Hint: filtered-out tokens get a logit of -inf, so the final softmax gives them 0.
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------------------------------
+# One round: propose, judge, forget the rejected
+# ---------------------------------------------------------------------------------------
+
+
+def draft_tokens(
+    draft,
+    tokens: Int[Tensor, "pos"],
+    kv_cache: KeyValueCache,
+    gamma: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Int[Tensor, "gamma"], Float[Tensor, "gamma d_vocab"], KeyValueCache]:
+    """The draft proposes ``gamma`` tokens to follow ``tokens``, one cached forward pass each.
+
+    ``kv_cache`` holds the draft's keys and values for the first positions of ``tokens``
+    (all but the last, some of them, or none); each forward pass runs only the positions
+    it lacks. Proposal i is drawn, with ``generator``, from
+    q_i = ``filtered_probs`` of the draft's logits after ``tokens`` and proposals 0..i-1.
+
+    Returns the proposals, the distributions q_0 .. q_{gamma-1} they were drawn from (the
+    acceptance rule needs them), and the draft's cache, which then holds every position
+    but the last proposal's.
+    """
+    check_proposal_args(tokens, gamma)
+    # Hint: the model wants a batch dimension: draft(sequence[None], kv_cache).
+    raise NotImplementedError()
+
+
+def residual_probs(p: Float[Tensor, "... d_vocab"], q: Float[Tensor, "... d_vocab"]) -> Float[Tensor, "... d_vocab"]:
+    """normalize(max(0, p - q)): the distribution a rejected proposal's replacement is drawn from.
+
+    It holds the probability that p has and q lacks, which is exactly what accepting
+    proposals with probability min(1, p/q) leaves short of p (see the module docstring).
+    Where p <= q everywhere, which only rounding can bring about (p and q then agree, and
+    a rejection was all but impossible), it returns p.
+    """
+    if p.shape != q.shape:
+        raise ValueError(f"p and q must have the same shape, got {tuple(p.shape)} and {tuple(q.shape)}")
+    raise NotImplementedError()
+
+
+def accept_or_resample(
+    p: Float[Tensor, "n_proposals_plus_1 d_vocab"],
+    q: Float[Tensor, "n_proposals d_vocab"],
+    proposals: Int[Tensor, "n_proposals"],
+    generator: torch.Generator | None = None,
+) -> Int[Tensor, "n_new"]:
+    """Judge the proposals in order and return the tokens this round adds.
+
+    ``q[i]`` is the draft's distribution that ``proposals[i]`` was drawn from and ``p[i]``
+    the target's distribution at the same position; ``p[-1]`` is the target's
+    distribution after the last proposal. Proposal i is accepted with probability
+    min(1, p[i][x] / q[i][x]) (one uniform draw from ``generator`` per proposal judged).
+
+    Returns the accepted proposals followed by exactly one token of the target's: at the
+    first rejection, a replacement drawn from ``residual_probs(p[i], q[i])`` (the
+    proposals after it are never judged); when all are accepted, a bonus token drawn
+    from ``p[-1]``. So a round adds between 1 and ``len(proposals) + 1`` tokens.
+    """
+    check_judge_args(p, q, proposals)
+    raise NotImplementedError()
+
+
+def crop_cache(kv_cache: KeyValueCache, n: int) -> KeyValueCache:
+    """The cache of the first ``n`` positions only: how a cache forgets rejected proposals.
+
+    A cache class with a ``crop(n)`` method of its own (part 6's static cache) crops
+    itself; one that crops in place may return nothing, and then the cache itself is the
+    result. A ``KeyValueCache`` is sliced along its position dimension (dimension 3),
+    which keeps all six dimensions and so gives a ``KeyValueCache`` again.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= kv_cache.seq_len:
+        raise ValueError(f"n must be an integer between 0 and the cache's seq_len={kv_cache.seq_len}, got {n!r}")
+    raise NotImplementedError()
+
+
+def speculative_round(
+    target,
+    draft,
+    tokens: Int[Tensor, "pos"],
+    target_cache: KeyValueCache,
+    draft_cache: KeyValueCache,
+    gamma: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> tuple[Int[Tensor, "n_new"], KeyValueCache, KeyValueCache]:
+    """One round of speculative decoding after ``tokens``: 1 to ``gamma + 1`` new tokens for one target forward.
+
+    The draft proposes ``gamma`` tokens from its own cache; the target runs once over
+    every position its cache lacks (the last token of ``tokens`` and all the proposals);
+    ``accept_or_resample`` decides; both caches are cropped.
+
+    On entry each cache holds the first positions of ``tokens`` (the target's at most all
+    but the last). Returns the new tokens and the two caches. Both then hold only positions
+    of ``tokens`` followed by the accepted proposals, never a rejected one; the target's
+    holds all of those, the draft's perhaps all but its last proposal.
+    """
+    # Hint: the last gamma + 1 rows of the target's logits are its distributions at the proposals and after them.
+    raise NotImplementedError()
+
+
+# ---------------------------------------------------------------------------------------
+# The generation loop (written for you)
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class SpeculativeStats:
+    """What a run of ``speculative_generate`` did.
+
+    ``proposed``: tokens the draft proposed. ``judged``: proposals the acceptance rule
+    looked at (in each round, the accepted ones and the first rejected one, if any).
+    ``accepted``: proposals kept. ``accepted_per_round``: the accepted count of each round.
+    """
+
+    gamma: int
+    new_tokens: int = 0
+    target_forwards: int = 0
+    draft_forwards: int = 0
+    proposed: int = 0
+    judged: int = 0
+    accepted: int = 0
+    accepted_per_round: list[int] = field(default_factory=list)
+
+    @property
+    def acceptance_rate(self) -> float:
+        """alpha: the fraction of judged proposals that were accepted (nan before any round)."""
+        return self.accepted / self.judged if self.judged else float("nan")
+
+    @property
+    def tokens_per_target_forward(self) -> float:
+        """New tokens per forward pass of the target (1.0 for plain decoding; nan before any round)."""
+        return self.new_tokens / self.target_forwards if self.target_forwards else float("nan")
+
+    def record_round(self, proposed: int, accepted: int) -> None:
+        self.target_forwards += 1
+        self.draft_forwards += proposed  # draft_tokens runs one forward pass per proposal
+        self.proposed += proposed
+        self.accepted += accepted
+        self.judged += accepted + (accepted < proposed)
+        self.accepted_per_round.append(accepted)
+
+
+@torch.inference_mode()
+def speculative_generate(
+    target,
+    draft,
+    tokenizer,
+    prompt: str,
+    max_new_tokens: int,
+    *,
+    gamma: int = 4,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    return_stats: bool = False,
+):
+    """Continue ``prompt`` with the ``target``'s distribution, letting ``draft`` propose ``gamma`` tokens per round.
+
+    The filters (``temperature``, ``top_k``, ``top_p``) shape the target's and the draft's
+    distributions alike (see ``filtered_probs``); temperature 0 gives the target's greedy
+    text, token for token. ``seed`` makes the run reproducible (its own
+    ``torch.Generator``; torch's global generator is left alone); without it, the global
+    generator is used. Generation stops after ``max_new_tokens`` tokens or right after the
+    end-of-text token.
+
+    ``tokenizer`` is the one tokenizer both models use, or a pair
+    ``(target_tokenizer, draft_tokenizer)``, which must have the same vocabulary.
+
+    Returns the decoded prompt plus continuation, like ``TransformerSampler.sample``; with
+    ``return_stats=True``, a pair ``(text, SpeculativeStats)``.
+    """
+    tokenizer = shared_tokenizer(tokenizer)
+    check_models(target, draft, tokenizer)
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("prompt must be a non-empty string")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma (the number of tokens the draft proposes per round) must be an integer >= 1, got {gamma!r}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ValueError(f"seed must be an integer or None, got {seed!r}")
+    check_filters(target.cfg.d_vocab, temperature, top_k, top_p)
+
+    device, dtype = device_and_dtype(target)
+    tokens = tokenizer.encode(prompt, return_tensors="pt")[0].to(device)
+    n_prompt = len(tokens)
+    n_ctx = min(target.cfg.n_ctx, draft.cfg.n_ctx)
+    if n_prompt + max_new_tokens > n_ctx:
+        raise ValueError(
+            f"the prompt ({n_prompt} tokens) plus max_new_tokens={max_new_tokens} is longer than n_ctx={n_ctx} "
+            f"(target {target.cfg.n_ctx}, draft {draft.cfg.n_ctx}): both caches hold every position, and the "
+            "target's look-ahead over the proposals must fit too (the last round proposes no more tokens than "
+            "are still wanted, so it never reaches past prompt + max_new_tokens). Shorten one of them"
+        )
+    generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
+    target_cache = KeyValueCache.new_empty(target.cfg, device=device, dtype=dtype)
+    draft_cache = KeyValueCache.new_empty(draft.cfg, device=device, dtype=device_and_dtype(draft)[1])
+    eos = getattr(tokenizer, "eos_token_id", None)
+    stats = SpeculativeStats(gamma=gamma)
+
+    while len(tokens) - n_prompt < max_new_tokens:
+        wanted = max_new_tokens - (len(tokens) - n_prompt)
+        # The last round proposes no more tokens than are still wanted.
+        n_draft = min(gamma, wanted)
+        new, target_cache, draft_cache = speculative_round(
+            target, draft, tokens, target_cache, draft_cache, n_draft, temperature, top_k, top_p, generator
+        )
+        stats.record_round(n_draft, len(new) - 1)
+        new = new[:wanted]
+        ends = (new == eos).nonzero() if eos is not None else []
+        if len(ends):
+            new = new[: int(ends[0]) + 1]  # the end-of-text token is kept, as in TransformerSampler.sample
+        tokens = torch.cat([tokens, new])
+        stats.new_tokens += len(new)
+        if len(ends):
+            break
+    text = tokenizer.decode(tokens)
+    return (text, stats) if return_stats else text
+
+
+# ---------------------------------------------------------------------------------------
+# Checks: bad input fails early, saying what is wrong and what is allowed
+# ---------------------------------------------------------------------------------------
+
+
+def check_filters(d_vocab: int, temperature: float, top_k: int, top_p: float) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:
+        raise ValueError(f"top_k must be an integer in [0, d_vocab={d_vocab}] (0 turns it off), got {top_k!r}")
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1] (1.0 turns it off), got {top_p!r}")
+
+
+def check_proposal_args(tokens: Tensor, gamma: int) -> None:
+    if not isinstance(tokens, Tensor) or tokens.ndim != 1 or len(tokens) == 0:
+        raise ValueError(f"tokens must be a non-empty 1-D tensor of token ids (seq_len,), got {tokens!r:.80}")
+    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
+        raise ValueError(f"gamma must be an integer >= 1, got {gamma!r}")
+
+
+def check_judge_args(p: Tensor, q: Tensor, proposals: Tensor) -> None:
+    if proposals.ndim != 1 or p.ndim != 2 or q.ndim != 2:
+        raise ValueError(
+            f"expected p of shape (n_proposals + 1, d_vocab), q of shape (n_proposals, d_vocab) and proposals "
+            f"of shape (n_proposals,), got {tuple(p.shape)}, {tuple(q.shape)} and {tuple(proposals.shape)}"
+        )
+    n = len(proposals)
+    if p.shape[0] != n + 1 or q.shape[0] != n or p.shape[1] != q.shape[1]:
+        raise ValueError(
+            f"{n} proposals need p with {n + 1} rows (one per proposal, one after them) and q with {n} rows, "
+            f"both over the same vocabulary; got p {tuple(p.shape)} and q {tuple(q.shape)}"
+        )
+
+
+def shared_tokenizer(tokenizer):
+    """The tokenizer both models use; a ``(target, draft)`` pair must share one vocabulary."""
+    if not isinstance(tokenizer, (tuple, list)):
+        return tokenizer
+    if len(tokenizer) != 2:
+        raise ValueError(f"tokenizer must be one tokenizer or a pair (target_tokenizer, draft_tokenizer), got {len(tokenizer)} items")
+    target_tok, draft_tok = tokenizer
+    if target_tok is not draft_tok and target_tok.get_vocab() != draft_tok.get_vocab():
+        raise ValueError(
+            "the target's and the draft's tokenizers have different vocabularies: speculative decoding "
+            "compares p and q token by token, so both models must use one tokenizer (the same token ids "
+            "for the same text)"
+        )
+    return target_tok
+
+
+def check_models(target, draft, tokenizer) -> None:
+    for name, model in (("target", target), ("draft", draft)):
+        if not callable(model) or not hasattr(getattr(model, "cfg", None), "d_vocab"):
+            raise TypeError(
+                f"{name} must be a model with a cfg (a DemoTransformer), called as model(tokens, kv_cache); "
+                f"got {type(model).__name__}"
+            )
+    if target.cfg.d_vocab != draft.cfg.d_vocab:
+        raise ValueError(
+            f"the target and the draft must share one vocabulary, but the target has d_vocab={target.cfg.d_vocab} "
+            f"and the draft d_vocab={draft.cfg.d_vocab}: speculative decoding compares p and q token by token, "
+            "so both models must use the same tokenizer"
+        )
+    size = len(tokenizer) if hasattr(tokenizer, "__len__") else None
+    if size is not None and size > target.cfg.d_vocab:
+        raise ValueError(
+            f"the tokenizer has {size} tokens but the models only d_vocab={target.cfg.d_vocab}: "
+            "use the tokenizer the models were trained with"
+        )
+
+
+def device_and_dtype(model) -> tuple[torch.device, torch.dtype]:
+    """Where the model's parameters live and their dtype (CPU and float32 for a parameter-free model)."""
+    param = next(model.parameters(), None) if hasattr(model, "parameters") else None
+    return (param.device, param.dtype) if param is not None else (torch.device("cpu"), torch.float32)

@@ -1,0 +1,497 @@
+"""Measure speculative decoding: acceptance, tokens per target forward and wall-clock speedup (part 7).
+
+    sampling-course bench-speculative            # the story models, or a labelled stand-in pair
+    sampling-course bench-speculative --quick    # a smoke run on tiny random models (timings meaningless)
+
+The pair: ``load_reference("story")`` as the target and ``load_reference("story-draft")``
+as the draft when both load. Otherwise a stand-in pair, labelled as such in every table:
+the target is the offline stand-in ``"tiny"`` (random weights) and the draft is its own
+first layer (the same embeddings and unembedding, one block instead of two), so that the
+draft's guesses are related to the target's as a trained draft's would be.
+
+For every gamma (1 to 8 by default), at one temperature (1.0 by default, no top-k/top-p),
+on the same prompts:
+
+* ``speculative_generate`` of the chosen implementation: the acceptance rate alpha
+  (accepted / judged proposals, pooled over the runs), the tokens per target forward it
+  achieved, and the theory's expectation for that alpha, (1 - alpha^(gamma+1)) / (1 - alpha);
+* its wall-clock time per token against target-only cached generation
+  (``TransformerSampler.sample`` with a ``KeyValueCache``), and the theory's speedup
+  (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + v)) with c the draft's cost per token and
+  v the cost of the target's verifying forward over gamma + 1 positions, both in units of
+  the target's cost per token (measured here too);
+* Hugging Face assisted generation as a peer: ``hf_target.generate(...,
+  assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma`` and a constant schedule
+  (no confidence-based early stop), against plain ``hf_target.generate``; its tokens per
+  target forward are counted with a forward hook.
+
+Every run generates exactly the requested number of tokens: the end-of-text token does not
+stop generation here (token ids go through ``IdTokenizer``, as in ``sampling-course bench``,
+and Hugging Face gets ``eos_token_id=None``). Runs are interleaved, all methods once per
+round, so that a change in machine load hits all of them alike; times are medians over the
+rounds. Before timing, each gamma is checked at temperature 0: speculative greedy text must
+equal the target's cached greedy text, and assisted greedy text Hugging Face's greedy text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from sampling_course.apps.bench import IdTokenizer
+
+# The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
+QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=256)
+STAND_IN_PROMPTS = ["Once upon a time", "The cat sat on the", "When I was a kid"]
+
+
+class BenchCheckError(AssertionError):
+    """Speculative (or assisted) greedy text differs from plain greedy text: the timings would mean nothing."""
+
+
+@dataclass
+class Pair:
+    """A target and a draft, as DemoTransformers (ours) and GPT2LMHeadModels (Hugging Face's)."""
+
+    label: str
+    stand_in: bool
+    target: torch.nn.Module
+    draft: torch.nn.Module
+    hf_target: torch.nn.Module
+    hf_draft: torch.nn.Module
+    prompts: list[list[int]]
+    impl: str
+    tokenizer: object  # the models' tokenizer (an IdTokenizer for the random smoke-run models)
+
+    @property
+    def n_ctx(self) -> int:
+        return min(self.target.cfg.n_ctx, self.draft.cfg.n_ctx)
+
+
+@dataclass
+class Row:
+    """The measurements for one gamma."""
+
+    gamma: int
+    accepted: int = 0
+    judged: int = 0
+    new_tokens: int = 0
+    target_forwards: int = 0
+    seconds: list[float] = field(default_factory=list)
+    hf_seconds: list[float] = field(default_factory=list)
+    hf_new_tokens: int = 0
+    hf_target_forwards: int = 0
+
+    @property
+    def alpha(self) -> float:
+        return self.accepted / self.judged if self.judged else float("nan")
+
+    @property
+    def tokens_per_forward(self) -> float:
+        return self.new_tokens / self.target_forwards
+
+    @property
+    def hf_tokens_per_forward(self) -> float:
+        return self.hf_new_tokens / self.hf_target_forwards if self.hf_target_forwards else float("nan")
+
+
+@dataclass
+class Results:
+    pair: Pair
+    temperature: float
+    new_tokens: int
+    rows: list[Row]
+    baseline: list[float] = field(default_factory=list)  # target-only cached generation, seconds per run
+    draft_only: list[float] = field(default_factory=list)  # draft-only cached generation, seconds per run
+    hf_baseline: list[float] = field(default_factory=list)  # plain hf_target.generate, seconds per run
+    verify_cost: dict[int, float] = field(default_factory=dict)  # gamma -> target forward over gamma+1 positions / over 1
+
+    def ms_per_token(self, seconds: list[float]) -> float:
+        return 1000 * statistics.median(seconds) / self.new_tokens
+
+    @property
+    def draft_cost(self) -> float:
+        """c: the draft's time per token over the target's (cached generation, one token per forward)."""
+        return statistics.median(self.draft_only) / statistics.median(self.baseline)
+
+
+def expected_tokens_per_forward(alpha: float, gamma: int) -> float:
+    """The theory's mean tokens per round when each proposal is accepted with probability alpha."""
+    return gamma + 1.0 if alpha >= 1.0 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+
+
+def expected_speedup(alpha: float, gamma: int, draft_cost: float, verify_cost: float) -> float:
+    """Tokens per round over the cost of a round (gamma draft steps and one verifying target forward)."""
+    return expected_tokens_per_forward(alpha, gamma) / (gamma * draft_cost + verify_cost)
+
+
+# ---------------------------------------------------------------------------------------
+# The pair
+# ---------------------------------------------------------------------------------------
+
+
+def first_layers_hf(hf_model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
+    """A GPT2LMHeadModel made of ``hf_model``'s embeddings, its first ``n_layers`` blocks, ln_f and head."""
+    from transformers import GPT2LMHeadModel
+
+    config = hf_model.config.__class__.from_dict({**hf_model.config.to_dict(), "n_layer": n_layers})
+    draft = GPT2LMHeadModel(config)
+    state = {
+        k: v for k, v in hf_model.state_dict().items()
+        if not k.startswith("transformer.h.") or int(k.split(".")[2]) < n_layers
+    }
+    draft.load_state_dict(state, strict=True)
+    return draft.eval()
+
+
+def _demo(hf_model: torch.nn.Module, transformer_module) -> torch.nn.Module:
+    from sampling_course.config import Config
+    from sampling_course.weights import demo_state_dict
+
+    demo = transformer_module.DemoTransformer(Config.from_hf(hf_model.config))
+    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    return demo.eval()
+
+
+def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pair:
+    """The story pair when it loads, else the stand-in pair (``quick``: tiny random models)."""
+    from sampling_course.reference import ReferenceUnavailable, load_reference
+
+    transformer = importlib.import_module(f"{impl}.transformer")
+    if quick:
+        from sampling_course.apps.bench import random_gpt2
+
+        hf_target = random_gpt2(QUICK_DIMS, seed)
+        hf_draft = first_layers_hf(hf_target, 1)
+        generator = torch.Generator().manual_seed(seed)
+        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator).tolist()]
+        label = "smoke run: random 2-layer GPT-2 (d_model 64, vocab 256), draft = its first layer"
+        return Pair(
+            label, True, _demo(hf_target, transformer), _demo(hf_draft, transformer), hf_target, hf_draft, prompts, impl,
+            IdTokenizer(),
+        )
+    try:
+        target_ref, draft_ref = load_reference("story", quiet=True), load_reference("story-draft", quiet=True)
+    except (ReferenceUnavailable, ValueError) as exc:  # not built here, or a version of the course without them
+        reason = str(exc).split(";")[0]
+    else:
+        tokenizer = target_ref.tokenizer
+        # Every story starts after an end-of-text token: a prompt of that token alone starts a new story.
+        prompts = [[tokenizer.eos_token_id]] * 3
+        cfg_t, cfg_d = target_ref.cfg, draft_ref.cfg
+        label = (
+            f"story ({cfg_t.n_layers} layers, d_model {cfg_t.d_model}) drafted by story-draft "
+            f"({cfg_d.n_layers} layers, d_model {cfg_d.d_model})"
+        )
+        return Pair(
+            label, False, _demo(target_ref.hf_model, transformer), _demo(draft_ref.hf_model, transformer),
+            target_ref.hf_model, draft_ref.hf_model, prompts, impl, tokenizer,
+        )
+    tiny = load_reference("tiny")
+    hf_draft = first_layers_hf(tiny.hf_model, 1)
+    prompts = [tiny.tokenizer.encode(text) for text in STAND_IN_PROMPTS]
+    label = (
+        f"STAND-IN PAIR (the story models are not available: {reason}): target 'tiny' "
+        f"({tiny.cfg.n_layers} layers, d_model {tiny.cfg.d_model}, random weights), draft = its first layer"
+    )
+    return Pair(
+        label, True, _demo(tiny.hf_model, transformer), _demo(hf_draft, transformer), tiny.hf_model, hf_draft, prompts,
+        impl, tiny.tokenizer,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# The methods
+# ---------------------------------------------------------------------------------------
+
+
+def ours_speculative(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
+    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    tokenizer = IdTokenizer()
+    text, stats = speculative.speculative_generate(
+        pair.target, pair.draft, tokenizer, tokenizer.decode(prompt), n,
+        gamma=gamma, temperature=temperature, seed=seed, return_stats=True,
+    )
+    return tokenizer.encode(text), stats
+
+
+def ours_cached(pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
+    """Target-only (or draft-only) cached generation with TransformerSampler.sample."""
+    sampling = importlib.import_module(f"{pair.impl}.sampling")
+    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
+    tokenizer = IdTokenizer()
+    sampler = sampling.TransformerSampler(model, tokenizer)
+    text = sampler.sample(
+        tokenizer.decode(prompt), n, temperature=temperature, seed=seed, kv_cache=KeyValueCache.new_empty(model.cfg)
+    )
+    return tokenizer.encode(text)
+
+
+class ForwardCounter:
+    """Counts the forward calls of a Hugging Face model while active."""
+
+    def __init__(self, model: torch.nn.Module):
+        self.model, self.calls = model, 0
+
+    def __enter__(self):
+        self.handle = self.model.register_forward_pre_hook(self._count)
+        return self
+
+    def _count(self, *_):
+        self.calls += 1
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
+    """Plain or assisted ``hf_target.generate``; returns (ids, number of target forwards)."""
+    from transformers import GenerationConfig
+
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
+    config = GenerationConfig(max_new_tokens=n, eos_token_id=None, pad_token_id=0, use_cache=True, **sampling)
+    extra = {}
+    if gamma is not None:
+        assistant = pair.hf_draft.generation_config
+        assistant.num_assistant_tokens = gamma
+        assistant.num_assistant_tokens_schedule = "constant"
+        assistant.assistant_confidence_threshold = 0.0  # draft exactly gamma tokens, like the textbook rule
+        extra["assistant_model"] = pair.hf_draft
+    input_ids = torch.tensor([prompt])
+    torch.manual_seed(seed)
+    with torch.inference_mode(), ForwardCounter(pair.hf_target) as counter:
+        out = pair.hf_target.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **extra)
+    return out[0].tolist(), counter.calls
+
+
+@torch.inference_mode()
+def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, float]:
+    """Time of one cached target forward over gamma + 1 new positions, over the time of one over 1 position."""
+    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
+    prompt = pair.prompts[0]
+    length = min(pair.n_ctx, len(prompt) + 64)
+    tokens = torch.tensor([(prompt * length)[:length]])
+
+    def best(new: int) -> float:
+        past = length - new
+        _, cache = pair.target(tokens[:, :past], KeyValueCache.new_empty(pair.target.cfg))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            pair.target(tokens, cache)
+            times.append(time.perf_counter() - start)
+        return min(times)
+
+    one = best(1)
+    return {gamma: best(gamma + 1) / one for gamma in gammas}
+
+
+# ---------------------------------------------------------------------------------------
+# Measuring
+# ---------------------------------------------------------------------------------------
+
+
+def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
+    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
+    for prompt in pair.prompts[:1]:
+        plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
+        hf_plain, _ = hf_generate(pair, prompt, n, 0.0, 0)
+        for gamma in gammas:
+            ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0)
+            if ours != plain:
+                raise BenchCheckError(f"gamma={gamma}: speculative greedy text differs from the target's cached greedy text")
+            assisted, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma)
+            if assisted != hf_plain:
+                raise BenchCheckError(f"gamma={gamma}: HF assisted greedy text differs from HF greedy text")
+
+
+def measure(
+    pair: Pair,
+    gammas: list[int],
+    new_tokens: int,
+    temperature: float = 1.0,
+    repeats: int = 3,
+    hf: bool = True,
+    check: bool = True,
+    progress: bool = False,
+) -> Results:
+    """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt."""
+    from tqdm.auto import tqdm
+
+    longest = max(len(p) for p in pair.prompts)
+    if longest + new_tokens > pair.n_ctx:
+        raise ValueError(f"prompt ({longest} tokens) + new_tokens={new_tokens} is more than n_ctx={pair.n_ctx}")
+    results = Results(pair, temperature, new_tokens, [Row(gamma) for gamma in gammas])
+    if check:
+        check_greedy(pair, gammas, min(24, new_tokens))
+    prompt = pair.prompts[0]
+    for gamma in gammas:  # first calls pay for lazy initialisation: keep them out of the timings
+        ours_speculative(pair, prompt, 4, gamma, temperature, 0)
+        if hf:
+            hf_generate(pair, prompt, 4, temperature, 0, gamma=gamma)
+    results.verify_cost = verify_cost(pair, gammas, repeats=10 if repeats > 1 else 2)
+
+    def timed(fn):
+        start = time.perf_counter()
+        out = fn()
+        return out, time.perf_counter() - start
+
+    runs = [(r, p) for r in range(repeats) for p in range(len(pair.prompts))]
+    for r, p in tqdm(runs, desc="bench-speculative", disable=not progress, leave=False):
+        prompt, seed = pair.prompts[p], 1000 * r + p
+        _, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed))
+        results.baseline.append(seconds)
+        _, seconds = timed(lambda: ours_cached(pair, pair.draft, prompt, new_tokens, temperature, seed))
+        results.draft_only.append(seconds)
+        if hf:
+            _, seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed))
+            results.hf_baseline.append(seconds)
+        for row in results.rows:
+            (ids, stats), seconds = timed(lambda: ours_speculative(pair, prompt, new_tokens, row.gamma, temperature, seed))
+            assert len(ids) == len(prompt) + new_tokens and stats.new_tokens == new_tokens
+            row.seconds.append(seconds)
+            row.accepted += stats.accepted
+            row.judged += stats.judged
+            row.new_tokens += stats.new_tokens
+            row.target_forwards += stats.target_forwards
+            if hf:
+                (ids, forwards), seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma))
+                assert len(ids) == len(prompt) + new_tokens
+                row.hf_seconds.append(seconds)
+                row.hf_new_tokens += new_tokens
+                row.hf_target_forwards += forwards
+    return results
+
+
+# ---------------------------------------------------------------------------------------
+# Reporting
+# ---------------------------------------------------------------------------------------
+
+
+def table(results: Results):
+    """The results as a rich Table, one row per gamma."""
+    from rich.table import Table
+
+    hf = bool(results.hf_baseline)
+    base = results.ms_per_token(results.baseline)
+    columns = ["gamma", "alpha", "tok/fwd", "theory", "ms/tok", "speedup", "theory"]
+    if hf:
+        columns += ["HF tok/fwd", "HF ms/tok", "HF speedup"]
+    out = Table(
+        *columns,
+        title=f"Speculative decoding, {results.pair.label}\ntemperature {results.temperature}, "
+        f"{results.new_tokens} new tokens x {len(results.baseline)} runs, CPU ({torch.get_num_threads()} threads)",
+    )
+    c = results.draft_cost
+    for row in results.rows:
+        ms = results.ms_per_token(row.seconds)
+        cells = [
+            str(row.gamma),
+            f"{row.alpha:.3f}",
+            f"{row.tokens_per_forward:.2f}",
+            f"{expected_tokens_per_forward(row.alpha, row.gamma):.2f}",
+            f"{ms:.2f}",
+            f"{base / ms:.2f}x",
+            f"{expected_speedup(row.alpha, row.gamma, c, results.verify_cost[row.gamma]):.2f}x",
+        ]
+        if hf:
+            hf_ms = results.ms_per_token(row.hf_seconds)
+            cells += [f"{row.hf_tokens_per_forward:.2f}", f"{hf_ms:.2f}", f"{results.ms_per_token(results.hf_baseline) / hf_ms:.2f}x"]
+        out.add_row(*cells)
+    return out
+
+
+def baselines_text(results: Results) -> str:
+    lines = [
+        f"target-only cached generation (TransformerSampler.sample): {results.ms_per_token(results.baseline):.2f} ms/token",
+        f"draft-only cached generation: {results.ms_per_token(results.draft_only):.2f} ms/token, "
+        f"so c = draft cost / target cost = {results.draft_cost:.2f}",
+        "target forward over gamma + 1 new positions / over 1: "
+        + ", ".join(f"gamma {g}: {v:.2f}" for g, v in results.verify_cost.items()),
+    ]
+    if results.hf_baseline:
+        lines.insert(1, f"plain Hugging Face generate: {results.ms_per_token(results.hf_baseline):.2f} ms/token")
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="sampling-course bench-speculative", description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions", help="whose code to time")
+    parser.add_argument("--gammas", default="1-8", help="gammas to measure: 1-8 (default), or a list such as 1,2,4")
+    parser.add_argument("--new-tokens", type=int, default=96, help="new tokens per run (default 96)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 is greedy)")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds over the prompts (default 3)")
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    args = parser.parse_args(argv)
+    try:
+        first, _, last = args.gammas.partition("-")
+        args.gammas = list(range(int(first), int(last) + 1)) if last else [int(g) for g in args.gammas.split(",")]
+    except ValueError:
+        parser.error(f"--gammas must look like 1-8 or 1,2,4, got {args.gammas!r}")
+    if args.quick:
+        args.gammas, args.new_tokens, args.repeats = [1, 3], 8, 1
+    if min(args.gammas) < 1 or args.new_tokens < 1 or args.repeats < 1:
+        parser.error("gammas, --new-tokens and --repeats must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    if args.threads is not None or args.quick:
+        # Tiny models gain nothing from a second thread, and lose a lot to it on a busy machine.
+        torch.set_num_threads(args.threads or 1)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console()
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    with console.status("loading the models"):
+        pair = load_pair(args.impl, quick=args.quick)
+    new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))
+    try:
+        results = measure(
+            pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf, progress=not args.no_progress
+        )
+    except BenchCheckError as exc:
+        console.print(f"[red]check failed:[/] {exc}")
+        return 1
+    console.print("[green]checked:[/] at temperature 0 every gamma gives the plain greedy text (ours and Hugging Face's)")
+    console.print(table(results))
+    console.print(baselines_text(results))
+    console.print(
+        "tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / (1 - alpha). speedup: over "
+        "target-only cached generation; theory: tok/fwd theory / (gamma c + v), with c and v above. "
+        "HF: assisted generation, speedup over plain HF generate"
+    )
+    if load_before is not None:
+        console.print(
+            f"total time {time.perf_counter() - started:.0f} s; load average {load_before:.1f} before, "
+            f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPU cores (timings are noisy on a busy machine)"
+        )
+    if args.quick:
+        console.print("[yellow]--quick: tiny random models; the timings mean nothing, only that everything runs[/]")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

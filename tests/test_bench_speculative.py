@@ -1,0 +1,65 @@
+"""The speculative-decoding benchmark (``sampling-course bench-speculative``) runs, and its checks can fail.
+
+No timing is asserted: only that a smoke run (``--quick``, tiny random models) prints its
+table, that its greedy check rejects a wrong answer, that the theory's formulas give their
+known values, and that the truncated draft is the same model for us and for Hugging Face.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampling_course.apps import bench_speculative as bench
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models: a second torch thread only adds synchronisation (slow on a busy machine)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def quick_pair():
+    return bench.load_pair("solutions", quick=True)
+
+
+def test_theory_formulas():
+    """(1 - a^(g+1)) / (1 - a): 1 token when nothing is accepted, g + 1 when everything is."""
+    assert bench.expected_tokens_per_forward(0.0, 4) == 1.0
+    assert bench.expected_tokens_per_forward(1.0, 4) == 5.0
+    assert bench.expected_tokens_per_forward(0.5, 2) == pytest.approx(1.75)
+    assert bench.expected_speedup(0.5, 2, draft_cost=0.25, verify_cost=1.0) == pytest.approx(1.75 / 1.5)
+
+
+def test_draft_is_the_same_model_for_us_and_for_hugging_face(quick_pair):
+    """The draft DemoTransformer and the truncated GPT2LMHeadModel give the same logits."""
+    tokens = torch.tensor([quick_pair.prompts[0]])
+    with torch.inference_mode():
+        ours, theirs = quick_pair.draft(tokens), quick_pair.hf_draft(tokens).logits
+    assert quick_pair.draft.cfg.n_layers == 1 == quick_pair.hf_draft.config.n_layer
+    torch.testing.assert_close(ours, theirs, atol=1e-4, rtol=1e-4)
+
+
+def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
+    """A speculative greedy text that differs from plain greedy is a BenchCheckError."""
+    real = bench.ours_speculative
+
+    def off_by_one(pair, prompt, n, gamma, temperature, seed):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+        return ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab], stats
+
+    bench.check_greedy(quick_pair, [2], 6)
+    monkeypatch.setattr(bench, "ours_speculative", off_by_one)
+    with pytest.raises(bench.BenchCheckError, match="gamma=2"):
+        bench.check_greedy(quick_pair, [2], 6)
+
+
+def test_main_quick_prints_the_table(capsys):
+    """`sampling-course bench-speculative --quick` exits 0 and prints the measured and theoretical columns."""
+    assert bench.main(["--quick", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "checked" in out and "alpha" in out and "theory" in out and "HF" in out and "c = draft cost" in out
