@@ -110,6 +110,7 @@ class Attention(nn.Module):
         self,
         normalized_resid_pre: Float[Tensor, "batch pos d_model"],
         past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
+        attention_mask: Int[Tensor, "batch key_pos"] | None = None,
     ):
         """Causal multi-head self-attention.
 
@@ -117,6 +118,9 @@ class Attention(nn.Module):
         and values of earlier positions, from a KV cache) the input holds only the new
         positions; it returns ``(output, kv)`` where ``kv`` holds the keys and values of
         all positions so far, ready to be cached.
+
+        ``attention_mask`` (part 5) marks which keys are real tokens (1) and which are
+        padding (0), for every position so far; padding keys get no attention.
         """
         ### BEGIN SOLUTION
         # Every head reads the same input: give it a head dimension, so that each einsum is one
@@ -137,10 +141,20 @@ class Attention(nn.Module):
             k, v = kv.unbind(0)
             ### END SOLUTION
         ### BEGIN SOLUTION
-        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
+        # Hint: scores are q . k / sqrt(d_head); name the causally masked scores attn_scores.
         # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.
         attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)
-        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)
+        attn_scores = self.apply_causal_mask(attn_scores)
+        ### END SOLUTION
+        if attention_mask is not None:
+            ### BEGIN SOLUTION
+            # Hint: a padding key must get no attention from any query: score it IGNORE, like a future key.
+            is_pad = attention_mask[:, None, None, :] == 0  # broadcast over heads and queries
+            attn_scores = attn_scores.masked_fill(is_pad, self.IGNORE)
+            ### END SOLUTION
+        ### BEGIN SOLUTION
+        # Hint: softmax over the keys, then each query's weighted sum of the values.
+        pattern = attn_scores.softmax(dim=-1)
         z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")
         # Each head writes into the residual stream through its own slice of W_O; sum the heads.
         out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O
@@ -336,6 +350,21 @@ class KeyValueCache(torch.Tensor):
             )
 
 
+def position_ids_from_mask(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch pos"]:
+    """Each token's position among the real tokens of its row (part 5).
+
+    ``attention_mask`` is 1 at real tokens and 0 at padding. The real tokens of a row get
+    positions 0, 1, 2, ... whatever padding comes before them, so a left-padded prompt is
+    embedded exactly as it would be alone. Padding gets position 0, as in Hugging Face;
+    it is never attended, so its position changes no real token's logits.
+    """
+    ### BEGIN SOLUTION
+    # Hint: a running count of the real tokens so far, minus one, is each real token's position.
+    positions = attention_mask.long().cumsum(dim=-1) - 1
+    return positions.masked_fill(attention_mask == 0, 0)
+    ### END SOLUTION
+
+
 class DemoTransformer(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -346,12 +375,22 @@ class DemoTransformer(nn.Module):
         self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"], kv_cache: KeyValueCache | None = None):
+    def forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        kv_cache: KeyValueCache | None = None,
+        *,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+    ):
         """Logits for the next token at every position of ``tokens``.
 
         With a ``kv_cache``, ``tokens`` is still the whole sequence so far, but only the
         positions the cache does not hold yet are run; the result is
         ``(logits for those positions, the cache extended with them)``.
+
+        ``attention_mask`` (part 5) has the shape of ``tokens``: 1 at real tokens, 0 at
+        padding. Padding is never attended and positions count real tokens only, so each
+        row's logits at its real tokens are those of that row run alone.
         """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must have shape (batch, pos), got {tuple(tokens.shape)}")
@@ -359,12 +398,17 @@ class DemoTransformer(nn.Module):
             if not isinstance(kv_cache, KeyValueCache):
                 raise TypeError(f"kv_cache must be a KeyValueCache, got {type(kv_cache).__name__}")
             kv_cache.check_compatible(self.cfg, tokens)
-            return self.cached_forward(tokens, kv_cache)
-        if tokens.shape[1] > self.cfg.n_ctx:
+        elif tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"tokens has {tokens.shape[1]} positions but the model has only n_ctx={self.cfg.n_ctx}; "
                 "keep the last n_ctx tokens"
             )
+        # Which path: padded batches (part 5), then the cache (part 4), then the plain pass (part 1).
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, tokens)
+            return self.padded_forward(tokens, attention_mask, kv_cache)
+        if kv_cache is not None:
+            return self.cached_forward(tokens, kv_cache)
         ### BEGIN SOLUTION
         residual = self.embed(tokens) + self.pos_embed(tokens)
         for block in self.blocks:
@@ -388,3 +432,49 @@ class DemoTransformer(nn.Module):
             layers.append(kv)
         return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))
         ### END SOLUTION
+
+    def padded_forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        attention_mask: Int[Tensor, "batch pos"],
+        kv_cache: KeyValueCache | None = None,
+    ):
+        """The forward pass of a padded batch (part 5), with or without a cache.
+
+        ``attention_mask`` covers every position of ``tokens`` (cached ones too). Returns
+        what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
+        positions and the extended cache.
+        """
+        # Without a cache, run everything on top of an empty one: one code path for both.
+        cache = kv_cache
+        if cache is None:
+            cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        ### BEGIN SOLUTION
+        # Hint: embed each new token at its position among real tokens (position_ids_from_mask), not at its column.
+        past = cache.seq_len
+        new_tokens = tokens[:, past:]
+        positions = position_ids_from_mask(attention_mask)[:, past:]
+        residual = self.embed(new_tokens) + self.pos_embed.W_pos[positions]
+        layers = []
+        for block, past_kv in zip(self.blocks, cache.unbind(0)):
+            # The block's own forward has no mask argument, so spell its two residual steps out here.
+            attn_out, kv = block.attn(block.ln1(residual), past_kv, attention_mask)
+            residual = residual + attn_out
+            residual = residual + block.mlp(block.ln2(residual))
+            layers.append(kv)
+        logits = self.unembed(self.ln_final(residual))
+        ### END SOLUTION
+        return logits if kv_cache is None else (logits, KeyValueCache(torch.stack(layers)))
+
+
+def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:
+    """Fail loudly on a mask that cannot describe ``tokens``' padding."""
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a tensor of 0s and 1s, got {type(attention_mask).__name__}")
+    if attention_mask.shape != tokens.shape:
+        raise ValueError(
+            f"attention_mask must have the shape of tokens {tuple(tokens.shape)} (1 = real token, 0 = padding), "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.is_floating_point() or not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError("attention_mask must hold integers (or booleans) 0 and 1 only: 1 = real token, 0 = padding")

@@ -17,12 +17,18 @@ from __future__ import annotations
 import difflib
 
 from sampling_course.grading.catalogue import Exercise
-from sampling_course.grading.parts import part1_transformer, part2_sampling, part3_beams, part4_kv_cache
+from sampling_course.grading.parts import (
+    part1_transformer,
+    part2_sampling,
+    part3_beams,
+    part4_kv_cache,
+    part5_generation,
+)
 
 __all__ = ["Exercise", "EXERCISES", "PARTS", "UnknownExerciseError", "get_exercise", "exercise_names"]
 
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
-PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache)
+PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation)
 
 PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
 
