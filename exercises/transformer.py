@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 502cf389ee82dd02b66af0e3a2d62a3810351d385dc9e5a7088f6899da16bcb3
+# stub-checksum: 1861d0e0b2519130fd277c612e6d6998f9b92a546917ab7f267de9153cafdb4c
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -23,6 +23,7 @@ import math
 import einops
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -102,7 +103,6 @@ class Attention(nn.Module):
         self,
         normalized_resid_pre: Float[Tensor, "batch pos d_model"],
         past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
-        attention_mask: Int[Tensor, "batch key_pos"] | None = None,
     ):
         """Causal multi-head self-attention.
 
@@ -110,20 +110,12 @@ class Attention(nn.Module):
         and values of earlier positions, from a KV cache) the input holds only the new
         positions; it returns ``(output, kv)`` where ``kv`` holds the keys and values of
         all positions so far, ready to be cached.
-
-        ``attention_mask`` (part 5) marks which keys are real tokens (1) and which are
-        padding (0), for every position so far; padding keys get no attention.
         """
         raise NotImplementedError()
         if past_kv is not None:
             # Hint: earlier positions come first, so the new keys go after the cached ones.
             raise NotImplementedError()
-        # Hint: scores are q . k / sqrt(d_head); name the causally masked scores attn_scores.
-        raise NotImplementedError()
-        if attention_mask is not None:
-            # Hint: a padding key must get no attention from any query: score it IGNORE, like a future key.
-            raise NotImplementedError()
-        # Hint: softmax over the keys, then each query's weighted sum of the values.
+        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
         raise NotImplementedError()
         return out if past_kv is None else (out, kv)
 
@@ -136,6 +128,22 @@ class Attention(nn.Module):
         same code works when earlier keys come from a cache (query_pos < key_pos).
         """
         # Hint: query i may look at key j exactly when j <= i + (key_pos - query_pos).
+        raise NotImplementedError()
+
+    def masked_forward(
+        self,
+        normalized_resid_pre: Float[Tensor, "batch new_pos d_model"],
+        kv: Float[Tensor, "2 batch key_pos n_heads d_head"],
+        attention_mask: Int[Tensor, "batch key_pos"],
+    ) -> Float[Tensor, "batch new_pos d_model"]:
+        """Attention for padded batches: the generation engine's (part 5).
+
+        ``kv`` holds the keys and values of every position so far, its last ``new_pos``
+        slots still empty: this fills them, in place, with the new positions' keys and
+        values, then lets each new query attend to the keys up to its own position that are
+        real tokens (``attention_mask`` 1), never to padding (0).
+        """
+        # Hint: q, k, v as in forward; k and v go into kv's last slots; pad keys are masked like future keys.
         raise NotImplementedError()
 
 
@@ -247,6 +255,12 @@ class KeyValueCache(torch.Tensor):
     @property
     def seq_len(self) -> int:
         raise NotImplementedError()
+
+    def grown(self, seq_len: int) -> "KeyValueCache":
+        """A copy of this cache with room for ``seq_len`` positions, the new slots left empty (part 5)."""
+        n_layers, _, batch, past, n_heads, d_head = self.shape
+        room = torch.empty(n_layers, 2, batch, seq_len - past, n_heads, d_head, device=self.device, dtype=self.dtype)
+        return KeyValueCache(torch.cat([self.as_subclass(torch.Tensor), room], dim=3))
 
     def __getitem__(self, index) -> Tensor:
         out = super().__getitem__(index)
@@ -363,13 +377,15 @@ class DemoTransformer(nn.Module):
         what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
         positions and the extended cache.
         """
-        # Without a cache, run everything on top of an empty one: one code path for both.
-        cache = kv_cache
-        if cache is None:
-            cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        return_cache = kv_cache is not None
+        if kv_cache is None:  # start from an empty cache: one code path with and without one
+            kv_cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        past = kv_cache.seq_len
+        # Room for the new positions: the cache is copied once, then each layer fills its new slots in place.
+        cache = kv_cache.grown(tokens.shape[1])
         # Hint: embed each new token at its position among real tokens (position_ids_from_mask), not at its column.
         raise NotImplementedError()
-        return logits if kv_cache is None else (logits, KeyValueCache(torch.stack(layers)))
+        return (logits, cache) if return_cache else logits
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

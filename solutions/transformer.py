@@ -20,6 +20,7 @@ import math
 import einops
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -110,7 +111,6 @@ class Attention(nn.Module):
         self,
         normalized_resid_pre: Float[Tensor, "batch pos d_model"],
         past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
-        attention_mask: Int[Tensor, "batch key_pos"] | None = None,
     ):
         """Causal multi-head self-attention.
 
@@ -118,9 +118,6 @@ class Attention(nn.Module):
         and values of earlier positions, from a KV cache) the input holds only the new
         positions; it returns ``(output, kv)`` where ``kv`` holds the keys and values of
         all positions so far, ready to be cached.
-
-        ``attention_mask`` (part 5) marks which keys are real tokens (1) and which are
-        padding (0), for every position so far; padding keys get no attention.
         """
         ### BEGIN SOLUTION
         # Every head reads the same input: give it a head dimension, so that each einsum is one
@@ -141,20 +138,10 @@ class Attention(nn.Module):
             k, v = kv.unbind(0)
             ### END SOLUTION
         ### BEGIN SOLUTION
-        # Hint: scores are q . k / sqrt(d_head); name the causally masked scores attn_scores.
+        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
         # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.
         attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)
-        attn_scores = self.apply_causal_mask(attn_scores)
-        ### END SOLUTION
-        if attention_mask is not None:
-            ### BEGIN SOLUTION
-            # Hint: a padding key must get no attention from any query: score it IGNORE, like a future key.
-            is_pad = attention_mask[:, None, None, :] == 0  # broadcast over heads and queries
-            attn_scores = attn_scores.masked_fill(is_pad, self.IGNORE)
-            ### END SOLUTION
-        ### BEGIN SOLUTION
-        # Hint: softmax over the keys, then each query's weighted sum of the values.
-        pattern = attn_scores.softmax(dim=-1)
+        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)
         z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")
         # Each head writes into the residual stream through its own slice of W_O; sum the heads.
         out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O
@@ -178,6 +165,37 @@ class Attention(nn.Module):
             diagonal=key_pos - query_pos + 1,
         )
         return attn_scores.masked_fill(future, self.IGNORE)
+        ### END SOLUTION
+
+    def masked_forward(
+        self,
+        normalized_resid_pre: Float[Tensor, "batch new_pos d_model"],
+        kv: Float[Tensor, "2 batch key_pos n_heads d_head"],
+        attention_mask: Int[Tensor, "batch key_pos"],
+    ) -> Float[Tensor, "batch new_pos d_model"]:
+        """Attention for padded batches: the generation engine's (part 5).
+
+        ``kv`` holds the keys and values of every position so far, its last ``new_pos``
+        slots still empty: this fills them, in place, with the new positions' keys and
+        values, then lets each new query attend to the keys up to its own position that are
+        real tokens (``attention_mask`` 1), never to padding (0).
+        """
+        ### BEGIN SOLUTION
+        # Hint: q, k, v as in forward; k and v go into kv's last slots; pad keys are masked like future keys.
+        new_pos, key_pos = normalized_resid_pre.shape[1], kv.shape[2]
+        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)
+        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q
+        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K
+        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V
+        # One additive mask for every head: IGNORE on future keys (the causal mask applied to zeros)
+        # and on pad keys, 0 elsewhere. Finite, so a pad query that sees only pads gets no NaN.
+        causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))
+        bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)
+        # PyTorch's fused attention computes softmax(q k^T / sqrt(d_head) + bias) v in one call,
+        # reading the keys and values where they lie.
+        keys, values = kv[0].transpose(1, 2), kv[1].transpose(1, 2)
+        z = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias)
+        return einops.einsum(z, self.W_O, "b n q h, n h d -> b q d") + self.b_O
         ### END SOLUTION
 
 
@@ -312,6 +330,12 @@ class KeyValueCache(torch.Tensor):
         return self.shape[3]
         ### END SOLUTION
 
+    def grown(self, seq_len: int) -> "KeyValueCache":
+        """A copy of this cache with room for ``seq_len`` positions, the new slots left empty (part 5)."""
+        n_layers, _, batch, past, n_heads, d_head = self.shape
+        room = torch.empty(n_layers, 2, batch, seq_len - past, n_heads, d_head, device=self.device, dtype=self.dtype)
+        return KeyValueCache(torch.cat([self.as_subclass(torch.Tensor), room], dim=3))
+
     def __getitem__(self, index) -> Tensor:
         out = super().__getitem__(index)
         return KeyValueCache(out) if out.ndim == 6 and out.shape[1] == 2 else out
@@ -445,26 +469,23 @@ class DemoTransformer(nn.Module):
         what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
         positions and the extended cache.
         """
-        # Without a cache, run everything on top of an empty one: one code path for both.
-        cache = kv_cache
-        if cache is None:
-            cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        return_cache = kv_cache is not None
+        if kv_cache is None:  # start from an empty cache: one code path with and without one
+            kv_cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        past = kv_cache.seq_len
+        # Room for the new positions: the cache is copied once, then each layer fills its new slots in place.
+        cache = kv_cache.grown(tokens.shape[1])
         ### BEGIN SOLUTION
         # Hint: embed each new token at its position among real tokens (position_ids_from_mask), not at its column.
-        past = cache.seq_len
-        new_tokens = tokens[:, past:]
         positions = position_ids_from_mask(attention_mask)[:, past:]
-        residual = self.embed(new_tokens) + self.pos_embed.W_pos[positions]
-        layers = []
-        for block, past_kv in zip(self.blocks, cache.unbind(0)):
-            # The block's own forward has no mask argument, so spell its two residual steps out here.
-            attn_out, kv = block.attn(block.ln1(residual), past_kv, attention_mask)
-            residual = residual + attn_out
+        residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]
+        for block, kv in zip(self.blocks, cache.unbind(0)):
+            # TransformerBlock.forward has no mask argument, so its two residual steps are spelled out here.
+            residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)
             residual = residual + block.mlp(block.ln2(residual))
-            layers.append(kv)
         logits = self.unembed(self.ln_final(residual))
         ### END SOLUTION
-        return logits if kv_cache is None else (logits, KeyValueCache(torch.stack(layers)))
+        return (logits, cache) if return_cache else logits
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

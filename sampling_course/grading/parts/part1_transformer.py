@@ -64,9 +64,8 @@ EXERCISES: tuple[Exercise, ...] = (
         "before the softmax over key_pos, and mix the values with the pattern. Each head "
         "writes through its own slice of W_O and the heads are summed; b_O is added once.",
         'q = einops.einsum(x, self.W_Q, "b s d, n d h -> b s n h") + self.b_Q   # same for k, v\n'
-        'attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
-        "attn_scores = self.apply_causal_mask(attn_scores)\n"
-        "pattern = attn_scores.softmax(dim=-1)   # in the block after the attention_mask branch\n"
+        'scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+        "pattern = self.apply_causal_mask(scores).softmax(dim=-1)\n"
         'z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
         'return einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O',
     ),

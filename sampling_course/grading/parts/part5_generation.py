@@ -94,17 +94,17 @@ EXERCISES: tuple[Exercise, ...] = (
         "A padding-aware forward pass: positions from the attention mask, pad keys never attended, with or without a cache.",
         "Two things change for a padded row: its real tokens must sit at positions 0, 1, 2, ... as "
         "if the pads were not there, and no query may attend to a pad key.",
-        "position_ids_from_mask: cumsum of the mask minus one (pads: 0). In Attention.forward's "
-        "attention_mask branch, give pad keys IGNORE with attention_mask[:, None, None, :] == 0. "
-        "In padded_forward, embed with self.pos_embed.W_pos[positions] and call each block's ln1, "
-        "attn (with the mask), ln2 and mlp yourself, collecting the keys and values.",
-        "past = cache.seq_len\n"
+        "position_ids_from_mask: cumsum of the mask minus one (pads: 0). Attention.masked_forward: "
+        "write k and v into kv[0, :, -new_pos:] and kv[1, :, -new_pos:]; build one additive mask, "
+        "apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos), then IGNORE where "
+        "attention_mask[:, None, None, :] == 0; pass it to F.scaled_dot_product_attention. "
+        "padded_forward: embed with self.pos_embed.W_pos[positions] and call each block's ln1, "
+        "attn.masked_forward, ln2 and mlp yourself.",
         "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
         "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
-        "for block, past_kv in zip(self.blocks, cache.unbind(0)):\n"
-        "    attn_out, kv = block.attn(block.ln1(residual), past_kv, attention_mask)\n"
-        "    residual = residual + attn_out\n"
-        "    residual = residual + block.mlp(block.ln2(residual)); layers.append(kv)\n"
+        "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
+        "    residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
+        "    residual = residual + block.mlp(block.ln2(residual))\n"
         "logits = self.unembed(self.ln_final(residual))",
     ),
     exercise(
@@ -186,7 +186,10 @@ MISTAKES: list[Mistake] = [
             "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
             _TESTS),
     Mistake(5, "pad keys attended", "transformer.py",
-            "attn_scores = attn_scores.masked_fill(is_pad, self.IGNORE)", "attn_scores = attn_scores", _TESTS),
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal", _TESTS),
+    Mistake(5, "no causal mask in the engine's attention", "transformer.py",
+            "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)", _TESTS),
     Mistake(5, "right padding", "generate.py",
             "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
@@ -310,9 +313,13 @@ VARIANTS: list[Variant] = [
     Variant(5, "padded_forward", "positions clamped at 0 (pads after real tokens keep a position)", "transformer.py",
             "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
             "return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)"),
-    Variant(5, "padded_forward", "an additive mask instead of masked_fill", "transformer.py",
-            "attn_scores = attn_scores.masked_fill(is_pad, self.IGNORE)",
-            "attn_scores = attn_scores + is_pad * self.IGNORE"),
+    Variant(5, "padded_forward", "the pad mask added instead of filled in", "transformer.py",
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)",
+            "bias = causal + (attention_mask[:, None, None, :] == 0) * self.IGNORE"),
+    Variant(5, "padded_forward", "attention written out instead of the fused call", "transformer.py",
+            "        z = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias)\n",
+            '        scores = einops.einsum(q, kv[0], "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+            "        z = (scores + bias).softmax(dim=-1) @ values\n"),
     Variant(5, "generate", "finished rows padded with torch.where", "generate.py",
             "next_tokens = next_tokens.masked_fill(finished, pad_token_id)",
             "next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_token_id), next_tokens)"),
