@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 2628471f34fefa1b267c3b20edf6c5278b04ecc9a989f224743f24683e6c5ff5
+# stub-checksum: f33021e3efc5ce808b08f2a8a5875d2faf734c0a33b7936791f8af085fe28710
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -437,7 +437,7 @@ def generate(
     ``seed`` seeds a private ``torch.Generator``, which draws exactly what torch's global
     generator would after ``torch.manual_seed(seed)``.
     """
-    check_generate_args(model, prompts, max_new_tokens, streamer, stopping_criteria)
+    check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_sample_args(temperature, top_k, top_p, min_p)
     cfg = model.cfg
     device = next(model.parameters(), torch.empty(0)).device
@@ -506,7 +506,7 @@ def check_sample_args(temperature: float, top_k: int, top_p: float, min_p: float
         raise ValueError(f"min_p must be in [0, 1] (0 turns it off), got {min_p!r}")
 
 
-def check_generate_args(model, prompts, max_new_tokens, streamer, stopping_criteria) -> None:
+def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) -> None:
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise TypeError(f"prompts must be a non-empty list of strings (one per row), got {type(prompts).__name__}")
     if not all(isinstance(p, str) and p for p in prompts):

@@ -495,7 +495,7 @@ def generate(
     ``seed`` seeds a private ``torch.Generator``, which draws exactly what torch's global
     generator would after ``torch.manual_seed(seed)``.
     """
-    check_generate_args(model, prompts, max_new_tokens, streamer, stopping_criteria)
+    check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_sample_args(temperature, top_k, top_p, min_p)
     cfg = model.cfg
     device = next(model.parameters(), torch.empty(0)).device
@@ -588,7 +588,7 @@ def check_sample_args(temperature: float, top_k: int, top_p: float, min_p: float
         raise ValueError(f"min_p must be in [0, 1] (0 turns it off), got {min_p!r}")
 
 
-def check_generate_args(model, prompts, max_new_tokens, streamer, stopping_criteria) -> None:
+def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) -> None:
     if isinstance(prompts, str) or not isinstance(prompts, (list, tuple)) or not prompts:
         raise TypeError(f"prompts must be a non-empty list of strings (one per row), got {type(prompts).__name__}")
     if not all(isinstance(p, str) and p for p in prompts):

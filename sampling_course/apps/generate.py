@@ -248,6 +248,8 @@ def repl(engine: Engine, settings: dict, stop: list[str]) -> int:
             continue
         try:
             run_once(engine, line, settings, stop, stream=sys.stdout.isatty())
+        except KeyboardInterrupt:  # Ctrl-C just outside the generation: still only this prompt stops
+            print("\n[stopped]", flush=True)
         except ValueError as exc:  # e.g. a prompt too long for the model: say so, keep going
             print(f"error: {exc}")
         except NotImplementedError:
