@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 89d8fbf741bff71f465bc07ddb83e3fd46b99ce1101ff98ce5968e95b2e1b33e
+# stub-checksum: 236d6be9e2783a4ede4b4e87d0842a97e4227fff4373d31a296cf0390b2e7b86
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -23,6 +23,7 @@ import math
 import einops
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
@@ -130,6 +131,22 @@ class Attention(nn.Module):
         same code works when earlier keys come from a cache (query_pos < key_pos).
         """
         # Hint: query i may look at key j exactly when j <= i + (key_pos - query_pos).
+        raise NotImplementedError()
+
+    def masked_forward(
+        self,
+        normalized_resid_pre: Float[Tensor, "batch new_pos d_model"],
+        kv: Float[Tensor, "2 batch key_pos n_heads d_head"],
+        attention_mask: Int[Tensor, "batch key_pos"],
+    ) -> Float[Tensor, "batch new_pos d_model"]:
+        """Attention for padded batches: the generation engine's (part 5).
+
+        ``kv`` holds the keys and values of every position so far, its last ``new_pos``
+        slots still empty: this fills them, in place, with the new positions' keys and
+        values, then lets each new query attend to the keys up to its own position that are
+        real tokens (``attention_mask`` 1), never to padding (0).
+        """
+        # Hint: q, k, v as in forward; k and v go into kv's last slots; pad keys are masked like future keys.
         raise NotImplementedError()
 
 
@@ -242,6 +259,12 @@ class KeyValueCache(torch.Tensor):
     def seq_len(self) -> int:
         raise NotImplementedError()
 
+    def grown(self, seq_len: int) -> "KeyValueCache":
+        """A copy of this cache with room for ``seq_len`` positions, the new slots left empty (part 5)."""
+        n_layers, _, batch, past, n_heads, d_head = self.shape
+        room = torch.empty(n_layers, 2, batch, seq_len - past, n_heads, d_head, device=self.device, dtype=self.dtype)
+        return KeyValueCache(torch.cat([self.as_subclass(torch.Tensor), room], dim=3))
+
     def __getitem__(self, index) -> Tensor:
         out = super().__getitem__(index)
         return KeyValueCache(out) if out.ndim == 6 and out.shape[1] == 2 else out
@@ -280,6 +303,18 @@ class KeyValueCache(torch.Tensor):
             )
 
 
+def position_ids_from_mask(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch pos"]:
+    """Each token's position among the real tokens of its row (part 5).
+
+    ``attention_mask`` is 1 at real tokens and 0 at padding. The real tokens of a row get
+    positions 0, 1, 2, ... whatever padding comes before them, so a left-padded prompt is
+    embedded exactly as it would be alone. Padding gets position 0, as in Hugging Face;
+    it is never attended, so its position changes no real token's logits.
+    """
+    # Hint: a running count of the real tokens so far, minus one, is each real token's position.
+    raise NotImplementedError()
+
+
 class DemoTransformer(nn.Module):
     def __init__(self, cfg: Config):
         super().__init__()
@@ -290,12 +325,22 @@ class DemoTransformer(nn.Module):
         self.ln_final = LayerNorm(cfg)
         self.unembed = Unembed(cfg)
 
-    def forward(self, tokens: Int[Tensor, "batch pos"], kv_cache: KeyValueCache | None = None):
+    def forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        kv_cache: KeyValueCache | None = None,
+        *,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+    ):
         """Logits for the next token at every position of ``tokens``.
 
         With a ``kv_cache``, ``tokens`` is still the whole sequence so far, but only the
         positions the cache does not hold yet are run; the result is
         ``(logits for those positions, the cache extended with them)``.
+
+        ``attention_mask`` (part 5) has the shape of ``tokens``: 1 at real tokens, 0 at
+        padding. Padding is never attended and positions count real tokens only, so each
+        row's logits at its real tokens are those of that row run alone.
         """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must have shape (batch, pos), got {tuple(tokens.shape)}")
@@ -303,12 +348,17 @@ class DemoTransformer(nn.Module):
             if not isinstance(kv_cache, KeyValueCache):
                 raise TypeError(f"kv_cache must be a KeyValueCache, got {type(kv_cache).__name__}")
             kv_cache.check_compatible(self.cfg, tokens)
-            return self.cached_forward(tokens, kv_cache)
-        if tokens.shape[1] > self.cfg.n_ctx:
+        elif tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(
                 f"tokens has {tokens.shape[1]} positions but the model has only n_ctx={self.cfg.n_ctx}; "
                 "keep the last n_ctx tokens"
             )
+        # Which path: padded batches (part 5), then the cache (part 4), then the plain pass (part 1).
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, tokens)
+            return self.padded_forward(tokens, attention_mask, kv_cache)
+        if kv_cache is not None:
+            return self.cached_forward(tokens, kv_cache)
         raise NotImplementedError()
 
     def cached_forward(
@@ -317,3 +367,38 @@ class DemoTransformer(nn.Module):
         """Run only the positions of ``tokens`` that ``kv_cache`` does not hold yet."""
         # Hint: the new tokens sit at positions seq_len, seq_len + 1, ... of the sequence.
         raise NotImplementedError()
+
+    def padded_forward(
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        attention_mask: Int[Tensor, "batch pos"],
+        kv_cache: KeyValueCache | None = None,
+    ):
+        """The forward pass of a padded batch (part 5), with or without a cache.
+
+        ``attention_mask`` covers every position of ``tokens`` (cached ones too). Returns
+        what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
+        positions and the extended cache.
+        """
+        return_cache = kv_cache is not None
+        if kv_cache is None:  # start from an empty cache: one code path with and without one
+            kv_cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
+        past = kv_cache.seq_len
+        # Room for the new positions: the cache is copied once, then each layer fills its new slots in place.
+        cache = kv_cache.grown(tokens.shape[1])
+        # Hint: embed each new token at its position among real tokens (position_ids_from_mask), not at its column.
+        raise NotImplementedError()
+        return (logits, cache) if return_cache else logits
+
+
+def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:
+    """Fail loudly on a mask that cannot describe ``tokens``' padding."""
+    if not isinstance(attention_mask, Tensor):
+        raise TypeError(f"attention_mask must be a tensor of 0s and 1s, got {type(attention_mask).__name__}")
+    if attention_mask.shape != tokens.shape:
+        raise ValueError(
+            f"attention_mask must have the shape of tokens {tuple(tokens.shape)} (1 = real token, 0 = padding), "
+            f"got {tuple(attention_mask.shape)}"
+        )
+    if attention_mask.is_floating_point() or not ((attention_mask == 0) | (attention_mask == 1)).all():
+        raise ValueError("attention_mask must hold integers (or booleans) 0 and 1 only: 1 = real token, 0 = padding")

@@ -32,12 +32,12 @@ def test_quick_bench_runs_and_its_checks_pass(quick_setup):
     results = bench.run(quick_setup, repeats=1, progress=False)
     assert {(v.task, v.name) for v in results} == {
         (task, name) for task in ("greedy", "beam") for name in ("uncached", "cached", "hf")
-    }
+    } | {("batched", "engine"), ("batched", "hf")}
     assert all(len(v.times) == 1 and v.times[0] > 0 for v in results)
 
 
 def test_checks_catch_a_wrong_answer(quick_setup):
-    """A greedy answer that differs from HF's, a beam with another score, or a wrong length is an error."""
+    """A greedy or batched answer that differs from HF's, a beam with another score, or a wrong length is an error."""
     variants = {(v.task, v.name): v for v in bench.variants(quick_setup)}
     greedy = {name: variants["greedy", name].run(quick_setup.new_tokens) for name in ("uncached", "cached", "hf")}
     bench.check_greedy(greedy)
@@ -47,6 +47,16 @@ def test_checks_catch_a_wrong_answer(quick_setup):
         bench.check_greedy({**greedy, "cached": wrong})
     with pytest.raises(bench.BenchCheckError, match="lengths"):
         bench.check_lengths(variants["greedy", "cached"], [wrong[0][:-1]], quick_setup)
+
+    batched = {name: variants["batched", name].run(quick_setup.batch_new_tokens) for name in ("engine", "hf")}
+    bench.check_batched(batched)
+    bench.check_lengths(variants["batched", "engine"], batched["engine"], quick_setup)
+    shifted = [list(row) for row in batched["engine"]]
+    shifted[3][-1] = (shifted[3][-1] + 1) % quick_setup.demo.cfg.d_vocab
+    with pytest.raises(bench.BenchCheckError, match="row 3 differs"):
+        bench.check_batched({**batched, "engine": shifted})
+    with pytest.raises(bench.BenchCheckError, match="lengths"):
+        bench.check_lengths(variants["batched", "engine"], batched["engine"][:-1], quick_setup)
 
     beams = {name: variants["beam", name].run(quick_setup.beam_new_tokens) for name in ("uncached", "cached", "hf")}
     bench.check_beams(quick_setup, beams)

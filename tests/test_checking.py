@@ -46,6 +46,8 @@ COURSE_ORDER = [
     "sample_top_p", "sample_next_token", "sample",
     "Beams.generate", "Beams.get_topk_non_repeating", "Beams.filter", "beam_search",
     "KeyValueCache", "cached_forward", "cached_sample", "cached_beam_search",
+    "top_k_filter", "top_p_filter", "min_p_filter", "warp_logits", "batched_sample", "apply_repetition_penalty",
+    "apply_presence_and_frequency_penalty", "padded_forward", "generate", "StopStringCriteria", "TextStreamer",
     "filtered_probs", "draft_tokens", "residual_probs", "accept_or_resample", "crop_cache", "speculative_round",
 ]
 
@@ -86,6 +88,10 @@ def exercises_untouched() -> None:
 
 
 def test_registry_is_in_course_order():
+    """EXERCISES lists every exercise once, in course order, with parts 1-5 in sequence."""
+    assert [e.name for e in EXERCISES] == COURSE_ORDER
+    parts = [e.part for e in EXERCISES]
+    assert parts == sorted(parts) and set(parts) == set(PARTS) == {1, 2, 3, 4, 5}
     """EXERCISES lists every exercise once, in course order, with the parts in sequence."""
     assert [e.name for e in EXERCISES] == COURSE_ORDER
     parts = [e.part for e in EXERCISES]

@@ -31,6 +31,7 @@ NOTEBOOKS = {
     2: "02_sampling.ipynb",
     3: "03_beam_search.ipynb",
     4: "04_kv_cache.ipynb",
+    5: "05_generation_engine.ipynb",
     7: "07_speculative_decoding.ipynb",
 }
 

@@ -1,4 +1,4 @@
-"""Time cached and uncached decoding against Hugging Face ``generate`` (part 4's benchmark).
+"""Time cached, uncached and batched decoding against Hugging Face ``generate`` (parts 4 and 5).
 
     sampling-course bench                  # GPT-2 small: real weights if cached, else random
     sampling-course bench --model random   # GPT-2 small's dimensions, random weights
@@ -15,15 +15,19 @@ What is timed (fp32, CPU, batch 1, ``torch.inference_mode``, all in one process)
   ``generate(num_beams=8, num_return_sequences=8, length_penalty=0.0, early_stopping="never")``.
   Like for like: both keep 8 beams for all 40 steps (no end-of-text token can end a beam, see
   below), score them by summed log-probabilities and return all 8.
+* batched greedy decoding (part 5): 8 prompts (``--batch-size``) of 16 to 32 tokens, left-padded,
+  64 new tokens each (``--batch-new-tokens``): the engine's ``generate(..., temperature=0)`` and
+  ``GPT2LMHeadModel.generate(do_sample=False)`` on the same left-padded batch and attention mask.
+  Its tokens per second count every row's new tokens.
 
 Every variant generates exactly the same number of tokens: the model has no end-of-text
 token during the benchmark (``IdTokenizer.eos_token_id`` is -1 and Hugging Face gets
 ``eos_token_id=None``). After a short untimed warm-up (2 new tokens each), the variants run
 interleaved, A B C A B C ..., so that a change in machine load hits all of them alike, and
 the table reports medians. The first timed round also checks the answers: the three greedy
-variants must produce the same tokens, and the three beam searches the same beams and summed
+variants must produce the same tokens, the three beam searches the same beams and summed
 log-probabilities (two beams whose scores tie within float noise may come out in either
-order). ``--budget`` (default 270 s, model building included) skips the rounds that would end
+order), and the two batched runs the same padded sequences. ``--budget`` (default 270 s, model building included) skips the rounds that would end
 after it, so that the whole run stays under 5 minutes on a slow machine.
 
 Random weights have no tokenizer, so prompts are token ids: ``IdTokenizer`` reads a prompt
@@ -61,6 +65,7 @@ TARGETS = [
     ("cached greedy vs HF generate", "greedy", "cached", "hf", 1.0),
     ("cached greedy vs uncached greedy", "greedy", "cached", "uncached", 4.0),
     ("cached beam search vs HF beam search", "beam", "cached", "hf", 1.0),
+    ("batched greedy (engine) vs HF generate, left-padded", "batched", "engine", "hf", 1.0),
 ]
 # Summed log-probs of two correct implementations agree to ~1e-5 per step; allow for 40 steps.
 SCORE_ATOL = 1e-3
@@ -91,8 +96,8 @@ class IdTokenizer:
 class Variant:
     """One way of decoding: ``run(new_tokens)`` returns the sequences it generated, as lists of ids."""
 
-    task: str  # "greedy" or "beam"
-    name: str  # "uncached", "cached" or "hf"
+    task: str  # "greedy", "beam" or "batched"
+    name: str  # "uncached", "cached", "engine" or "hf"
     label: str
     run: Callable[[int], list]
     times: list[float] = field(default_factory=list)
@@ -108,6 +113,8 @@ class Setup:
     new_tokens: int
     beam_new_tokens: int
     num_beams: int
+    batch_prompts: list[list[int]]  # the batched task's prompts, of different lengths
+    batch_new_tokens: int
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,12 +155,14 @@ def build(args: argparse.Namespace) -> Setup:
         hf_model = GPT2LMHeadModel.from_pretrained(local, local_files_only=True).eval()
         tokenizer = GPT2TokenizerFast.from_pretrained(local, local_files_only=True)
         prompt_ids = tokenizer(GPT2_PROMPT_TEXT).input_ids[: args.prompt_tokens]
+        text_ids = tokenizer(GPT2_PROMPT_TEXT).input_ids
         model_name = "GPT-2 small (real weights)"
     else:
         dims = QUICK_DIMS if args.quick else {}
         hf_model = random_gpt2(dims, args.seed)
         vocab = hf_model.config.vocab_size
         prompt_ids = torch.randint(0, vocab, (args.prompt_tokens,), generator=generator).tolist()
+        text_ids = torch.randint(0, vocab, (4 * args.prompt_tokens,), generator=generator).tolist()
         model_name = "tiny random GPT-2 (smoke run)" if args.quick else "GPT-2 small dimensions, random weights"
     if len(prompt_ids) != args.prompt_tokens:
         raise SystemExit(f"the prompt has {len(prompt_ids)} tokens, not {args.prompt_tokens}")
@@ -161,12 +170,30 @@ def build(args: argparse.Namespace) -> Setup:
     transformer = importlib.import_module(f"{args.impl}.transformer")
     demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
     demo.load_state_dict(demo_state_dict(hf_model), strict=True)
-    total = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens)
+    batch_prompts = batch_of_prompts(text_ids, args.batch_size, args.prompt_tokens, generator)
+    total = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens, args.batch_new_tokens)
     if total > demo.cfg.n_ctx:
         raise SystemExit(f"prompt + new tokens = {total} is more than the model's n_ctx={demo.cfg.n_ctx}")
     return Setup(
-        model_name, hf_model, demo.eval(), args.impl, prompt_ids, args.new_tokens, args.beam_new_tokens, args.num_beams
+        model_name, hf_model, demo.eval(), args.impl, prompt_ids, args.new_tokens, args.beam_new_tokens, args.num_beams,
+        batch_prompts, args.batch_new_tokens,
     )
+
+
+def batch_of_prompts(text_ids: list[int], batch: int, longest: int, generator: torch.Generator) -> list[list[int]]:
+    """``batch`` windows of ``text_ids`` with lengths from ``longest // 2`` to ``longest``: the longest
+    first, so the batch is always exactly ``longest`` wide, the others at random lengths."""
+    lengths = [longest] + torch.randint(max(1, longest // 2), longest + 1, (batch - 1,), generator=generator).tolist()
+    starts = torch.randint(0, len(text_ids) - longest + 1, (batch,), generator=generator).tolist()
+    return [text_ids[start : start + n] for start, n in zip(starts, lengths)]
+
+
+def left_pad_ids(prompts: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
+    """Hugging Face's input for a batch: ids left-padded with ``pad``, and the attention mask."""
+    width = max(map(len, prompts))
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    return ids, mask
 
 
 # ---------------------------------------------------------------------------------------
@@ -175,10 +202,11 @@ def build(args: argparse.Namespace) -> Setup:
 
 
 def variants(setup: Setup) -> list[Variant]:
-    """The six variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
+    """The eight variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
     from transformers import GenerationConfig
 
     sampling = importlib.import_module(f"{setup.impl}.sampling")
+    engine = importlib.import_module(f"{setup.impl}.generate")
     KeyValueCache = importlib.import_module(f"{setup.impl}.transformer").KeyValueCache
     cfg = setup.demo.cfg
     tokenizer = IdTokenizer()
@@ -187,15 +215,23 @@ def variants(setup: Setup) -> list[Variant]:
     input_ids = torch.tensor([setup.prompt_ids])
     beams = setup.num_beams
 
-    def hf_generate(new_tokens: int, **beam_settings) -> list:
+    def hf_generate(new_tokens: int, ids: Tensor = input_ids, mask: Tensor | None = None, **beam_settings) -> list:
         # eos_token_id=None: no token ends a sequence, as with IdTokenizer.
         config = GenerationConfig(
             max_new_tokens=new_tokens, do_sample=False, use_cache=True, eos_token_id=None, pad_token_id=0,
             **beam_settings,
         )
+        mask = torch.ones_like(ids) if mask is None else mask
         with torch.inference_mode():
-            out = setup.hf_model.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config)
+            out = setup.hf_model.generate(ids, attention_mask=mask, generation_config=config)
         return out.tolist()
+
+    # The batched task: the engine left-pads with id 0 (IdTokenizer has no pad and no valid EOS), as HF is told to.
+    batch_texts = [tokenizer.decode(p) for p in setup.batch_prompts]
+    batch_ids, batch_mask = left_pad_ids(setup.batch_prompts, pad=0)
+
+    def engine_generate(new_tokens: int) -> list:
+        return engine.generate(setup.demo, tokenizer, batch_texts, new_tokens, temperature=0.0).tolist()
 
     def greedy(new_tokens: int, kv_cache=None) -> list:
         return [tokenizer.encode(sampler.sample(prompt, new_tokens, temperature=0, kv_cache=kv_cache))]
@@ -213,6 +249,8 @@ def variants(setup: Setup) -> list[Variant]:
         Variant("beam", "uncached", "uncached", lambda n: beam_search(n)),
         Variant("beam", "cached", "KV cache", lambda n: beam_search(n, KeyValueCache.new_empty(cfg))),
         Variant("beam", "hf", "HF generate", lambda n: hf_generate(n, **hf_beams)),
+        Variant("batched", "engine", "engine generate", engine_generate),
+        Variant("batched", "hf", "HF generate", lambda n: hf_generate(n, batch_ids, batch_mask)),
     ]
 
 
@@ -227,13 +265,14 @@ class BenchCheckError(AssertionError):
 
 def check_lengths(variant: Variant, sequences: list, setup: Setup) -> None:
     new = new_tokens_of(setup, variant.task)
-    count = 1 if variant.task == "greedy" else setup.num_beams
-    expected = len(setup.prompt_ids) + new
+    count = {"greedy": 1, "beam": setup.num_beams, "batched": len(setup.batch_prompts)}[variant.task]
+    width = max(map(len, setup.batch_prompts)) if variant.task == "batched" else len(setup.prompt_ids)
+    expected = width + new
     lengths = [len(seq) for seq in sequences]
     if lengths != [expected] * count:
         raise BenchCheckError(
             f"{variant.task}/{variant.name} returned sequences of lengths {lengths}, "
-            f"expected {count} of {expected} tokens (prompt {len(setup.prompt_ids)} + {new} new)"
+            f"expected {count} of {expected} tokens (prompt {width} + {new} new)"
         )
 
 
@@ -243,6 +282,14 @@ def check_greedy(outputs: dict[str, list]) -> None:
         if outputs[name][0] != reference:
             first = next(i for i, (a, b) in enumerate(zip(outputs[name][0], reference)) if a != b)
             raise BenchCheckError(f"greedy {name} differs from HF generate from position {first} on")
+
+
+def check_batched(outputs: dict[str, list]) -> None:
+    """The engine's left-padded batch must equal HF's, row for row and token for token."""
+    for row, (ours, theirs) in enumerate(zip(outputs["engine"], outputs["hf"])):
+        if ours != theirs:
+            first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+            raise BenchCheckError(f"batched greedy: row {row} differs from HF generate from position {first} on")
 
 
 def beam_scores(setup: Setup, sequences: list) -> list[float]:
@@ -276,7 +323,7 @@ def check_beams(setup: Setup, outputs: dict[str, list]) -> None:
 
 
 def new_tokens_of(setup: Setup, task: str) -> int:
-    return setup.new_tokens if task == "greedy" else setup.beam_new_tokens
+    return {"greedy": setup.new_tokens, "beam": setup.beam_new_tokens, "batched": setup.batch_new_tokens}[task]
 
 
 def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Variant]:
@@ -299,7 +346,7 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
         elapsed = time.perf_counter() - started
         if budget_s is not None and round_ > 1 and elapsed * round_ / (round_ - 1) > budget_s:
             break  # one more round (as long as the average so far) would overrun the budget
-        outputs: dict[str, dict[str, list]] = {"greedy": {}, "beam": {}}
+        outputs: dict[str, dict[str, list]] = {"greedy": {}, "beam": {}, "batched": {}}
         for variant in all_variants:
             bar.set_postfix_str(f"round {round_}: {variant.task} {variant.name}")
             start = time.perf_counter()
@@ -311,6 +358,7 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
         if round_ == 1:
             check_greedy(outputs["greedy"])
             check_beams(setup, outputs["beam"])
+            check_batched(outputs["batched"])
     bar.close()
     return all_variants
 
@@ -320,22 +368,27 @@ def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, flo
 
     by_key = {(v.task, v.name): v for v in results}
     median = {key: statistics.median(v.times) for key, v in by_key.items()}
-    new = {"greedy": setup.new_tokens, "beam": setup.beam_new_tokens}
+    batch = len(setup.batch_prompts)
+    # New tokens per run, all rows counted.
+    new = {"greedy": setup.new_tokens, "beam": setup.beam_new_tokens, "batched": batch * setup.batch_new_tokens}
+    labels = {"greedy": "greedy", "beam": f"beam x{setup.num_beams}", "batched": f"batched greedy x{batch}"}
 
     table = Table(
         "task", "variant", "median s", "new tokens/s", "speed vs HF", "speed vs uncached",
-        title=f"{setup.model_name}: fp32, CPU ({torch.get_num_threads()} threads), batch 1, "
+        title=f"{setup.model_name}: fp32, CPU ({torch.get_num_threads()} threads), batch 1 (batched: {batch}, "
+        f"left-padded prompts of {min(map(len, setup.batch_prompts))}-{max(map(len, setup.batch_prompts))} tokens), "
         f"prompt {len(setup.prompt_ids)} tokens; medians of {len(results[0].times)} runs",
     )
     for (task, name), variant in by_key.items():
         seconds = median[task, name]
+        uncached = median.get((task, "uncached"))
         table.add_row(
-            "greedy" if task == "greedy" else f"beam x{setup.num_beams}",
+            labels[task],
             variant.label,
             f"{seconds:.3f}",
             f"{new[task] / seconds:.1f}",
             f"{median[task, 'hf'] / seconds:.2f}x",
-            f"{median[task, 'uncached'] / seconds:.2f}x",
+            f"{uncached / seconds:.2f}x" if uncached is not None else "-",
         )
     console.print(table)
 
@@ -364,6 +417,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=64, help="new tokens of greedy decoding (default 64)")
     parser.add_argument("--beam-new-tokens", type=int, default=40, help="new tokens of beam search (default 40)")
     parser.add_argument("--num-beams", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=8, help="prompts in the batched task (default 8)")
+    parser.add_argument("--batch-new-tokens", type=int, default=64, help="new tokens per row, batched task (default 64)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up (default 3)")
     parser.add_argument("--budget", type=float, default=270.0,
                         help="seconds for the whole run: rounds that would end later are skipped (default 270)")
@@ -376,8 +431,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.quick:
         args.prompt_tokens, args.new_tokens, args.beam_new_tokens = 8, 8, 6
-        args.num_beams, args.repeats = 4, 1
-    for name in ("prompt_tokens", "new_tokens", "beam_new_tokens", "num_beams", "repeats"):
+        args.num_beams, args.repeats, args.batch_new_tokens = 4, 1, 8
+    for name in ("prompt_tokens", "new_tokens", "beam_new_tokens", "num_beams", "repeats", "batch_size", "batch_new_tokens"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     return args
@@ -397,6 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"[bold]{setup.model_name}[/], code from {setup.impl}/; greedy: {setup.new_tokens} new tokens; "
         f"beam search: {setup.num_beams} beams, {setup.beam_new_tokens} new tokens; "
+        f"batched greedy: {len(setup.batch_prompts)} prompts, {setup.batch_new_tokens} new tokens each; "
         f"up to {args.repeats} timed rounds, interleaved"
     )
     try:
@@ -405,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] every variant generated the same tokens (greedy) and beams (beam search)")
+    console.print("[green]checked:[/] every variant generated the same tokens (greedy, batched) and beams (beam search)")
     outcomes = report(setup, results, console)
     console.print(f"total time {time.perf_counter() - started:.0f} s")
     if load_before is not None:

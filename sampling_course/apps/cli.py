@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "hint": ("sampling_course.grading.checking:cli_hint", "print a graded hint for an exercise"),
     "make-exercises": ("sampling_course.grading.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
     "plant-mistakes": ("sampling_course.grading.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
+    "generate": ("sampling_course.apps.generate:main", "continue a prompt with the part-5 engine; --interactive for a REPL"),
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
     "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),
     "download-gpt2": ("sampling_course.apps.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),

@@ -1,0 +1,290 @@
+"""`sampling-course generate`: the generation engine of part 5 on the command line.
+
+    sampling-course generate --prompt "Once upon a time" --temperature 0.8 --top-p 0.9
+    sampling-course generate --prompt "The cat" --num-beams 4 --no-repeat-ngram-size 2
+    sampling-course generate --interactive            # a prompt per line; /help for commands
+    sampling-course generate --impl exercises ...     # run your own code from exercises/
+
+On a terminal the text is printed as it is generated; piped into a file or another
+program it is printed once, at the end. In the REPL (``--interactive``) every line is a
+prompt, ``/set temperature 0.7`` changes a setting, ``/show`` lists them, Ctrl-C stops the
+current generation (not the program), and Ctrl-D or ``/quit`` leave.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MODELS = ("auto", "story", "gpt2", "tiny")
+IMPLS = ("solutions", "exercises")
+
+
+# ---------------------------------------------------------------------------------------
+# Settings: one parser per setting, shared by the flags and the REPL's /set
+# ---------------------------------------------------------------------------------------
+
+
+def _number(kind: type, name: str, low: float | None = None, high: float | None = None, low_open: bool = False):
+    """A parser from text to ``kind`` that raises ValueError("<name> must be ...") when out of range."""
+    if low is not None and high is not None:
+        allowed = f"in [{low:g}, {high:g}]"
+    elif low is not None:
+        allowed = f"{'>' if low_open else '>='} {low:g}"
+    else:
+        allowed = "a number"
+    word = "an integer" if kind is int else "a number"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be {word} {allowed}, got {text!r}") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if too_low or (high is not None and value > high) or value != value:  # NaN fails too
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """``parse``, or None for "none"/"off"."""
+    return lambda text: None if str(text).lower() in ("none", "off") else parse(text)
+
+
+# name -> (parser, default, help). The REPL's /set uses the same names and parsers.
+SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
+    "max_new_tokens": (_number(int, "max_new_tokens", 0), 50, "new tokens at most"),
+    "temperature": (_number(float, "temperature", 0), 1.0, "0 is greedy"),
+    "top_k": (_number(int, "top_k", 0), 0, "keep the k most likely tokens (0 is off)"),
+    "top_p": (_number(float, "top_p", 0, 1), 1.0, "nucleus: smallest set with this mass (1 is off)"),
+    "min_p": (_number(float, "min_p", 0, 1), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
+    "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
+    "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token seen (0 is off)"),
+    "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence (0 is off)"),
+    "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
+    "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
+    "seed": (_optional(_number(int, "seed")), None, "seed of the draws (none: random)"),
+}
+
+
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    def convert(text: str):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return convert
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (and exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = OneLineParser(
+        prog="sampling-course generate", description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", choices=MODELS, default="auto",
+                        help="reference weights: real GPT-2 when available (auto), story, gpt2, or the offline stand-in tiny")
+    parser.add_argument("--impl", choices=IMPLS, default=None,
+                        help="whose code runs: solutions (default, or $SAMPLING_COURSE_IMPL) or your exercises")
+    parser.add_argument("--prompt", help="the text to continue (required unless --interactive)")
+    parser.add_argument("--interactive", action="store_true", help="a REPL: every line is a prompt; /help for commands")
+    parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
+                        help="stop once the text ends with TEXT (repeatable)")
+    for name, (parse, default, about) in SETTINGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(parse), default=default,
+                            help=f"{about} (default {default})")
+    args = parser.parse_args(argv)
+    if args.prompt is None and not args.interactive:
+        parser.error("--prompt is required (or use --interactive)")
+    if args.prompt == "":
+        parser.error("--prompt must not be empty")
+    if args.num_beams > 1 and args.stop:
+        parser.error("--stop works with sampling, not with --num-beams")
+    return args
+
+
+# ---------------------------------------------------------------------------------------
+# The engine: a model, its tokenizer, and the chosen implementation's code
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Engine:
+    model: Any
+    tokenizer: Any
+    generate: Callable  # part 5's generate(model, tokenizer, prompts, max_new_tokens, **settings)
+    text_streamer: type  # part 5's TextStreamer
+    sampler: type  # part 2/3's TransformerSampler, for beam search
+
+
+def load_engine(model_name: str, impl: str | None) -> Engine:
+    """Load the reference weights into the chosen implementation's DemoTransformer."""
+    from sampling_course.grading.impl import impl_module, load_demo, resolve_impl
+    from sampling_course.reference import load_reference
+
+    impl = resolve_impl(impl, default="solutions")
+    reference = load_reference(model_name)
+    generate = impl_module("generate", impl)
+    return Engine(
+        model=load_demo(reference, impl_module("transformer", impl)),
+        tokenizer=reference.tokenizer,
+        generate=generate.generate,
+        text_streamer=generate.TextStreamer,
+        sampler=impl_module("sampling", impl).TransformerSampler,
+    )
+
+
+def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None, stream: bool) -> None:
+    """Generate one continuation of ``prompt`` and print it (streamed, or at the end)."""
+    if settings["num_beams"] > 1:
+        sampler = engine.sampler(engine.model, engine.tokenizer)
+        [(_, text)] = sampler.beam_search(
+            prompt, 1, settings["num_beams"], settings["max_new_tokens"],
+            no_repeat_ngram_size=settings["no_repeat_ngram_size"], kv_cache=None,
+        )
+        print(text, flush=True)
+        return
+    streamer = engine.text_streamer(engine.tokenizer, file=sys.stdout, skip_special_tokens=True) if stream else None
+    sampling = {k: v for k, v in settings.items() if k not in ("max_new_tokens", "num_beams", "no_repeat_ngram_size")}
+    try:
+        sequences = engine.generate(
+            engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"],
+            stop_strings=stop or None, streamer=streamer, **sampling,
+        )
+    except KeyboardInterrupt:
+        if streamer is not None:
+            streamer.end()  # what was generated so far
+        print("\n[stopped]", flush=True)
+        return
+    if streamer is None:
+        print(engine.tokenizer.decode(sequences[0], skip_special_tokens=True), flush=True)
+    else:
+        print(flush=True)
+
+
+# ---------------------------------------------------------------------------------------
+# The REPL
+# ---------------------------------------------------------------------------------------
+
+HELP = """\
+Type a prompt and press Enter to continue it. Commands:
+  /set NAME VALUE   change a setting, e.g. /set temperature 0.7 (none/off for seed and no_repeat_ngram_size)
+  /set stop TEXT    stop when the text ends with TEXT (/set stop off to clear)
+  /show             show the settings
+  /help             this help
+  /quit             leave (or Ctrl-D); Ctrl-C stops the current generation only"""
+
+
+def show(settings: dict, stop: list[str] | None) -> str:
+    lines = [f"  {name} = {value}" for name, value in settings.items()]
+    lines.append(f"  stop = {stop or 'off'}")
+    return "\n".join(lines)
+
+
+def command(line: str, settings: dict, stop: list[str]) -> bool:
+    """Run one /command; False means leave the REPL."""
+    name, _, rest = line[1:].strip().partition(" ")
+    if name in ("quit", "exit", "q"):
+        return False
+    if name == "help":
+        print(HELP)
+    elif name == "show":
+        print(show(settings, stop))
+    elif name == "set":
+        key, _, value = rest.strip().partition(" ")
+        key, value = key.replace("-", "_"), value.strip()
+        if key == "stop":
+            stop.clear()
+            if value.lower() not in ("", "off", "none"):
+                stop.append(value)
+            print(f"stop = {stop or 'off'}")
+        elif key not in SETTINGS:
+            print(f"unknown setting {key!r}; settings: {', '.join(SETTINGS)}, stop")
+        elif not value:
+            print(f"usage: /set {key} VALUE")
+        else:
+            try:
+                settings[key] = SETTINGS[key][0](value)
+                print(f"{key} = {settings[key]}")
+            except ValueError as exc:
+                print(exc)
+    else:
+        print(f"unknown command /{name}; /help lists the commands")
+    return True
+
+
+def repl(engine: Engine, settings: dict, stop: list[str]) -> int:
+    interactive = sys.stdin.isatty()
+    if interactive:
+        print("sampling-course generate: type a prompt, /help for commands, Ctrl-D to leave.")
+    while True:
+        try:
+            line = input("> " if interactive else "")
+        except EOFError:
+            if interactive:
+                print()
+            return 0
+        except KeyboardInterrupt:  # at the prompt: a fresh line, as in a shell
+            print()
+            continue
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not command(line, settings, stop):
+                return 0
+            continue
+        try:
+            run_once(engine, line, settings, stop, stream=sys.stdout.isatty())
+        except KeyboardInterrupt:  # Ctrl-C just outside the generation: still only this prompt stops
+            print("\n[stopped]", flush=True)
+        except ValueError as exc:  # e.g. a prompt too long for the model: say so, keep going
+            print(f"error: {exc}")
+        except NotImplementedError:
+            print("not implemented yet: fill in the part-5 stubs in exercises/ (or use --impl solutions)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    settings = {name: getattr(args, name) for name in SETTINGS}
+    stop = list(args.stop or [])
+    try:
+        engine = load_engine(args.model, args.impl)
+    except (ValueError, ImportError) as exc:
+        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:  # the reference cannot be loaded here (e.g. GPT-2 offline)
+        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
+        return 1
+    if args.interactive:
+        return repl(engine, settings, stop)
+    try:
+        run_once(engine, args.prompt, settings, stop, stream=sys.stdout.isatty())
+    except ValueError as exc:
+        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
+        return 2
+    except NotImplementedError:
+        print("sampling-course generate: not implemented yet: fill in the part-5 stubs in exercises/ "
+              "(or use --impl solutions)", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,361 @@
+"""Part 5, the generation engine: its exercises (what each asks, three graded hints), its planted
+mistakes, and its planted correct variants."""
+
+from __future__ import annotations
+
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+
+PART = 5
+TITLE = "The generation engine"
+
+EXERCISES: tuple[Exercise, ...] = (
+    exercise(
+        "top_k_filter", 5, "generate", "top_k_filter",
+        "Keep the top_k largest logits of every row of a (batch, d_vocab) tensor; set the others to -inf.",
+        "Work row by row without a loop: every operation takes dim=-1. Removed tokens must get "
+        "-inf, so that softmax gives them probability exactly 0.",
+        "logits.topk(top_k, dim=-1).values[:, -1:] is each row's k-th largest value, shaped to "
+        "broadcast against the row. Remove what is strictly below it; tokens tied with it may all "
+        "stay (Hugging Face keeps them).",
+        "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]\n"
+        'return logits.masked_fill(logits < kth_largest, float("-inf"))',
+    ),
+    exercise(
+        "top_p_filter", 5, "generate", "top_p_filter",
+        "Keep the smallest set of most likely tokens whose probability reaches top_p (inclusive); -inf for the rest.",
+        "Sort each row from most to least likely. A token stays while the probability of the "
+        "tokens ranked above it is still below top_p, so the token that crosses top_p stays too.",
+        "Sort with logits.sort(dim=-1, descending=True), which also gives the vocabulary order "
+        "back. mass_above = cumsum(probs) - probs; remove where mass_above >= top_p, but never "
+        "the first token; then scatter the decisions back with the sort order.",
+        "sorted_logits, order = logits.sort(dim=-1, descending=True)\n"
+        "sorted_probs = sorted_logits.softmax(dim=-1)\n"
+        "remove_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p\n"
+        "remove_sorted[:, 0] = False\n"
+        "remove = remove_sorted.scatter(1, order, remove_sorted)\n"
+        'return logits.masked_fill(remove, float("-inf"))',
+    ),
+    exercise(
+        "min_p_filter", 5, "generate", "min_p_filter",
+        "Keep the tokens whose probability is at least min_p times their row's top probability; -inf for the rest.",
+        "The bar is relative: min_p times the largest probability of the same row, not min_p itself.",
+        "probs = logits.softmax(dim=-1); the bar is min_p * probs.max(dim=-1, keepdim=True).values. "
+        "The top token always passes its own bar.",
+        "probs = logits.softmax(dim=-1)\n"
+        "bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
+        'return logits.masked_fill(probs < bar, float("-inf"))',
+    ),
+    exercise(
+        "warp_logits", 5, "generate", "warp_logits",
+        "Apply the temperature, then top-k, then top-p, then min-p, skipping the filters that are switched off.",
+        "Order matters: Hugging Face applies the temperature first, so every filter judges the "
+        "distribution that will actually be sampled.",
+        "Divide by the temperature first. top_k=0, top_p=1.0 and min_p=0.0 mean off: call a filter "
+        "only when its setting is on, and feed each filter the output of the previous one.",
+        "logits = logits / temperature\n"
+        "if top_k > 0: logits = top_k_filter(logits, top_k)\n"
+        "if top_p < 1.0: logits = top_p_filter(logits, top_p)\n"
+        "if min_p > 0.0: logits = min_p_filter(logits, min_p)\n"
+        "return logits",
+    ),
+    exercise(
+        "batched_sample", 5, "generate", "sample",
+        "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits.",
+        "Temperature 0 is greedy and skips every filter. Otherwise warp, turn into probabilities, "
+        "and draw one index per row.",
+        "torch.multinomial(probs, num_samples=1, generator=generator) draws one index per row of a "
+        "2-D tensor; pass the generator, so that a seed gives the same tokens. Return shape (batch,).",
+        "if temperature == 0:\n"
+        "    return logits.argmax(dim=-1)\n"
+        "probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+        "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
+    ),
+    exercise(
+        "apply_repetition_penalty", 5, "generate", "apply_repetition_penalty",
+        "Hugging Face's repetition penalty: divide the positive logits and multiply the negative ones of every token seen.",
+        "The penalty must make a seen token less likely whatever its sign: dividing a negative "
+        "logit by a penalty above 1 would raise it. Once per distinct token, however often it occurs.",
+        "`seen` (given) is a (batch, d_vocab) boolean. Build the penalised logits with "
+        "torch.where(logits > 0, logits / penalty, logits * penalty), then keep them only where seen.",
+        "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
+        "return torch.where(seen, penalised, logits)",
+    ),
+    exercise(
+        "apply_presence_and_frequency_penalty", 5, "generate", "apply_presence_and_frequency_penalty",
+        "OpenAI's penalties: subtract presence_penalty once per token seen and frequency_penalty once per occurrence.",
+        "`counts` (given) says how often each token occurred in each row. Presence asks whether "
+        "(counts > 0), frequency how often (counts).",
+        "Both are plain subtractions from the logits; convert counts to the logits' dtype first.",
+        "present = (counts > 0).to(logits.dtype)\n"
+        "return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)",
+    ),
+    exercise(
+        "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
+        "A padding-aware forward pass: positions from the attention mask, pad keys never attended, with or without a cache.",
+        "Two things change for a padded row: its real tokens must sit at positions 0, 1, 2, ... as "
+        "if the pads were not there, and no query may attend to a pad key.",
+        "position_ids_from_mask: cumsum of the mask minus one (pads: 0). Attention.masked_forward: "
+        "write k and v into kv[0, :, -new_pos:] and kv[1, :, -new_pos:]; build one additive mask, "
+        "apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos), then IGNORE where "
+        "attention_mask[:, None, None, :] == 0; pass it to F.scaled_dot_product_attention. "
+        "padded_forward: embed with self.pos_embed.W_pos[positions] and call each block's ln1, "
+        "attn.masked_forward, ln2 and mlp yourself.",
+        "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
+        "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
+        "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
+        "    residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
+        "    residual = residual + block.mlp(block.ln2(residual))\n"
+        "logits = self.unembed(self.ln_final(residual))",
+    ),
+    exercise(
+        "generate", 5, "generate", "generate",
+        "Left-pad the prompts, prefill once, then one token per row per step, padding each row once it is finished.",
+        "left_pad puts the pads before each prompt, so every row's next-token logits are at [:, -1]. "
+        "In the loop, the first step is the prefill and every later step runs only the new tokens.",
+        "Per step: penalties, sample (whole batch, once), replace the tokens of finished rows by the "
+        "pad, append tokens and mask, record scores, then finished |= stopped_rows(...). Stop when "
+        "every row is finished, not when the first one is.",
+        "logits, cache = prefill(...) if cache is None else decode_step(...)\n"
+        "processed = apply_penalties(logits, input_ids, attention_mask, ...)\n"
+        "next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator).masked_fill(finished, pad_token_id)\n"
+        "input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)\n"
+        "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)\n"
+        "finished |= stopped_rows(criteria, input_ids, processed)\n"
+        "if finished.all(): break",
+    ),
+    exercise(
+        "StopStringCriteria", 5, "generate", "StopStringCriteria",
+        "Stop a row when a stop string ends in the newest token's text, even when it spans several tokens.",
+        "One token's text is not enough: a stop string can be split over tokens, and a character "
+        "over bytes. Decode the last few tokens together.",
+        "Decode the tail with and without the newest token; the newest token's text starts where "
+        "the two stop agreeing. A stop string counts when it occurs in the tail and ends at or "
+        "after that point.",
+        "tail = ids[-self.tail_tokens:]\n"
+        "before, text = self.decode(tail[:-1]), self.decode(tail)\n"
+        "start = length of the common prefix of before and text\n"
+        "return any(s in text[max(0, start - len(s) + 1):] for s in self.stop_strings)",
+    ),
+    exercise(
+        "TextStreamer", 5, "generate", "TextStreamer",
+        "Print generated text a word at a time, never half a character, and flush the rest at the end.",
+        "Decode all tokens so far every time (a token alone may be half a character), and print "
+        "only what you have not printed yet.",
+        "Print up to and including the last space or newline: what follows may still grow, and a "
+        "split character decodes as '\\ufffd' until its last byte arrives. end() prints the rest.",
+        "self.token_ids.extend(token_ids)\n"
+        "text = self.decode()\n"
+        'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n'
+        "if safe_end > self.printed: self.emit(text[self.printed:safe_end]); self.printed = safe_end",
+    ),
+)
+
+_TESTS = "test_generate.py"
+
+# Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
+# `sampling-course plant-mistakes` checks that the tests catch it.
+MISTAKES: list[Mistake] = [
+    Mistake(5, "temperature applied after top-p", "generate.py",
+            "    logits = logits / temperature\n    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
+            "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n",
+            _TESTS),
+    Mistake(5, "top-p judged on the raw logits", "generate.py",
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
+            "    if top_p < 1.0:\n        raw = logits * temperature\n"
+            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
+            _TESTS),
+    Mistake(5, "top-k keeps one token too many", "generate.py",
+            "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
+            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]", _TESTS),
+    Mistake(5, "top-p cutoff exclusive", "generate.py",
+            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p", _TESTS),
+    Mistake(5, "min-p bar not scaled by the top probability", "generate.py",
+            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p", _TESTS),
+    Mistake(5, "sample ignores its generator", "generate.py",
+            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)",
+            _TESTS),
+    Mistake(5, "repetition penalty multiplies positive logits", "generate.py",
+            "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)",
+            "penalised = logits * penalty", _TESTS),
+    Mistake(5, "presence penalty applied per occurrence", "generate.py",
+            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)", _TESTS),
+    Mistake(5, "positions counted over pads", "transformer.py",
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
+            "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
+            _TESTS),
+    Mistake(5, "pad keys attended", "transformer.py",
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal", _TESTS),
+    Mistake(5, "no causal mask in the engine's attention", "transformer.py",
+            "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)", _TESTS),
+    Mistake(5, "right padding", "generate.py",
+            "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
+            "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
+            "input_ids = [list(ids) + [pad_token_id] * (width - len(ids)) for ids in token_lists]\n"
+            "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]",
+            _TESTS),
+    Mistake(5, "one finished row ends the batch", "generate.py",
+            "        if finished.all():\n            break", "        if finished.any():\n            break", _TESTS),
+    Mistake(5, "finished rows not padded", "generate.py",
+            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens", _TESTS),
+    Mistake(5, "the whole sequence re-run every step (no cache after the prefill)", "generate.py",
+            "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
+            "logits, cache = prefill(model, input_ids, attention_mask)", _TESTS),
+    Mistake(5, "scores taken from the raw logits", "generate.py",
+            "drawn_from = processed if temperature == 0 else warp_logits(processed, temperature, top_k, top_p, min_p)",
+            "drawn_from = logits", _TESTS),
+    Mistake(5, "stop strings checked one token at a time", "generate.py",
+            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
+            "        return any(s in self.decode(ids[-1:]) for s in self.stop_strings)\n"
+            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
+            _TESTS),
+    Mistake(5, "streamer prints every token at once, half characters included", "generate.py",
+            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)", _TESTS),
+]
+
+# Correct implementations in other styles: every test of the exercise must accept them.
+VARIANTS: list[Variant] = [
+    Variant(5, "top_k_filter", "exactly k tokens: topk, then scatter into a tensor of -inf", "generate.py",
+            "    kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]\n"
+            '    return logits.masked_fill(logits < kth_largest, float("-inf"))\n',
+            "    top = logits.topk(top_k, dim=-1)\n"
+            '    return torch.full_like(logits, float("-inf")).scatter(1, top.indices, top.values)\n'),
+    Variant(5, "top_k_filter", "the k-th value from a descending sort", "generate.py",
+            "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
+            "kth_largest = logits.sort(dim=-1, descending=True).values[:, top_k - 1 : top_k]"),
+    Variant(5, "top_p_filter", "torch.searchsorted on the cumulative probabilities", "generate.py",
+            "    mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs\n"
+            "    remove_sorted = mass_above >= top_p\n"
+            "    remove_sorted[:, 0] = False\n",
+            "    cumulative = sorted_probs.cumsum(dim=-1)\n"
+            "    target = torch.full((logits.shape[0], 1), float(top_p), dtype=cumulative.dtype, device=logits.device)\n"
+            "    n_keep = (torch.searchsorted(cumulative, target) + 1).clamp(max=logits.shape[-1])\n"
+            "    remove_sorted = torch.arange(logits.shape[-1], device=logits.device) >= n_keep\n"),
+    Variant(5, "top_p_filter", "a logit threshold at the last kept token", "generate.py",
+            "    remove_sorted = mass_above >= top_p\n"
+            "    remove_sorted[:, 0] = False\n"
+            "    # Put the decisions back in vocabulary order.\n"
+            "    remove = remove_sorted.scatter(1, order, remove_sorted)\n"
+            '    return logits.masked_fill(remove, float("-inf"))\n',
+            "    n_keep = (mass_above < top_p).sum(dim=-1, keepdim=True).clamp(min=1)\n"
+            "    threshold = sorted_logits.gather(1, n_keep - 1)\n"
+            '    return logits.masked_fill(logits < threshold, float("-inf"))\n'),
+    Variant(5, "min_p_filter", "in log space: below the top logit + log(min_p)", "generate.py",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
+            '    return logits.masked_fill(probs < bar, float("-inf"))\n',
+            "    bar = logits.max(dim=-1, keepdim=True).values + torch.tensor(float(min_p)).log()\n"
+            '    return logits.masked_fill(logits < bar, float("-inf"))\n'),
+    Variant(5, "min_p_filter", "each token's probability relative to the top one", "generate.py",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
+            '    return logits.masked_fill(probs < bar, float("-inf"))\n',
+            "    ratio = (logits - logits.max(dim=-1, keepdim=True).values).exp()\n"
+            '    return logits.masked_fill(ratio < min_p, float("-inf"))\n'),
+    Variant(5, "warp_logits", "a loop over (switched on, filter) pairs", "generate.py",
+            "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n"
+            "    if min_p > 0.0:\n        logits = min_p_filter(logits, min_p)\n    return logits\n",
+            "    steps = [\n"
+            "        (top_k > 0, lambda x: top_k_filter(x, top_k)),\n"
+            "        (top_p < 1.0, lambda x: top_p_filter(x, top_p)),\n"
+            "        (min_p > 0.0, lambda x: min_p_filter(x, min_p)),\n"
+            "    ]\n"
+            "    for switched_on, apply in steps:\n"
+            "        if switched_on:\n"
+            "            logits = apply(logits)\n"
+            "    return logits\n"),
+    Variant(5, "warp_logits", "temperature as a multiplication by its inverse", "generate.py",
+            "    logits = logits / temperature\n    if top_k > 0:",
+            "    logits = logits * (1.0 / temperature)\n    if top_k > 0:"),
+    Variant(5, "batched_sample", "inverse CDF: one uniform per row and searchsorted", "generate.py",
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
+            "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    cdf = probs.cumsum(dim=-1)\n"
+            "    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype)\n"
+            "    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[-1] - 1)[:, 0]\n"),
+    Variant(5, "batched_sample", "the Gumbel-max trick", "generate.py",
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
+            "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
+            "    warped = warp_logits(logits, temperature, top_k, top_p, min_p)\n"
+            "    u = torch.rand(warped.shape, generator=generator, device=warped.device)\n"
+            "    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))\n"
+            "    return (warped + gumbel).argmax(dim=-1)\n"),
+    Variant(5, "apply_repetition_penalty", "a multiplicative factor per token", "generate.py",
+            "    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
+            "    return torch.where(seen, penalised, logits)\n",
+            "    factor = torch.where(logits > 0, torch.full_like(logits, 1.0 / penalty), torch.full_like(logits, penalty))\n"
+            "    return logits * torch.where(seen, factor, torch.ones_like(logits))\n"),
+    Variant(5, "apply_repetition_penalty", "a Python loop over each row's seen tokens", "generate.py",
+            "    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
+            "    return torch.where(seen, penalised, logits)\n",
+            "    out = logits.clone()\n"
+            "    for row in range(logits.shape[0]):\n"
+            "        for token in seen[row].nonzero().flatten().tolist():\n"
+            "            value = out[row, token]\n"
+            "            out[row, token] = value / penalty if value > 0 else value * penalty\n"
+            "    return out\n"),
+    Variant(5, "apply_presence_and_frequency_penalty", "one subtraction of a combined amount", "generate.py",
+            "    present = (counts > 0).to(logits.dtype)\n"
+            "    return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)\n",
+            "    amount = presence_penalty * counts.clamp(max=1) + frequency_penalty * counts\n"
+            "    return logits - amount.to(logits.dtype)\n"),
+    Variant(5, "apply_presence_and_frequency_penalty", "torch.where for the presence penalty", "generate.py",
+            "    present = (counts > 0).to(logits.dtype)\n"
+            "    return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)\n",
+            "    logits = torch.where(counts > 0, logits - presence_penalty, logits)\n"
+            "    return logits - frequency_penalty * counts\n"),
+    Variant(5, "padded_forward", "positions clamped at 0 (pads after real tokens keep a position)", "transformer.py",
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
+            "return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)"),
+    Variant(5, "padded_forward", "the pad mask added instead of filled in", "transformer.py",
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)",
+            "bias = causal + (attention_mask[:, None, None, :] == 0) * self.IGNORE"),
+    Variant(5, "padded_forward", "attention written out instead of the fused call", "transformer.py",
+            "        z = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias)\n",
+            '        scores = einops.einsum(q, kv[0], "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+            "        z = (scores + bias).softmax(dim=-1) @ values\n"),
+    Variant(5, "generate", "finished rows padded with torch.where", "generate.py",
+            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)",
+            "next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_token_id), next_tokens)"),
+    Variant(5, "generate", "left padding with pad_sequence on reversed rows", "generate.py",
+            "    width = max(len(ids) for ids in token_lists)\n"
+            "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
+            "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
+            "    return torch.tensor(input_ids), torch.tensor(attention_mask)\n",
+            "    rows = [torch.tensor(list(ids)).flip(0) for ids in token_lists]\n"
+            "    pad = torch.nn.utils.rnn.pad_sequence\n"
+            "    input_ids = pad(rows, batch_first=True, padding_value=pad_token_id).flip(1)\n"
+            "    attention_mask = pad([torch.ones_like(row) for row in rows], batch_first=True).flip(1)\n"
+            "    return input_ids, attention_mask\n"),
+    Variant(5, "generate", "finished rows' pads left visible (mask 1), as Hugging Face does", "generate.py",
+            "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)",
+            "attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)"),
+    Variant(5, "StopStringCriteria", "decode the whole row every time", "generate.py",
+            "        tail = ids[-self.tail_tokens :]\n", "        tail = ids\n"),
+    Variant(5, "StopStringCriteria", "every place a stop string could end, checked by slicing", "generate.py",
+            "        start = 0\n"
+            "        while start < min(len(before), len(text)) and before[start] == text[start]:\n"
+            "            start += 1\n"
+            "        # A stop string that ends at or after `start` reaches into the newest token.\n"
+            "        return any(s in text[max(0, start - len(s) + 1) :] for s in self.stop_strings)\n",
+            '        start = len(before.rstrip("\\ufffd"))\n'
+            "        for s in self.stop_strings:\n"
+            "            for end in range(max(start + 1, len(s)), len(text) + 1):\n"
+            "                if text[end - len(s) : end] == s:\n"
+            "                    return True\n"
+            "        return False\n"),
+    Variant(5, "TextStreamer", "the last whitespace found with a regular expression", "generate.py",
+            '        safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n',
+            "        import re\n\n"
+            '        match = re.match(r"(?s).*[ \\n]", text)\n'
+            "        safe_end = match.end() if match else 0\n"),
+    Variant(5, "TextStreamer", "Hugging Face's rule: everything at a newline, else up to the last space", "generate.py",
+            '        safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n',
+            '        safe_end = len(text) if text.endswith("\\n") else text.rfind(" ") + 1\n'),
+]

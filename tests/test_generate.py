@@ -1,0 +1,1012 @@
+"""Part 5: the generation engine, against Hugging Face's processors, forwards and ``generate``.
+
+How the tests judge:
+
+* Each filter and penalty runs on random ``(batch, d_vocab)`` batches next to the matching
+  Hugging Face processor (``TemperatureLogitsWarper``, ``TopKLogitsWarper``,
+  ``TopPLogitsWarper``, ``MinPLogitsWarper``, ``RepetitionPenaltyLogitsProcessor``, and
+  the whole chain in Hugging Face's order): the same kept set, the same values. The
+  presence and frequency penalties have no Hugging Face processor; their oracle is a
+  plain loop over the tokens written here.
+* Ties at the k-th value: Hugging Face keeps every tied token; a filter that keeps
+  exactly k of them (torch.topk and a scatter) is also accepted.
+* ``sample`` is random, so it is tested statistically: which tokens can appear (exact),
+  and how often (chi-square, false-failure probability at most 1e-6 per test).
+* The padded model: each row of a left-padded batch, with and without a KV cache, gives
+  Hugging Face's logits of that row run alone, at every real position.
+* ``generate``: batched greedy equals every prompt alone and Hugging Face ``generate``
+  with left padding, token for token. Seeded sampling equals a replay of your own
+  ``sample`` on Hugging Face's logits under the same seed (and, for the solutions,
+  Hugging Face's own seeded ``generate``). Scores and log-probs equal a recomputation from
+  full forwards. Per-row stopping runs on a toy model whose rows end at known steps.
+* Stop strings are compared with Hugging Face's ``StopStringCriteria`` on the same
+  sequences; the streamer's printed text with the final decode, on multi-byte text.
+* The ``sampling-course generate`` command: in-process for its modes, plus two
+  subprocesses (bad flags, and the REPL reading real stdin).
+
+Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any seed must pass.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from scipy import stats
+from torch import nn
+from transformers import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    RepetitionPenaltyLogitsProcessor,
+    StopStringCriteria,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from sampling_course.config import Config
+from sampling_course.grading.impl import load_demo
+
+REPO = Path(__file__).resolve().parent.parent
+# fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
+TOL = dict(atol=1e-4, rtol=1e-4)
+# Filters only mask: kept values are the input's, up to one rounding of the temperature division.
+VALUE_TOL = dict(atol=1e-6, rtol=1e-5)
+# Summed over every statistical check of one test: the chance that correct code fails it.
+FALSE_FAILURE = 1e-6
+
+PROMPTS = [
+    "The cat sat on the mat, and then",
+    "Once",
+    "When I was a kid, John and Mary went to the",
+    "A short one",
+]
+
+
+# ---------------------------------------------------------------------------------------
+# Fixtures and helpers
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gen(impl):
+    """The generate module under test."""
+    return impl.generate
+
+
+@pytest.fixture(scope="module")
+def demo(reference, impl):
+    """The implementation under test's DemoTransformer with the reference's weights."""
+    return load_demo(reference, impl.transformer)
+
+
+def random_logits(seed: int, batch: int, d_vocab: int, scale: float = 2.0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return scale * torch.randn(batch, d_vocab, generator=generator)
+
+
+def assert_same_filter(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    """The same tokens removed (set to -inf) and the same values kept."""
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    kept, kept_expected = torch.isfinite(actual), torch.isfinite(expected)
+    removed = ~kept
+    assert torch.all(actual[removed] == float("-inf")), f"{what}: removed logits must be -inf"
+    differ = (kept != kept_expected).nonzero().tolist()
+    assert not differ, (
+        f"{what}: kept {int(kept.sum())} tokens, Hugging Face keeps {int(kept_expected.sum())}; "
+        f"first disagreement at (row, token) {differ[0]}"
+    )
+    torch.testing.assert_close(
+        actual[kept], expected[kept], **VALUE_TOL, msg=lambda m: f"{what}: kept values differ from Hugging Face.\n{m}"
+    )
+
+
+def hf_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> LogitsProcessorList:
+    """Hugging Face's warpers in the order its generate applies them, those switched on."""
+    warpers = LogitsProcessorList()
+    if temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k > 0:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p))
+    if min_p > 0.0:
+        warpers.append(MinPLogitsWarper(min_p))
+    return warpers
+
+
+def hf_logits_alone(reference, ids: list[int]) -> torch.Tensor:
+    """Hugging Face's logits for one unpadded sequence, (len(ids), d_vocab)."""
+    with torch.no_grad():
+        return reference.hf_model(torch.tensor([ids])).logits[0]
+
+
+def left_padded(token_lists: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle's own left padding (not the code under test)."""
+    width = max(map(len, token_lists))
+    ids = torch.tensor([[pad] * (width - len(t)) + t for t in token_lists])
+    mask = torch.tensor([[0] * (width - len(t)) + [1] * len(t) for t in token_lists])
+    return ids, mask
+
+
+def new_tokens_of(sequences: torch.Tensor, width: int) -> list[list[int]]:
+    return sequences[:, width:].tolist()
+
+
+def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    """Goodness of fit of ``counts`` to ``probs`` (over tokens with probs > 0); bins expecting
+    fewer than 5 draws are pooled, so the chi-square approximation holds."""
+    n = int(counts.sum())
+    probs = probs.double() / probs.double().sum()
+    expected = probs * n
+    big = expected >= 5
+    observed = counts[big].double().tolist()
+    wanted = expected[big].double().tolist()
+    rest_obs, rest_exp = float(counts[~big].sum()), float(expected[~big].sum())
+    if rest_exp > 0:
+        if rest_exp >= 5:
+            observed.append(rest_obs)
+            wanted.append(rest_exp)
+        else:  # too small to stand alone: merge with the smallest bin
+            i = min(range(len(wanted)), key=wanted.__getitem__)
+            observed[i] += rest_obs
+            wanted[i] += rest_exp
+    if len(wanted) < 2:
+        return 1.0
+    total = sum(wanted)  # scipy wants the sums to agree to ~1e-8
+    wanted = [w * n / total for w in wanted]
+    return float(stats.chisquare(observed, wanted).pvalue)
+
+
+class IdsTokenizer:
+    """Text is token ids: "5 6 7" <-> [5, 6, 7]. All ``generate`` needs from a tokenizer."""
+
+    pad_token_id = None
+
+    def __init__(self, eos_token_id: int):
+        self.eos_token_id = eos_token_id
+
+    def encode(self, text: str) -> list[int]:
+        return [int(t) for t in text.split()]
+
+    def decode(self, ids, **kwargs) -> str:
+        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
+        return " ".join(str(i) for i in ids)
+
+
+class CountingModel(nn.Module):
+    """A toy model: the next token is always the last token + 1 (mod d_vocab), with certainty.
+
+    Rows whose prompts end at different distances below the EOS id reach it at known
+    steps. It records each call as (positions passed, positions already cached).
+    """
+
+    def __init__(self, KeyValueCache, d_vocab: int = 64, n_ctx: int = 64):
+        super().__init__()
+        self.cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=d_vocab, n_ctx=n_ctx)
+        self.KeyValueCache = KeyValueCache
+        self.calls: list[tuple[int, int]] = []
+
+    def forward(self, tokens, kv_cache=None, *, attention_mask=None):
+        past = 0 if kv_cache is None else kv_cache.seq_len
+        self.calls.append((tokens.shape[1], past))
+        new = tokens[:, past:]
+        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
+        logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
+        if kv_cache is None:
+            return logits
+        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
+        return logits, self.KeyValueCache(cache)
+
+
+# ---------------------------------------------------------------------------------------
+# Filters
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("top_k_filter")
+def test_top_k_filter_matches_hf(gen, seed):
+    """top_k_filter keeps the same tokens, with the same values, as TopKLogitsWarper; k > d_vocab keeps all."""
+    logits = random_logits(seed, 6, 300)
+    for k in (1, 2, 17, 299, 300, 1000):
+        actual = gen.top_k_filter(logits.clone(), k)
+        assert_same_filter(actual, TopKLogitsWarper(k)(None, logits.clone()), f"top_k_filter(k={k})")
+
+
+@pytest.mark.exercise("top_k_filter")
+def test_top_k_filter_ties_at_the_kth_value(gen):
+    """With several tokens tied at the k-th value, keeping all of them (Hugging Face) and keeping exactly k
+    (torch.topk and a scatter) are both accepted: every token above the k-th value stays, every token below
+    it goes, and kept values are unchanged."""
+    logits = torch.tensor([[3.0, 1.0, 2.0, 1.0, 0.0, 1.0, -1.0], [0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.1]])
+    for k in (2, 3, 4):
+        actual = gen.top_k_filter(logits.clone(), k)
+        hf_kept = torch.isfinite(TopKLogitsWarper(k)(None, logits.clone()))
+        for row in range(logits.shape[0]):
+            kept = torch.isfinite(actual[row])
+            kth = logits[row].topk(k).values[-1]
+            assert torch.all(actual[row][~kept] == float("-inf")), f"k={k}, row {row}: removed logits must be -inf"
+            assert torch.equal(actual[row][kept], logits[row][kept]), f"k={k}, row {row}: kept values changed"
+            assert kept[logits[row] > kth].all(), f"k={k}, row {row}: a token above the k-th value was removed"
+            assert not kept[logits[row] < kth].any(), f"k={k}, row {row}: a token below the k-th value was kept"
+            assert torch.equal(kept, hf_kept[row]) or int(kept.sum()) == k, (
+                f"k={k}, row {row}: kept {int(kept.sum())} tokens; keep every tie ({int(hf_kept[row].sum())}) or exactly {k}"
+            )
+
+
+@pytest.mark.exercise("top_p_filter")
+def test_top_p_filter_matches_hf(gen, seed):
+    """top_p_filter keeps the same tokens as TopPLogitsWarper (the smallest top set with mass >= p;
+    the top token always), on flat and peaked rows."""
+    for scale in (0.5, 2.0, 6.0):
+        logits = random_logits(seed, 6, 300, scale)
+        for p in (0.0, 0.1, 0.5, 0.9, 0.99):
+            actual = gen.top_p_filter(logits.clone(), p)
+            assert_same_filter(actual, TopPLogitsWarper(p)(None, logits.clone()), f"top_p_filter(p={p}, scale={scale})")
+
+
+@pytest.mark.exercise("min_p_filter")
+def test_min_p_filter_matches_hf(gen, seed):
+    """min_p_filter keeps the same tokens as MinPLogitsWarper (probability >= min_p x the row's top probability)."""
+    for scale in (0.5, 2.0, 6.0):
+        logits = random_logits(seed, 6, 300, scale)
+        for min_p in (0.001, 0.05, 0.3, 0.9):
+            actual = gen.min_p_filter(logits.clone(), min_p)
+            assert_same_filter(actual, MinPLogitsWarper(min_p)(None, logits.clone()), f"min_p_filter(min_p={min_p}, scale={scale})")
+
+
+@pytest.mark.exercise("top_k_filter")
+@pytest.mark.exercise("top_p_filter")
+@pytest.mark.exercise("min_p_filter")
+def test_filters_reject_bad_arguments(gen):
+    """Out-of-range settings and logits that are not (batch, d_vocab) floats raise a ValueError saying what is allowed."""
+    logits = random_logits(0, 2, 10)
+    cases = [
+        (lambda: gen.top_k_filter(logits, 0), "top_k"),
+        (lambda: gen.top_k_filter(logits, -3), "top_k"),
+        (lambda: gen.top_p_filter(logits, 1.5), "top_p"),
+        (lambda: gen.min_p_filter(logits, -0.1), "min_p"),
+        (lambda: gen.top_k_filter(logits[0], 3), "batch, d_vocab"),
+        (lambda: gen.top_p_filter(logits.long(), 0.5), "float"),
+    ]
+    for call, words in cases:
+        with pytest.raises(ValueError, match=words):
+            call()
+
+
+# ---------------------------------------------------------------------------------------
+# The warper chain and the draw
+# ---------------------------------------------------------------------------------------
+
+WARP_SETTINGS = [
+    dict(temperature=0.6),
+    dict(temperature=1.7),
+    dict(temperature=0.5, top_k=40),
+    dict(temperature=2.0, top_p=0.8),
+    dict(temperature=0.7, top_p=0.5),
+    dict(temperature=1.5, min_p=0.2),
+    dict(temperature=0.8, top_k=50, top_p=0.9, min_p=0.05),
+    dict(temperature=1.6, top_k=100, top_p=0.6, min_p=0.1),
+]
+
+
+@pytest.mark.exercise("warp_logits")
+@pytest.mark.parametrize("settings", WARP_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_warp_logits_matches_hf_chain(gen, seed, settings):
+    """warp_logits equals Hugging Face's warpers applied in its order: temperature, top-k, top-p, min-p."""
+    logits = random_logits(seed, 8, 400, scale=3.0)
+    expected = hf_warpers(**settings)(None, logits.clone())
+    assert_same_filter(gen.warp_logits(logits.clone(), **settings), expected, f"warp_logits({settings})")
+
+
+@pytest.mark.exercise("warp_logits")
+def test_warp_logits_with_everything_off_is_the_identity(gen, seed):
+    """Temperature 1 and every filter off leave the logits as they are; temperature 0 is refused (sample handles it)."""
+    logits = random_logits(seed, 3, 50)
+    assert_same_filter(gen.warp_logits(logits.clone()), logits, "warp_logits with everything off")
+    with pytest.raises(ValueError, match="temperature"):
+        gen.warp_logits(logits, temperature=0.0)
+
+
+def draw_counts(gen, logits: torch.Tensor, n: int, settings: dict, seed: int) -> torch.Tensor:
+    """(rows, d_vocab) counts of ``n`` draws per row of ``logits``, made in one sample() call."""
+    rows, d_vocab = logits.shape
+    batch = logits.repeat_interleave(n, dim=0)
+    generator = torch.Generator().manual_seed(seed)
+    tokens = gen.sample(batch, generator=generator, **settings)
+    assert tokens.shape == (rows * n,), f"sample returned shape {tuple(tokens.shape)}, expected ({rows * n},)"
+    assert not tokens.is_floating_point(), f"sample must return token ids (integers), got {tokens.dtype}"
+    counts = torch.zeros(rows, d_vocab, dtype=torch.long)
+    counts.scatter_add_(1, tokens.reshape(rows, n), torch.ones(rows, n, dtype=torch.long))
+    return counts
+
+
+SAMPLE_SETTINGS = [
+    dict(temperature=1.0),
+    dict(temperature=0.7, top_k=10),
+    dict(temperature=1.5, top_p=0.8),
+    dict(temperature=1.2, top_k=25, top_p=0.9, min_p=0.1),
+]
+
+
+@pytest.mark.exercise("batched_sample")
+@pytest.mark.parametrize("settings", SAMPLE_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_sample_draws_each_row_from_its_warped_distribution(gen, seed, settings):
+    """Two different rows, 20,000 draws each, in one call. Only tokens Hugging Face's warpers keep may
+    appear (exact), and the frequencies fit softmax of the warped logits (chi-square per row; the two
+    tests share a false-failure probability of 1e-6)."""
+    logits = random_logits(seed, 2, 40, scale=1.5)
+    n = 20_000
+    counts = draw_counts(gen, logits, n, settings, seed)
+    probs = hf_warpers(**settings)(None, logits.clone()).softmax(dim=-1)
+    for row in range(2):
+        outside = ((probs[row] == 0) & (counts[row] > 0)).nonzero().flatten().tolist()
+        assert not outside, f"row {row}: drew tokens {outside} that the filters remove ({settings})"
+        p_value = chi_square_p_value(counts[row], probs[row])
+        assert p_value > FALSE_FAILURE / 2, (
+            f"row {row}: the frequencies of {n} draws do not fit softmax of the warped logits "
+            f"(chi-square p = {p_value:.2e}) with {settings}"
+        )
+
+
+@pytest.mark.exercise("batched_sample")
+def test_sample_at_temperature_zero_is_argmax(gen, seed):
+    """Temperature 0 returns each row's argmax (the first one on ties), whatever the filters say."""
+    logits = random_logits(seed, 5, 100)
+    logits[4, 7] = logits[4, 9] = logits[4].max() + 1.0
+    expected = logits.argmax(dim=-1)
+    assert expected[4] == 7
+    for filters in (dict(), dict(top_k=3, top_p=0.5, min_p=0.3)):
+        actual = gen.sample(logits.clone(), temperature=0.0, **filters)
+        assert torch.equal(actual.long(), expected), f"sample(temperature=0, {filters}) = {actual.tolist()}, argmax is {expected.tolist()}"
+
+
+@pytest.mark.exercise("batched_sample")
+def test_sample_draws_from_the_generator_it_is_given(gen, seed):
+    """The same seeded generator gives the same draws, whatever torch's global generator is doing."""
+    logits = random_logits(seed, 64, 30, scale=0.5)
+    torch.manual_seed(1)
+    first = gen.sample(logits, generator=torch.Generator().manual_seed(seed + 10))
+    torch.manual_seed(2)
+    second = gen.sample(logits, generator=torch.Generator().manual_seed(seed + 10))
+    assert torch.equal(first, second), "the same seeded generator gave different tokens: is sample using the global generator?"
+
+
+@pytest.mark.exercise("batched_sample")
+def test_sample_rejects_bad_settings(gen):
+    """A negative temperature, negative top_k or top_p/min_p outside [0, 1] raise a ValueError naming the setting."""
+    logits = random_logits(0, 2, 10)
+    for settings, name in [
+        (dict(temperature=-1.0), "temperature"), (dict(top_k=-1), "top_k"),
+        (dict(top_p=1.2), "top_p"), (dict(min_p=2.0), "min_p"),
+    ]:
+        with pytest.raises(ValueError, match=name):
+            gen.sample(logits, **settings)
+
+
+# ---------------------------------------------------------------------------------------
+# Penalties
+# ---------------------------------------------------------------------------------------
+
+
+def random_history(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
+    """Token histories with plenty of repeats."""
+    generator = torch.Generator().manual_seed(seed + 100)
+    return torch.randint(0, d_vocab // 4, (batch, length), generator=generator)
+
+
+@pytest.mark.exercise("apply_repetition_penalty")
+def test_repetition_penalty_matches_hf(gen, seed):
+    """apply_repetition_penalty equals RepetitionPenaltyLogitsProcessor (positive logits divided, negative
+    multiplied, once per distinct token), for penalties above and below 1."""
+    logits = random_logits(seed, 4, 120)
+    history = random_history(seed, 4, 30, 120)
+    for penalty in (1.3, 2.0, 0.7):
+        actual = gen.apply_repetition_penalty(logits.clone(), history, penalty)
+        expected = RepetitionPenaltyLogitsProcessor(penalty)(history, logits.clone())
+        torch.testing.assert_close(actual, expected, **VALUE_TOL, msg=lambda m: f"repetition penalty {penalty}.\n{m}")
+
+
+@pytest.mark.exercise("apply_repetition_penalty")
+def test_repetition_penalty_ignores_padding(gen, seed):
+    """Positions where attention_mask is 0 do not count as seen: each row equals Hugging Face's processor on its real tokens."""
+    logits = random_logits(seed, 3, 80)
+    history = random_history(seed, 3, 20, 80)
+    mask = torch.ones_like(history)
+    mask[0, :7] = 0
+    mask[2, :12] = 0
+    actual = gen.apply_repetition_penalty(logits.clone(), history, 1.5, attention_mask=mask)
+    for row in range(3):
+        real = history[row][mask[row].bool()][None]
+        expected = RepetitionPenaltyLogitsProcessor(1.5)(real, logits[row : row + 1].clone())[0]
+        torch.testing.assert_close(actual[row], expected, **VALUE_TOL, msg=lambda m: f"row {row}.\n{m}")
+
+
+def presence_frequency_oracle(logits, history, mask, presence, frequency):
+    """OpenAI's rules, one token at a time."""
+    out = logits.clone()
+    for row in range(history.shape[0]):
+        counts: dict[int, int] = {}
+        for token, keep in zip(history[row].tolist(), mask[row].tolist()):
+            if keep:
+                counts[token] = counts.get(token, 0) + 1
+        for token, count in counts.items():
+            out[row, token] -= presence + frequency * count
+    return out
+
+
+@pytest.mark.exercise("apply_presence_and_frequency_penalty")
+def test_presence_and_frequency_penalty_follow_openai(gen, seed):
+    """presence_penalty is subtracted once per distinct token seen, frequency_penalty once per occurrence;
+    padding (mask 0) does not count."""
+    logits = random_logits(seed, 3, 80)
+    history = random_history(seed, 3, 25, 80)
+    mask = torch.ones_like(history)
+    mask[1, :9] = 0
+    for presence, frequency in ((0.8, 0.0), (0.0, 0.6), (0.5, 0.3), (-0.4, 0.2)):
+        actual = gen.apply_presence_and_frequency_penalty(logits.clone(), history, presence, frequency, attention_mask=mask)
+        expected = presence_frequency_oracle(logits, history, mask, presence, frequency)
+        torch.testing.assert_close(
+            actual, expected, **VALUE_TOL, msg=lambda m: f"presence={presence}, frequency={frequency}.\n{m}"
+        )
+
+
+@pytest.mark.exercise("apply_repetition_penalty")
+@pytest.mark.exercise("apply_presence_and_frequency_penalty")
+def test_penalties_reject_bad_arguments(gen):
+    """A repetition penalty <= 0 and a mask of the wrong shape raise a ValueError saying what is allowed."""
+    logits, history = random_logits(0, 2, 10), torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="repetition_penalty"):
+        gen.apply_repetition_penalty(logits, history, 0.0)
+    with pytest.raises(ValueError, match="attention_mask"):
+        gen.apply_presence_and_frequency_penalty(logits, history, 0.1, 0.1, attention_mask=torch.ones(2, 4))
+
+
+# ---------------------------------------------------------------------------------------
+# The padding-aware model
+# ---------------------------------------------------------------------------------------
+
+
+def random_rows(seed: int, lengths: list[int], d_vocab: int) -> list[list[int]]:
+    generator = torch.Generator().manual_seed(seed + 200)
+    return [torch.randint(0, d_vocab, (n,), generator=generator).tolist() for n in lengths]
+
+
+@pytest.mark.exercise("padded_forward")
+def test_position_ids_count_real_tokens_only(impl):
+    """position_ids_from_mask numbers each row's real tokens 0, 1, 2, ... (what pads get is not checked)."""
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 0, 0]])
+    positions = impl.transformer.position_ids_from_mask(mask)
+    assert positions.shape == mask.shape
+    for row in range(mask.shape[0]):
+        real = positions[row][mask[row].bool()].tolist()
+        assert real == list(range(len(real))), f"row {row} (mask {mask[row].tolist()}): real tokens at positions {real}"
+
+
+@pytest.mark.exercise("padded_forward")
+def test_padded_rows_equal_each_row_alone(demo, reference, seed):
+    """Without a cache: at every real position, each row of a left-padded batch gives Hugging Face's
+    logits of that row run alone; an all-ones mask gives the plain forward's logits."""
+    cfg = reference.cfg
+    rows = random_rows(seed, [9, 3, 14, 1], cfg.d_vocab)
+    pad = reference.tokenizer.eos_token_id
+    ids, mask = left_padded(rows, pad)
+    with torch.no_grad():
+        logits = demo(ids, attention_mask=mask)
+        plain = demo(ids[2:3])
+        ones = demo(ids[2:3], attention_mask=mask[2:3])
+    assert logits.shape == (*ids.shape, cfg.d_vocab)
+    torch.testing.assert_close(ones, plain, **TOL, msg=lambda m: f"an all-ones mask changed the logits.\n{m}")
+    for r, row in enumerate(rows):
+        expected = hf_logits_alone(reference, row)
+        torch.testing.assert_close(
+            logits[r, ids.shape[1] - len(row) :], expected, **TOL,
+            msg=lambda m: f"row {r} ({len(row)} tokens after {ids.shape[1] - len(row)} pads) differs from the row alone.\n{m}",
+        )
+
+
+@pytest.mark.exercise("padded_forward")
+def test_padded_rows_with_a_cache(demo, reference, impl, seed):
+    """With a KV cache: a padded prefill, then new tokens one or two at a time; row 1 'finishes' after the
+    second step and receives masked pads. At every step the other rows' logits equal each row run alone."""
+    cfg = reference.cfg
+    KVC = impl.transformer.KeyValueCache
+    rows = random_rows(seed, [6, 2, 9], cfg.d_vocab)
+    pad = reference.tokenizer.eos_token_id
+    ids, mask = left_padded(rows, pad)
+    extra = random_rows(seed + 1, [5, 5, 5], cfg.d_vocab)
+    cache = KVC.new_empty(cfg, batch=3)
+    with torch.no_grad():
+        logits, cache = demo(ids, cache, attention_mask=mask)
+        for r, row in enumerate(rows):
+            torch.testing.assert_close(logits[r, -len(row):], hf_logits_alone(reference, row), **TOL,
+                                       msg=lambda m: f"prefill, row {r}.\n{m}")
+        done = 0
+        for step, n_new in enumerate((1, 1, 2, 1)):
+            new = torch.tensor([e[done : done + n_new] for e in extra])
+            new_mask = torch.ones_like(new)
+            if step >= 2:  # row 1 is finished: it gets pads, masked out
+                new[1], new_mask[1] = pad, 0
+            ids, mask = torch.cat([ids, new], 1), torch.cat([mask, new_mask], 1)
+            logits, cache = demo(ids, cache, attention_mask=mask)
+            done += n_new
+            assert isinstance(cache, KVC) and cache.seq_len == ids.shape[1]
+            for r in range(3):
+                if r == 1 and step >= 2:
+                    continue
+                real = ids[r][mask[r].bool()].tolist()
+                expected = hf_logits_alone(reference, real)[-n_new:]
+                torch.testing.assert_close(logits[r], expected, **TOL,
+                                           msg=lambda m: f"step {step}, row {r}: cached padded logits differ from the row alone.\n{m}")
+
+
+@pytest.mark.exercise("padded_forward")
+def test_attention_mask_is_checked(demo, reference):
+    """A mask of another shape, or with values other than 0 and 1, raises a ValueError saying what a mask holds."""
+    ids = torch.zeros(2, 4, dtype=torch.long)
+    for mask in (torch.ones(2, 3, dtype=torch.long), torch.full((2, 4), 2), torch.ones(2, 4) * 0.5):
+        with pytest.raises(ValueError, match="attention_mask"):
+            demo(ids, attention_mask=mask)
+
+
+# ---------------------------------------------------------------------------------------
+# generate: batched greedy, seeded sampling, scores
+# ---------------------------------------------------------------------------------------
+
+
+def hf_generate(reference, prompts: list[str], new: int, **settings) -> torch.Tensor:
+    tok = reference.tokenizer
+    ids, mask = left_padded([tok.encode(p) for p in prompts], tok.eos_token_id)
+    with torch.no_grad():
+        return reference.hf_model.generate(
+            ids, attention_mask=mask, max_new_tokens=new, pad_token_id=tok.eos_token_id,
+            eos_token_id=tok.eos_token_id, **settings,
+        )
+
+
+def assert_same_tokens(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
+    if not torch.equal(actual, expected):
+        row, col = (actual != expected).nonzero()[0].tolist()
+        raise AssertionError(f"{what}: row {row} differs first at column {col}: {actual[row].tolist()} vs {expected[row].tolist()}")
+
+
+@pytest.mark.exercise("generate")
+def test_batched_greedy_matches_each_prompt_alone_and_hf(gen, demo, reference):
+    """Greedy generate on prompts of different lengths equals Hugging Face generate with left padding
+    (pad = EOS) token for token, and each row's new tokens equal that prompt generated alone."""
+    new = 12
+    out = gen.generate(demo, reference.tokenizer, PROMPTS, new, temperature=0.0)
+    expected = hf_generate(reference, PROMPTS, new, do_sample=False)
+    assert_same_tokens(out, expected, "batched greedy vs Hugging Face generate")
+    width = out.shape[1] - new
+    eos = reference.tokenizer.eos_token_id
+    for r, prompt in enumerate(PROMPTS):
+        alone = gen.generate(demo, reference.tokenizer, [prompt], new, temperature=0.0)
+        mine = alone[0, -(alone.shape[1] - len(reference.tokenizer.encode(prompt))) :].tolist()
+        batched = out[r, width : width + len(mine)].tolist()
+        assert batched == mine, f"prompt {r} in the batch generated {batched}, alone {mine}"
+        assert all(t == eos for t in out[r, width + len(mine) :].tolist())
+
+
+@pytest.mark.exercise("generate")
+def test_seeded_sampling_matches_hf_generate(gen, demo, reference, impl, seed):
+    """Seeded sampling equals Hugging Face generate(do_sample=True, top_k=0, ...) token for token.
+
+    Conditions: Hugging Face draws one torch.multinomial(softmax(warped logits), 1) per step on the whole
+    (batch, d_vocab), finished rows included, from the global generator after torch.manual_seed(seed);
+    the solutions draw the same way from a generator seeded alike. (A correct sample() that draws in
+    another way, e.g. by inverse CDF, gives other tokens: yours is checked by the replay test below.)"""
+    if impl.package != "solutions":
+        pytest.skip("exact Hugging Face parity is a property of the solutions' draw; your sample() is replayed instead")
+    new = 15
+    for settings in (dict(temperature=1.0), dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02)):
+        out = gen.generate(demo, reference.tokenizer, PROMPTS, new, seed=seed, **settings)
+        torch.manual_seed(seed)
+        expected = hf_generate(reference, PROMPTS, new, do_sample=True, **{"top_k": 0, **settings})
+        assert_same_tokens(out, expected, f"seeded sampling with {settings} vs Hugging Face")
+
+
+@pytest.mark.exercise("generate")
+def test_seeded_sampling_replays_your_sample(gen, demo, reference, seed):
+    """generate(seed=s) draws exactly what your own sample() draws on the true logits: one call per step on the
+    whole batch with a torch.Generator seeded with s, and rows that emitted EOS get pads from then on. The logits
+    come from Hugging Face, each row run alone."""
+    tok = reference.tokenizer
+    new, settings = 12, dict(temperature=0.9, top_p=0.95)
+    out = gen.generate(demo, tok, PROMPTS, new, seed=seed, **settings)
+
+    rows = [tok.encode(p) for p in PROMPTS]
+    generator = torch.Generator().manual_seed(seed)
+    finished = [False] * len(rows)
+    for _ in range(new):
+        logits = torch.stack([hf_logits_alone(reference, row)[-1] for row in rows])
+        drawn = gen.sample(logits, generator=generator, **settings).tolist()
+        for r in range(len(rows)):
+            rows[r].append(tok.eos_token_id if finished[r] else int(drawn[r]))
+            finished[r] = finished[r] or drawn[r] == tok.eos_token_id
+        if all(finished):
+            break
+    width = max(len(tok.encode(p)) for p in PROMPTS)
+    n_new = len(rows[0]) - len(tok.encode(PROMPTS[0]))
+    expected = [row[len(tok.encode(p)) :] for row, p in zip(rows, PROMPTS)]
+    assert out.shape[1] == width + n_new, f"generate returned {out.shape[1] - width} new tokens, the replay {n_new}"
+    assert new_tokens_of(out, width) == expected, "generate's tokens differ from a replay of sample() on the true logits"
+
+
+def oracle_scores(reference, prompts, sequences, width, settings, penalty):
+    """Per row and step: the chosen token's log-prob after HF's repetition penalty and warpers, and under the raw logits."""
+    tok = reference.tokenizer
+    warpers = hf_warpers(**{k: v for k, v in settings.items() if k != "temperature" or v != 0.0})
+    scores, logprobs = torch.full(sequences[:, width:].shape, float("nan")), torch.full(sequences[:, width:].shape, float("nan"))
+    for r, prompt in enumerate(prompts):
+        real = tok.encode(prompt) + sequences[r, width:].tolist()
+        n_prompt = len(tok.encode(prompt))
+        raw_all = hf_logits_alone(reference, real)
+        for step in range(sequences.shape[1] - width):
+            history = torch.tensor([real[: n_prompt + step]])
+            raw = raw_all[n_prompt + step - 1][None]
+            processed = RepetitionPenaltyLogitsProcessor(penalty)(history, raw.clone())
+            if settings.get("temperature", 1.0) != 0.0:
+                processed = warpers(history, processed)
+            chosen = real[n_prompt + step]
+            scores[r, step] = processed.log_softmax(-1)[0, chosen]
+            logprobs[r, step] = raw.log_softmax(-1)[0, chosen]
+            if chosen == tok.eos_token_id:
+                break
+    return scores, logprobs
+
+
+@pytest.mark.exercise("generate")
+@pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=0.8, top_k=30, top_p=0.9)],
+                         ids=["greedy", "sampling"])
+def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, settings):
+    """return_dict_in_generate=True: scores are the chosen tokens' log-probs after the repetition penalty and the
+    warpers (at temperature 0, after the penalty only), logprobs under the raw model; both recomputed here from
+    Hugging Face full forwards of each row alone. Greedy tokens also equal Hugging Face's with the same penalty."""
+    tok, new, penalty = reference.tokenizer, 10, 1.3
+    out = gen.generate(demo, tok, PROMPTS, new, seed=seed, repetition_penalty=penalty,
+                       return_dict_in_generate=True, **settings)
+    sequences = out.sequences
+    width = max(len(tok.encode(p)) for p in PROMPTS)
+    n_new = sequences.shape[1] - width
+    assert out.scores.shape == out.logprobs.shape == (len(PROMPTS), n_new)
+    scores, logprobs = oracle_scores(reference, PROMPTS, sequences, width, settings, penalty)
+    torch.testing.assert_close(out.scores, scores, **TOL, equal_nan=True, msg=lambda m: f"scores.\n{m}")
+    torch.testing.assert_close(out.logprobs, logprobs, **TOL, equal_nan=True, msg=lambda m: f"logprobs.\n{m}")
+    if settings["temperature"] == 0.0:
+        for r, prompt in enumerate(PROMPTS):  # HF counts left pads as seen tokens, so compare rows alone
+            expected = hf_generate(reference, [prompt], new, do_sample=False, repetition_penalty=penalty)[0]
+            mine = sequences[r, width - len(tok.encode(prompt)) :][: expected.shape[0]]
+            assert mine.tolist() == expected.tolist(), f"greedy with repetition_penalty={penalty}, prompt {r}"
+
+
+# ---------------------------------------------------------------------------------------
+# generate: per-row stopping, on a toy model
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def counting(impl):
+    model = CountingModel(impl.transformer.KeyValueCache)
+    eos = model.cfg.d_vocab - 1
+    # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
+    prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]
+    return model, IdsTokenizer(eos), prompts, eos
+
+
+@pytest.mark.exercise("generate")
+def test_rows_finish_at_their_own_step(gen, counting):
+    """Each row stops at its own EOS, then receives pads (the EOS id) and never changes; the loop ends when the last
+    row finishes, not at max_new_tokens. One prefill over the prompts, then one new position per step. Scores are
+    finite up to and including the EOS step and NaN after it."""
+    model, tokenizer, prompts, eos = counting
+    out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, return_dict_in_generate=True)
+    width = 5
+    expected = [
+        [eos - 2, eos - 1, eos, eos, eos, eos, eos, eos],
+        [eos - 4, eos - 3, eos - 2, eos - 1, eos, eos, eos, eos],
+        [eos - 7, eos - 6, eos - 5, eos - 4, eos - 3, eos - 2, eos - 1, eos],
+    ]
+    assert new_tokens_of(out.sequences, width) == expected, (
+        f"new tokens {new_tokens_of(out.sequences, width)}: each row must stop at its own EOS, get pads afterwards, "
+        "and the batch must run until its last row is done"
+    )
+    assert model.calls[0] == (width, 0), f"the first call should be the prefill of {width} positions, got {model.calls[0]}"
+    assert model.calls[1:] == [(width + i, width + i - 1) for i in range(1, 8)], (
+        f"after the prefill each step should run one new position on top of the cache, got calls {model.calls}"
+    )
+    for row, steps in enumerate((3, 5, 8)):
+        assert torch.isfinite(out.scores[row, :steps]).all() and torch.isfinite(out.logprobs[row, :steps]).all()
+        assert torch.isnan(out.scores[row, steps:]).all() and torch.isnan(out.logprobs[row, steps:]).all(), (
+            f"row {row} finished at step {steps}: its later scores and logprobs must be NaN"
+        )
+
+
+@pytest.mark.exercise("generate")
+def test_a_criterion_stops_only_its_rows(gen, counting):
+    """A stopping criterion that stops row 1 only (at 7 tokens) pads row 1; the others run on to their EOS.
+    MaxLengthCriteria(7) stops every row at 7 tokens."""
+    model, tokenizer, prompts, eos = counting
+
+    def stop_row_1(input_ids, scores):
+        stop = torch.zeros(input_ids.shape[0], dtype=torch.bool)
+        stop[1] = input_ids.shape[1] >= 7
+        return stop
+
+    out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, stopping_criteria=[stop_row_1])
+    rows = new_tokens_of(out, 5)
+    assert rows[1] == [eos - 4, eos - 3] + [eos] * 6, f"row 1 should stop after 2 new tokens, got {rows[1]}"
+    assert rows[0][:3] == [eos - 2, eos - 1, eos] and rows[2][-1] == eos and len(rows[2]) == 8
+    out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, stopping_criteria=[gen.MaxLengthCriteria(7)])
+    assert out.shape == (3, 7), f"MaxLengthCriteria(7) should end the batch at 7 tokens, got shape {tuple(out.shape)}"
+
+
+@pytest.mark.exercise("generate")
+def test_generate_rejects_bad_arguments(gen, demo, reference):
+    """Past n_ctx, a streamer with several prompts, an empty prompt, a string instead of a list, or a bad
+    setting raise an error saying what is allowed."""
+    tok, n_ctx = reference.tokenizer, reference.cfg.n_ctx
+    with pytest.raises(ValueError, match=f"n_ctx={n_ctx}"):
+        gen.generate(demo, tok, PROMPTS, n_ctx)
+    with pytest.raises(ValueError, match="one prompt"):
+        gen.generate(demo, tok, PROMPTS, 3, streamer=gen.TextStreamer(tok, file=io.StringIO()))
+    with pytest.raises(ValueError, match="prompt"):
+        gen.generate(demo, tok, ["fine", ""], 3)
+    with pytest.raises(TypeError, match="list"):
+        gen.generate(demo, tok, "a single string", 3)
+    with pytest.raises(ValueError, match="top_p"):
+        gen.generate(demo, tok, PROMPTS, 3, top_p=2.0)
+
+
+# ---------------------------------------------------------------------------------------
+# Stop strings
+# ---------------------------------------------------------------------------------------
+
+STOP_TEXT = " The cat sat on the mat, and the dog stopped there; then they went home."
+
+
+@pytest.mark.exercise("StopStringCriteria")
+def test_stop_strings_match_hf_criterion(gen, tiny):
+    """On every prefix of a tokenized text, StopStringCriteria agrees with Hugging Face's: a row stops exactly
+    when a stop string ends inside the newest token's text, also when it spans several tokens."""
+    tok = tiny.tokenizer
+    ids = tok.encode(STOP_TEXT)
+    stop_strings = ["at,", "e dog", "stop", "ere;", " the", "ome.", "xyz", "t o", "n the mat"]
+    ours = gen.StopStringCriteria(tok, stop_strings)
+    theirs = StopStringCriteria(tok, stop_strings)
+    multi_token_hits = 0
+    for end in range(1, len(ids) + 1):
+        prefix = torch.tensor([ids[:end]])
+        expected = bool(theirs(prefix, None)[0])
+        actual = ours(prefix, torch.zeros(1, tiny.cfg.d_vocab))
+        assert actual.shape == (1,), f"a criterion returns one bool per row, got shape {tuple(actual.shape)}"
+        assert bool(actual[0]) == expected, (
+            f"after {tok.decode(ids[:end])!r}: yours says {bool(actual[0])}, Hugging Face's {expected}"
+        )
+        if expected and not any(s in tok.decode(ids[end - 1 : end]) for s in stop_strings):
+            multi_token_hits += 1
+    assert multi_token_hits >= 3, "the text should contain stop strings spread over several tokens"
+
+
+@pytest.mark.exercise("StopStringCriteria")
+def test_stop_string_with_a_character_split_across_tokens(gen, tiny):
+    """A stop string ending in a character whose bytes span two tokens matches once its last byte arrives, not
+    before (decode the tail together: one token's bytes alone are not a character)."""
+    tok = tiny.tokenizer
+    ids = tok.encode(" café au lait")
+    crit = gen.StopStringCriteria(tok, ["café"])
+    verdicts = [bool(crit(torch.tensor([ids[:end]]), None)[0]) for end in range(1, len(ids) + 1)]
+    first = next(end for end in range(1, len(ids) + 1) if "café" in tok.decode(ids[:end]))
+    assert tok.decode(ids[first - 1 : first]) != "é", "the test needs 'é' split over tokens"
+    assert verdicts == [end == first for end in range(1, len(ids) + 1)], f"verdicts per prefix: {verdicts}"
+
+
+@pytest.mark.exercise("StopStringCriteria")
+def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
+    """generate(stop_strings=...) stops each row where Hugging Face's generate does and keeps the tokens that
+    completed the stop string. The stop strings are cut from the rows' own greedy text, across token boundaries."""
+    tok, new = reference.tokenizer, 14
+    free = gen.generate(demo, tok, PROMPTS, new, temperature=0.0)
+    width = free.shape[1] - new
+    stops = []
+    for row in (0, 2):  # a piece spanning the first boundary between two whole-character tokens, from new token 3
+        pieces = [tok.decode(free[row, i : i + 1]) for i in range(width + 3, free.shape[1])]
+        i = next(i for i in range(len(pieces) - 1) if "\ufffd" not in pieces[i] + pieces[i + 1])
+        stops.append(pieces[i][-2:] + pieces[i + 1][:2])
+    out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, stop_strings=stops)
+    ids, mask = left_padded([tok.encode(p) for p in PROMPTS], tok.eos_token_id)
+    with torch.no_grad():
+        expected = reference.hf_model.generate(
+            ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=tok.eos_token_id,
+            eos_token_id=tok.eos_token_id, stop_strings=stops, tokenizer=tok,
+        )
+    assert_same_tokens(out, expected, f"greedy with stop_strings={stops} vs Hugging Face")
+    assert out.shape != free.shape or not torch.equal(out, free), "the stop strings should have stopped a row early"
+
+
+# ---------------------------------------------------------------------------------------
+# Streaming
+# ---------------------------------------------------------------------------------------
+
+STREAM_TEXT = "Grüße aus Köln ☃ — naïve café, 東京 and emoji 🙂 end.\nNew line: über.   spaced"
+
+
+class Recorder:
+    """A file that keeps every write separately."""
+
+    def __init__(self):
+        self.chunks: list[str] = []
+
+    def write(self, text: str) -> int:
+        if text:
+            self.chunks.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.exercise("TextStreamer")
+def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
+    """Fed one token at a time on text with multi-byte characters, TextStreamer's writes put together are the
+    decode of every token; no write holds a broken character, and every write but the last ends in a space or
+    newline (a word is printed once it is complete). With skip_prompt, the first put is left out."""
+    tok = tiny.tokenizer
+    ids = tok.encode(STREAM_TEXT)
+    assert any(tok.decode(ids[i : i + 1]) == "\ufffd" for i in range(len(ids))), "the text must split a character"
+    out = Recorder()
+    streamer = gen.TextStreamer(tok, file=out)
+    streamer.put(torch.tensor([ids[:3]]))
+    for token in ids[3:]:
+        streamer.put(torch.tensor([token]))
+    streamer.end()
+    assert "".join(out.chunks) == STREAM_TEXT
+    assert not any("\ufffd" in chunk for chunk in out.chunks), f"a write held a broken character: {out.chunks}"
+    assert all(chunk[-1] in " \n" for chunk in out.chunks[:-1]), f"writes that end mid-word: {out.chunks}"
+    assert len(out.chunks) >= 8, f"expected the text a word at a time, got {len(out.chunks)} writes"
+
+    out = Recorder()
+    streamer = gen.TextStreamer(tok, skip_prompt=True, file=out)
+    streamer.put(torch.tensor([ids[:4]]))
+    for token in ids[4:]:
+        streamer.put(torch.tensor([token]))
+    streamer.end()
+    assert "".join(out.chunks) == tok.decode(ids[4:])
+
+
+@pytest.mark.exercise("TextStreamer")
+def test_generate_streams_what_it_returns(gen, demo, reference, seed):
+    """generate(..., streamer=TextStreamer(...)) prints the prompt and then exactly the text it returns."""
+    tok = reference.tokenizer
+    out = Recorder()
+    sequences = gen.generate(demo, tok, ["Grüße aus Köln, said the"], 25, seed=seed, temperature=1.5,
+                             streamer=gen.TextStreamer(tok, file=out))
+    assert "".join(out.chunks) == tok.decode(sequences[0], clean_up_tokenization_spaces=False)
+    assert len(out.chunks) >= 2
+
+
+# ---------------------------------------------------------------------------------------
+# The `sampling-course generate` command
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cli():
+    from sampling_course.apps import generate as cli_module
+
+    return cli_module
+
+
+def run_cli(cli, argv, monkeypatch, capsys, tty: bool = False, stdin: str | None = None):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
+    if stdin is not None:
+        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def expected_text(prompt: str, new: int, **settings) -> str:
+    from sampling_course.reference import load_reference
+    from solutions import transformer
+    from solutions.generate import generate
+
+    ref = load_reference("tiny")
+    out = generate(load_demo(ref, transformer), ref.tokenizer, [prompt], new, **settings)
+    return ref.tokenizer.decode(out[0], skip_special_tokens=True)
+
+
+def test_cli_piped_prints_the_text_once(cli, monkeypatch, capsys):
+    """Piped, `sampling-course generate` prints the prompt and its continuation once, as generate() makes it."""
+    argv = ["--model", "tiny", "--impl", "solutions", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "3",
+            "--temperature", "0.8", "--top-p", "0.9", "--stop", "zzz"]
+    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
+    assert code == 0, err
+    assert out == expected_text("The cat", 12, seed=3, temperature=0.8, top_p=0.9, stop_strings=["zzz"]) + "\n"
+
+
+def test_cli_streams_on_a_terminal(cli, monkeypatch, capsys):
+    """On a terminal the same text arrives in several writes (streamed), ending with a newline."""
+    writes = []
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
+    real_write = sys.stdout.write
+    monkeypatch.setattr(sys.stdout, "write", lambda s: (writes.append(s), real_write(s))[1], raising=False)
+    code = cli.main(["--model", "tiny", "--prompt", "Once upon", "--max-new-tokens", "20", "--temperature", "0"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out == expected_text("Once upon", 20, temperature=0.0) + "\n"
+    assert len([w for w in writes if w]) >= 3, f"expected streamed writes, got {writes}"
+
+
+def test_cli_beam_search(cli, monkeypatch, capsys):
+    """--num-beams runs part 3's beam search and prints its best continuation."""
+    from sampling_course.reference import load_reference
+    from solutions import sampling, transformer
+
+    ref = load_reference("tiny")
+    sampler = sampling.TransformerSampler(load_demo(ref, transformer), ref.tokenizer)
+    [(_, best)] = sampler.beam_search("The cat", 1, 3, 6, no_repeat_ngram_size=2)
+    code, out, err = run_cli(cli, ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3",
+                                   "--no-repeat-ngram-size", "2"], monkeypatch, capsys)
+    assert code == 0, err
+    assert out == best + "\n"
+
+
+def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
+    """In the REPL, /set changes a setting (and rejects a bad one), /show shows it, Ctrl-C during a generation stops
+    that generation only, and the next prompt still runs; end of input leaves with status 0."""
+    real_generate = cli.load_engine
+
+    calls = []
+
+    def engine_that_is_interrupted_once(*args, **kwargs):
+        engine = real_generate(*args, **kwargs)
+        original = engine.generate
+
+        def generate(*a, **k):
+            calls.append(k)
+            if len(calls) == 1:
+                raise KeyboardInterrupt
+            return original(*a, **k)
+
+        engine.generate = generate
+        return engine
+
+    monkeypatch.setattr(cli, "load_engine", engine_that_is_interrupted_once)
+    stdin = "/set temperature 0\n/set top_p 7\n/set colour blue\n/show\nfirst prompt\nThe cat\n/help\n"
+    code, out, err = run_cli(cli, ["--model", "tiny", "--interactive", "--max-new-tokens", "8"], monkeypatch, capsys, stdin=stdin)
+    assert code == 0, err
+    assert "temperature = 0" in out and "top_p must be in [0, 1]" in out and "unknown setting 'colour'" in out
+    assert "stopped" in out
+    assert expected_text("The cat", 8, temperature=0.0) in out
+    assert "/quit" in out  # from /help
+    assert len(calls) == 2 and calls[1]["temperature"] == 0.0
+
+
+CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
+
+
+def test_cli_bad_flags_exit_2_with_one_line():
+    """Unknown flags, bad values and a missing prompt give a one-line error on stderr and exit status 2."""
+    for argv in (["--bogus"], ["--prompt", "x", "--temperature", "-1"], ["--prompt", "x", "--top-p", "abc"], [],
+                 ["--prompt", "x", "--model", "nope"]):
+        proc = subprocess.run(CLI + argv, capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert proc.returncode == 2, (argv, proc.returncode, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and "error" in lines[0], (argv, proc.stderr)
+
+
+def test_cli_repl_reads_stdin():
+    """The REPL in a real process: prompts and commands from stdin, /quit leaves with status 0."""
+    stdin = "/set temperature 0\n/show\nThe cat\n/quit\nnever reached\n"
+    proc = subprocess.run(CLI + ["--model", "tiny", "--interactive", "--max-new-tokens", "6"], input=stdin,
+                          capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "temperature = 0" in proc.stdout
+    assert expected_text("The cat", 6, temperature=0.0) in proc.stdout
+    assert "never reached" not in proc.stdout
