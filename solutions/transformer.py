@@ -187,9 +187,9 @@ class Attention(nn.Module):
         # Hint: q, k, v as in forward; k and v go into kv's last slots; pad keys are masked like future keys.
         new_pos, key_pos = normalized_resid_pre.shape[1], kv.shape[2]
         x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)
-        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q
-        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K
-        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V
+        q = einops.einsum(x, self.W_Q, "b new n d, n d h -> b new n h") + self.b_Q
+        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K
+        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V
         # One additive mask for every head: IGNORE on future keys (the causal mask applied to zeros)
         # and on pad keys, 0 elsewhere. Finite, so a pad query that sees only pads gets no NaN.
         causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))
