@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: f33021e3efc5ce808b08f2a8a5875d2faf734c0a33b7936791f8af085fe28710
+# stub-checksum: f9fac207bd4d8bf16918fa1fe863735304a2dd1e4cb84550449ec0b7c4accf5c
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -152,7 +152,9 @@ def apply_repetition_penalty(
 
     A seen token's logit is divided by ``penalty`` when positive and multiplied by it when
     negative (dividing a negative logit would raise it). Once per distinct token, however
-    often it occurs. Positions where ``attention_mask`` is 0 (padding) do not count.
+    often it occurs. Positions where ``attention_mask`` is 0 (padding) do not count, so a
+    padded row is penalised as it would be alone. (Hugging Face's generate counts left
+    padding as seen, which also penalises the pad token of padded rows.)
     ``penalty`` 1.0 changes nothing; above 1 discourages repeats.
     """
     check_logits(logits)
@@ -227,7 +229,9 @@ class StopStringCriteria:
     As with Hugging Face's criterion of the same name, the stop string must reach into the
     newest token: text that completed a stop string earlier is not looked at again, and
     the newest token may run past the stop string's end ("stop" matches tokens "st" +
-    "opped"). The tokens that completed it stay in the output.
+    "opped"). The tokens that completed it stay in the output. The last few tokens are
+    decoded together, so a stop string that ends in a character whose bytes are split over
+    tokens matches too (Hugging Face's criterion compares each token's own text, and misses it).
     """
 
     def __init__(self, tokenizer, stop_strings: str | list[str]):
@@ -470,7 +474,7 @@ def generate(
     scores: list[Tensor] = []
     logprobs: list[Tensor] = []
     cache = None
-        # Hint: the first step is the prefill; every later one runs only the newest token.
+    # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
     raise NotImplementedError()
     if streamer is not None:
         streamer.end()

@@ -180,7 +180,9 @@ def apply_repetition_penalty(
 
     A seen token's logit is divided by ``penalty`` when positive and multiplied by it when
     negative (dividing a negative logit would raise it). Once per distinct token, however
-    often it occurs. Positions where ``attention_mask`` is 0 (padding) do not count.
+    often it occurs. Positions where ``attention_mask`` is 0 (padding) do not count, so a
+    padded row is penalised as it would be alone. (Hugging Face's generate counts left
+    padding as seen, which also penalises the pad token of padded rows.)
     ``penalty`` 1.0 changes nothing; above 1 discourages repeats.
     """
     check_logits(logits)
@@ -261,7 +263,9 @@ class StopStringCriteria:
     As with Hugging Face's criterion of the same name, the stop string must reach into the
     newest token: text that completed a stop string earlier is not looked at again, and
     the newest token may run past the stop string's end ("stop" matches tokens "st" +
-    "opped"). The tokens that completed it stay in the output.
+    "opped"). The tokens that completed it stay in the output. The last few tokens are
+    decoded together, so a stop string that ends in a character whose bytes are split over
+    tokens matches too (Hugging Face's criterion compares each token's own text, and misses it).
     """
 
     def __init__(self, tokenizer, stop_strings: str | list[str]):
@@ -529,8 +533,8 @@ def generate(
     logprobs: list[Tensor] = []
     cache = None
     ### BEGIN SOLUTION
+    # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
     for step in range(max_new_tokens):
-        # Hint: the first step is the prefill; every later one runs only the newest token.
         if cache is None:
             logits, cache = prefill(model, input_ids, attention_mask)
         else:
