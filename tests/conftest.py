@@ -80,3 +80,17 @@ def reference(request: pytest.FixtureRequest) -> Reference:
     if request.param == "gpt2":
         return _require_gpt2()
     return load_reference("tiny")
+
+
+@pytest.fixture(
+    scope="session",
+    params=["tiny", "story", pytest.param("gpt2", marks=pytest.mark.gpt2)],
+)
+def parity_reference(request: pytest.FixtureRequest) -> Reference:
+    """The references for exact parity (components, logits, greedy decoding): the stand-in,
+    the trained story model, and real GPT-2 when cached locally. Trained weights give
+    peaked, structured activations that random ones do not, so a mistake the stand-in
+    happens to hide can still show on "story"."""
+    if request.param == "gpt2":
+        return _require_gpt2()
+    return load_reference(request.param)

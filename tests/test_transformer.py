@@ -4,7 +4,8 @@ Each component is built from the implementation under test, loaded with the refe
 weights through ``demo_state_dict``, fed the reference's own input activation from
 TransformerLens' ``run_with_cache`` and compared with the reference's output activation.
 The stand-in's weights are all perturbed (no zero biases, no unit LayerNorm weights),
-so dropping a bias or LayerNorm's w/b cannot go unnoticed.
+so dropping a bias or LayerNorm's w/b cannot go unnoticed. Every comparison runs on the
+stand-in, on the trained story model and, when cached, on real GPT-2 (``parity_reference``).
 """
 
 from __future__ import annotations
@@ -32,21 +33,21 @@ PROMPTS = [
 
 
 @pytest.fixture(scope="module")
-def run(reference):
+def run(parity_reference):
     """The reference's logits and activation cache on a padded-free batch of two prompts."""
-    tokenizer = reference.tokenizer
+    tokenizer = parity_reference.tokenizer
     ids = [tokenizer(p).input_ids for p in PROMPTS]
     length = min(len(i) for i in ids)
     tokens = torch.tensor([i[:length] for i in ids])
     with torch.no_grad():
-        logits, cache = reference.model.run_with_cache(tokens)
+        logits, cache = parity_reference.model.run_with_cache(tokens)
     return tokens, logits, cache
 
 
 @pytest.fixture(scope="module")
-def demo(reference, impl):
+def demo(parity_reference, impl):
     """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
+    return load_demo(parity_reference, impl.transformer)
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -68,9 +69,9 @@ def test_config_defaults_are_gpt2_small():
     assert cfg.layer_norm_eps == 1e-5 and cfg.init_range == 0.02 and cfg.debug is True
 
 
-def test_config_from_hf_reads_every_field(reference):
+def test_config_from_hf_reads_every_field(parity_reference):
     """Config.from_hf translates the Hugging Face config field by field."""
-    hf = reference.hf_model.config
+    hf = parity_reference.hf_model.config
     cfg = Config.from_hf(hf)
     assert cfg.d_model == hf.n_embd and cfg.n_layers == hf.n_layer and cfg.n_heads == hf.n_head
     assert cfg.d_head * cfg.n_heads == hf.n_embd and cfg.d_vocab == hf.vocab_size
@@ -101,11 +102,11 @@ def test_layer_norm_matches_reference(demo, run):
 
 
 @pytest.mark.exercise("LayerNorm")
-def test_layer_norm_eps_inside_sqrt(demo, reference):
+def test_layer_norm_eps_inside_sqrt(demo, parity_reference):
     """On inputs with variance far below eps, only sqrt(var + eps) matches the reference."""
     generator = torch.Generator().manual_seed(0)
-    tiny_residual = 1e-4 * torch.randn(2, 5, reference.cfg.d_model, generator=generator)
-    expected = reference.hf_model.transformer.h[0].ln_1(tiny_residual)
+    tiny_residual = 1e-4 * torch.randn(2, 5, parity_reference.cfg.d_model, generator=generator)
+    expected = parity_reference.hf_model.transformer.h[0].ln_1(tiny_residual)
     assert_close(demo.blocks[0].ln1(tiny_residual), expected, "LayerNorm on a low-variance input")
 
 
@@ -124,11 +125,11 @@ def test_pos_embed_matches_reference(demo, run):
 
 
 @pytest.mark.exercise("apply_causal_mask")
-def test_causal_mask_gives_reference_pattern(demo, run, reference):
+def test_causal_mask_gives_reference_pattern(demo, run, parity_reference):
     """softmax(apply_causal_mask(q.k / sqrt(d_head))) equals the reference attention pattern."""
     _, _, cache = run
     q, k = cache["q", 0], cache["k", 0]
-    scores = torch.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(reference.cfg.d_head)
+    scores = torch.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(parity_reference.cfg.d_head)
     pattern = demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)
     assert_close(pattern, cache["pattern", 0], "attention pattern")
 
@@ -190,21 +191,21 @@ def test_unembed_adds_its_bias(demo, run):
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_matches_hf_logits(demo, run, reference):
+def test_demo_transformer_matches_hf_logits(demo, run, parity_reference):
     """The full model's logits equal Hugging Face's GPT2LMHeadModel on the same weights."""
     tokens, _, _ = run
     with torch.no_grad():
-        expected = reference.hf_model(tokens).logits
+        expected = parity_reference.hf_model(tokens).logits
         actual = demo(tokens)
     assert_close(actual, expected, "DemoTransformer logits")
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_single_token_and_batch_independence(demo, reference):
+def test_demo_transformer_single_token_and_batch_independence(demo, parity_reference):
     """A one-token input works, and each sequence's logits do not depend on the rest of the batch."""
     tokens = torch.tensor([[5], [7]])
     with torch.no_grad():
-        expected = reference.hf_model(tokens).logits
+        expected = parity_reference.hf_model(tokens).logits
         assert_close(demo(tokens), expected, "logits of one-token sequences")
         assert_close(demo(tokens[1:]), expected[1:], "logits of a batch of one")
 
@@ -250,14 +251,14 @@ def test_random_weights_match_hf(impl, dims, scale):
         assert_close(demo.eval()(tokens), hf_model(tokens).logits, "logits on random weights")
 
 
-def test_demo_state_dict_names_and_shapes(impl, reference):
+def test_demo_state_dict_names_and_shapes(impl, parity_reference):
     """demo_state_dict gives exactly DemoTransformer's parameter names, with matching shapes."""
-    expected = impl.transformer.DemoTransformer(reference.cfg).state_dict()
-    converted = demo_state_dict(reference.hf_model)
+    expected = impl.transformer.DemoTransformer(parity_reference.cfg).state_dict()
+    converted = demo_state_dict(parity_reference.hf_model)
     assert sorted(converted) == sorted(expected)
     for name, tensor in converted.items():
         assert tensor.shape == expected[name].shape, name
-    assert converted["blocks.0.attn.W_Q"].shape == (reference.cfg.n_heads, reference.cfg.d_model, reference.cfg.d_head)
+    assert converted["blocks.0.attn.W_Q"].shape == (parity_reference.cfg.n_heads, parity_reference.cfg.d_model, parity_reference.cfg.d_head)
 
 
 def test_stand_in_is_perturbed(tiny):

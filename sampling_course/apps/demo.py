@@ -19,6 +19,9 @@ from sampling_course.grading.impl import impl_module, load_demo
 from sampling_course.reference import Reference, load_reference
 
 DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"
+# The story models know only their children's stories, each of which starts after <|endoftext|>.
+STORY_PROMPT = ("<|endoftext|>Once upon a time, there was a little girl named Lily. She lived in a small house "
+                "near the woods. Lily had a dog named Spot.")
 
 # (label, sample() keyword arguments): one row of the decoding table each.
 DECODING_SETTINGS: list[tuple[str, dict]] = [
@@ -58,12 +61,23 @@ def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, 
     return table
 
 
-def decoding_table(sampler, prompt: str, max_tokens: int, seed: int) -> Table:
-    """Part 2: one continuation per decoding setting, all from the same seed."""
-    table = Table("setting", "continuation", title=f"Part 2 · decoding settings (seed {seed})")
+def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bool = False) -> Table:
+    """Part 2: one continuation per decoding setting, all from the same seed.
+
+    ``measure=True`` (for the story models) adds the share of the continuation's sentences
+    that the story grammar can write, from ``sampling_course.stories.decoding_report``.
+    """
+    columns = ["setting", "continuation"] + (["valid sentences"] if measure else [])
+    table = Table(*columns, title=f"Part 2 · decoding settings (seed {seed})")
     for label, kwargs in DECODING_SETTINGS:
         text = sampler.sample(prompt, max_tokens_generated=max_tokens, seed=seed, **kwargs)
-        table.add_row(label, repr(text[len(prompt):]))
+        row = [label, repr(text[len(prompt):])]
+        if measure:
+            from sampling_course.stories import EOS_TOKEN, decoding_report
+
+            valid = decoding_report([text[len(prompt):]], prompt=prompt.removeprefix(EOS_TOKEN)).valid
+            row.append("-" if valid != valid else f"{valid:.0%}")  # nan: no complete sentence
+        table.add_row(*row)
     return table
 
 
@@ -117,9 +131,10 @@ def progress_bars_on_a_terminal_only(sampling: ModuleType) -> Iterator[None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sampling-course demo", description=__doc__)
-    parser.add_argument("--reference", choices=["auto", "gpt2", "tiny"], default="auto",
-                        help="auto: real GPT-2 when available, else the offline stand-in")
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT)
+    parser.add_argument("--reference", choices=["auto", "gpt2", "story", "story-draft", "tiny"], default="auto",
+                        help="auto: real GPT-2 when available, else the offline story model")
+    parser.add_argument("--prompt", default=None,
+                        help="default: the start of a story for the story models, an everyday sentence otherwise")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -132,8 +147,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
         model = load_demo(reference)
         sampler = sampling.TransformerSampler(model, reference.tokenizer)
-        console.print(next_token_table(reference, model, args.prompt))
-        console.print(decoding_table(sampler, args.prompt, args.max_tokens, args.seed))
-        console.print(beam_table(sampler, args.prompt, args.max_tokens))
-        console.print(cache_table(sampler, model, args.prompt, args.max_tokens))
+        story = reference.name.startswith("story")
+        prompt = args.prompt if args.prompt is not None else STORY_PROMPT if story else DEFAULT_PROMPT
+        console.print(next_token_table(reference, model, prompt))
+        console.print(decoding_table(sampler, prompt, args.max_tokens, args.seed, measure=story))
+        console.print(beam_table(sampler, prompt, args.max_tokens))
+        console.print(cache_table(sampler, model, prompt, args.max_tokens))
     return 0
