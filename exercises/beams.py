@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 8cfc238c1c34a6cba48a3126560c53a73a877622152ee43dba2ae5558a03841a
+# stub-checksum: 9b4b15d623dbd52c89d9645c0d9a64b236208ea8393c9b894905c6b41054f965
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -53,6 +53,11 @@ class Beams:
         if isinstance(batch_idx, int):
             batch_idx = slice(batch_idx, batch_idx + 1)
         rows = batch_idx if self.cache_rows is None else self.cache_rows[batch_idx]
+        if hasattr(self.kv_cache, "reorder"):
+            # Part 6's static cache reorders itself in place; that waits until these beams run
+            # (beam_cache), because filter also selects the finished beams from the same cache.
+            rows = torch.arange(self.kv_cache.batch, device=self.tokens.device)[rows]
+            return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], self.kv_cache, rows)
         cache = None if self.kv_cache is None else self.kv_cache[:, :, rows]
         return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], cache)
 
@@ -60,6 +65,10 @@ class Beams:
     def beam_cache(self) -> KeyValueCache | None:
         """The cache with one row per beam, in beam order (what the model needs)."""
         if self.kv_cache is None or self.cache_rows is None:
+            return self.kv_cache
+        if hasattr(self.kv_cache, "reorder"):  # part 6: permute the rows in place, once
+            self.kv_cache.reorder(self.cache_rows)
+            self.cache_rows = None
             return self.kv_cache
         return self.kv_cache[:, :, self.cache_rows]
 

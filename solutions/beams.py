@@ -50,6 +50,11 @@ class Beams:
         if isinstance(batch_idx, int):
             batch_idx = slice(batch_idx, batch_idx + 1)
         rows = batch_idx if self.cache_rows is None else self.cache_rows[batch_idx]
+        if hasattr(self.kv_cache, "reorder"):
+            # Part 6's static cache reorders itself in place; that waits until these beams run
+            # (beam_cache), because filter also selects the finished beams from the same cache.
+            rows = torch.arange(self.kv_cache.batch, device=self.tokens.device)[rows]
+            return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], self.kv_cache, rows)
         cache = None if self.kv_cache is None else self.kv_cache[:, :, rows]
         return self.new_beams(self.logprob_sums[batch_idx], self.tokens[batch_idx], cache)
 
@@ -57,6 +62,10 @@ class Beams:
     def beam_cache(self) -> KeyValueCache | None:
         """The cache with one row per beam, in beam order (what the model needs)."""
         if self.kv_cache is None or self.cache_rows is None:
+            return self.kv_cache
+        if hasattr(self.kv_cache, "reorder"):  # part 6: permute the rows in place, once
+            self.kv_cache.reorder(self.cache_rows)
+            self.cache_rows = None
             return self.kv_cache
         return self.kv_cache[:, :, self.cache_rows]
 

@@ -407,13 +407,17 @@ def left_pad(token_lists: list[list[int]], pad_token_id: int) -> tuple[Int[Tenso
 
 
 def prefill(
-    model: DemoTransformer, input_ids: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"]
+    model: DemoTransformer,
+    input_ids: Int[Tensor, "batch pos"],
+    attention_mask: Int[Tensor, "batch pos"],
+    cache: KeyValueCache | None = None,
 ) -> tuple[Float[Tensor, "batch d_vocab"], KeyValueCache]:
-    """Run every prompt at once, filling a fresh cache; the logits of each row's next token."""
-    param = next(model.parameters(), None)
-    cache = KeyValueCache.new_empty(
-        model.cfg, input_ids.shape[0], input_ids.device, param.dtype if param is not None else torch.float32
-    )
+    """Run every prompt at once, filling ``cache`` (a fresh ``KeyValueCache`` when None); the logits of each row's next token."""
+    if cache is None:
+        param = next(model.parameters(), None)
+        cache = KeyValueCache.new_empty(
+            model.cfg, input_ids.shape[0], input_ids.device, param.dtype if param is not None else torch.float32
+        )
     logits, cache = model(input_ids, cache, attention_mask=attention_mask)
     return logits[:, -1], cache
 
@@ -478,6 +482,7 @@ def generate(
     streamer: Streamer | None = None,
     seed: int | None = None,
     return_dict_in_generate: bool = False,
+    kv_cache=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
@@ -497,9 +502,13 @@ def generate(
     ``return_dict_in_generate=True`` a ``GenerateOutput`` with scores and log-probs.
     ``streamer`` (batch size 1 only) gets the prompt's ids, then every new token, then ``end()``.
     ``seed`` seeds a private ``torch.Generator``, which draws exactly what torch's global
-    generator would after ``torch.manual_seed(seed)``.
+    generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
+    fill, one row per prompt (part 6's ``StaticKeyValueCache`` takes the fast path); None
+    starts a ``KeyValueCache``.
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
+    if kv_cache is not None and kv_cache.seq_len != 0:
+        raise ValueError(f"kv_cache must be empty (seq_len 0): generate fills it from the prompts, got seq_len={kv_cache.seq_len}")
     check_sample_args(temperature, top_k, top_p, min_p)
     cfg = model.cfg
     device = next(model.parameters(), torch.empty(0)).device
@@ -536,7 +545,7 @@ def generate(
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
     for step in range(max_new_tokens):
         if cache is None:
-            logits, cache = prefill(model, input_ids, attention_mask)
+            logits, cache = prefill(model, input_ids, attention_mask, kv_cache)
         else:
             logits, cache = decode_step(model, input_ids, attention_mask, cache)
         processed = apply_penalties(

@@ -23,13 +23,15 @@ from sampling_course.grading.parts import (
     part3_beams,
     part4_kv_cache,
     part5_generation,
+    part6_caches,
     part7_speculative,
 )
 
 __all__ = ["Exercise", "EXERCISES", "PARTS", "UnknownExerciseError", "get_exercise", "exercise_names"]
 
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
-PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation, part7_speculative)
+PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation, part6_caches,
+                part7_speculative)
 
 PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
 

@@ -1,0 +1,226 @@
+"""Part 6, caches for long and fast generation: its exercises (what each asks, three graded
+hints), its planted mistakes and its planted correct variants."""
+
+from __future__ import annotations
+
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+
+PART = 6
+TITLE = "Caches for long and fast generation"
+
+EXERCISES: tuple[Exercise, ...] = (
+    exercise(
+        "fuse_qkv", 6, "caches", "fuse_qkv",
+        "Lay W_Q, W_K and W_V side by side in one (d_model, 3 * n_heads * d_head) matrix (and their biases "
+        "in one vector), and flatten W_O to (n_heads * d_head, d_model).",
+        "One matmul that reads the three weights in one sweep replaces three. The columns must come in the "
+        "order (Q, K, V), then head, then d_head, so that the output views as (..., 3, n_heads, d_head).",
+        "einops.rearrange(W, 'n d h -> d (n h)') turns one (n_heads, d_model, d_head) weight into "
+        "(d_model, n_heads * d_head); torch.cat the three along dim 1. Biases: b.flatten(), concatenated. "
+        "W_O: rearrange 'n h d -> (n h) d'.",
+        "W_QKV = torch.cat([einops.rearrange(W, 'n d h -> d (n h)') for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)\n"
+        "b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])\n"
+        "W_O = einops.rearrange(attn.W_O, 'n h d -> (n h) d')",
+    ),
+    exercise(
+        "StaticKeyValueCache.update", 6, "caches", "StaticKeyValueCache.update",
+        "Write one layer's new keys and values into the next free slots of the preallocated buffer, in place, "
+        "and return the keys and values of every filled slot.",
+        "The new positions go to slots seq_len .. seq_len + new_pos - 1 of rows 0 .. batch - 1. Attention must "
+        "read only the filled prefix: the slots after it hold numbers from nobody (torch.empty) or from a "
+        "cropped continuation.",
+        "Assign into self.buffer[layer, 0, :self.batch, start:end] (keys) and [layer, 1, ...] (values), then "
+        "return the views self.buffer[layer, 0, :self.batch, :end] and the same for values. Do not move "
+        "seq_len here: forward does, once, after every layer has written.",
+        "end = self.seq_len + k.shape[1]\n"
+        "self.buffer[layer, 0, :self.batch, self.seq_len:end] = k\n"
+        "self.buffer[layer, 1, :self.batch, self.seq_len:end] = v\n"
+        "return self.buffer[layer, 0, :self.batch, :end], self.buffer[layer, 1, :self.batch, :end]",
+    ),
+    exercise(
+        "StaticKeyValueCache.reorder", 6, "caches", "StaticKeyValueCache.reorder",
+        "Beam search: make row i of the cache hold what row rows[i] held, inside the same buffer.",
+        "A permutation done row by row in place overwrites rows that later rows still have to read "
+        "(rows = [1, 0]: row 0 becomes row 1, then row 1 copies the new row 0). Read first, then write.",
+        "Gather the filled positions of the selected rows with index_select along the batch dimension "
+        "(dimension 2), which makes a new tensor, then assign it into the first len(rows) rows of the "
+        "buffer and set self.batch.",
+        "filled = self.buffer[:, :, :, :self.seq_len]\n"
+        "gathered = filled.index_select(2, rows)\n"
+        "filled[:, :, :len(rows)] = gathered\n"
+        "self.batch = len(rows)",
+    ),
+    exercise(
+        "fast_forward", 6, "caches", "fast_forward",
+        "The fast path: the model's forward pass over the new tokens with fused QKV, cache.update and "
+        "scaled_dot_product_attention, and no concatenation.",
+        "Embed each token at the position the cache gave it. Per layer: LayerNorm, one matmul for Q, K and V, "
+        "hand K and V to cache.update (it returns every key to attend to), attention with attn_mask, W_O, "
+        "then the MLP, each added to the residual stream.",
+        "Work on 2-D (batch * new_pos, d_model) rows so each linear map is one torch.addmm(bias, x, W). View "
+        "the QKV output as (batch, new_pos, 3, n_heads, d_head); F.scaled_dot_product_attention wants "
+        "(batch, n_heads, pos, d_head), so transpose(1, 2) queries, keys and values. GPT-2's GELU is "
+        "F.gelu(x, approximate='tanh').",
+        "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]\n"
+        "for layer, (block, fused) in enumerate(zip(model.blocks, cache.fused)):\n"
+        "    x = layer_norm(residual, block.ln1).reshape(batch * new_pos, cfg.d_model)\n"
+        "    qkv = torch.addmm(fused.b_QKV, x, fused.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)\n"
+        "    keys, values = cache.update(layer, qkv[:, :, 1], qkv[:, :, 2])\n"
+        "    z = F.scaled_dot_product_attention(qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), "
+        "values.transpose(1, 2), attn_mask=attn_mask)\n"
+        "    ... W_O, then the MLP, as in TransformerBlock ...",
+    ),
+    exercise(
+        "SinkCache.positions", 6, "caches", "SinkCache.positions",
+        "The position ids of the next new_pos tokens of the text, by the cache's position rule.",
+        "Tokens seen, seen + 1, ... of the text. The 'cache' rule gives each token the number of tokens the "
+        "cache holds when it arrives; the 'absolute' rule its position in the text, capped at the last "
+        "position the model has learned.",
+        "A full cache holds window_length tokens after the new one has replaced the oldest, so 'cache' is "
+        "min(t, window_length - 1) and 'absolute' is min(t, n_ctx - 1): torch.arange(...).clamp(max=...).",
+        "t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
+        "last = self.window_length - 1 if self.position_rule == 'cache' else self.n_ctx - 1\n"
+        "return t.clamp(max=last)",
+    ),
+    exercise(
+        "SinkCache.update", 6, "caches", "SinkCache.update",
+        "Store a layer's new keys and values: in the free slots while there are any, then over the oldest "
+        "recent token, never over a sink; return the keys and values the new tokens attend to.",
+        "Slots 0 .. num_sink_tokens - 1 hold the sinks forever. The other slots form a ring: self.ring counts "
+        "from the first slot after the sinks, so the slot to overwrite is num_sink_tokens + self.ring.",
+        "If seq_len + new_pos <= window_length, write at slots seq_len .. seq_len + new_pos - 1 and return the "
+        "filled prefix. Otherwise (forward then sends one token) write at num_sink_tokens + ring and return "
+        "all window_length slots. Leave seen and ring alone: forward moves them after the last layer.",
+        "held, new_pos = self.seq_len, k.shape[1]\n"
+        "if held + new_pos <= self.window_length: start, end = held, held + new_pos\n"
+        "else: start = self.num_sink_tokens + self.ring; end = start + 1; held = self.window_length\n"
+        "self.buffer[layer, 0, :, start:end] = k; self.buffer[layer, 1, :, start:end] = v\n"
+        "return self.buffer[layer, 0, :, :max(held, end)], self.buffer[layer, 1, :, :max(held, end)]",
+    ),
+)
+
+_C, _T = "caches.py", "test_caches.py"
+
+# Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
+# `sampling-course plant-mistakes` checks that the named test file catches it.
+MISTAKES: list[Mistake] = [
+    Mistake(6, "static cache attends to unfilled slots", _C,
+            "return self.buffer[layer, 0, : self.batch, :end], self.buffer[layer, 1, : self.batch, :end]",
+            "return self.buffer[layer, 0, : self.batch], self.buffer[layer, 1, : self.batch]", _T),
+    Mistake(6, "static cache returns the old keys only (the new token misses itself)", _C,
+            "return self.buffer[layer, 0, : self.batch, :end], self.buffer[layer, 1, : self.batch, :end]",
+            "return self.buffer[layer, 0, : self.batch, : self.seq_len], self.buffer[layer, 1, : self.batch, : self.seq_len]",
+            _T),
+    Mistake(6, "static cache writes every step at slot 0", _C,
+            "        self.buffer[layer, 0, : self.batch, self.seq_len : end] = k\n"
+            "        self.buffer[layer, 1, : self.batch, self.seq_len : end] = v\n",
+            "        self.buffer[layer, 0, : self.batch, : k.shape[1]] = k\n"
+            "        self.buffer[layer, 1, : self.batch, : k.shape[1]] = v\n", _T),
+    Mistake(6, "reorder copies row by row in place (overwrites rows still to be read)", _C,
+            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
+            "        for i, row in enumerate(rows.tolist()):\n            filled[:, :, i] = filled[:, :, row]\n", _T),
+    Mistake(6, "reorder keeps the old batch size", _C,
+            "        filled[:, :, : len(rows)] = gathered\n        self.batch = len(rows)\n",
+            "        filled[:, :, : len(rows)] = gathered\n", _T),
+    Mistake(6, "fused QKV in the order K, Q, V", _C,
+            "for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)", "for W in (attn.W_K, attn.W_Q, attn.W_V)], dim=1)", _T),
+    Mistake(6, "fused weights flattened head-last (d_head, then head)", _C,
+            'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)")',
+            'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")', _T),
+    Mistake(6, "fast path forgets the positions the cache gives", _C,
+            "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]",
+            "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]", _T),
+    Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _C,
+            "values.transpose(1, 2), attn_mask=attn_mask\n",
+            "values.transpose(1, 2)\n", _T),
+    Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _C,
+            'hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in), approximate="tanh")',
+            "hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in))", _T),
+    Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _C,
+            "            start = self.num_sink_tokens + self.ring\n",
+            "            start = self.ring\n", _T),
+    Mistake(6, "sink window one position off (the window counts as full one token early)", _C,
+            "        if held + new_pos <= self.window_length:\n",
+            "        if held + new_pos < self.window_length:\n", _T),
+    Mistake(6, "sink positions off by one (a full window's tokens at window_length)", _C,
+            'last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1',
+            'last = self.window_length if self.position_rule == "cache" else self.n_ctx - 1', _T),
+    Mistake(6, "sink positions counted from 1", _C,
+            "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n",
+            "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n", _T),
+]
+
+# Correct implementations in other styles: every test of their exercise must pass.
+VARIANTS: list[Variant] = [
+    Variant(6, "fuse_qkv", "permute and reshape instead of einops, W_O by view", _C,
+            '    W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)\n'
+            "    b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])\n"
+            '    W_O = einops.rearrange(attn.W_O, "n h d -> (n h) d")\n',
+            "    n_heads, d_model, d_head = attn.W_Q.shape\n"
+            "    W_QKV = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).reshape(d_model, 3 * n_heads * d_head)\n"
+            "    b_QKV = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).reshape(-1)\n"
+            "    W_O = attn.W_O.reshape(n_heads * d_head, d_model)\n"),
+    Variant(6, "fuse_qkv", "one einsum-free cat of per-head slices", _C,
+            '    W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)\n',
+            "    W_QKV = torch.cat([W[head] for W in (attn.W_Q, attn.W_K, attn.W_V) for head in range(W.shape[0])], dim=1)\n"),
+    Variant(6, "StaticKeyValueCache.update", "narrow and copy_, then slice the returned views", _C,
+            "        end = self.seq_len + k.shape[1]\n"
+            "        self.buffer[layer, 0, : self.batch, self.seq_len : end] = k\n"
+            "        self.buffer[layer, 1, : self.batch, self.seq_len : end] = v\n",
+            "        end = self.seq_len + k.shape[1]\n"
+            "        rows = self.buffer[layer, :, : self.batch]\n"
+            "        rows[0].narrow(1, self.seq_len, k.shape[1]).copy_(k)\n"
+            "        rows[1].narrow(1, self.seq_len, k.shape[1]).copy_(v)\n"),
+    Variant(6, "StaticKeyValueCache.update", "keys and values written together with torch.stack", _C,
+            "        self.buffer[layer, 0, : self.batch, self.seq_len : end] = k\n"
+            "        self.buffer[layer, 1, : self.batch, self.seq_len : end] = v\n",
+            "        self.buffer[layer, :, : self.batch, self.seq_len : end] = torch.stack([k, v])\n"),
+    Variant(6, "StaticKeyValueCache.reorder", "advanced indexing on the right-hand side (which copies first)", _C,
+            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
+            "        filled[:, :, : len(rows)] = filled[:, :, rows]\n"),
+    Variant(6, "StaticKeyValueCache.reorder", "clone then index_copy_", _C,
+            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
+            "        source = filled.clone()\n"
+            "        filled.index_copy_(2, torch.arange(len(rows), device=rows.device), source[:, :, rows])\n"),
+    Variant(6, "fast_forward", "attention by hand (einsum, additive mask, softmax) instead of SDPA", _C,
+            "        z = F.scaled_dot_product_attention(\n"
+            "            qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=attn_mask\n"
+            "        )\n",
+            "        scores = torch.einsum('bqnh,bknh->bnqk', qkv[:, :, 0], keys) / cfg.d_head**0.5\n"
+            "        if attn_mask is not None:\n"
+            "            scores = scores.masked_fill(~attn_mask, -1e5) if attn_mask.dtype == torch.bool else scores + attn_mask\n"
+            "        z = torch.einsum('bnqk,bknh->bnqh', scores.softmax(-1), values)\n"),
+    Variant(6, "fast_forward", "the model's own LayerNorm and MLP modules, F.linear for the unembedding", _C,
+            "        x = layer_norm(residual, block.ln2).reshape(batch * new_pos, cfg.d_model)\n"
+            '        hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in), approximate="tanh")  # GPT-2\'s gelu_new\n'
+            "        residual = residual + torch.addmm(block.mlp.b_out, hidden, block.mlp.W_out).view(batch, new_pos, cfg.d_model)\n"
+            "    x = layer_norm(residual, model.ln_final).reshape(batch * new_pos, cfg.d_model)\n"
+            "    return torch.addmm(model.unembed.b_U, x, model.unembed.W_U).view(batch, new_pos, cfg.d_vocab)\n",
+            "        residual = residual + block.mlp(block.ln2(residual))\n"
+            "    return F.linear(model.ln_final(residual), model.unembed.W_U.T, model.unembed.b_U)\n"),
+    Variant(6, "SinkCache.positions", "a Python list and torch.minimum", _C,
+            "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
+            '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
+            "        return t.clamp(max=last)\n",
+            "        cap = self.window_length if self.position_rule == 'cache' else self.n_ctx\n"
+            "        ids = torch.tensor([self.seen + i for i in range(new_pos)], device=device, dtype=torch.long)\n"
+            "        return torch.minimum(ids, torch.full_like(ids, cap - 1))\n"),
+    Variant(6, "SinkCache.update", "index_copy_ into the chosen slots, modular ring arithmetic", _C,
+            "        held, new_pos = self.seq_len, k.shape[1]\n"
+            "        if held + new_pos <= self.window_length:\n"
+            "            start, end = held, held + new_pos\n"
+            "        else:\n"
+            "            start = self.num_sink_tokens + self.ring\n"
+            "            end = start + 1\n"
+            "            held = self.window_length\n"
+            "        self.buffer[layer, 0, :, start:end] = k\n"
+            "        self.buffer[layer, 1, :, start:end] = v\n"
+            "        key_pos = max(held, end)\n",
+            "        held, new_pos = self.seq_len, k.shape[1]\n"
+            "        full = held + new_pos > self.window_length\n"
+            "        recent = self.window_length - self.num_sink_tokens\n"
+            "        slots = torch.tensor([self.num_sink_tokens + self.ring % recent] if full else list(range(held, held + new_pos)))\n"
+            "        self.buffer[layer, 0].index_copy_(1, slots.to(self.buffer.device), k)\n"
+            "        self.buffer[layer, 1].index_copy_(1, slots.to(self.buffer.device), v)\n"
+            "        key_pos = self.window_length if full else held + new_pos\n"),
+]

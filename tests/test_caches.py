@@ -1,0 +1,323 @@
+"""Part 6: the static cache and the attention-sink cache, against live references.
+
+How the tests judge:
+
+* ``StaticKeyValueCache`` is fed sequences in chunks; after every call its logits must
+  equal Hugging Face's full forward over the whole sequence, and those of part 4's
+  ``KeyValueCache``. The buffer is filled with NaN before use, so a cache that reads a slot
+  it has not written gives NaN logits, never a near miss. ``crop`` then re-running must
+  give the same logits; ``reorder`` is checked on a buffer of known contents with
+  permutations that have cycles (a row-by-row copy in place overwrites rows still to be
+  read) and repeats, and through beam search.
+* ``sample``, ``beam_search`` and part 5's ``generate`` must give the same output with the
+  static cache as with the dynamic one, and every misuse raises an error saying why.
+* ``SinkCache`` is judged against an oracle that shares none of its code: Hugging Face's
+  uncached forward over the whole text with an explicit attention mask (each token sees
+  the sinks and the recent window) and the position ids of the rule, past n_ctx. Its size
+  never exceeds ``window_length``; before the window fills it equals the dynamic cache.
+* ``fuse_qkv`` is checked against the einsum of each head's own weights.
+
+Nothing here is statistical. Random tokens come from ``SAMPLING_COURSE_TEST_SEED``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampling_course.grading.impl import load_demo
+
+# fp32 logits of two correct implementations agree to ~2e-5 at the stand-in's logit scale (~25);
+# every classic mistake of part 6 moves them by far more than 1e-3.
+TOL = dict(atol=1e-4, rtol=1e-4)
+
+PROMPTS = ["When I was a kid", "The cat sat on the", "Jingle bells, jingle bells"]
+
+
+@pytest.fixture(scope="module")
+def demo(reference, impl):
+    return load_demo(reference, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def caches(impl):
+    return impl.caches
+
+
+@pytest.fixture(scope="module")
+def sampler(reference, demo, impl):
+    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
+
+
+def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
+    return torch.randint(0, d_vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def hf_logits(reference, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+    with torch.no_grad():
+        return reference.hf_model(tokens, **kwargs).logits
+
+
+def poisoned_static_cache(caches, cfg, batch: int, max_len: int):
+    """A static cache whose unwritten slots hold NaN: reading one gives NaN logits."""
+    cache = caches.StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=max_len)
+    cache.buffer.fill_(float("nan"))
+    return cache
+
+
+# ---------------------------------------------------------------------------------------
+# The static cache
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("StaticKeyValueCache.update")
+@pytest.mark.parametrize("schedule", [[7, 1, 1, 1], [1, 1, 1, 4, 1, 3]], ids=["prefill-then-singles", "chunks"])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_static_cache_logits_equal_full_forward(reference, demo, caches, impl, schedule, batch, seed):
+    """Fed in chunks, the static cache gives HF's full-forward logits and the dynamic cache's."""
+    cfg = demo.cfg
+    tokens = random_tokens(seed, batch, sum(schedule), cfg.d_vocab)
+    expected = hf_logits(reference, tokens)
+    static = poisoned_static_cache(caches, cfg, batch, max_len=sum(schedule) + 5)
+    dynamic = impl.transformer.KeyValueCache.new_empty(cfg, batch)
+    end = 0
+    with torch.no_grad():
+        for chunk in schedule:
+            end += chunk
+            logits, returned = demo(tokens[:, :end], static)
+            assert returned is static, "model(tokens, static_cache) must return the same cache object, filled in place"
+            torch.testing.assert_close(logits, expected[:, end - chunk : end], **TOL)
+            dynamic_logits, dynamic = demo(tokens[:, :end], dynamic)
+            torch.testing.assert_close(logits, dynamic_logits, **TOL)
+            assert static.seq_len == end
+    assert static.k.shape == (cfg.n_layers, batch, end, cfg.n_heads, cfg.d_head)
+    torch.testing.assert_close(static.k, dynamic.k, **TOL)
+    torch.testing.assert_close(static.v, dynamic.v, **TOL)
+
+
+@pytest.mark.exercise("StaticKeyValueCache.update")
+def test_static_cache_crop_rolls_back(reference, demo, caches, seed):
+    """After crop(n), running the rest again gives the logits of a full forward."""
+    cfg = demo.cfg
+    tokens = random_tokens(seed, 2, 12, cfg.d_vocab)
+    expected = hf_logits(reference, tokens)
+    cache = poisoned_static_cache(caches, cfg, 2, 16)
+    with torch.no_grad():
+        demo(tokens, cache)
+        cache.crop(5)
+        assert cache.seq_len == 5
+        other = random_tokens(seed + 1, 2, 12, cfg.d_vocab)
+        other[:, :5] = tokens[:, :5]
+        logits, cache = demo(other, cache)  # overwrites slots 5.. with another continuation
+        torch.testing.assert_close(logits, hf_logits(reference, other)[:, 5:], **TOL)
+        cache.crop(8)
+        logits, cache = demo(other, cache)
+        torch.testing.assert_close(logits, hf_logits(reference, other)[:, 8:], **TOL)
+    del expected
+    with pytest.raises(ValueError, match="seq_len"):
+        cache.crop(13)
+
+
+@pytest.mark.exercise("StaticKeyValueCache.update")
+def test_static_cache_misuse_fails_loudly(demo, caches, reference):
+    """Overflow, a wrong batch, a wrong model and a stale sequence raise errors that say why."""
+    cfg = demo.cfg
+    tokens = random_tokens(0, 1, 6, cfg.d_vocab)
+    cache = caches.StaticKeyValueCache.new_empty(cfg, max_len=8)
+    with torch.no_grad():
+        demo(tokens, cache)
+        with pytest.raises(ValueError, match="max_len"):
+            demo(torch.cat([tokens, tokens], 1), cache)
+        with pytest.raises(ValueError, match="batch"):
+            demo(torch.cat([tokens, tokens])[:, :7], cache)
+        with pytest.raises(ValueError, match="already holds"):
+            demo(tokens, cache)
+    with pytest.raises(ValueError, match="max_len"):
+        caches.StaticKeyValueCache.new_empty(cfg, max_len=cfg.n_ctx + 1)
+    with pytest.raises(ValueError, match="batch"):
+        caches.StaticKeyValueCache.new_empty(cfg, batch=0)
+    other_cfg = type(cfg)(**{**cfg.__dict__, "n_layers": cfg.n_layers + 1})
+    with pytest.raises(ValueError, match="another model"), torch.no_grad():
+        demo(tokens, caches.StaticKeyValueCache.new_empty(other_cfg))
+
+
+@pytest.mark.exercise("StaticKeyValueCache.reorder")
+@pytest.mark.parametrize("rows", [[2, 0, 1], [1, 2, 0], [1, 1, 0], [2, 2, 2], [0, 2], [2, 0, 1, 1, 0]], ids=str)
+def test_reorder_permutes_rows_in_place(demo, caches, rows):
+    """Row i afterwards holds what row rows[i] held, in the same buffer (cycles, repeats, growth)."""
+    cfg = demo.cfg
+    cache = caches.StaticKeyValueCache.new_empty(cfg, batch=3, max_len=6)
+    cache.buffer.fill_(float("nan"))
+    tokens = random_tokens(0, 3, 4, cfg.d_vocab)
+    with torch.no_grad():
+        demo(tokens, cache)
+    before_k, before_v = cache.k.clone(), cache.v.clone()
+    buffer = cache.buffer
+    cache.reorder(torch.tensor(rows))
+    assert cache.batch == len(rows) and cache.seq_len == 4
+    torch.testing.assert_close(cache.k, before_k[:, rows], rtol=0, atol=0)
+    torch.testing.assert_close(cache.v, before_v[:, rows], rtol=0, atol=0)
+    if len(rows) <= 3:
+        assert cache.buffer is buffer, "reorder must reuse the cache's buffer while the rows fit in it"
+
+
+@pytest.mark.exercise("StaticKeyValueCache.reorder")
+def test_reorder_rejects_bad_rows(demo, caches):
+    cache = caches.StaticKeyValueCache.new_empty(demo.cfg, batch=2, max_len=4)
+    with pytest.raises(ValueError, match="rows"):
+        cache.reorder(torch.tensor([0, 2]))
+    with pytest.raises(ValueError, match="rows"):
+        cache.reorder(torch.tensor([[0, 1]]))
+
+
+@pytest.mark.exercise("StaticKeyValueCache.reorder")
+@pytest.mark.parametrize("prompt", PROMPTS[:2])
+def test_beam_search_with_static_cache_equals_dynamic(sampler, demo, caches, impl, prompt):
+    """Beam search on the static cache returns the dynamic cache's beams and scores."""
+    settings = dict(num_return_sequences=3, num_beams=3, max_new_tokens=8, no_repeat_ngram_size=2)
+    expected = sampler.beam_search(prompt, **settings, kv_cache=impl.transformer.KeyValueCache.new_empty(demo.cfg))
+    actual = sampler.beam_search(prompt, **settings, kv_cache=poisoned_static_cache(caches, demo.cfg, 1, 32))
+    assert [text for _, text in actual] == [text for _, text in expected]
+    torch.testing.assert_close(torch.tensor([s for s, _ in actual]), torch.tensor([s for s, _ in expected]), atol=1e-4, rtol=0)
+
+
+@pytest.mark.exercise("fast_forward")
+@pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=1.0, seed=3), dict(temperature=0.8, top_k=5, seed=4)], ids=str)
+def test_sample_with_static_cache_equals_dynamic(sampler, demo, caches, impl, settings):
+    """TransformerSampler.sample draws the same tokens with the static cache as with the dynamic one."""
+    for prompt in PROMPTS:
+        dynamic = sampler.sample(prompt, 12, kv_cache=impl.transformer.KeyValueCache.new_empty(demo.cfg), **settings)
+        static = sampler.sample(prompt, 12, kv_cache=caches.StaticKeyValueCache.new_empty(demo.cfg), **settings)
+        assert static == dynamic
+
+
+@pytest.mark.exercise("fast_forward")
+def test_generate_with_static_cache_equals_dynamic(reference, demo, caches, impl):
+    """Part 5's generate on left-padded prompts gives the same tokens and log-probs with a static cache."""
+    kwargs = dict(max_new_tokens=10, temperature=0.9, top_k=20, seed=7, return_dict_in_generate=True)
+    dynamic = impl.generate.generate(demo, reference.tokenizer, PROMPTS, **kwargs)
+    static_cache = poisoned_static_cache(caches, demo.cfg, len(PROMPTS), 40)
+    static = impl.generate.generate(demo, reference.tokenizer, PROMPTS, kv_cache=static_cache, **kwargs)
+    assert torch.equal(static.sequences, dynamic.sequences)
+    torch.testing.assert_close(static.logprobs, dynamic.logprobs, **TOL, equal_nan=True)
+
+
+@pytest.mark.exercise("fast_forward")
+def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, demo, caches):
+    """With an attention mask, each left-padded row's logits are those of its prompt run alone."""
+    rows = [random_tokens(s, 1, n, demo.cfg.d_vocab)[0].tolist() for s, n in ((1, 5), (2, 9), (3, 2))]
+    width = max(map(len, rows))
+    tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
+    cache = poisoned_static_cache(caches, demo.cfg, 3, width + 2)
+    with torch.no_grad():
+        logits, cache = demo(tokens, cache, attention_mask=mask)
+        for i, row in enumerate(rows):
+            torch.testing.assert_close(logits[i, width - len(row) :], hf_logits(reference, torch.tensor([row]))[0], **TOL)
+
+
+@pytest.mark.exercise("fuse_qkv")
+def test_fuse_qkv_gives_each_heads_queries_keys_values(demo, caches, seed):
+    """x @ W_QKV + b_QKV, viewed as (..., 3, n_heads, d_head), holds each head's q, k and v."""
+    cfg, attn = demo.cfg, demo.blocks[0].attn
+    fused = caches.fuse_qkv(attn)
+    x = torch.randn(5, cfg.d_model, generator=torch.Generator().manual_seed(seed))
+    qkv = (x @ fused.W_QKV + fused.b_QKV).view(5, 3, cfg.n_heads, cfg.d_head)
+    for i, (W, b) in enumerate(((attn.W_Q, attn.b_Q), (attn.W_K, attn.b_K), (attn.W_V, attn.b_V))):
+        torch.testing.assert_close(qkv[:, i], torch.einsum("pd,ndh->pnh", x, W) + b, **TOL)
+    z = torch.randn(5, cfg.n_heads, cfg.d_head, generator=torch.Generator().manual_seed(seed + 1))
+    torch.testing.assert_close(z.reshape(5, -1) @ fused.W_O, torch.einsum("pnh,nhd->pd", z, attn.W_O), **TOL)
+
+
+# ---------------------------------------------------------------------------------------
+# The attention-sink cache
+# ---------------------------------------------------------------------------------------
+
+
+def sink_oracle(reference, tokens, window_length: int, num_sink_tokens: int, rule: str, n_ctx: int) -> torch.Tensor:
+    """Hugging Face's uncached forward with the sink cache's attention pattern and positions."""
+    seq = tokens.shape[1]
+    i, j = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
+    sees = (j <= i) & ((j < num_sink_tokens) | (i - j < window_length - num_sink_tokens))
+    mask = torch.zeros(1, 1, seq, seq).masked_fill(~sees, torch.finfo(torch.float32).min)
+    last = window_length - 1 if rule == "cache" else n_ctx - 1
+    positions = torch.arange(seq).clamp(max=last)[None].expand(tokens.shape[0], -1)
+    return hf_logits(reference, tokens, attention_mask=mask.expand(tokens.shape[0], -1, -1, -1), position_ids=positions)
+
+
+@pytest.mark.exercise("SinkCache.positions")
+@pytest.mark.parametrize("rule", ["cache", "absolute"])
+def test_sink_positions_follow_the_rule(demo, caches, rule):
+    """Token t gets min(t, window_length - 1) ("cache") or min(t, n_ctx - 1) ("absolute")."""
+    cfg = demo.cfg
+    cache = caches.SinkCache.new_empty(cfg, window_length=8, num_sink_tokens=2, position_rule=rule)
+    last = 7 if rule == "cache" else cfg.n_ctx - 1
+    assert cache.positions(5).tolist() == [0, 1, 2, 3, 4]
+    cache.seen = cfg.n_ctx + 3
+    assert cache.positions(2).tolist() == [last, last]
+    cache.seen = 6
+    assert cache.positions(3).tolist() == [min(t, last) for t in (6, 7, 8)]
+
+
+@pytest.mark.exercise("SinkCache.update")
+@pytest.mark.parametrize("rule", ["cache", "absolute"])
+@pytest.mark.parametrize("window_length, num_sink_tokens, first_chunk", [(16, 2, 1), (16, 4, 10), (12, 0, 12), (9, 3, 30)])
+def test_sink_cache_matches_its_oracle_past_n_ctx(reference, demo, caches, rule, window_length, num_sink_tokens, first_chunk, seed):
+    """Token by token past n_ctx, every logit equals HF's masked forward with the cache's positions."""
+    if reference.name != "tiny":
+        pytest.skip("n_ctx + 24 single steps: run on the stand-in only")
+    cfg = demo.cfg
+    tokens = random_tokens(seed, 1, cfg.n_ctx + 24, cfg.d_vocab)
+    expected = sink_oracle(reference, tokens, window_length, num_sink_tokens, rule, cfg.n_ctx)
+    cache = caches.SinkCache.new_empty(cfg, window_length=window_length, num_sink_tokens=num_sink_tokens, position_rule=rule)
+    cache.buffer.fill_(float("nan"))
+    got = []
+    with torch.no_grad():
+        logits, cache = demo(tokens[:, :first_chunk], cache)
+        got.append(logits)
+        for end in range(first_chunk + 1, tokens.shape[1] + 1):
+            logits, cache = demo(tokens[:, :end], cache)
+            got.append(logits)
+            assert cache.seq_len <= window_length and cache.buffer.shape[3] == window_length
+    torch.testing.assert_close(torch.cat(got, 1), expected, **TOL)
+    assert cache.seq_len == window_length
+
+
+@pytest.mark.exercise("SinkCache.update")
+def test_sink_cache_before_the_window_fills_is_the_dynamic_cache(sampler, demo, caches, impl):
+    """Until the window is full, greedy sampling with a SinkCache equals the dynamic cache's."""
+    for prompt in PROMPTS:
+        expected = sampler.sample(prompt, 16, temperature=0.0, kv_cache=impl.transformer.KeyValueCache.new_empty(demo.cfg))
+        actual = sampler.sample(prompt, 16, temperature=0.0, kv_cache=caches.SinkCache.new_empty(demo.cfg, window_length=40))
+        assert actual == expected
+
+
+@pytest.mark.exercise("SinkCache.update")
+def test_sampling_with_a_sink_cache_goes_past_n_ctx(reference, demo, caches, impl):
+    """sample(..., kv_cache=SinkCache) keeps going past n_ctx, where a KeyValueCache must stop."""
+    cfg = demo.cfg
+    sampler = impl.sampling.TransformerSampler(demo, reference.tokenizer)
+    cache = caches.SinkCache.new_empty(cfg, window_length=16, num_sink_tokens=2)
+    # tiny's tokenizer never ends a text early at temperature 0 with these weights: ask for n_ctx + 20 tokens.
+    text = sampler.sample(PROMPTS[0], cfg.n_ctx + 20, temperature=0.0, kv_cache=cache)
+    assert cache.seen > cfg.n_ctx or text.endswith(reference.tokenizer.eos_token)
+    assert cache.seq_len == 16
+
+
+@pytest.mark.exercise("SinkCache.update")
+def test_sink_cache_misuse_fails_loudly(demo, caches):
+    cfg = demo.cfg
+    with pytest.raises(ValueError, match="window_length"):
+        caches.SinkCache.new_empty(cfg, window_length=cfg.n_ctx + 1)
+    with pytest.raises(ValueError, match="num_sink_tokens"):
+        caches.SinkCache.new_empty(cfg, window_length=8, num_sink_tokens=8)
+    with pytest.raises(ValueError, match="position_rule"):
+        caches.SinkCache.new_empty(cfg, window_length=8, position_rule="relative")
+    cache = caches.SinkCache.new_empty(cfg, window_length=8)
+    tokens = random_tokens(0, 1, 4, cfg.d_vocab)
+    with pytest.raises(ValueError, match="unpadded"), torch.no_grad():
+        demo(tokens, cache, attention_mask=torch.ones_like(tokens))
+    with torch.no_grad():
+        demo(tokens, cache)
+        with pytest.raises(ValueError, match="already run"):
+            demo(tokens, cache)
