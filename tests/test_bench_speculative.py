@@ -1,8 +1,10 @@
 """The speculative-decoding benchmark (``sampling-course bench-speculative``) runs, and its checks can fail.
 
 No timing is asserted: only that a smoke run (``--quick``, tiny random models) prints its
-table, that its greedy check rejects a wrong answer, that the theory's formulas give their
-known values, and that the truncated draft is the same model for us and for Hugging Face.
+table, that its greedy check rejects a wrong answer, that every method generates exactly
+the tokens asked for even when the models' end-of-text token comes first, that the
+theory's formulas give their known values, and that the truncated draft is the same model
+for us and for Hugging Face.
 """
 
 from __future__ import annotations
@@ -56,6 +58,55 @@ def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
     monkeypatch.setattr(bench, "ours_speculative", off_by_one)
     with pytest.raises(bench.BenchCheckError, match="gamma=2"):
         bench.check_greedy(quick_pair, [2], 6)
+
+
+def with_early_eos(pair, temperature: float, gamma: int | None):
+    """Make the first token Hugging Face generates (seed 0) the EOS of both its models, as the story models'
+    end-of-text token is at the end of every story; returns that token."""
+    ids, _ = bench.hf_generate(pair, pair.prompts[0], 1, temperature, 0, gamma)
+    eos = ids[len(pair.prompts[0])]
+    for model in (pair.hf_target, pair.hf_draft):
+        model.generation_config.eos_token_id = eos
+    return eos
+
+
+@pytest.mark.parametrize("temperature, gamma", [(0.0, None), (0.0, 2), (1.0, None)])
+def test_hugging_face_generates_every_token_asked_for_past_its_eos(temperature, gamma):
+    """`eos_token_id=None` in the GenerationConfig is not enough: generate fills it from the model's own config.
+
+    Greedy text, and a seeded sample's first token, are the same whether EOS stops
+    generation or not, so EOS is certain to come first here.
+    """
+    pair = bench.load_pair("solutions", quick=True)
+    eos = with_early_eos(pair, temperature, gamma)
+    prompt = pair.prompts[0]
+    configs = [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)]
+    ids, _ = bench.hf_generate(pair, prompt, 6, temperature, 0, gamma)
+    assert len(ids) == len(prompt) + 6 and ids[len(prompt)] == eos
+    # The models' own configs (shared, read-only references in a real run) come back unchanged.
+    assert [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)] == configs
+
+
+def test_measure_times_equal_work_when_eos_comes_first():
+    """Every method of a timed round generates the tokens asked for, with an EOS at the first new position."""
+    pair = bench.load_pair("solutions", quick=True)
+    with_early_eos(pair, 0.0, None)
+    results = bench.measure(pair, [1, 2], 6, temperature=0.0, repeats=1)
+    for row in results.rows:
+        assert row.new_tokens == row.hf_new_tokens == 6 * len(pair.prompts)
+
+
+def test_a_short_run_is_a_bench_check_error(quick_pair, monkeypatch):
+    """A method that stops early fails with BenchCheckError naming it (not a bare assert, which -O removes)."""
+    real = bench.ours_speculative
+
+    def stops_early(pair, prompt, n, gamma, temperature, seed):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+        return ids[:-1], stats
+
+    monkeypatch.setattr(bench, "ours_speculative", stops_early)
+    with pytest.raises(bench.BenchCheckError, match=r"speculative_generate \(gamma=1\) generated 5 new tokens"):
+        bench.measure(quick_pair, [1], 6, temperature=1.0, repeats=1, hf=False, check=False)
 
 
 def test_main_quick_prints_the_table(capsys):

@@ -25,9 +25,10 @@ on the same prompts:
   (no confidence-based early stop), against plain ``hf_target.generate``; its tokens per
   target forward are counted with a forward hook.
 
-Every run generates exactly the requested number of tokens: the end-of-text token does not
-stop generation here (token ids go through ``IdTokenizer``, as in ``sampling-course bench``,
-and Hugging Face gets ``eos_token_id=None``). Runs are interleaved, all methods once per
+Every run generates exactly the requested number of tokens, and every run is checked for
+it: the end-of-text token does not stop generation here (token ids go through
+``IdTokenizer``, as in ``sampling-course bench``, and both Hugging Face models run with a
+generation config whose ``eos_token_id`` is None). Runs are interleaved, all methods once per
 round, so that a change in machine load hits all of them alike; times are medians over the
 rounds. Before timing, each gamma is checked at temperature 0: speculative greedy text must
 equal the target's cached greedy text, and assisted greedy text Hugging Face's greedy text.
@@ -36,10 +37,12 @@ equal the target's cached greedy text, and assisted greedy text Hugging Face's g
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib
 import os
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -52,7 +55,10 @@ STAND_IN_PROMPTS = ["Once upon a time", "The cat sat on the", "When I was a kid"
 
 
 class BenchCheckError(AssertionError):
-    """Speculative (or assisted) greedy text differs from plain greedy text: the timings would mean nothing."""
+    """A method generated the wrong number of tokens, or its greedy text differs from plain greedy text.
+
+    Either way the timings would mean nothing.
+    """
 
 
 @dataclass
@@ -250,23 +256,45 @@ class ForwardCounter:
         self.handle.remove()
 
 
+@contextmanager
+def generation_configs_without_eos(pair: Pair):
+    """Give both Hugging Face models, for the duration, a copy of their generation config with no EOS.
+
+    ``generate`` fills every setting left at None in the config it is given from the
+    model's own ``generation_config``, so ``eos_token_id=None`` alone still stops at the
+    story models' end-of-text token; assisted generation also lets the draft stop at it.
+    The copies go, and the shared reference models' configs come back, on exit.
+    """
+    models = (pair.hf_target, pair.hf_draft)
+    saved = [model.generation_config for model in models]
+    try:
+        for model, config in zip(models, saved):
+            model.generation_config = copy.deepcopy(config)
+            model.generation_config.eos_token_id = None
+        yield
+    finally:
+        for model, config in zip(models, saved):
+            model.generation_config = config
+
+
 def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
-    """Plain or assisted ``hf_target.generate``; returns (ids, number of target forwards)."""
+    """Plain or assisted ``hf_target.generate`` of exactly ``n`` tokens; returns (ids, number of target forwards)."""
     from transformers import GenerationConfig
 
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
     config = GenerationConfig(max_new_tokens=n, eos_token_id=None, pad_token_id=0, use_cache=True, **sampling)
-    extra = {}
-    if gamma is not None:
-        assistant = pair.hf_draft.generation_config
-        assistant.num_assistant_tokens = gamma
-        assistant.num_assistant_tokens_schedule = "constant"
-        assistant.assistant_confidence_threshold = 0.0  # draft exactly gamma tokens, like the textbook rule
-        extra["assistant_model"] = pair.hf_draft
     input_ids = torch.tensor([prompt])
-    torch.manual_seed(seed)
-    with torch.inference_mode(), ForwardCounter(pair.hf_target) as counter:
-        out = pair.hf_target.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **extra)
+    with generation_configs_without_eos(pair):
+        extra = {}
+        if gamma is not None:
+            assistant = pair.hf_draft.generation_config  # the copy: the settings go with it
+            assistant.num_assistant_tokens = gamma
+            assistant.num_assistant_tokens_schedule = "constant"
+            assistant.assistant_confidence_threshold = 0.0  # draft exactly gamma tokens, like the textbook rule
+            extra["assistant_model"] = pair.hf_draft
+        torch.manual_seed(seed)
+        with torch.inference_mode(), ForwardCounter(pair.hf_target) as counter:
+            out = pair.hf_target.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **extra)
     return out[0].tolist(), counter.calls
 
 
@@ -297,11 +325,22 @@ def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, f
 # ---------------------------------------------------------------------------------------
 
 
+def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None:
+    """Every method must generate exactly ``n`` new tokens, or the times per token compare different work."""
+    if len(ids) != len(prompt) + n:
+        raise BenchCheckError(
+            f"{method} generated {len(ids) - len(prompt)} new tokens after a prompt of {len(prompt)}, expected {n} "
+            "(did the end-of-text token stop it?)"
+        )
+
+
 def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
     """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
+        check_length("target-only cached greedy generation", plain, prompt, n)
         hf_plain, _ = hf_generate(pair, prompt, n, 0.0, 0)
+        check_length("plain Hugging Face greedy generate", hf_plain, prompt, n)
         for gamma in gammas:
             ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0)
             if ours != plain:
@@ -345,16 +384,24 @@ def measure(
     runs = [(r, p) for r in range(repeats) for p in range(len(pair.prompts))]
     for r, p in tqdm(runs, desc="bench-speculative", disable=not progress, leave=False):
         prompt, seed = pair.prompts[p], 1000 * r + p
-        _, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed))
+        ids, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed))
+        check_length("target-only cached generation", ids, prompt, new_tokens)
         results.baseline.append(seconds)
-        _, seconds = timed(lambda: ours_cached(pair, pair.draft, prompt, new_tokens, temperature, seed))
+        ids, seconds = timed(lambda: ours_cached(pair, pair.draft, prompt, new_tokens, temperature, seed))
+        check_length("draft-only cached generation", ids, prompt, new_tokens)
         results.draft_only.append(seconds)
         if hf:
-            _, seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed))
+            (ids, _), seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed))
+            check_length("plain Hugging Face generate", ids, prompt, new_tokens)
             results.hf_baseline.append(seconds)
         for row in results.rows:
             (ids, stats), seconds = timed(lambda: ours_speculative(pair, prompt, new_tokens, row.gamma, temperature, seed))
-            assert len(ids) == len(prompt) + new_tokens and stats.new_tokens == new_tokens
+            check_length(f"speculative_generate (gamma={row.gamma})", ids, prompt, new_tokens)
+            if stats.new_tokens != new_tokens:
+                raise BenchCheckError(
+                    f"speculative_generate (gamma={row.gamma}) counted {stats.new_tokens} new tokens in its stats, "
+                    f"expected {new_tokens}"
+                )
             row.seconds.append(seconds)
             row.accepted += stats.accepted
             row.judged += stats.judged
@@ -362,7 +409,7 @@ def measure(
             row.target_forwards += stats.target_forwards
             if hf:
                 (ids, forwards), seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma))
-                assert len(ids) == len(prompt) + new_tokens
+                check_length(f"Hugging Face assisted generation (gamma={row.gamma})", ids, prompt, new_tokens)
                 row.hf_seconds.append(seconds)
                 row.hf_new_tokens += new_tokens
                 row.hf_target_forwards += forwards
