@@ -31,8 +31,8 @@ def test_quick_bench_runs_and_its_checks_pass(quick_setup):
     """Every variant runs (warm-up, then one timed round); greedy and beam answers agree (run() raises otherwise)."""
     results = bench.run(quick_setup, repeats=1, progress=False)
     assert {(v.task, v.name) for v in results} == {
-        (task, name) for task in ("greedy", "beam") for name in ("uncached", "cached", "hf")
-    } | {("batched", "engine"), ("batched", "hf")}
+        (task, name) for task in ("greedy", "beam") for name in ("uncached", "cached", "static", "hf")
+    } | {("batched", "engine"), ("batched", "static"), ("batched", "hf")}
     assert all(len(v.times) == 1 and v.times[0] > 0 for v in results)
 
 
@@ -45,6 +45,8 @@ def test_checks_catch_a_wrong_answer(quick_setup):
     wrong[0][-1] = (wrong[0][-1] + 1) % quick_setup.demo.cfg.d_vocab
     with pytest.raises(bench.BenchCheckError, match="cached differs"):
         bench.check_greedy({**greedy, "cached": wrong})
+    with pytest.raises(bench.BenchCheckError, match="static differs"):
+        bench.check_greedy({**greedy, "static": wrong})
     with pytest.raises(bench.BenchCheckError, match="lengths"):
         bench.check_lengths(variants["greedy", "cached"], [wrong[0][:-1]], quick_setup)
 
@@ -55,6 +57,8 @@ def test_checks_catch_a_wrong_answer(quick_setup):
     shifted[3][-1] = (shifted[3][-1] + 1) % quick_setup.demo.cfg.d_vocab
     with pytest.raises(bench.BenchCheckError, match="row 3 differs"):
         bench.check_batched({**batched, "engine": shifted})
+    with pytest.raises(bench.BenchCheckError, match="static: row 3 differs"):
+        bench.check_batched({**batched, "static": shifted})
     with pytest.raises(bench.BenchCheckError, match="lengths"):
         bench.check_lengths(variants["batched", "engine"], batched["engine"][:-1], quick_setup)
 
@@ -72,7 +76,21 @@ def test_budget_stops_after_the_first_round(quick_setup):
 
 
 def test_main_quick_prints_the_tables(capsys):
-    """`sampling-course bench --quick` exits 0 and prints tokens/s and the targets."""
+    """`sampling-course bench --quick` exits 0 and prints tokens/s, the targets and the bandwidth limit."""
     assert bench.main(["--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "tokens/s" in out and "Targets" in out and "checked" in out
+    assert "memory bandwidth" in out and "of the limit" in out
+
+
+def test_weight_bytes_per_token_counts_what_a_decode_step_reads(quick_setup):
+    """Every block, final LayerNorm and unembedding weight, and one row of each embedding table."""
+    model, cfg = quick_setup.demo, quick_setup.demo.cfg
+    blocks = sum(p.numel() for p in model.blocks.parameters())
+    expected = 4 * (blocks + 2 * cfg.d_model + cfg.d_model * cfg.d_vocab + cfg.d_vocab + 2 * cfg.d_model)
+    assert bench.weight_bytes_per_token(model) == expected
+
+
+def test_measured_bandwidth_is_plausible():
+    """A streaming read runs between 0.1 GB/s and 10 TB/s on any machine this course runs on."""
+    assert 1e8 < bench.measure_bandwidth(megabytes=16, repeats=2) < 1e13

@@ -1,4 +1,4 @@
-"""Time cached, uncached and batched decoding against Hugging Face ``generate`` (parts 4 and 5).
+"""Time cached, uncached and batched decoding against Hugging Face ``generate`` (parts 4, 5 and 6).
 
     sampling-course bench                  # GPT-2 small: real weights if cached, else random
     sampling-course bench --model random   # GPT-2 small's dimensions, random weights
@@ -8,21 +8,29 @@ What is timed (fp32, CPU, batch 1, ``torch.inference_mode``, all in one process)
 
 * greedy decoding of a 32-token prompt, 64 new tokens (``--new-tokens``):
   uncached ``TransformerSampler.sample(temperature=0)``, the same with
-  ``kv_cache=KeyValueCache.new_empty(cfg)``, and ``GPT2LMHeadModel.generate(do_sample=False)``
-  (which uses Hugging Face's own KV cache);
-* beam search with 8 beams, 40 new tokens (``--beam-new-tokens``): uncached and cached
-  ``TransformerSampler.beam_search(prompt, 8, 8, 40)`` and
+  ``kv_cache=KeyValueCache.new_empty(cfg)``, the same on part 6's fast path
+  (``kv_cache=StaticKeyValueCache.new_empty(cfg, max_len=prompt + new)``), and
+  ``GPT2LMHeadModel.generate(do_sample=False)`` (which uses Hugging Face's own KV cache);
+* beam search with 8 beams, 40 new tokens (``--beam-new-tokens``): uncached, cached and
+  static-cached ``TransformerSampler.beam_search(prompt, 8, 8, 40)`` and
   ``generate(num_beams=8, num_return_sequences=8, length_penalty=0.0, early_stopping="never")``.
   Like for like: both keep 8 beams for all 40 steps (no end-of-text token can end a beam, see
   below), score them by summed log-probabilities and return all 8.
 * batched greedy decoding (part 5): 8 prompts (``--batch-size``) of 16 to 32 tokens, left-padded,
-  64 new tokens each (``--batch-new-tokens``): the engine's ``generate(..., temperature=0)`` and
+  64 new tokens each (``--batch-new-tokens``): the engine's ``generate(..., temperature=0)``
+  (with its own ``KeyValueCache``, and with a ``StaticKeyValueCache``) and
   ``GPT2LMHeadModel.generate(do_sample=False)`` on the same left-padded batch and attention mask.
   Its tokens per second count every row's new tokens.
 
+A one-token decode step reads every weight once and does two floating-point operations per
+weight, so on a CPU it is bound by memory bandwidth. The bench measures the bandwidth (the
+best of a few streaming reads of a buffer larger than any cache) and reports greedy decoding's
+tokens per second as a fraction of the limit: bandwidth / bytes of weights read per token.
+
 Every variant generates exactly the same number of tokens: the model has no end-of-text
-token during the benchmark (``IdTokenizer.eos_token_id`` is -1 and Hugging Face gets
-``eos_token_id=None``). After a short untimed warm-up (2 new tokens each), the variants run
+token during the benchmark (``IdTokenizer.eos_token_id`` is -1, and the Hugging Face model's
+own ``generation_config`` has no EOS, since ``generate`` falls back to it for every setting
+left at None). After a short untimed warm-up (2 new tokens each), the variants run
 interleaved, A B C A B C ..., so that a change in machine load hits all of them alike, and
 the table reports medians. The first timed round also checks the answers: the three greedy
 variants must produce the same tokens, the three beam searches the same beams and summed
@@ -60,12 +68,14 @@ GPT2_PROMPT_TEXT = (
 )
 # The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
 QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=1024)
-# Targets of issue 5, as ratios of speeds (tokens/s).
+# Targets, as ratios of speeds (tokens/s): the dynamic cache (part 4), the engine (part 5), the fast path (part 6).
 TARGETS = [
     ("cached greedy vs HF generate", "greedy", "cached", "hf", 1.0),
     ("cached greedy vs uncached greedy", "greedy", "cached", "uncached", 4.0),
     ("cached beam search vs HF beam search", "beam", "cached", "hf", 1.0),
     ("batched greedy (engine) vs HF generate, left-padded", "batched", "engine", "hf", 1.0),
+    ("static-cache greedy vs HF generate", "greedy", "static", "hf", 1.3),
+    ("static-cache beam search vs HF beam search", "beam", "static", "hf", 1.2),
 ]
 # Summed log-probs of two correct implementations agree to ~1e-5 per step; allow for 40 steps.
 SCORE_ATOL = 1e-3
@@ -97,7 +107,7 @@ class Variant:
     """One way of decoding: ``run(new_tokens)`` returns the sequences it generated, as lists of ids."""
 
     task: str  # "greedy", "beam" or "batched"
-    name: str  # "uncached", "cached", "engine" or "hf"
+    name: str  # "uncached", "cached", "static", "engine" or "hf"
     label: str
     run: Callable[[int], list]
     times: list[float] = field(default_factory=list)
@@ -167,6 +177,8 @@ def build(args: argparse.Namespace) -> Setup:
     if len(prompt_ids) != args.prompt_tokens:
         raise SystemExit(f"the prompt has {len(prompt_ids)} tokens, not {args.prompt_tokens}")
     hf_model = hf_model.float()
+    # generate() fills every setting left at None from the model's own config: take its EOS away there.
+    hf_model.generation_config.eos_token_id = None
     transformer = importlib.import_module(f"{args.impl}.transformer")
     demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
     demo.load_state_dict(demo_state_dict(hf_model), strict=True)
@@ -202,12 +214,13 @@ def left_pad_ids(prompts: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
 
 
 def variants(setup: Setup) -> list[Variant]:
-    """The eight variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
+    """The variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
     from transformers import GenerationConfig
 
     sampling = importlib.import_module(f"{setup.impl}.sampling")
     engine = importlib.import_module(f"{setup.impl}.generate")
     KeyValueCache = importlib.import_module(f"{setup.impl}.transformer").KeyValueCache
+    StaticKeyValueCache = importlib.import_module(f"{setup.impl}.caches").StaticKeyValueCache
     cfg = setup.demo.cfg
     tokenizer = IdTokenizer()
     sampler = sampling.TransformerSampler(setup.demo, tokenizer)
@@ -230,8 +243,12 @@ def variants(setup: Setup) -> list[Variant]:
     batch_texts = [tokenizer.decode(p) for p in setup.batch_prompts]
     batch_ids, batch_mask = left_pad_ids(setup.batch_prompts, pad=0)
 
-    def engine_generate(new_tokens: int) -> list:
-        return engine.generate(setup.demo, tokenizer, batch_texts, new_tokens, temperature=0.0).tolist()
+    def engine_generate(new_tokens: int, kv_cache=None) -> list:
+        return engine.generate(setup.demo, tokenizer, batch_texts, new_tokens, temperature=0.0, kv_cache=kv_cache).tolist()
+
+    def static(new_tokens: int, batch: int = 1, prompt_len: int = len(setup.prompt_ids)):
+        """A static cache sized for exactly this run, as a generator that knows its lengths would allocate it."""
+        return StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=prompt_len + new_tokens)
 
     def greedy(new_tokens: int, kv_cache=None) -> list:
         return [tokenizer.encode(sampler.sample(prompt, new_tokens, temperature=0, kv_cache=kv_cache))]
@@ -245,11 +262,15 @@ def variants(setup: Setup) -> list[Variant]:
     return [
         Variant("greedy", "uncached", "uncached", lambda n: greedy(n)),
         Variant("greedy", "cached", "KV cache", lambda n: greedy(n, KeyValueCache.new_empty(cfg))),
+        Variant("greedy", "static", "static cache", lambda n: greedy(n, static(n))),
         Variant("greedy", "hf", "HF generate", lambda n: hf_generate(n)),
         Variant("beam", "uncached", "uncached", lambda n: beam_search(n)),
         Variant("beam", "cached", "KV cache", lambda n: beam_search(n, KeyValueCache.new_empty(cfg))),
+        Variant("beam", "static", "static cache", lambda n: beam_search(n, static(n, batch=beams))),
         Variant("beam", "hf", "HF generate", lambda n: hf_generate(n, **hf_beams)),
         Variant("batched", "engine", "engine generate", engine_generate),
+        Variant("batched", "static", "engine, static cache",
+                lambda n: engine_generate(n, static(n, len(batch_texts), batch_ids.shape[1]))),
         Variant("batched", "hf", "HF generate", lambda n: hf_generate(n, batch_ids, batch_mask)),
     ]
 
@@ -278,18 +299,19 @@ def check_lengths(variant: Variant, sequences: list, setup: Setup) -> None:
 
 def check_greedy(outputs: dict[str, list]) -> None:
     reference = outputs["hf"][0]
-    for name in ("uncached", "cached"):
+    for name in (name for name in outputs if name != "hf"):
         if outputs[name][0] != reference:
             first = next(i for i, (a, b) in enumerate(zip(outputs[name][0], reference)) if a != b)
             raise BenchCheckError(f"greedy {name} differs from HF generate from position {first} on")
 
 
 def check_batched(outputs: dict[str, list]) -> None:
-    """The engine's left-padded batch must equal HF's, row for row and token for token."""
-    for row, (ours, theirs) in enumerate(zip(outputs["engine"], outputs["hf"])):
-        if ours != theirs:
-            first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
-            raise BenchCheckError(f"batched greedy: row {row} differs from HF generate from position {first} on")
+    """The engine's left-padded batch (each cache) must equal HF's, row for row and token for token."""
+    for name in (name for name in outputs if name != "hf"):
+        for row, (ours, theirs) in enumerate(zip(outputs[name], outputs["hf"])):
+            if ours != theirs:
+                first = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+                raise BenchCheckError(f"batched greedy {name}: row {row} differs from HF generate from position {first} on")
 
 
 def beam_scores(setup: Setup, sequences: list) -> list[float]:
@@ -305,7 +327,7 @@ def beam_scores(setup: Setup, sequences: list) -> list[float]:
 def check_beams(setup: Setup, outputs: dict[str, list]) -> None:
     """Same beams in the same order, or, where two beams swap, scores that tie within float noise."""
     scores = {name: beam_scores(setup, seqs) for name, seqs in outputs.items()}
-    for name in ("uncached", "cached"):
+    for name in (name for name in outputs if name != "hf"):
         if not all(math.isclose(a, b, abs_tol=SCORE_ATOL) for a, b in zip(scores[name], scores["hf"])):
             raise BenchCheckError(
                 f"beam search {name} found beams with summed log-probs {[round(s, 3) for s in scores[name]]}, "
@@ -361,6 +383,51 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
             check_batched(outputs["batched"])
     bar.close()
     return all_variants
+
+
+# ---------------------------------------------------------------------------------------
+# Memory bandwidth: the limit of a one-token decode step
+# ---------------------------------------------------------------------------------------
+
+
+def measure_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
+    """Bytes per second that this machine streams from memory: the best of ``repeats`` sums over a big buffer.
+
+    A sum reads each float once and does one addition with it, so it runs at the speed
+    memory delivers data, with torch's threads as the decode steps use them. The buffer is
+    larger than any CPU cache, so that it really comes from memory.
+    """
+    data = torch.ones(megabytes * 2**20 // 4)
+    data.sum()  # touch every page once before timing
+    best = math.inf
+    for _ in range(repeats):
+        start = time.perf_counter()
+        data.sum()
+        best = min(best, time.perf_counter() - start)
+    return data.numel() * data.element_size() / best
+
+
+def weight_bytes_per_token(model: torch.nn.Module) -> int:
+    """Bytes of weights a one-token decode step reads: every parameter, except the one row of
+    the embedding and of the position embedding that the token uses."""
+    total = sum(p.numel() * p.element_size() for p in model.parameters())
+    for table in (model.embed.W_E, model.pos_embed.W_pos):
+        total -= (table.shape[0] - 1) * table.shape[1] * table.element_size()
+    return total
+
+
+def bandwidth_report(setup: Setup, results: list[Variant], bandwidth: float, console) -> None:
+    """Greedy tokens per second beside the bandwidth limit: bandwidth / bytes read per token."""
+    per_token = weight_bytes_per_token(setup.demo)
+    limit = bandwidth / per_token
+    console.print(
+        f"memory bandwidth, measured: {bandwidth / 1e9:.1f} GB/s; a decode step reads {per_token / 1e6:.0f} MB "
+        f"of weights, so greedy decoding is limited to {limit:.1f} tokens/s"
+    )
+    for variant in results:
+        if variant.task == "greedy" and variant.name != "uncached":
+            tokens_per_s = setup.new_tokens / statistics.median(variant.times)
+            console.print(f"  greedy, {variant.label}: {tokens_per_s:.1f} tokens/s = {tokens_per_s / limit:.0%} of the limit")
 
 
 def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, float, float, bool]]:
@@ -463,6 +530,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     console.print("[green]checked:[/] every variant generated the same tokens (greedy, batched) and beams (beam search)")
     outcomes = report(setup, results, console)
+    bandwidth_report(setup, results, measure_bandwidth(64 if args.quick else 512), console)
     console.print(f"total time {time.perf_counter() - started:.0f} s")
     if load_before is not None:
         load_after, cores = os.getloadavg()[0], os.cpu_count() or 1
