@@ -168,3 +168,11 @@ def test_bad_settings_fail_with_a_message(model, tokens, tiny):
     with pytest.raises(ValueError, match="next token"):
         long_text.sliding_window_nll(model, tokens, 8, [tokens.shape[1] - 1])
     assert long_text.main(["--model", "tiny", "--window", str(tiny.cfg.n_ctx + 1), "--texts", "1"]) == 2
+
+
+def test_smoothed_nll_averages_what_was_scored():
+    nll = torch.tensor([[1.0, float("nan"), 3.0, 5.0, float("nan")], [3.0, float("nan"), 5.0, 7.0, float("nan")]])
+    curve = long_text.smoothed_nll(nll, width=2)
+    # Position means 2, -, 4, 6, -; windows of 2 ending at each position; nothing after the last one scored.
+    torch.testing.assert_close(curve, torch.tensor([2.0, 2.0, 4.0, 5.0, float("nan")]), equal_nan=True)
+    assert long_text.smoothed_nll(torch.full((2, 3), float("nan"))).isnan().all()

@@ -305,6 +305,25 @@ def run_experiment(
     return results
 
 
+def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tensor, "pos"]:
+    """For plotting: the mean NLL over texts at each position, averaged over the ``width`` positions
+    ending there. Positions a method did not score (NaN) are skipped; NaN comes out where none was,
+    and after the last position it scored (full attention stops at n_ctx)."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    scored = ~nll.isnan()
+    # Running sums make every window's total a difference of two entries.
+    sums = torch.cat([torch.zeros(1), torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
+    counts = torch.cat([torch.zeros(1), scored.sum(0).cumsum(0).float()])
+    end = torch.arange(1, nll.shape[1] + 1)
+    start = (end - width).clamp(min=0)
+    count = counts[end] - counts[start]
+    curve = torch.where(count > 0, (sums[end] - sums[start]) / count.clamp(min=1), float("nan"))
+    if scored.any():
+        curve[int(scored.any(0).nonzero().max()) + 1 :] = float("nan")
+    return curve
+
+
 # ---------------------------------------------------------------------------------------
 # Attention on the first tokens (by another route: Hugging Face's eager attention)
 # ---------------------------------------------------------------------------------------
