@@ -17,7 +17,8 @@ what the model sees when it predicts token ``t + 1``:
   token), and checked against one uncached forward pass.
 * **sliding window, recomputed**: the last ``W`` tokens, run from scratch at positions
   ``0 .. W - 1``, as if the text started there. The quality reference for a budget of
-  ``W`` tokens, but O(W) work per token, so only every ``stride``-th position is scored.
+  ``W`` tokens, but O(W) work per token, so only every ``stride``-th position is scored
+  (and the table compares every method on those positions).
 * **window cache**: a ``SinkCache`` without sinks (``num_sink_tokens=0``): each token is
   computed once and its key stays at the position it was computed at; the oldest is evicted.
 * **sink cache**: the same with the first ``num_sink_tokens`` tokens kept forever.
