@@ -32,6 +32,7 @@ NOTEBOOKS = {
     3: "03_beam_search.ipynb",
     4: "04_kv_cache.ipynb",
     5: "05_generation_engine.ipynb",
+    6: "06_caches.ipynb",
     7: "07_speculative_decoding.ipynb",
 }
 

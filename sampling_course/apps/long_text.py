@@ -1,0 +1,540 @@
+"""The long-text experiment (part 6): what each way of reading past n_ctx costs in quality, memory and time.
+
+    sampling-course long-text                  # the story model, or GPT-2 when cached (--model auto)
+    sampling-course long-text --quick          # a smoke run in a few seconds (small texts and window)
+
+The texts: stories from the course's grammar (``sampling_course.stories``), each after an
+``<|endoftext|>`` token, concatenated into texts of ``length`` tokens (3 x n_ctx by
+default). They are held-out stories (``HELDOUT_SEED``), never seen in training.
+
+Each text is read with teacher forcing: the true text goes in, and at every position ``t``
+we read the negative log-likelihood (NLL) that the model gives the true token ``t + 1``.
+Averaged over positions and exponentiated, that is the perplexity. The methods differ in
+what the model sees when it predicts token ``t + 1``:
+
+* **full attention**: the whole prefix, while it fits (``t < n_ctx``). The quality ceiling.
+  Run one token at a time through a ``StaticKeyValueCache`` (that gives its time per
+  token), and checked against one uncached forward pass.
+* **sliding window, recomputed**: the last ``W`` tokens, run from scratch at positions
+  ``0 .. W - 1``, as if the text started there. The quality reference for a budget of
+  ``W`` tokens, but O(W) work per token, so only every ``stride``-th position is scored
+  (and the table compares every method on those positions).
+* **window cache**: a ``SinkCache`` without sinks (``num_sink_tokens=0``): each token is
+  computed once and its key stays at the position it was computed at; the oldest is evicted.
+* **sink cache**: the same with the first ``num_sink_tokens`` tokens kept forever.
+
+Both caches run with each position rule (``"cache"``: positions stop at ``W - 1``;
+``"absolute"``: at ``n_ctx - 1``). Until the window fills (``t < W``) every method sees the
+whole prefix at its true positions, so every method must give full attention's NLL there:
+the experiment checks that and prints the largest difference.
+
+``attention_mass_on_first`` measures, by another route (Hugging Face's eager attention),
+how much attention each layer and head puts on the first few tokens of a text: the
+"attention sinks" that the sink cache keeps.
+
+The computing functions are importable (the part 6 notebook uses them) and print nothing;
+``table`` and ``attention_table`` turn their results into rich tables.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from types import ModuleType
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+from sampling_course.stories import HELDOUT_SEED, sample_stories
+
+POSITION_RULES = ("cache", "absolute")
+FULL = "full attention"
+SLIDING = "sliding window, recomputed"
+
+
+def cache_method(num_sink_tokens: int, position_rule: str) -> str:
+    """The name of a SinkCache method in the results: 'window cache' without sinks, 'sink cache' with."""
+    kind = "sink cache" if num_sink_tokens else "window cache"
+    return f"{kind}, {position_rule} positions"
+
+
+# ---------------------------------------------------------------------------------------
+# The texts
+# ---------------------------------------------------------------------------------------
+
+
+def story_texts(tokenizer, n_texts: int, length: int, seed: int = HELDOUT_SEED) -> Int[Tensor, "text pos"]:
+    """``n_texts`` texts of exactly ``length`` tokens: stories, each after ``<|endoftext|>``.
+
+    Every text starts with ``<|endoftext|>``, as the model's training windows did, and the
+    last story is cut wherever the length runs out. The same seed gives the same texts.
+    """
+    if n_texts < 1 or length < 2:
+        raise ValueError(f"need n_texts >= 1 and length >= 2, got n_texts={n_texts}, length={length}")
+    eos = tokenizer.eos_token_id
+    if eos is None:
+        raise ValueError("the tokenizer has no end-of-text token to separate the stories with")
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n_texts):
+        ids: list[int] = []
+        while len(ids) < length:
+            for story in sample_stories(8, rng.getrandbits(32)):
+                ids += [eos] + tokenizer(story.text).input_ids
+        texts.append(ids[:length])
+    return torch.tensor(texts)
+
+
+# ---------------------------------------------------------------------------------------
+# Per-position NLL, one function per way of reading the text
+# ---------------------------------------------------------------------------------------
+
+
+def next_token_nll(
+    logits: Float[Tensor, "text pos d_vocab"], targets: Int[Tensor, "text pos"]
+) -> Float[Tensor, "text pos"]:
+    """-log p(target) at every position: the cross-entropy of each prediction."""
+    return -logits.float().log_softmax(dim=-1).gather(-1, targets[..., None])[..., 0]
+
+
+def _empty_nll(tokens: Tensor) -> Tensor:
+    # NaN marks the positions a method did not score (past n_ctx, or skipped by a stride).
+    return torch.full((tokens.shape[0], tokens.shape[1] - 1), float("nan"))
+
+
+@torch.inference_mode()
+def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, "text pos_minus_1"]:
+    """NLL at every position ``t < n_ctx`` from one uncached forward pass over the first n_ctx tokens.
+
+    Entry ``t`` is the NLL of token ``t + 1`` given tokens ``0 .. t``; NaN from n_ctx on.
+    """
+    n = min(tokens.shape[1] - 1, model.cfg.n_ctx)
+    nll = _empty_nll(tokens)
+    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1])
+    return nll
+
+
+@torch.inference_mode()
+def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int | None = None) -> tuple[Tensor, float]:
+    """NLL at positions ``0 .. n_positions - 1``, feeding the text one token per call through ``cache``.
+
+    One token per call is how a generator uses a cache, so the time (returned in seconds,
+    model calls only) is the time of decode steps. ``cache`` is an empty
+    ``StaticKeyValueCache`` or ``SinkCache`` with one row per text.
+    """
+    steps = tokens.shape[1] - 1 if n_positions is None else n_positions
+    nll = _empty_nll(tokens)
+    seconds = 0.0
+    for t in range(steps):
+        start = time.perf_counter()
+        logits, cache = model(tokens[:, : t + 1], cache)  # only token t is new to the cache
+        seconds += time.perf_counter() - start
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+    return nll, seconds
+
+
+@torch.inference_mode()
+def sliding_window_nll(
+    model, tokens: Int[Tensor, "text pos"], window: int, positions: list[int] | range
+) -> tuple[Tensor, float]:
+    """NLL at each of ``positions`` from the last ``window`` tokens, recomputed from scratch.
+
+    The window is an ordinary uncached forward pass over tokens ``t - window + 1 .. t``, at
+    positions ``0 .. window - 1`` (the whole prefix while ``t < window``). Returns the NLL
+    (NaN at the positions not asked for) and the seconds spent in the model.
+    """
+    nll = _empty_nll(tokens)
+    seconds = 0.0
+    for t in positions:
+        if not 0 <= t < tokens.shape[1] - 1:
+            raise ValueError(f"position {t} has no next token to predict in a text of {tokens.shape[1]} tokens")
+        start = time.perf_counter()
+        logits = model(tokens[:, max(0, t + 1 - window) : t + 1])[:, -1:]
+        seconds += time.perf_counter() - start
+        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0]
+    return nll, seconds
+
+
+# ---------------------------------------------------------------------------------------
+# The experiment
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class MethodResult:
+    """One method's per-position NLL, model time and memory."""
+
+    name: str
+    nll: Float[Tensor, "text pos_minus_1"]  # NaN where the method did not score
+    seconds: float  # time spent in the model
+    cache_bytes: int  # the keys and values it holds for one text (0: it holds none)
+    how: str  # how it ran, for the table
+
+    @property
+    def scored(self) -> int:
+        """Token predictions scored, over all texts."""
+        return int((~self.nll.isnan()).sum())
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000 * self.seconds / self.scored
+
+
+@dataclass
+class LongTextResults:
+    model_name: str
+    n_ctx: int
+    window: int
+    num_sink_tokens: int
+    stride: int
+    tokens: Int[Tensor, "text pos"]
+    methods: dict[str, MethodResult] = field(default_factory=dict)
+    uncached_full_nll: Tensor | None = None  # full attention from one uncached pass, for the checks
+
+    def ranges(self) -> list[tuple[str, int, int]]:
+        """(label, start, end) of the position ranges the table averages over."""
+        end = self.tokens.shape[1] - 1
+        w, n = min(self.window, end), min(self.n_ctx, end)
+        return [(f"t < {w}", 0, w), (f"{w} ≤ t < {n}", w, n), (f"t ≥ {n}", n, end)]
+
+    def common_positions(self, start: int, end: int) -> Tensor:
+        """Where, in positions ``start .. end - 1``, every method that scores any of them has scored.
+
+        The recomputed sliding window scores only every ``stride``-th position: comparing
+        every method on the same positions keeps the comparison fair (position 0, say, is
+        hard to predict for everyone).
+        """
+        common = torch.ones_like(self.tokens[:, start:end], dtype=torch.bool)
+        for result in self.methods.values():
+            scored = ~result.nll[:, start:end].isnan()
+            if scored.any():
+                common &= scored
+        return common
+
+    def mean_nll(self, name: str, start: int, end: int, common: bool = True) -> float:
+        """Mean NLL of a method over positions ``start .. end - 1`` (NaN if it scored none of them).
+
+        ``common``: only over the positions every method scored (``common_positions``);
+        otherwise over every position this method scored.
+        """
+        values = self.methods[name].nll[:, start:end]
+        keep = ~values.isnan() & (self.common_positions(start, end) if common else True)
+        return values[keep].mean().item() if keep.any() else float("nan")
+
+    def checks(self) -> dict[str, float]:
+        """Largest |NLL difference| where methods must agree: the window covers the whole prefix."""
+        full = self.methods[FULL].nll
+        w = min(self.window, full.shape[1])
+        out = {}
+        if self.uncached_full_nll is not None:
+            out["full attention: static cache vs one uncached pass"] = _max_diff(full, self.uncached_full_nll)
+        for name, result in self.methods.items():
+            if name != FULL:
+                out[f"{name} vs full attention, t < {w}"] = _max_diff(result.nll[:, :w], full[:, :w])
+        return out
+
+
+def _max_diff(a: Tensor, b: Tensor) -> float:
+    both = ~(a.isnan() | b.isnan())
+    return (a[both] - b[both]).abs().max().item() if both.any() else float("nan")
+
+
+def cache_bytes(cache) -> int:
+    """Bytes of keys and values a cache holds for one text (its buffer over its rows)."""
+    return cache.buffer.numel() * cache.buffer.element_size() // cache.buffer.shape[2]
+
+
+def run_experiment(
+    model,
+    caches: ModuleType,
+    tokens: Int[Tensor, "text pos"],
+    window: int,
+    num_sink_tokens: int = 4,
+    stride: int = 4,
+    model_name: str = "",
+    progress=None,
+) -> LongTextResults:
+    """Every method on ``tokens`` (one row per text, all texts as one batch).
+
+    ``caches`` is the part 6 module (``solutions.caches`` or ``exercises.caches``) and
+    ``model`` a DemoTransformer of the same implementation. ``progress(message)``, if
+    given, is called before each method.
+    """
+    cfg = model.cfg
+    batch, length = tokens.shape
+    if isinstance(window, bool) or not isinstance(window, int) or not 2 <= window <= cfg.n_ctx:
+        raise ValueError(
+            f"window must be an integer in [2, n_ctx={cfg.n_ctx}]: the window's tokens sit at positions "
+            f"0 .. window - 1, which the model must have learned; got {window!r}"
+        )
+    if not 0 <= num_sink_tokens < window:
+        raise ValueError(f"num_sink_tokens must be in [0, window - 1 = {window - 1}], got {num_sink_tokens}")
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    if length < 2:
+        raise ValueError(f"the texts need at least 2 tokens, got {length}")
+    say = progress or (lambda message: None)
+    results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens)
+
+    say(FULL)
+    results.uncached_full_nll = full_attention_nll(model, tokens)
+    static = caches.StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=cfg.n_ctx)
+    nll, seconds = cached_nll(model, tokens, static, n_positions=min(length - 1, cfg.n_ctx))
+    results.methods[FULL] = MethodResult(FULL, nll, seconds, cache_bytes(static), "a static cache of n_ctx slots")
+
+    say(SLIDING)
+    positions = range(0, length - 1, stride)
+    nll, seconds = sliding_window_nll(model, tokens, window, positions)
+    every = "" if stride == 1 else f"; scored every {stride}th t"
+    results.methods[SLIDING] = MethodResult(SLIDING, nll, seconds, 0, f"W tokens rerun per token{every}")
+
+    for sinks in sorted({0, num_sink_tokens}):
+        for rule in POSITION_RULES:
+            name = cache_method(sinks, rule)
+            say(name)
+            cache = caches.SinkCache.new_empty(
+                cfg, batch=batch, window_length=window, num_sink_tokens=sinks, position_rule=rule
+            )
+            nll, seconds = cached_nll(model, tokens, cache)
+            how = f"{sinks} sinks + {window - sinks} recent" if sinks else f"{window} recent"
+            results.methods[name] = MethodResult(name, nll, seconds, cache_bytes(cache), how)
+    return results
+
+
+def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tensor, "pos"]:
+    """For plotting: the mean NLL over texts at each position, averaged over the ``width`` positions
+    ending there. Positions a method did not score (NaN) are skipped; NaN comes out where none was,
+    and after the last position it scored (full attention stops at n_ctx)."""
+    if width < 1:
+        raise ValueError(f"width must be >= 1, got {width}")
+    scored = ~nll.isnan()
+    # Running sums make every window's total a difference of two entries.
+    sums = torch.cat([torch.zeros(1), torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
+    counts = torch.cat([torch.zeros(1), scored.sum(0).cumsum(0).float()])
+    end = torch.arange(1, nll.shape[1] + 1)
+    start = (end - width).clamp(min=0)
+    count = counts[end] - counts[start]
+    curve = torch.where(count > 0, (sums[end] - sums[start]) / count.clamp(min=1), float("nan"))
+    if scored.any():
+        curve[int(scored.any(0).nonzero().max()) + 1 :] = float("nan")
+    return curve
+
+
+# ---------------------------------------------------------------------------------------
+# Attention on the first tokens (by another route: Hugging Face's eager attention)
+# ---------------------------------------------------------------------------------------
+
+
+def eager_hf_model(reference):
+    """A fresh copy of the reference's Hugging Face model whose attention can return its patterns."""
+    from transformers import GPT2LMHeadModel
+
+    from sampling_course.reference import _quiet_transformers
+
+    _quiet_transformers()
+    # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
+    return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
+
+
+@torch.inference_mode()
+def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[Tensor, "text n_heads query_pos key_pos"]]:
+    """Every layer's attention pattern on ``tokens`` (at most n_ctx of them): softmax over keys, per query."""
+    if tokens.shape[1] > hf_model.config.n_positions:
+        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={hf_model.config.n_positions}")
+    return list(hf_model(tokens, output_attentions=True).attentions)
+
+
+def attention_mass(
+    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"], from_position: int = 64
+) -> Float[Tensor, "n_layers n_heads"]:
+    """The share of attention each head puts on the key positions marked in ``keys``, averaged over
+    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
+    n = min(tokens.shape[1], hf_model.config.n_positions)
+    if not 0 <= from_position < n:
+        raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
+    if keys.shape != tokens.shape:
+        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
+    total = 0.0
+    for row, marked in zip(tokens[:, :n], keys[:, :n]):
+        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0]  # (layer, head, query, key)
+        total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
+    return total / len(tokens)
+
+
+def attention_mass_on_first(
+    hf_model, tokens: Int[Tensor, "text pos"], k: int = 4, from_position: int = 64
+) -> Float[Tensor, "n_layers n_heads"]:
+    """The share of attention each head puts on the first ``k`` tokens of the text (see ``attention_mass``)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    first = torch.zeros(tokens.shape, dtype=torch.bool)
+    first[:, :k] = True
+    return attention_mass(hf_model, tokens, first, from_position)
+
+
+def uniform_mass_on_first(k: int, from_position: int, n_positions: int) -> float:
+    """The same share for a head that spread its attention evenly over every key it may see."""
+    return sum(min(k, q + 1) / (q + 1) for q in range(from_position, n_positions)) / (n_positions - from_position)
+
+
+# ---------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------
+
+
+def _nll_cell(value: float) -> str:
+    return "—" if math.isnan(value) else f"{value:.3f} ({math.exp(value):.3g})"
+
+
+def _size(n_bytes: int) -> str:
+    return "none" if n_bytes == 0 else f"{n_bytes / 2**20:.2f} MiB"
+
+
+def table(results: LongTextResults):
+    """The results as a rich Table: NLL (perplexity) per position range, memory and time per method."""
+    from rich.table import Column, Table
+
+    n_texts, length = results.tokens.shape
+    ranges = results.ranges()
+    every = f" (every {results.stride}th)" if results.stride > 1 and SLIDING in results.methods else ""
+    out = Table(
+        "method", "cache\nper text", "ms per\ntoken",
+        *[Column(f"NLL (ppl)\n{label}", no_wrap=True) for label, _, _ in ranges],
+        title=(
+            f"Long texts on {results.model_name} (n_ctx {results.n_ctx}): {n_texts} texts x {length} tokens, "
+            f"window W = {results.window}, {results.num_sink_tokens} sink tokens"
+        ),
+        caption=(
+            "NLL: mean negative log-likelihood of the true next token in nats, ppl = exp(NLL), over the positions "
+            f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
+            f"one text. ms per token: time in the model per token scored; every method but the sliding window "
+            f"runs 1 token per step; {n_texts} texts per step, CPU, {torch.get_num_threads()} torch thread(s)."
+        ),
+    )
+    for name, result in results.methods.items():
+        cells = [_nll_cell(results.mean_nll(name, start, end)) for _, start, end in ranges]
+        out.add_row(f"{name}\n[dim]{result.how}[/]", _size(result.cache_bytes), f"{result.ms_per_token:.2f}", *cells)
+    return out
+
+
+def attention_table(mass: Tensor, k: int, from_position: int, n_positions: int, model_name: str = ""):
+    """Per layer: the mean share of attention on the first ``k`` tokens, its largest head, and uniform's."""
+    from rich.table import Table
+
+    uniform = uniform_mass_on_first(k, from_position, n_positions)
+    out = Table(
+        "layer", "mean over heads", "largest head", "uniform attention",
+        title=f"Share of attention on the first {k} tokens{' of ' + model_name if model_name else ''} "
+        f"(queries {from_position}-{n_positions - 1})",
+    )
+    for layer, heads in enumerate(mass):
+        out.add_row(str(layer), f"{heads.mean():.3f}", f"{heads.max():.3f}", f"{uniform:.3f}")
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="sampling-course long-text", description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--model", choices=["auto", "story", "gpt2", "tiny"], default=None,
+                        help="the model: auto (GPT-2 when cached, else story; the default), story, gpt2, or tiny "
+                        "(random weights, for smoke runs); --quick defaults to story")
+    parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions", help="whose code runs")
+    parser.add_argument("--texts", type=int, default=4, help="number of texts (default 4)")
+    parser.add_argument("--length", type=int, default=None, help="tokens per text (default 3 x n_ctx)")
+    parser.add_argument("--window", type=int, default=None, help="window length W (default n_ctx / 2: 256 on story)")
+    parser.add_argument("--sinks", type=int, default=4, help="sink tokens of the sink cache (default 4)")
+    parser.add_argument("--stride", type=int, default=4,
+                        help="score the recomputed sliding window at every stride-th position (default 4)")
+    parser.add_argument("--seed", type=int, default=HELDOUT_SEED, help="seed of the stories (default: the held-out seed)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--no-attention", action="store_true", help="skip the attention-on-the-first-tokens table")
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 2 texts of n_ctx + 32 tokens, window 32, stride 8 (a few seconds)")
+    args = parser.parse_args(argv)
+    if args.model is None:
+        args.model = "story" if args.quick else "auto"
+    if args.quick:
+        args.texts, args.stride = 2, 8
+    for name in ("texts", "stride", "threads"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(args.threads)
+    try:
+        return _run(args)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from sampling_course.grading.impl import impl_module, load_demo
+    from sampling_course.reference import ReferenceUnavailable, load_reference
+
+    console = Console()
+    started = time.perf_counter()
+    try:
+        reference = load_reference(args.model)
+    except ReferenceUnavailable as exc:
+        console.print(f"[red]{exc}[/]")
+        return 1
+    cfg = reference.cfg
+    length = args.length if args.length is not None else (cfg.n_ctx + 32 if args.quick else 3 * cfg.n_ctx)
+    window = args.window if args.window is not None else (min(32, cfg.n_ctx // 2) if args.quick else cfg.n_ctx // 2)
+    if not 2 <= window <= cfg.n_ctx:
+        console.print(f"[red]--window must be between 2 and the model's n_ctx={cfg.n_ctx}, got {window}[/]")
+        return 2
+    if not 0 <= args.sinks < window:
+        console.print(f"[red]--sinks must be between 0 and window - 1 = {window - 1}, got {args.sinks}[/]")
+        return 2
+    if length < 2:
+        console.print(f"[red]--length must be at least 2, got {length}[/]")
+        return 2
+    model = load_demo(reference, impl_module("transformer", args.impl))
+    caches = impl_module("caches", args.impl)
+    tokens = story_texts(reference.tokenizer, args.texts, length, args.seed)
+    with console.status("") as status:
+        results = run_experiment(
+            model, caches, tokens, window, args.sinks, args.stride, model_name=reference.name,
+            progress=lambda name: status.update(f"running: {name}"),
+        )
+    console.print(table(results))
+    bad = {name: diff for name, diff in results.checks().items() if not diff <= 1e-3}
+    worst = max(results.checks().values())
+    if bad:
+        console.print(f"[red]check failed: methods disagree where the window covers the whole prefix: {bad}[/]")
+    else:
+        console.print(f"checked: before the window fills, every method gives full attention's NLL "
+                      f"(largest difference {worst:.1e} nats)")
+    if not args.no_attention:
+        from_position = min(64, window // 2)
+        n = min(length, cfg.n_ctx)
+        mass = attention_mass_on_first(eager_hf_model(reference), tokens, args.sinks or 1, from_position)
+        console.print(attention_table(mass, args.sinks or 1, from_position, n, reference.name))
+    load = f"; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores" if hasattr(os, "getloadavg") else ""
+    console.print(f"total time {time.perf_counter() - started:.0f} s{load}")
+    if args.quick:
+        console.print("[yellow]--quick: short texts and a small window; only a smoke run[/]")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
