@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: cb403afc4e23c97148145bbe0fc042f59a3df29ea38e9ac6cea433775797fced
+# stub-checksum: fd426ae495d053488e1daaf85abceaecf348fe9c7180b54a3a09bd34d0a8f70c
 """Part 6: caches for long and fast generation.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -56,6 +56,7 @@ class FusedAttention:
     W_QKV: Float[Tensor, "d_model qkv"]  # qkv = 3 * n_heads * d_head: queries, keys, values side by side
     b_QKV: Float[Tensor, "qkv"]
     W_O: Float[Tensor, "heads_d_head d_model"]  # heads_d_head = n_heads * d_head
+    b_O: Float[Tensor, "d_model"]
 
 
 def fuse_qkv(attn) -> FusedAttention:
@@ -69,31 +70,47 @@ def fuse_qkv(attn) -> FusedAttention:
     # Hint: rearrange each (n_heads, d_model, d_head) weight to (d_model, n_heads * d_head), then cat the three.
     raise NotImplementedError()
     # Contiguous: a matmul streams a contiguous weight fastest (these copies are made once per model).
-    return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous())
+    return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous(), attn.b_O.detach())
 
 
-# The fused weights of each model, with the version of every attention weight they were made from.
-_FUSED: "weakref.WeakKeyDictionary[DemoTransformer, tuple[tuple, list[FusedAttention]]]" = weakref.WeakKeyDictionary()
+@dataclass
+class FastLayer:
+    """One block's weights as the fast path reads them: plain tensors, with no nn.Module lookups per step."""
+
+    ln1_w: Float[Tensor, "d_model"]
+    ln1_b: Float[Tensor, "d_model"]
+    attn: FusedAttention
+    ln2_w: Float[Tensor, "d_model"]
+    ln2_b: Float[Tensor, "d_model"]
+    W_in: Float[Tensor, "d_model d_mlp"]
+    b_in: Float[Tensor, "d_mlp"]
+    W_out: Float[Tensor, "d_mlp d_model"]
+    b_out: Float[Tensor, "d_model"]
 
 
-def fused_weights(model: DemoTransformer) -> list[FusedAttention]:
-    """``fuse_qkv`` of every layer of ``model``, made once and reused while its weights stay the same.
+def fast_layer(block) -> FastLayer:
+    return FastLayer(
+        block.ln1.w.detach(), block.ln1.b.detach(), fuse_qkv(block.attn), block.ln2.w.detach(), block.ln2.b.detach(),
+        block.mlp.W_in.detach(), block.mlp.b_in.detach(), block.mlp.W_out.detach(), block.mlp.b_out.detach(),
+    )
+
+
+# The fast layers of each model, with the version of every block weight they were made from.
+_FUSED: "weakref.WeakKeyDictionary[DemoTransformer, tuple[tuple, list[FastLayer]]]" = weakref.WeakKeyDictionary()
+
+
+def fused_weights(model: DemoTransformer) -> list[FastLayer]:
+    """``fast_layer`` of every block of ``model``, made once and reused while its weights stay the same.
 
     A weight changed in place (loading a state dict, training) bumps its ``_version``; one
     moved to another device is a new tensor. Either makes a fresh copy.
     """
-    attn_weights = [p for block in model.blocks for p in block.attn.parameters()]
-    key = tuple((p.data_ptr(), p._version) for p in attn_weights)
+    key = tuple((p.data_ptr(), p._version) for p in model.blocks.parameters())
     cached = _FUSED.get(model)
     if cached is None or cached[0] != key:
-        cached = (key, [fuse_qkv(block.attn) for block in model.blocks])
+        cached = (key, [fast_layer(block) for block in model.blocks])
         _FUSED[model] = cached
     return cached[1]
-
-
-def layer_norm(residual: Float[Tensor, "batch pos d_model"], ln) -> Float[Tensor, "batch pos d_model"]:
-    """The model's LayerNorm ``ln`` (its w, b and eps) as PyTorch's single fused kernel."""
-    return F.layer_norm(residual, residual.shape[-1:], ln.w, ln.b, ln.cfg.layer_norm_eps)
 
 
 def fast_forward(
@@ -110,11 +127,13 @@ def fast_forward(
     ``(keys, values)``, each ``(batch, key_pos, n_heads, d_head)``: every position the new
     queries may look at. ``attn_mask`` (broadcast to ``(batch, n_heads, new_pos, key_pos)``;
     True or 0.0 = may attend) narrows that further; None lets every query see every key.
-    ``cache.fused`` holds ``fuse_qkv`` of every layer.
+    ``cache.fused`` holds a ``FastLayer`` per block: its LayerNorm and MLP weights and
+    ``fuse_qkv`` of its attention.
     """
     cfg = model.cfg
     batch, new_pos = new_tokens.shape
-    # Hint: per layer: LayerNorm, one addmm for Q, K and V, cache.update, SDPA on (batch, heads, pos, d_head), W_O, MLP.
+    rows, d_model, eps = batch * new_pos, (cfg.d_model,), cfg.layer_norm_eps
+    # Hint: rows of (batch * new_pos, d_model); per layer: layer_norm, addmm to Q, K, V, cache.update, SDPA, W_O, MLP.
     raise NotImplementedError()
 
 

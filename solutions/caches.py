@@ -53,6 +53,7 @@ class FusedAttention:
     W_QKV: Float[Tensor, "d_model qkv"]  # qkv = 3 * n_heads * d_head: queries, keys, values side by side
     b_QKV: Float[Tensor, "qkv"]
     W_O: Float[Tensor, "heads_d_head d_model"]  # heads_d_head = n_heads * d_head
+    b_O: Float[Tensor, "d_model"]
 
 
 def fuse_qkv(attn) -> FusedAttention:
@@ -70,31 +71,47 @@ def fuse_qkv(attn) -> FusedAttention:
     W_O = einops.rearrange(attn.W_O, "n h d -> (n h) d")
     ### END SOLUTION
     # Contiguous: a matmul streams a contiguous weight fastest (these copies are made once per model).
-    return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous())
+    return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous(), attn.b_O.detach())
 
 
-# The fused weights of each model, with the version of every attention weight they were made from.
-_FUSED: "weakref.WeakKeyDictionary[DemoTransformer, tuple[tuple, list[FusedAttention]]]" = weakref.WeakKeyDictionary()
+@dataclass
+class FastLayer:
+    """One block's weights as the fast path reads them: plain tensors, with no nn.Module lookups per step."""
+
+    ln1_w: Float[Tensor, "d_model"]
+    ln1_b: Float[Tensor, "d_model"]
+    attn: FusedAttention
+    ln2_w: Float[Tensor, "d_model"]
+    ln2_b: Float[Tensor, "d_model"]
+    W_in: Float[Tensor, "d_model d_mlp"]
+    b_in: Float[Tensor, "d_mlp"]
+    W_out: Float[Tensor, "d_mlp d_model"]
+    b_out: Float[Tensor, "d_model"]
 
 
-def fused_weights(model: DemoTransformer) -> list[FusedAttention]:
-    """``fuse_qkv`` of every layer of ``model``, made once and reused while its weights stay the same.
+def fast_layer(block) -> FastLayer:
+    return FastLayer(
+        block.ln1.w.detach(), block.ln1.b.detach(), fuse_qkv(block.attn), block.ln2.w.detach(), block.ln2.b.detach(),
+        block.mlp.W_in.detach(), block.mlp.b_in.detach(), block.mlp.W_out.detach(), block.mlp.b_out.detach(),
+    )
+
+
+# The fast layers of each model, with the version of every block weight they were made from.
+_FUSED: "weakref.WeakKeyDictionary[DemoTransformer, tuple[tuple, list[FastLayer]]]" = weakref.WeakKeyDictionary()
+
+
+def fused_weights(model: DemoTransformer) -> list[FastLayer]:
+    """``fast_layer`` of every block of ``model``, made once and reused while its weights stay the same.
 
     A weight changed in place (loading a state dict, training) bumps its ``_version``; one
     moved to another device is a new tensor. Either makes a fresh copy.
     """
-    attn_weights = [p for block in model.blocks for p in block.attn.parameters()]
-    key = tuple((p.data_ptr(), p._version) for p in attn_weights)
+    key = tuple((p.data_ptr(), p._version) for p in model.blocks.parameters())
     cached = _FUSED.get(model)
     if cached is None or cached[0] != key:
-        cached = (key, [fuse_qkv(block.attn) for block in model.blocks])
+        cached = (key, [fast_layer(block) for block in model.blocks])
         _FUSED[model] = cached
     return cached[1]
-
-
-def layer_norm(residual: Float[Tensor, "batch pos d_model"], ln) -> Float[Tensor, "batch pos d_model"]:
-    """The model's LayerNorm ``ln`` (its w, b and eps) as PyTorch's single fused kernel."""
-    return F.layer_norm(residual, residual.shape[-1:], ln.w, ln.b, ln.cfg.layer_norm_eps)
 
 
 def fast_forward(
@@ -111,28 +128,31 @@ def fast_forward(
     ``(keys, values)``, each ``(batch, key_pos, n_heads, d_head)``: every position the new
     queries may look at. ``attn_mask`` (broadcast to ``(batch, n_heads, new_pos, key_pos)``;
     True or 0.0 = may attend) narrows that further; None lets every query see every key.
-    ``cache.fused`` holds ``fuse_qkv`` of every layer.
+    ``cache.fused`` holds a ``FastLayer`` per block: its LayerNorm and MLP weights and
+    ``fuse_qkv`` of its attention.
     """
     cfg = model.cfg
     batch, new_pos = new_tokens.shape
+    rows, d_model, eps = batch * new_pos, (cfg.d_model,), cfg.layer_norm_eps
     ### BEGIN SOLUTION
-    # Hint: per layer: LayerNorm, one addmm for Q, K and V, cache.update, SDPA on (batch, heads, pos, d_head), W_O, MLP.
-    residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]
-    for layer, (block, fused) in enumerate(zip(model.blocks, cache.fused)):
-        x = layer_norm(residual, block.ln1).reshape(batch * new_pos, cfg.d_model)
-        # One matmul for queries, keys and values: (batch * new_pos, 3 * n_heads * d_head).
-        qkv = torch.addmm(fused.b_QKV, x, fused.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)
+    # Hint: rows of (batch * new_pos, d_model); per layer: layer_norm, addmm to Q, K, V, cache.update, SDPA, W_O, MLP.
+    # The residual stream as 2-D rows: every linear map is then one torch.addmm.
+    residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)
+    for layer, w in enumerate(cache.fused):
+        x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)
+        # One matmul for queries, keys and values, viewed as (batch, new_pos, 3, n_heads, d_head).
+        qkv = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)
         keys, values = cache.update(layer, qkv[:, :, 1], qkv[:, :, 2])
         # SDPA wants (batch, n_heads, pos, d_head): transposed views, no copies.
         z = F.scaled_dot_product_attention(
             qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=attn_mask
         )
-        z = z.transpose(1, 2).reshape(batch * new_pos, cfg.n_heads * cfg.d_head)
-        residual = residual + torch.addmm(block.attn.b_O, z, fused.W_O).view(batch, new_pos, cfg.d_model)
-        x = layer_norm(residual, block.ln2).reshape(batch * new_pos, cfg.d_model)
-        hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in), approximate="tanh")  # GPT-2's gelu_new
-        residual = residual + torch.addmm(block.mlp.b_out, hidden, block.mlp.W_out).view(batch, new_pos, cfg.d_model)
-    x = layer_norm(residual, model.ln_final).reshape(batch * new_pos, cfg.d_model)
+        # addmm(residual, z, W_O) is residual + z @ W_O in one call; the bias then goes on in place.
+        residual = torch.addmm(residual, z.transpose(1, 2).reshape(rows, -1), w.attn.W_O).add_(w.attn.b_O)
+        x = F.layer_norm(residual, d_model, w.ln2_w, w.ln2_b, eps)
+        hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")  # GPT-2's gelu_new
+        residual = torch.addmm(residual, hidden, w.W_out).add_(w.b_out)
+    x = F.layer_norm(residual, d_model, model.ln_final.w, model.ln_final.b, eps)
     return torch.addmm(model.unembed.b_U, x, model.unembed.W_U).view(batch, new_pos, cfg.d_vocab)
     ### END SOLUTION
 

@@ -71,6 +71,39 @@ def poisoned_static_cache(caches, cfg, batch: int, max_len: int):
 
 
 @pytest.mark.exercise("StaticKeyValueCache.update")
+@pytest.mark.parametrize("batch", [1, 3])
+def test_update_writes_the_next_slots_and_returns_the_filled_prefix(demo, caches, batch, seed):
+    """update writes in place at seq_len.., leaves every other slot alone, and returns views of slots 0..end."""
+    cfg = demo.cfg
+    cache = poisoned_static_cache(caches, cfg, batch, max_len=10)
+    cache.batch = batch
+    buffer = cache.buffer
+    generator = torch.Generator().manual_seed(seed)
+    written_k = torch.full((batch, 10, cfg.n_heads, cfg.d_head), float("nan"))
+    written_v = written_k.clone()
+    for new_pos in (3, 1, 2):
+        start = cache.seq_len
+        for layer in range(cfg.n_layers):
+            k = torch.randn(batch, new_pos, cfg.n_heads, cfg.d_head, generator=generator)
+            v = torch.randn(batch, new_pos, cfg.n_heads, cfg.d_head, generator=generator)
+            keys, values = cache.update(layer, k, v)
+            assert keys.shape == values.shape == (batch, start + new_pos, cfg.n_heads, cfg.d_head), (
+                "update returns the keys and values of the filled slots only: (batch, seq_len + new_pos, n_heads, d_head)"
+            )
+            torch.testing.assert_close(keys[:, start:], k, rtol=0, atol=0)
+            torch.testing.assert_close(values[:, start:], v, rtol=0, atol=0)
+            if layer == 0:
+                written_k[:, start : start + new_pos], written_v[:, start : start + new_pos] = k, v
+                torch.testing.assert_close(keys, written_k[:, : start + new_pos], rtol=0, atol=0)
+                torch.testing.assert_close(values, written_v[:, : start + new_pos], rtol=0, atol=0)
+            assert cache.seq_len == start, "update must not move seq_len: forward does, after the last layer"
+        assert cache.buffer is buffer and cache.buffer[:, :, :, start + new_pos :].isnan().all(), (
+            "update writes into the cache's own buffer, and only the new slots"
+        )
+        cache.seq_len += new_pos  # what forward does after the last layer
+
+
+@pytest.mark.exercise("fast_forward")
 @pytest.mark.parametrize("schedule", [[7, 1, 1, 1], [1, 1, 1, 4, 1, 3]], ids=["prefill-then-singles", "chunks"])
 @pytest.mark.parametrize("batch", [1, 3])
 def test_static_cache_logits_equal_full_forward(reference, demo, caches, impl, schedule, batch, seed):
@@ -95,7 +128,7 @@ def test_static_cache_logits_equal_full_forward(reference, demo, caches, impl, s
     torch.testing.assert_close(static.v, dynamic.v, **TOL)
 
 
-@pytest.mark.exercise("StaticKeyValueCache.update")
+@pytest.mark.exercise("fast_forward")
 def test_static_cache_crop_rolls_back(reference, demo, caches, seed):
     """After crop(n), running the rest again gives the logits of a full forward."""
     cfg = demo.cfg
@@ -118,7 +151,7 @@ def test_static_cache_crop_rolls_back(reference, demo, caches, seed):
         cache.crop(13)
 
 
-@pytest.mark.exercise("StaticKeyValueCache.update")
+@pytest.mark.exercise("fast_forward")
 def test_static_cache_misuse_fails_loudly(demo, caches, reference):
     """Overflow, a wrong batch, a wrong model and a stale sequence raise errors that say why."""
     cfg = demo.cfg
@@ -148,9 +181,8 @@ def test_reorder_permutes_rows_in_place(demo, caches, rows):
     cfg = demo.cfg
     cache = caches.StaticKeyValueCache.new_empty(cfg, batch=3, max_len=6)
     cache.buffer.fill_(float("nan"))
-    tokens = random_tokens(0, 3, 4, cfg.d_vocab)
-    with torch.no_grad():
-        demo(tokens, cache)
+    cache.buffer[:, :, :, :4] = torch.randn(cache.buffer[:, :, :, :4].shape, generator=torch.Generator().manual_seed(1))
+    cache.seq_len = 4  # four positions filled, as a forward pass would leave them
     before_k, before_v = cache.k.clone(), cache.v.clone()
     buffer = cache.buffer
     cache.reorder(torch.tensor(rows))
@@ -170,7 +202,7 @@ def test_reorder_rejects_bad_rows(demo, caches):
         cache.reorder(torch.tensor([[0, 1]]))
 
 
-@pytest.mark.exercise("StaticKeyValueCache.reorder")
+@pytest.mark.exercise("fast_forward")
 @pytest.mark.parametrize("prompt", PROMPTS[:2])
 def test_beam_search_with_static_cache_equals_dynamic(sampler, demo, caches, impl, prompt):
     """Beam search on the static cache returns the dynamic cache's beams and scores."""

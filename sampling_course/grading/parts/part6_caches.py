@@ -54,21 +54,24 @@ EXERCISES: tuple[Exercise, ...] = (
         "fast_forward", 6, "caches", "fast_forward",
         "The fast path: the model's forward pass over the new tokens with fused QKV, cache.update and "
         "scaled_dot_product_attention, and no concatenation.",
-        "Embed each token at the position the cache gave it. Per layer: LayerNorm, one matmul for Q, K and V, "
-        "hand K and V to cache.update (it returns every key to attend to), attention with attn_mask, W_O, "
-        "then the MLP, each added to the residual stream.",
-        "Work on 2-D (batch * new_pos, d_model) rows so each linear map is one torch.addmm(bias, x, W). View "
+        "Embed each token at the position the cache gave it. Per layer (cache.fused holds each block's "
+        "weights as a FastLayer): LayerNorm, one matmul for Q, K and V, hand K and V to cache.update (it "
+        "returns every key to attend to), attention with attn_mask, W_O, then the MLP, each added to the "
+        "residual stream.",
+        "Keep the residual stream as 2-D (batch * new_pos, d_model) rows so each linear map is one "
+        "torch.addmm(bias, x, W); torch.addmm(residual, z, W_O) adds to the residual in the same call. View "
         "the QKV output as (batch, new_pos, 3, n_heads, d_head); F.scaled_dot_product_attention wants "
         "(batch, n_heads, pos, d_head), so transpose(1, 2) queries, keys and values. GPT-2's GELU is "
-        "F.gelu(x, approximate='tanh').",
-        "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]\n"
-        "for layer, (block, fused) in enumerate(zip(model.blocks, cache.fused)):\n"
-        "    x = layer_norm(residual, block.ln1).reshape(batch * new_pos, cfg.d_model)\n"
-        "    qkv = torch.addmm(fused.b_QKV, x, fused.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)\n"
+        "F.gelu(x, approximate='tanh'); its LayerNorm is F.layer_norm(x, (d_model,), w, b, eps).",
+        "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)\n"
+        "for layer, w in enumerate(cache.fused):\n"
+        "    x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)\n"
+        "    qkv = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)\n"
         "    keys, values = cache.update(layer, qkv[:, :, 1], qkv[:, :, 2])\n"
         "    z = F.scaled_dot_product_attention(qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), "
         "values.transpose(1, 2), attn_mask=attn_mask)\n"
-        "    ... W_O, then the MLP, as in TransformerBlock ...",
+        "    residual = torch.addmm(residual, z.transpose(1, 2).reshape(rows, -1), w.attn.W_O).add_(w.attn.b_O)\n"
+        "    ... then the MLP the same way ...",
     ),
     exercise(
         "SinkCache.positions", 6, "caches", "SinkCache.positions",
@@ -128,14 +131,15 @@ MISTAKES: list[Mistake] = [
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)")',
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")', _T),
     Mistake(6, "fast path forgets the positions the cache gives", _C,
-            "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]",
-            "residual = model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]", _T),
+            "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)",
+            "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]).view(rows, cfg.d_model)",
+            _T),
     Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _C,
             "values.transpose(1, 2), attn_mask=attn_mask\n",
             "values.transpose(1, 2)\n", _T),
     Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _C,
-            'hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in), approximate="tanh")',
-            "hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in))", _T),
+            'hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")',
+            "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))", _T),
     Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _C,
             "            start = self.num_sink_tokens + self.ring\n",
             "            start = self.ring\n", _T),
@@ -191,13 +195,15 @@ VARIANTS: list[Variant] = [
             "            scores = scores.masked_fill(~attn_mask, -1e5) if attn_mask.dtype == torch.bool else scores + attn_mask\n"
             "        z = torch.einsum('bnqk,bknh->bnqh', scores.softmax(-1), values)\n"),
     Variant(6, "fast_forward", "the model's own LayerNorm and MLP modules, F.linear for the unembedding", _C,
-            "        x = layer_norm(residual, block.ln2).reshape(batch * new_pos, cfg.d_model)\n"
-            '        hidden = F.gelu(torch.addmm(block.mlp.b_in, x, block.mlp.W_in), approximate="tanh")  # GPT-2\'s gelu_new\n'
-            "        residual = residual + torch.addmm(block.mlp.b_out, hidden, block.mlp.W_out).view(batch, new_pos, cfg.d_model)\n"
-            "    x = layer_norm(residual, model.ln_final).reshape(batch * new_pos, cfg.d_model)\n"
+            "        x = F.layer_norm(residual, d_model, w.ln2_w, w.ln2_b, eps)\n"
+            '        hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")  # GPT-2\'s gelu_new\n'
+            "        residual = torch.addmm(residual, hidden, w.W_out).add_(w.b_out)\n"
+            "    x = F.layer_norm(residual, d_model, model.ln_final.w, model.ln_final.b, eps)\n"
             "    return torch.addmm(model.unembed.b_U, x, model.unembed.W_U).view(batch, new_pos, cfg.d_vocab)\n",
-            "        residual = residual + block.mlp(block.ln2(residual))\n"
-            "    return F.linear(model.ln_final(residual), model.unembed.W_U.T, model.unembed.b_U)\n"),
+            "        block = model.blocks[layer]\n"
+            "        residual = residual + block.mlp(block.ln2(residual.view(batch, new_pos, -1))).view(rows, -1)\n"
+            "    logits = F.linear(model.ln_final(residual), model.unembed.W_U.T, model.unembed.b_U)\n"
+            "    return logits.view(batch, new_pos, cfg.d_vocab)\n"),
     Variant(6, "SinkCache.positions", "a Python list and torch.minimum", _C,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
             '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
