@@ -279,19 +279,9 @@ class StaticKeyValueCache:
 
     def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
         """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
-        check_cache_shape(self.buffer, cfg, type(self).__name__)
         if self.seq_len == 0 and tokens.shape[0] <= self.buffer.shape[2]:
             self.batch = tokens.shape[0]  # an empty cache takes any batch that fits its buffer
-        if tokens.shape[0] != self.batch:
-            raise ValueError(
-                f"tokens has batch size {tokens.shape[0]} but the StaticKeyValueCache holds {self.batch} "
-                "sequences; use one cache row per sequence (StaticKeyValueCache.new_empty(cfg, batch=...))"
-            )
-        if tokens.shape[1] <= self.seq_len:
-            raise ValueError(
-                f"tokens has {tokens.shape[1]} positions but the StaticKeyValueCache already holds {self.seq_len}: "
-                "pass the whole sequence so far, including at least one position not yet cached"
-            )
+        check_cache_and_tokens(self, cfg, tokens, run=self.seq_len)
         if tokens.shape[1] > self.max_len:
             raise ValueError(
                 f"the sequence has {tokens.shape[1]} positions but this StaticKeyValueCache was allocated for "
@@ -324,13 +314,25 @@ class StaticKeyValueCache:
         return logits, self
 
 
-def check_cache_shape(buffer: Tensor, cfg: Config, name: str) -> None:
+def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"], run: int) -> None:
+    """The cache was made for this model and this batch, and ``tokens`` holds positions it has not run yet."""
+    name, buffer = type(cache).__name__, cache.buffer
     expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
     actual = (buffer.shape[0], buffer.shape[1], buffer.shape[4], buffer.shape[5])
     if actual != expected:
         raise ValueError(
             f"this {name} was built for another model: (n_layers, 2, n_heads, d_head) is {actual}, "
             f"the model needs {expected}; create it with {name}.new_empty(model.cfg)"
+        )
+    if tokens.shape[0] != cache.batch:
+        raise ValueError(
+            f"tokens has batch size {tokens.shape[0]} but the {name} holds {cache.batch} sequences; "
+            f"use one cache row per sequence ({name}.new_empty(cfg, batch=...))"
+        )
+    if tokens.shape[1] <= run:
+        raise ValueError(
+            f"tokens has {tokens.shape[1]} positions but the {name} has already run {run}: pass the whole "
+            "sequence so far, including at least one position not yet run"
         )
 
 
@@ -477,17 +479,7 @@ class SinkCache:
         """``model(tokens, self)``: run the tokens of ``tokens`` this cache has not seen yet."""
         if attention_mask is not None:
             raise ValueError("a SinkCache takes unpadded batches only: call the model without attention_mask")
-        check_cache_shape(self.buffer, model.cfg, type(self).__name__)
-        if tokens.shape[0] != self.batch:
-            raise ValueError(
-                f"tokens has batch size {tokens.shape[0]} but the SinkCache holds {self.batch} sequences; "
-                "use SinkCache.new_empty(cfg, batch=...)"
-            )
-        if tokens.shape[1] <= self.seen:
-            raise ValueError(
-                f"tokens has {tokens.shape[1]} positions but the SinkCache has already run {self.seen}: "
-                "pass the whole text so far, including at least one token not yet run"
-            )
+        check_cache_and_tokens(self, model.cfg, tokens, run=self.seen)
         if self.seen == 0:
             self.fused = fused_weights(model)
         window, recent = self.window_length, self.window_length - self.num_sink_tokens

@@ -163,7 +163,7 @@ def test_static_cache_misuse_fails_loudly(demo, caches, reference):
             demo(torch.cat([tokens, tokens], 1), cache)
         with pytest.raises(ValueError, match="batch"):
             demo(torch.cat([tokens, tokens])[:, :7], cache)
-        with pytest.raises(ValueError, match="already holds"):
+        with pytest.raises(ValueError, match="already run"):
             demo(tokens, cache)
     with pytest.raises(ValueError, match="max_len"):
         caches.StaticKeyValueCache.new_empty(cfg, max_len=cfg.n_ctx + 1)

@@ -211,6 +211,20 @@ VARIANTS: list[Variant] = [
             "        cap = self.window_length if self.position_rule == 'cache' else self.n_ctx\n"
             "        ids = torch.tensor([self.seen + i for i in range(new_pos)], device=device, dtype=torch.long)\n"
             "        return torch.minimum(ids, torch.full_like(ids, cap - 1))\n"),
+    Variant(6, "SinkCache.positions", "torch.where between the text position and the last one", _C,
+            "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
+            '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
+            "        return t.clamp(max=last)\n",
+            "        t = self.seen + torch.arange(new_pos, device=device)\n"
+            "        last = torch.tensor(self.window_length - 1 if self.position_rule == 'cache' else self.n_ctx - 1, device=device)\n"
+            "        return torch.where(t > last, last, t)\n"),
+    Variant(6, "SinkCache.update", "copy_ into narrowed views, one return for both cases", _C,
+            "        self.buffer[layer, 0, :, start:end] = k\n"
+            "        self.buffer[layer, 1, :, start:end] = v\n"
+            "        key_pos = max(held, end)\n",
+            "        self.buffer[layer, 0].narrow(1, start, end - start).copy_(k)\n"
+            "        self.buffer[layer, 1].narrow(1, start, end - start).copy_(v)\n"
+            "        key_pos = min(self.window_length, self.seq_len + new_pos)\n"),
     Variant(6, "SinkCache.update", "index_copy_ into the chosen slots, modular ring arithmetic", _C,
             "        held, new_pos = self.seq_len, k.shape[1]\n"
             "        if held + new_pos <= self.window_length:\n"
