@@ -353,3 +353,19 @@ def test_sink_cache_misuse_fails_loudly(demo, caches):
         demo(tokens, cache)
         with pytest.raises(ValueError, match="already run"):
             demo(tokens, cache)
+
+
+@pytest.mark.exercise("fast_forward")
+def test_speculative_crop_cache_crops_a_static_cache(reference, demo, caches, impl, seed):
+    """Part 7's crop_cache rolls a static cache back in place; the next step gives a full forward's logits."""
+    cfg = demo.cfg
+    tokens = random_tokens(seed, 1, 10, cfg.d_vocab)
+    cache = poisoned_static_cache(caches, cfg, 1, 12)
+    with torch.no_grad():
+        demo(tokens, cache)
+        cropped = impl.speculative.crop_cache(cache, 6)
+        assert cropped is cache and cache.seq_len == 6
+        other = tokens.clone()
+        other[0, 6:] = random_tokens(seed + 1, 1, 4, cfg.d_vocab)
+        logits, cache = demo(other, cache)
+    torch.testing.assert_close(logits, hf_logits(reference, other)[:, 6:], **TOL)
