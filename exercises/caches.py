@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b5dacd93af3baec668e49745cb8c8b17c4bbef509b4c013d72eb865733ffa484
+# stub-checksum: ce9b98e1d42dd2df47227db4f7bc94814dd1a857f3da7a69f23a320295732198
 """Part 6: caches for long and fast generation.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -103,7 +103,8 @@ def fused_weights(model: DemoTransformer) -> list[FastLayer]:
     """``fast_layer`` of every block of ``model``, made once and reused while its weights stay the same.
 
     A weight changed in place (loading a state dict, training) bumps its ``_version``; one
-    moved to another device is a new tensor. Either makes a fresh copy.
+    moved to another device is a new tensor. Either makes a fresh copy. The copies are
+    detached: the fast path is for generation, and no gradient flows back through it.
     """
     key = tuple((p.data_ptr(), p._version) for p in model.blocks.parameters())
     cached = _FUSED.get(model)

@@ -104,7 +104,8 @@ def fused_weights(model: DemoTransformer) -> list[FastLayer]:
     """``fast_layer`` of every block of ``model``, made once and reused while its weights stay the same.
 
     A weight changed in place (loading a state dict, training) bumps its ``_version``; one
-    moved to another device is a new tensor. Either makes a fresh copy.
+    moved to another device is a new tensor. Either makes a fresh copy. The copies are
+    detached: the fast path is for generation, and no gradient flows back through it.
     """
     key = tuple((p.data_ptr(), p._version) for p in model.blocks.parameters())
     cached = _FUSED.get(model)
