@@ -957,6 +957,20 @@ def test_cli_beam_search(cli, monkeypatch, capsys):
     assert out == best + "\n"
 
 
+def test_cli_static_cache_gives_the_same_text(cli, monkeypatch, capsys):
+    """--cache static (part 6's fast path) prints what the default cache does, sampling and beam search alike."""
+    sampling = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "5", "--top-k", "20"]
+    beams = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3"]
+    for argv in (sampling, beams):
+        code, expected, err = run_cli(cli, argv, monkeypatch, capsys)
+        assert code == 0, err
+        code, out, err = run_cli(cli, argv + ["--cache", "static"], monkeypatch, capsys)
+        assert code == 0, err
+        assert out == expected
+    code, _, err = run_cli(cli, sampling + ["--cache", "paged"], monkeypatch, capsys)
+    assert code == 2 and "cache must be one of dynamic, static" in err
+
+
 def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
     """In the REPL, /set changes a setting (and rejects a bad one), /show shows it, Ctrl-C during a generation stops
     that generation only, and the next prompt still runs; end of input leaves with status 0."""

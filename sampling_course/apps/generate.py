@@ -3,6 +3,7 @@
     sampling-course generate --prompt "Once upon a time" --temperature 0.8 --top-p 0.9
     sampling-course generate --prompt "The cat" --num-beams 4 --no-repeat-ngram-size 2
     sampling-course generate --interactive            # a prompt per line; /help for commands
+    sampling-course generate --cache static ...       # part 6's static cache: the fast path
     sampling-course generate --impl exercises ...     # run your own code from exercises/
 
 On a terminal the text is printed as it is generated; piped into a file or another
@@ -51,6 +52,17 @@ def _number(kind: type, name: str, low: float | None = None, high: float | None 
     return parse
 
 
+def _choice(name: str, options: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser that accepts one of ``options`` and raises ValueError("<name> must be one of ...") otherwise."""
+
+    def parse(text: str) -> str:
+        if text not in options:
+            raise ValueError(f"{name} must be one of {', '.join(options)}, got {text!r}")
+        return text
+
+    return parse
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """``parse``, or None for "none"/"off"."""
     return lambda text: None if str(text).lower() in ("none", "off") else parse(text)
@@ -69,6 +81,8 @@ SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
     "seed": (_optional(_number(int, "seed")), None, "seed of the draws (none: random)"),
+    "cache": (_choice("cache", ("dynamic", "static")), "dynamic",
+              "dynamic: part 4's KeyValueCache; static: part 6's StaticKeyValueCache and fast path"),
 }
 
 
@@ -127,6 +141,7 @@ class Engine:
     generate: Callable  # part 5's generate(model, tokenizer, prompts, max_new_tokens, **settings)
     text_streamer: type  # part 5's TextStreamer
     sampler: type  # part 2/3's TransformerSampler, for beam search
+    static_cache: type  # part 6's StaticKeyValueCache, for --cache static
 
 
 def load_engine(model_name: str, impl: str | None) -> Engine:
@@ -143,7 +158,18 @@ def load_engine(model_name: str, impl: str | None) -> Engine:
         generate=generate.generate,
         text_streamer=generate.TextStreamer,
         sampler=impl_module("sampling", impl).TransformerSampler,
+        static_cache=impl_module("caches", impl).StaticKeyValueCache,
     )
+
+
+def new_cache(engine: Engine, prompt: str, settings: dict, batch: int):
+    """An empty cache for one generation: part 6's static cache sized for it, or None (the engine's default)."""
+    if settings["cache"] != "static":
+        return None
+    cfg = engine.model.cfg
+    needed = len(engine.tokenizer.encode(prompt)) + settings["max_new_tokens"]
+    # Past n_ctx generate and beam_search raise their own error, which says what to shorten.
+    return engine.static_cache.new_empty(cfg, batch=batch, max_len=max(1, min(needed, cfg.n_ctx)))
 
 
 def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None, stream: bool) -> None:
@@ -152,16 +178,17 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
         sampler = engine.sampler(engine.model, engine.tokenizer)
         [(_, text)] = sampler.beam_search(
             prompt, 1, settings["num_beams"], settings["max_new_tokens"],
-            no_repeat_ngram_size=settings["no_repeat_ngram_size"], kv_cache=None,
+            no_repeat_ngram_size=settings["no_repeat_ngram_size"],
+            kv_cache=new_cache(engine, prompt, settings, batch=settings["num_beams"]),
         )
         print(text, flush=True)
         return
     streamer = engine.text_streamer(engine.tokenizer, file=sys.stdout, skip_special_tokens=True) if stream else None
-    sampling = {k: v for k, v in settings.items() if k not in ("max_new_tokens", "num_beams", "no_repeat_ngram_size")}
+    sampling = {k: v for k, v in settings.items() if k not in ("max_new_tokens", "num_beams", "no_repeat_ngram_size", "cache")}
     try:
         sequences = engine.generate(
             engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"],
-            stop_strings=stop or None, streamer=streamer, **sampling,
+            stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=1), **sampling,
         )
     except KeyboardInterrupt:
         if streamer is not None:
