@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: ce9b98e1d42dd2df47227db4f7bc94814dd1a857f3da7a69f23a320295732198
+# stub-checksum: a2b6713e8020e28ccabdc607b1a2da54805dfcf1787812961d3bd56403a3b921
 """Part 6: caches for long and fast generation.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -166,7 +166,7 @@ class StaticKeyValueCache:
         self.buffer = buffer
         self.batch = buffer.shape[2] if batch is None else batch
         self.seq_len = 0
-        self.fused: list[FusedAttention] | None = None
+        self.fused: list[FastLayer] | None = None
 
     @classmethod
     def new_empty(
@@ -352,7 +352,7 @@ class SinkCache:
         self.n_ctx = n_ctx
         self.seen = 0  # tokens of the text run so far
         self.ring = 0  # the next recent slot to overwrite, counted from the first slot after the sinks
-        self.fused: list[FusedAttention] | None = None
+        self.fused: list[FastLayer] | None = None
 
     @classmethod
     def new_empty(

@@ -186,7 +186,7 @@ class StaticKeyValueCache:
         self.buffer = buffer
         self.batch = buffer.shape[2] if batch is None else batch
         self.seq_len = 0
-        self.fused: list[FusedAttention] | None = None
+        self.fused: list[FastLayer] | None = None
 
     @classmethod
     def new_empty(
@@ -383,7 +383,7 @@ class SinkCache:
         self.n_ctx = n_ctx
         self.seen = 0  # tokens of the text run so far
         self.ring = 0  # the next recent slot to overwrite, counted from the first slot after the sinks
-        self.fused: list[FusedAttention] | None = None
+        self.fused: list[FastLayer] | None = None
 
     @classmethod
     def new_empty(
