@@ -48,7 +48,9 @@ tokenizer and then passed as ids the same way.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import math
 import os
 import statistics
@@ -348,6 +350,11 @@ def new_tokens_of(setup: Setup, task: str) -> int:
     return {"greedy": setup.new_tokens, "beam": setup.beam_new_tokens, "batched": setup.batch_new_tokens}[task]
 
 
+def quiet(progress: bool):
+    """Without progress bars, beam search's own bar (it writes to stderr) is swallowed too."""
+    return contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
+
+
 def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Variant]:
     """A short warm-up, then ``repeats`` timed rounds with the variants interleaved.
 
@@ -362,7 +369,8 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
     bar = tqdm(total=len(all_variants) * (1 + repeats), desc="bench", disable=not progress, leave=False)
     for variant in all_variants:  # first calls pay for lazy initialisation: keep them out of the timings
         bar.set_postfix_str(f"warm-up: {variant.task} {variant.name}")
-        variant.run(2)
+        with quiet(progress):
+            variant.run(2)
         bar.update()
     for round_ in range(1, repeats + 1):
         elapsed = time.perf_counter() - started
@@ -371,9 +379,10 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
         outputs: dict[str, dict[str, list]] = {"greedy": {}, "beam": {}, "batched": {}}
         for variant in all_variants:
             bar.set_postfix_str(f"round {round_}: {variant.task} {variant.name}")
-            start = time.perf_counter()
-            sequences = variant.run(new_tokens_of(setup, variant.task))
-            variant.times.append(time.perf_counter() - start)
+            with quiet(progress):
+                start = time.perf_counter()
+                sequences = variant.run(new_tokens_of(setup, variant.task))
+                variant.times.append(time.perf_counter() - start)
             check_lengths(variant, sequences, setup)
             outputs[variant.task][variant.name] = sequences
             bar.update()
