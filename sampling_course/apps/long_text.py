@@ -249,6 +249,21 @@ def cache_bytes(cache) -> int:
     return cache.buffer.numel() * cache.buffer.element_size() // cache.buffer.shape[2]
 
 
+def check_settings(n_ctx: int, window: int, num_sink_tokens: int, stride: int, length: int) -> None:
+    """Raise a ValueError saying what is allowed when a setting of the experiment is out of range."""
+    if isinstance(window, bool) or not isinstance(window, int) or not 2 <= window <= n_ctx:
+        raise ValueError(
+            f"window must be an integer in [2, n_ctx={n_ctx}]: the window's tokens sit at positions "
+            f"0 .. window - 1, which the model must have learned; got {window!r}"
+        )
+    if not 0 <= num_sink_tokens < window:
+        raise ValueError(f"num_sink_tokens must be in [0, window - 1 = {window - 1}], got {num_sink_tokens}")
+    if stride < 1:
+        raise ValueError(f"stride must be >= 1, got {stride}")
+    if length < 2:
+        raise ValueError(f"the texts need at least 2 tokens, got {length}")
+
+
 def run_experiment(
     model,
     caches: ModuleType,
@@ -267,17 +282,7 @@ def run_experiment(
     """
     cfg = model.cfg
     batch, length = tokens.shape
-    if isinstance(window, bool) or not isinstance(window, int) or not 2 <= window <= cfg.n_ctx:
-        raise ValueError(
-            f"window must be an integer in [2, n_ctx={cfg.n_ctx}]: the window's tokens sit at positions "
-            f"0 .. window - 1, which the model must have learned; got {window!r}"
-        )
-    if not 0 <= num_sink_tokens < window:
-        raise ValueError(f"num_sink_tokens must be in [0, window - 1 = {window - 1}], got {num_sink_tokens}")
-    if stride < 1:
-        raise ValueError(f"stride must be >= 1, got {stride}")
-    if length < 2:
-        raise ValueError(f"the texts need at least 2 tokens, got {length}")
+    check_settings(cfg.n_ctx, window, num_sink_tokens, stride, length)
     say = progress or (lambda message: None)
     results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens)
 
@@ -499,14 +504,10 @@ def _run(args: argparse.Namespace) -> int:
     cfg = reference.cfg
     length = args.length if args.length is not None else (cfg.n_ctx + 32 if args.quick else 3 * cfg.n_ctx)
     window = args.window if args.window is not None else (min(32, cfg.n_ctx // 2) if args.quick else cfg.n_ctx // 2)
-    if not 2 <= window <= cfg.n_ctx:
-        console.print(f"[red]--window must be between 2 and the model's n_ctx={cfg.n_ctx}, got {window}[/]")
-        return 2
-    if not 0 <= args.sinks < window:
-        console.print(f"[red]--sinks must be between 0 and window - 1 = {window - 1}, got {args.sinks}[/]")
-        return 2
-    if length < 2:
-        console.print(f"[red]--length must be at least 2, got {length}[/]")
+    try:  # before the model loads: a bad flag fails at once
+        check_settings(cfg.n_ctx, window, args.sinks, args.stride, length)
+    except ValueError as exc:
+        console.print(f"[red]{exc}[/]")
         return 2
     model = load_demo(reference, impl_module("transformer", args.impl))
     caches = impl_module("caches", args.impl)
