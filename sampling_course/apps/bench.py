@@ -62,6 +62,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from sampling_course.apps.threads import torch_threads
+
 # A text for the real-GPT-2 prompt (its first 32 tokens are used).
 GPT2_PROMPT_TEXT = (
     "The history of the city begins with a small settlement on the river, where traders from the "
@@ -515,13 +517,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with torch_threads(args.threads):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    args = parse_args(argv)
     console = Console()
     started = time.perf_counter()
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with console.status("building the models"):
         setup = build(args)

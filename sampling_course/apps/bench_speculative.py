@@ -48,6 +48,7 @@ from dataclasses import dataclass, field
 import torch
 
 from sampling_course.apps.bench import IdTokenizer
+from sampling_course.apps.threads import torch_threads
 
 # The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
 QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=256)
@@ -496,14 +497,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    threads = torch.get_num_threads()
-    if args.threads is not None or args.quick:
-        # Tiny models gain nothing from a second thread, and lose a lot to it on a busy machine.
-        torch.set_num_threads(args.threads or 1)
-    try:
+    # Tiny models gain nothing from a second thread, and lose a lot to it on a busy machine.
+    with torch_threads((args.threads or 1) if args.threads is not None or args.quick else None):
         return _run(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -50,6 +50,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sampling_course.apps.threads import torch_threads
 from sampling_course.stories import HELDOUT_SEED, sample_stories
 
 POSITION_RULES = ("cache", "absolute")
@@ -480,12 +481,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(args.threads)
-    try:
+    with torch_threads(args.threads):
         return _run(args)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _run(args: argparse.Namespace) -> int:
