@@ -15,15 +15,6 @@ import torch
 from sampling_course.apps import bench_speculative as bench
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: a second torch thread only adds synchronisation (slow on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def quick_pair():
     return bench.load_pair("solutions", quick=True)

@@ -27,15 +27,6 @@ TOL = 1e-4  # fp32 NLLs of two correct routes agree to ~1e-5
 WINDOW, SINKS, STRIDE = 16, 4, 5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Small models: a second torch thread only adds waiting on a busy machine."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model(tiny):
     return load_demo(tiny, impl_module("transformer", "solutions"))

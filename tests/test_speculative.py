@@ -349,15 +349,6 @@ def spec(impl):
     return impl.speculative
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These models are tiny: a second torch thread only adds synchronisation (slow on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.exercise("filtered_probs")
 @pytest.mark.parametrize(
     "settings",
