@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: a2b6713e8020e28ccabdc607b1a2da54805dfcf1787812961d3bd56403a3b921
+# stub-checksum: 0d4cf6a5982fdca781a74ee1d32a0803db80eb441db659f2fce0cecbfe7a25c0
 """Part 6: caches for long and fast generation.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -157,14 +157,14 @@ class StaticKeyValueCache:
     returns ``(logits of the new positions, the same cache)``, filled further in place.
     """
 
-    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"], batch: int | None = None):
+    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"]):
         if not isinstance(buffer, Tensor) or buffer.ndim != 6 or buffer.shape[1] != 2:
             raise ValueError(
                 "a StaticKeyValueCache's buffer has shape (n_layers, 2, batch, max_len, n_heads, d_head), "
                 f"got {tuple(buffer.shape) if isinstance(buffer, Tensor) else type(buffer).__name__}"
             )
         self.buffer = buffer
-        self.batch = buffer.shape[2] if batch is None else batch
+        self.batch = buffer.shape[2]  # rows in use: reorder and an empty cache's first forward may change it
         self.seq_len = 0
         self.fused: list[FastLayer] | None = None
 

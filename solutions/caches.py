@@ -177,14 +177,14 @@ class StaticKeyValueCache:
     returns ``(logits of the new positions, the same cache)``, filled further in place.
     """
 
-    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"], batch: int | None = None):
+    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"]):
         if not isinstance(buffer, Tensor) or buffer.ndim != 6 or buffer.shape[1] != 2:
             raise ValueError(
                 "a StaticKeyValueCache's buffer has shape (n_layers, 2, batch, max_len, n_heads, d_head), "
                 f"got {tuple(buffer.shape) if isinstance(buffer, Tensor) else type(buffer).__name__}"
             )
         self.buffer = buffer
-        self.batch = buffer.shape[2] if batch is None else batch
+        self.batch = buffer.shape[2]  # rows in use: reorder and an empty cache's first forward may change it
         self.seq_len = 0
         self.fused: list[FastLayer] | None = None
 
