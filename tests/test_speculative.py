@@ -206,20 +206,6 @@ def first_layers(transformer, model: nn.Module, n_layers: int) -> nn.Module:
     return draft.eval()
 
 
-class Spy(nn.Module):
-    """Wraps a model and records (positions passed, positions cached) for every call."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-        self.cfg = model.cfg
-        self.calls: list[tuple[int, int | None]] = []
-
-    def forward(self, tokens, kv_cache=None):
-        self.calls.append((tokens.shape[1], None if kv_cache is None else kv_cache.shape[3]))
-        return self.model(tokens) if kv_cache is None else self.model(tokens, kv_cache)
-
-
 # ---------------------------------------------------------------------------------------
 # Oracles
 # ---------------------------------------------------------------------------------------
