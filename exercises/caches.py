@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 0d4cf6a5982fdca781a74ee1d32a0803db80eb441db659f2fce0cecbfe7a25c0
+# stub-checksum: e35b895275bb2429fbefba7dc0f7894b07d1213b0caf72aa9c8da8571c178c27
 """Part 6: caches for long and fast generation.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -42,7 +42,7 @@ from torch import Tensor
 
 from sampling_course.config import Config
 
-from .transformer import IGNORE, DemoTransformer, position_ids_from_mask
+from .transformer import IGNORE, DemoTransformer, check_cache_fits, position_ids_from_mask
 
 # ---------------------------------------------------------------------------------------
 # The fast path, shared by both caches
@@ -286,19 +286,8 @@ class StaticKeyValueCache:
 
 def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"], run: int) -> None:
     """The cache was made for this model and this batch, and ``tokens`` holds positions it has not run yet."""
-    name, buffer = type(cache).__name__, cache.buffer
-    expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
-    actual = (buffer.shape[0], buffer.shape[1], buffer.shape[4], buffer.shape[5])
-    if actual != expected:
-        raise ValueError(
-            f"this {name} was built for another model: (n_layers, 2, n_heads, d_head) is {actual}, "
-            f"the model needs {expected}; create it with {name}.new_empty(model.cfg)"
-        )
-    if tokens.shape[0] != cache.batch:
-        raise ValueError(
-            f"tokens has batch size {tokens.shape[0]} but the {name} holds {cache.batch} sequences; "
-            f"use one cache row per sequence ({name}.new_empty(cfg, batch=...))"
-        )
+    name = type(cache).__name__
+    check_cache_fits(name, cache.buffer.shape, cache.batch, cfg, tokens)
     if tokens.shape[1] <= run:
         raise ValueError(
             f"tokens has {tokens.shape[1]} positions but the {name} has already run {run}: pass the whole "

@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: dd2140e17f0beff2ce571011b5b22006f633b48301ca4bd55f23e8770ce301f3
+# stub-checksum: 3318cc0880fb7ae4a7e78575a486b28fb73b688099530e4e395ba1e2cbdd0f34
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -277,18 +277,7 @@ class KeyValueCache(torch.Tensor):
 
     def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
         """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
-        expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
-        actual = (self.shape[0], self.shape[1], self.shape[4], self.shape[5])
-        if actual != expected:
-            raise ValueError(
-                f"this KeyValueCache was built for another model: (n_layers, 2, n_heads, d_head) is "
-                f"{actual}, the model needs {expected}; create it with KeyValueCache.new_empty(model.cfg)"
-            )
-        if tokens.shape[0] != self.batch:
-            raise ValueError(
-                f"tokens has batch size {tokens.shape[0]} but the KeyValueCache holds {self.batch} "
-                "sequences; use one cache row per sequence (KeyValueCache.new_empty(cfg, batch=...))"
-            )
+        check_cache_fits("KeyValueCache", self.shape, self.batch, cfg, tokens)
         if tokens.shape[1] <= self.seq_len:
             raise ValueError(
                 f"tokens has {tokens.shape[1]} positions but the KeyValueCache already holds {self.seq_len}: "
@@ -302,6 +291,22 @@ class KeyValueCache(torch.Tensor):
                 "keeps the last n_ctx tokens at every step)"
             )
 
+
+def check_cache_fits(name: str, shape: tuple[int, ...], batch: int, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
+    """A cache of ``shape`` (n_layers, 2, batch, pos, n_heads, d_head), holding ``batch`` rows,
+    was made for this model and has one row per sequence of ``tokens``; ``name`` is its class."""
+    expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
+    actual = (shape[0], shape[1], shape[4], shape[5])
+    if actual != expected:
+        raise ValueError(
+            f"this {name} was built for another model: (n_layers, 2, n_heads, d_head) is {actual}, "
+            f"the model needs {expected}; create it with {name}.new_empty(model.cfg)"
+        )
+    if tokens.shape[0] != batch:
+        raise ValueError(
+            f"tokens has batch size {tokens.shape[0]} but the {name} holds {batch} sequences; "
+            f"use one cache row per sequence ({name}.new_empty(cfg, batch=...))"
+        )
 
 def position_ids_from_mask(attention_mask: Int[Tensor, "batch pos"]) -> Int[Tensor, "batch pos"]:
     """Each token's position among the real tokens of its row (part 5).

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from sampling_course.config import Config
 
-from .transformer import IGNORE, DemoTransformer, position_ids_from_mask
+from .transformer import IGNORE, DemoTransformer, check_cache_fits, position_ids_from_mask
 
 # ---------------------------------------------------------------------------------------
 # The fast path, shared by both caches
@@ -317,19 +317,8 @@ class StaticKeyValueCache:
 
 def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"], run: int) -> None:
     """The cache was made for this model and this batch, and ``tokens`` holds positions it has not run yet."""
-    name, buffer = type(cache).__name__, cache.buffer
-    expected = (cfg.n_layers, 2, cfg.n_heads, cfg.d_head)
-    actual = (buffer.shape[0], buffer.shape[1], buffer.shape[4], buffer.shape[5])
-    if actual != expected:
-        raise ValueError(
-            f"this {name} was built for another model: (n_layers, 2, n_heads, d_head) is {actual}, "
-            f"the model needs {expected}; create it with {name}.new_empty(model.cfg)"
-        )
-    if tokens.shape[0] != cache.batch:
-        raise ValueError(
-            f"tokens has batch size {tokens.shape[0]} but the {name} holds {cache.batch} sequences; "
-            f"use one cache row per sequence ({name}.new_empty(cfg, batch=...))"
-        )
+    name = type(cache).__name__
+    check_cache_fits(name, cache.buffer.shape, cache.batch, cfg, tokens)
     if tokens.shape[1] <= run:
         raise ValueError(
             f"tokens has {tokens.shape[1]} positions but the {name} has already run {run}: pass the whole "
