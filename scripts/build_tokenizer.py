@@ -9,7 +9,7 @@ or, after changing the story grammar in ``sampling_course/stories.py``::
     python scripts/build_tokenizer.py --story
 
 The first overwrites ``sampling_course/assets/tiny_tokenizer/``, the second
-``sampling_course/assets/story_tokenizer/``; ``tests/test_tokenizer.py`` checks that the
+``sampling_course/assets/story_tokenizer/``; ``tests/course/test_tokenizer.py`` checks that the
 shipped files match what this script produces. A new story tokenizer means the story
 models must be retrained too (``python scripts/train_story_models.py``).
 """

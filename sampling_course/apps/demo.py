@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from sampling_course.grading.impl import impl_module, load_demo
+from sampling_course.implementation import impl_module, load_demo
 from sampling_course.reference import Reference, load_reference
 
 DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"

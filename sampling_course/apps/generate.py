@@ -146,7 +146,7 @@ class Engine:
 
 def load_engine(model_name: str, impl: str | None) -> Engine:
     """Load the reference weights into the chosen implementation's DemoTransformer."""
-    from sampling_course.grading.impl import impl_module, load_demo, resolve_impl
+    from sampling_course.implementation import impl_module, load_demo, resolve_impl
     from sampling_course.reference import load_reference
 
     impl = resolve_impl(impl, default="solutions")

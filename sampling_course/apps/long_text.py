@@ -488,7 +488,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from sampling_course.grading.impl import impl_module, load_demo
+    from sampling_course.implementation import impl_module, load_demo
     from sampling_course.reference import ReferenceUnavailable, load_reference
 
     console = Console()

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
 __all__ = [
     "attention_pattern",

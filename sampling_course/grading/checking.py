@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from sampling_course.grading.course import UnknownExerciseError, get_exercise
-from sampling_course.grading.impl import StaleInstallError, resolve_impl
+from sampling_course.implementation import StaleInstallError, resolve_impl
 from sampling_course.grading.render import render_hints, render_progress, render_report
 from sampling_course.grading.results import CheckReport
 from sampling_course.grading.runner import TestsNotFoundError, run_report

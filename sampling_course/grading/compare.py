@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.grading.impl import IMPLS, load_demo, resolve_impl
+from sampling_course.implementation import IMPLS, load_demo, resolve_impl
 from sampling_course.grading.runner import isolated_package
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from sampling_course.grading.impl import IMPLS, find_checkout, stale_install_message
+from sampling_course.implementation import IMPLS, find_checkout, stale_install_message
 from sampling_course.grading.time_limit import TookTooLong, time_limit
 
 NOT_IMPLEMENTED = "not implemented"
@@ -230,7 +230,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     # Their own categories: counted in the summary line and the exit code, but kept out of
     # the FAILURES section, so an untouched stub or an endless loop costs one line, not a traceback.
-    if report.failed and any(key == NOT_IMPLEMENTED for key, _ in report.user_properties):
+    if report.failed and any(key == NOT_IMPLEMENTED for key, _ in getattr(report, "user_properties", ())):
         return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
     if report.failed and any(key == TOOK_TOO_LONG for key, _ in report.user_properties):
         return TOOK_TOO_LONG, "T", "TOOK TOO LONG"

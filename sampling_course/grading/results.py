@@ -47,7 +47,7 @@ class Result:
     not_implemented: int = 0
     skipped: int = 0
     message: str | None = None  # the first failure's message, when failing or too long
-    failing_test: str | None = None  # that test's id, e.g. "test_transformer.py::test_x[tiny]"
+    failing_test: str | None = None  # that test's id, e.g. "grading/test_part1_transformer.py::test_x[tiny]"
     stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
     hint: str | None = None  # the exercise's first hint, when failing or too long
     mistake: str | None = None  # "This matches a classic mistake: ...", when failing like a planted one

@@ -29,7 +29,7 @@ from unittest import mock
 import pytest
 
 from sampling_course.grading.course import EXERCISES, Exercise, get_exercise
-from sampling_course.grading.impl import IMPLS, StaleInstallError, find_checkout, stale_install_message
+from sampling_course.implementation import IMPLS, StaleInstallError, find_checkout, stale_install_message
 # The keys the course's pytest plugin puts in report.user_properties when a stub raised
 # NotImplementedError or a test ran out of time (one source of truth: the plugin).
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY

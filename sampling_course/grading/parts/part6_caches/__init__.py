@@ -102,7 +102,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_C, _T = "caches.py", "test_caches.py"
+_C, _T = "caches.py", "grading/test_part6_caches.py"
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the named test file catches it.

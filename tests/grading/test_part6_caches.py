@@ -25,7 +25,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
 # fp32 logits of two correct implementations agree to ~2e-5 at the stand-in's logit scale (~25);
 # every classic mistake of part 6 moves them by far more than 1e-3.

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sampling_course.grading import checking, impl, pytest_plugin, runner
+from sampling_course import implementation as impl
+from sampling_course.grading import checking, pytest_plugin, runner
 from sampling_course.grading.results import NOT_IMPLEMENTED_YET, TOOK_TOO_LONG
 from sampling_course.reference import _load, tiny_dir
 from sampling_course.grading.time_limit import TookTooLong, time_limit

@@ -150,7 +150,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_TESTS = "test_generate.py"
+_TESTS = "grading/test_part5_generation.py"
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the tests catch it.

@@ -36,7 +36,7 @@ from sampling_course.grading.runner import resolve_target, run_checks, substitut
 from sampling_course.grading.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
 from sampling_course.grading.stubs import is_learner_edited
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 
 COURSE_ORDER = [
@@ -62,7 +62,7 @@ def recording_console() -> Console:
 def marker_names() -> dict[str, set[str]]:
     """Every ``@pytest.mark.exercise("<name>")`` in tests/, as {name: {files using it}}."""
     found: dict[str, set[str]] = {}
-    for path in sorted(TESTS.glob("test_*.py")):
+    for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
             if (  # pytest.mark.exercise(...) or mark.exercise(...)
                 isinstance(node, ast.Call)
@@ -261,7 +261,7 @@ def test_nested_check_leaves_outer_modules_alone():
     import exercises.transformer
     import solutions.transformer
 
-    names = ["exercises.transformer", "solutions.transformer", "conftest", "test_transformer", __name__]
+    names = ["exercises.transformer", "solutions.transformer", "conftest", "test_part1_transformer", __name__]
     before = {name: sys.modules[name] for name in names if name in sys.modules}
     assert __name__ in before and "conftest" in before, "the outer session's modules should be imported"
     layer_norm = exercises.transformer.LayerNorm

@@ -21,7 +21,7 @@ import pytest
 from sampling_course.grading.course import EXERCISES
 from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"
 SOLUTIONS_DIR = REPO / "solutions"
 

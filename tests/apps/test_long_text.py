@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from sampling_course.apps import long_text
-from sampling_course.grading.impl import impl_module, load_demo
+from sampling_course.implementation import impl_module, load_demo
 from sampling_course.stories import parse_story
 
 TOL = 1e-4  # fp32 NLLs of two correct routes agree to ~1e-5

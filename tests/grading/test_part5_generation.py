@@ -49,9 +49,9 @@ from transformers import (
 )
 
 from sampling_course.config import Config
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
 TOL = dict(atol=1e-4, rtol=1e-4)
 # Filters only mask: kept values are the input's, up to one rounding of the temperature division.

@@ -18,7 +18,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.initialization import no_init_weights
 
 from sampling_course.config import Config
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 from sampling_course.reference import _perturb_
 from sampling_course.weights import demo_state_dict, load_weights
 

@@ -56,7 +56,7 @@ from scipy.stats import chi2, ncx2
 from torch import nn
 
 from sampling_course.config import Config
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 from sampling_course.reference import ReferenceUnavailable, load_reference
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below

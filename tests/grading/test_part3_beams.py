@@ -25,7 +25,7 @@ import torch
 from torch import nn
 from transformers import NoRepeatNGramLogitsProcessor
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
 
 def assert_close(actual, expected, **kwargs):

@@ -40,7 +40,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 

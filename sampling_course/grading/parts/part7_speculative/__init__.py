@@ -100,7 +100,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_S, _T = "speculative.py", "test_speculative.py"
+_S, _T = "speculative.py", "grading/test_part7_speculative.py"
 
 # The solution region of accept_or_resample, replaced whole by one of its variants.
 _ACCEPT_BODY = (

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 from sampling_course.reference import load_reference
 from sampling_course.stories import (
     EOS_TOKEN,
@@ -36,7 +36,7 @@ from sampling_course.stories import (
 )
 from sampling_course.tokenizer import load_story_tokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # The bounds the shipped models are held to: held-out loss minus the entropy floor, in
 # nats per token, on ~20,000 tokens of fresh stories.

@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 from sampling_course.weights import load_weights
 
 

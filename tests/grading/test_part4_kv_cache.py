@@ -30,7 +30,7 @@ import pytest
 import torch
 from torch import nn
 
-from sampling_course.grading.impl import load_demo
+from sampling_course.implementation import load_demo
 
 # fp32 logits of two correct implementations agree to ~1e-5 (as in test_transformer.py);
 # every classic mistake of part 4 moves them by far more than 1e-3 on the stand-in.

@@ -18,7 +18,7 @@ from sampling_course.grading.stubs import (
     make_stub_source,
 )
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def src(text: str) -> str:
