@@ -26,12 +26,6 @@ class Exercise:
     hints: tuple[str, str, str]
 
     @property
-    def part_title(self) -> str:
-        from sampling_course.grading.course import PARTS
-
-        return PARTS[self.part]
-
-    @property
     def location(self) -> str:
         """Where a learner fills it in, e.g. ``exercises/transformer.py: LayerNorm``."""
         return f"exercises/{self.module}.py: {self.target}"

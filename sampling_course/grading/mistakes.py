@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,32 +29,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from sampling_course.grading.catalogue import Mistake, Variant
-from sampling_course.grading.course import PART_MODULES
+from sampling_course.grading.course import MISTAKES, VARIANTS
+from sampling_course.grading.planting import write_package
 
 REPO = Path(__file__).resolve().parents[2]
-
-MISTAKES: list[Mistake] = [mistake for module in PART_MODULES for mistake in module.MISTAKES]
-VARIANTS: list[Variant] = [variant for module in PART_MODULES for variant in getattr(module, "VARIANTS", [])]
-
-
-def plant(change: Mistake | Variant, workdir: Path) -> Path:
-    """Copy solutions/ to ``workdir/exercises`` with ``change`` planted; return the package dir."""
-    package = workdir / "exercises"
-    shutil.copytree(REPO / "solutions", package, ignore=shutil.ignore_patterns("__pycache__"))
-    target = package / change.file
-    source = target.read_text()
-    count = source.count(change.old)
-    if count != 1:
-        raise ValueError(f"{change.name!r}: expected the text once in solutions/{change.file}, found it {count} times")
-    target.write_text(source.replace(change.old, change.new))
-    return package
 
 
 def _pytest_on_planted(change: Mistake | Variant, selection: list[str]) -> subprocess.CompletedProcess:
     """Run pytest on ``selection`` with ``--impl=exercises`` pointing at a planted copy of the solutions."""
     with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
         workdir = Path(tmp)
-        plant(change, workdir)
+        write_package(workdir, change)
         env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         env.pop("SAMPLING_COURSE_IMPL", None)
         return subprocess.run(

@@ -14,7 +14,6 @@ import importlib
 import itertools
 import math
 import os
-import shutil
 import sys
 import time
 
@@ -23,12 +22,11 @@ import torch
 
 from sampling_course.grading import diagnosis
 from sampling_course.grading.catalogue import Mistake
-from sampling_course.grading.course import get_exercise
-from sampling_course.grading.diagnosis import (
-    PROBES, Distribution, Frequencies, coverage, describe_match, draws_for, exercises_of, explain, mistakes_of,
-    name_mistake, same,
-)
-from sampling_course.grading.mistakes import MISTAKES
+from sampling_course.grading.course import MISTAKES, get_exercise
+from sampling_course.grading.diagnosis import coverage, describe_match, explain, name_mistake
+from sampling_course.grading.matching import Distribution, Frequencies, draws_for, exact_distribution, same
+from sampling_course.grading.planting import exercises_of, mistakes_of, planted, write_package
+from sampling_course.grading.probing import load_probes
 
 # Mistakes whose probe output is identical to another's (the same error written two ways):
 # either may be named.
@@ -53,12 +51,7 @@ def learner_package(tmp_path_factory):
 
     def make(*changes: Mistake) -> str:
         name = f"{prefix}{next(counter)}"
-        shutil.copytree(diagnosis.SOLUTIONS, root / name, ignore=shutil.ignore_patterns("__pycache__"))
-        for change in changes:
-            target = root / name / change.file
-            source = target.read_text()
-            assert source.count(change.old) == 1, change.name
-            target.write_text(source.replace(change.old, change.new))
+        write_package(root, *changes, name=name)
         importlib.invalidate_caches()
         return name
 
@@ -120,7 +113,7 @@ def test_every_probed_mistake_is_named_when_planted():
     name_mistake imports afresh by name, as it imports a learner's ``exercises``."""
     wrong = []
     for mistake, exercise in PROBED:
-        with diagnosis.planted(mistake) as package:
+        with planted(mistake) as package:
             named = name_mistake(exercise, package)
         if named != mistake and (named is None or named.name not in SAME_OUTPUT.get(mistake.name, ())):
             wrong.append(f"{exercise.name}: {mistake.name!r} named {named.name if named else None!r}")
@@ -137,7 +130,7 @@ def test_a_mistake_planted_on_disk_is_named(learner_package):
 
 
 def test_the_solutions_and_unfilled_stubs_are_named_nothing():
-    for name in PROBES:
+    for name in load_probes():
         assert name_mistake(name, "solutions") is None, name
         assert name_mistake(name, "exercises") is None, name  # stubs raise NotImplementedError
 
@@ -291,8 +284,8 @@ def test_random_probes_separate_their_candidates_by_the_stated_gap():
     every two of them differ by at least the gap (2 x tolerance) in some token of some setting."""
     for name in ("sample_basic", "sample_top_k", "sample_top_p", "sample_next_token"):
         exercise = get_exercise(name)
-        candidates = {None: diagnosis._planted_output(exercise, None)}
-        candidates.update({m.name: diagnosis._planted_output(exercise, m) for m in mistakes_of(exercise)})
+        candidates = {None: diagnosis.planted_output(exercise, None)}
+        candidates.update({m.name: diagnosis.planted_output(exercise, m) for m in mistakes_of(exercise)})
         settings = lambda out: out if isinstance(out, list) else [out]  # noqa: E731
         for (a, out_a), (b, out_b) in itertools.combinations(candidates.items(), 2):
             gaps = []
@@ -307,6 +300,6 @@ def test_exact_enumeration_of_a_draw():
     logits = torch.tensor([0.1, 0.6, 0.3]).log()
     sampler = importlib.import_module("solutions.sampling").TransformerSampler
     real = torch.multinomial
-    dist = diagnosis._exact_distribution(lambda: sampler.sample_top_k(logits, 2), 3, 0.1)
+    dist = exact_distribution(lambda: sampler.sample_top_k(logits, 2), 3, 0.1)
     assert dist.probs == pytest.approx((0.0, 2 / 3, 1 / 3))
     assert torch.multinomial is real, "torch.multinomial was not put back"
