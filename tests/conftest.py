@@ -7,31 +7,14 @@ every pytest run, so that the options exist before pytest collects anything.
 
 from __future__ import annotations
 
-import importlib
-from types import ModuleType
-
 import pytest
 
+from sampling_course.implementation import Impl
 from sampling_course.reference import Reference, gpt2_local_dir, load_reference
 
 # ---------------------------------------------------------------------------------------
 # The implementation under test
 # ---------------------------------------------------------------------------------------
-
-
-class Impl:
-    """Attribute access to the modules of the implementation under test: ``impl.transformer``."""
-
-    def __init__(self, package: str):
-        self.package = package
-
-    def __getattr__(self, module: str) -> ModuleType:
-        if module.startswith("_"):
-            raise AttributeError(module)
-        return importlib.import_module(f"{self.package}.{module}")
-
-    def __repr__(self) -> str:
-        return f"Impl({self.package!r})"
 
 
 @pytest.fixture(scope="session")
