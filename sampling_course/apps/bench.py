@@ -140,9 +140,9 @@ def random_gpt2(dims: dict, seed: int) -> torch.nn.Module:
     """A GPT2LMHeadModel with Hugging Face's own random initialisation (seeded)."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from sampling_course.reference import _quiet_transformers
+    from sampling_course.reference import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     config = GPT2Config(**dims)
     # Keep the special ids inside the vocabulary (they are never used: see IdTokenizer).
     config.bos_token_id = config.eos_token_id = config.vocab_size - 1
@@ -152,7 +152,7 @@ def random_gpt2(dims: dict, seed: int) -> torch.nn.Module:
 
 def build(args: argparse.Namespace) -> Setup:
     from sampling_course.config import Config
-    from sampling_course.reference import _quiet_transformers, gpt2_local_dir
+    from sampling_course.reference import quiet_transformers, gpt2_local_dir
     from sampling_course.weights import demo_state_dict
 
     generator = torch.Generator().manual_seed(args.seed)
@@ -165,7 +165,7 @@ def build(args: argparse.Namespace) -> Setup:
     if local is not None:
         from transformers import GPT2LMHeadModel, GPT2TokenizerFast
 
-        _quiet_transformers()
+        quiet_transformers()
         hf_model = GPT2LMHeadModel.from_pretrained(local, local_files_only=True).eval()
         tokenizer = GPT2TokenizerFast.from_pretrained(local, local_files_only=True)
         prompt_ids = tokenizer(GPT2_PROMPT_TEXT).input_ids[: args.prompt_tokens]

@@ -340,9 +340,9 @@ def eager_hf_model(reference):
     """A fresh copy of the reference's Hugging Face model whose attention can return its patterns."""
     from transformers import GPT2LMHeadModel
 
-    from sampling_course.reference import _quiet_transformers
+    from sampling_course.reference import quiet_transformers
 
-    _quiet_transformers()
+    quiet_transformers()
     # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
     return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
 
