@@ -6,7 +6,8 @@ per part in ``grading/parts/``) rewrites one line of the solutions the way a lea
 get it wrong (temperature multiplied instead of divided, an exclusive top-p cutoff, a mask
 off by one, ...). The
 runner copies ``solutions/`` into a scratch package named ``exercises``, plants one
-mistake, runs that part's test file with ``--impl exercises`` and expects it to fail.
+mistake, runs the tests of its exercise (``--exercise``, see ``planting.exercises_of``)
+with ``--impl exercises`` and expects one to fail.
 
 The mirror image: each ``Variant`` rewrites an exercise in another correct style
 (``Categorical(...).sample()``, top-p through ``searchsorted``, a ``-1e10`` mask, ...),
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from sampling_course.grading.catalogue import Mistake, Variant
 from sampling_course.grading.course import MISTAKES, VARIANTS
-from sampling_course.grading.planting import write_package
+from sampling_course.grading.planting import exercises_of, mistake_target, write_package
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,8 +51,14 @@ def _pytest_on_planted(change: Mistake | Variant, selection: list[str]) -> subpr
 
 
 def caught(mistake: Mistake) -> tuple[bool, str]:
-    """Run the mistake's test file against the planted copy; True when the tests fail."""
-    proc = _pytest_on_planted(mistake, [str(REPO / "tests" / mistake.tests), "-x"])
+    """Run the tests of the mistake's exercises against the planted copy; True when one fails."""
+    exercises = exercises_of(mistake)
+    if not exercises:
+        return False, f"its code ({mistake_target(mistake)}) belongs to no part-{mistake.part} exercise"
+    selection = [str(REPO / "tests"), "-x"]
+    for exercise in exercises:
+        selection += ["--exercise", exercise.name]
+    proc = _pytest_on_planted(mistake, selection)
     # Caught means a test failed on an assertion (or was stopped for never returning): not a
     # crash, not an import error.
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]

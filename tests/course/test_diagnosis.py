@@ -72,11 +72,12 @@ def test_every_mistake_of_parts_1_to_3_has_an_exercise_with_a_probe():
     assert {m for m, _ in probed} == {m for m in MISTAKES if m.part in (1, 2, 3)}
 
 
-def test_part_4_leaves_out_only_the_mistakes_outside_its_exercises():
-    # Both rewrite Attention, which is a part-1 exercise: no part-4 exercise holds that code.
-    assert sorted(m.name for m, _ in UNNAMED) == [
-        "mask not shifted for cached positions", "new keys and values put before the cached ones",
-    ]
+def test_part_4_names_every_mistake_even_those_in_part_1_code():
+    # Both rewrite Attention, a part-1 exercise, but only the cached forward reveals them:
+    # they name that exercise (Mistake.exercise), so its probe covers them.
+    assert not UNNAMED, [(m.name, why) for m, why in UNNAMED]
+    for name in ("mask not shifted for cached positions", "new keys and values put before the cached ones"):
+        assert [e.name for e in exercises_of(_mistake(name))] == ["cached_forward"]
 
 
 def test_mistakes_map_to_the_exercise_whose_code_they_rewrite():
@@ -100,7 +101,7 @@ def test_every_mistake_of_parts_1_to_3_says_why_in_one_sentence():
             assert mistake.why, f"{mistake.name} has no `why`"
         sentence = explain(mistake)
         assert sentence.endswith(".") and "\n" not in sentence, sentence
-    assert explain(Mistake(1, "a name only", "transformer.py", "x", "y", "t.py")) == "a name only."
+    assert explain(Mistake(1, "a name only", "transformer.py", "x", "y")) == "a name only."
 
 
 # ---------------------------------------------------------------------------------------

@@ -71,47 +71,44 @@ EXERCISES: tuple[Exercise, ...] = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
+# The attention-cache mistakes rewrite part 1's Attention, yet only the cached forward
+# reveals them (without a cache the scores are square): they name that exercise.
 MISTAKES: list[Mistake] = [
     Mistake(4, "positional offset forgotten", "transformer.py",
-            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens)", "grading/test_part4_kv_cache.py",
+            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens)",
             why="embedding the new tokens at positions 0, 1, ... instead of right after the cached positions"),
     Mistake(4, "positional offset off by one", "transformer.py",
             "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens, offset=past + 1)",
-            "grading/test_part4_kv_cache.py",
             why="embedding the new tokens one position too far on (offset seq_len + 1 instead of seq_len)"),
     Mistake(4, "new keys and values put before the cached ones", "transformer.py",
             "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
-            "kv = torch.cat([torch.stack([k, v]), past_kv], dim=2)",
-            "grading/test_part4_kv_cache.py",
+            "kv = torch.cat([torch.stack([k, v]), past_kv], dim=2)", exercise="cached_forward",
             why="putting the new keys and values before the cached ones instead of after them"),
     Mistake(4, "mask not shifted for cached positions", "transformer.py",
-            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", "grading/test_part4_kv_cache.py",
+            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", exercise="cached_forward",
             why="a causal mask not shifted by the number of cached keys, so the new queries are masked as if they sat at positions 0, 1, ..."),
     Mistake(4, "KeyValueCache.batch reads the position dimension", "transformer.py",
-            "return self.shape[2]", "return self.shape[3]", "grading/test_part4_kv_cache.py",
+            "return self.shape[2]", "return self.shape[3]",
             why="batch reading the position dimension (shape[3]) instead of the batch dimension (shape[2])"),
     Mistake(4, "KeyValueCache.k returns the values", "transformer.py",
             "return self.as_subclass(torch.Tensor)[:, 0]", "return self.as_subclass(torch.Tensor)[:, 1]",
-            "grading/test_part4_kv_cache.py",
             why="k returning the values (index 1) instead of the keys (index 0)"),
     Mistake(4, "sample drops the cache the model returns", "sampling.py",
             "logits, kv_cache = self.model(input_ids[None], kv_cache)",
-            "logits, _ = self.model(input_ids[None], kv_cache)", "grading/test_part4_kv_cache.py",
+            "logits, _ = self.model(input_ids[None], kv_cache)",
             why="throwing away the cache the model returns, so every step runs the whole sequence again"),
     Mistake(4, "cache rows tiled, not following the beams' parents", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=torch.arange(len(parents)) % len(self))",
-            "grading/test_part4_kv_cache.py",
             why="giving the children cache rows in tiled order instead of their own parent's row"),
     Mistake(4, "cache copied k times in the tiled order", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
             "self.new_beams(new_logprob_sums, new_tokens, KeyValueCache(cache.repeat(1, 1, k, 1, 1, 1)))",
-            "grading/test_part4_kv_cache.py",
             why="copying the cache k times in tiled order instead of giving each child its parent's row"),
     Mistake(4, "children keep the stale cache of the previous step", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
-            "self.new_beams(new_logprob_sums, new_tokens, self.kv_cache, cache_rows=parents)", "grading/test_part4_kv_cache.py",
+            "self.new_beams(new_logprob_sums, new_tokens, self.kv_cache, cache_rows=parents)",
             why="giving the children the cache from before this step instead of the one the model just extended"),
 ]
 
