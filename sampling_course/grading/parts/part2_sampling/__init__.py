@@ -236,7 +236,7 @@ _NEXT_TOKEN = (
 )
 # The whole body of sample() after the argument checks: a learner who writes the method in a
 # notebook (check("sample", obj=...)) replaces all of it, loop and printing included.
-SAMPLE_BODY = (
+_SAMPLE_BODY = (
     '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
     "        if verbose:\n"
     '            print(prompt, end="", flush=True)\n'
@@ -267,8 +267,8 @@ SAMPLE_BODY = (
     "            print()\n"
     "        return self.tokenizer.decode(input_ids)\n"
 )
-# The same loop written as a while loop over a Python list of token ids (used for part 4 too).
-SAMPLE_WHILE_LOOP = (
+# The same loop written as a while loop over a Python list of token ids.
+_SAMPLE_WHILE_LOOP = (
     "        ids: list[int] = self.tokenizer.encode(prompt)\n"
     "        n_prompt = len(ids)\n"
     "        if verbose:\n"
@@ -425,7 +425,7 @@ VARIANTS: list[Variant] = [
             "            return int(TransformerSampler.sample_top_p(logits, top_p))\n"
             "        return int(TransformerSampler.sample_top_k(logits, top_k or logits.shape[-1]))\n"),
     # sample
-    Variant(2, "sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(2, "sample", "while loop over a Python list of ids", "sampling.py", _SAMPLE_BODY, _SAMPLE_WHILE_LOOP),
     Variant(2, "sample", "context sliced with max(0, len - n_ctx), torch.cat with a new tensor, EOS read back",
             "sampling.py",
             "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n",

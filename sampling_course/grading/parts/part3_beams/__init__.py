@@ -133,7 +133,7 @@ MISTAKES: list[Mistake] = [
 
 # Correct implementations in other styles than the solutions' (the way learners write them);
 # `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
-GENERATE_TAIL = (
+_GENERATE_TAIL = (
     "        logprobs = logits.log_softmax(dim=-1)\n"
     "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
     "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
@@ -143,7 +143,7 @@ GENERATE_TAIL = (
     "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"
 )
 # generate with Python loops over beams and ranks; the cache rows are copied per child.
-GENERATE_LOOPS = (
+_GENERATE_LOOPS = (
     "        logprobs = torch.log_softmax(logits, dim=-1)\n"
     "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
     "        sums, rows, parents = [], [], []\n"
@@ -195,7 +195,7 @@ _BEAM_SEARCH = (
 VARIANTS: list[Variant] = [
     # Beams.generate
     Variant(3, "Beams.generate", "einops repeat/rearrange, cache rows copied with the tokens", "beams.py",
-            GENERATE_TAIL,
+            _GENERATE_TAIL,
             "        import einops\n"
             "\n"
             "        logprobs = logits.log_softmax(dim=-1)\n"
@@ -205,8 +205,8 @@ VARIANTS: list[Variant] = [
             '        new_tokens = torch.cat([repeated, einops.rearrange(topk_tokens, "b k -> (b k) 1")], dim=-1)\n'
             "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, None if cache is None else cache[:, :, parents])\n"),
-    Variant(3, "Beams.generate", "Python loops over beams and ranks", "beams.py", GENERATE_TAIL, GENERATE_LOOPS),
-    Variant(3, "Beams.generate", "log-prob sums kept in float64", "beams.py", GENERATE_TAIL,
+    Variant(3, "Beams.generate", "Python loops over beams and ranks", "beams.py", _GENERATE_TAIL, _GENERATE_LOOPS),
+    Variant(3, "Beams.generate", "log-prob sums kept in float64", "beams.py", _GENERATE_TAIL,
             "        logprobs = logits.double().log_softmax(dim=-1)\n"
             "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
             "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
-from sampling_course.grading.parts.part2_sampling import SAMPLE_BODY, SAMPLE_WHILE_LOOP
-from sampling_course.grading.parts.part3_beams import GENERATE_LOOPS, GENERATE_TAIL
 
 PART = 4
 TITLE = "KV cache"
@@ -175,6 +173,86 @@ _CACHED_STEP = (
     "                logits, kv_cache = self.model(input_ids[None], kv_cache)\n"
     "                logits = logits[0, -1]\n"
 )
+# The last line of Beams.generate: each child reads its parent's cache row.
+_NEW_BEAMS = "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"
+
+# sample()'s whole body after the argument checks, and the same written as a while loop over
+# a Python list of ids, whose cached branch is the exercise here.
+_SAMPLE_BODY = (
+    '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        for _ in range(max_tokens_generated):\n"
+    "            if kv_cache is None:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # The model has learned positions 0..n_ctx-1 only, so it sees the last n_ctx tokens.\n"
+    "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n"
+    "                ### END SOLUTION\n"
+    "            else:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # Hint: pass the whole sequence; the cache knows which positions are new.\n"
+    + _CACHED_STEP
+    + "                ### END SOLUTION\n"
+    "            ### BEGIN SOLUTION\n"
+    "            next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+    "            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n"
+    "            ### END SOLUTION\n"
+    "            if verbose:  # show the text as it grows\n"
+    '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+    "            ### BEGIN SOLUTION\n"
+    "            # Stop after, not before, the end-of-text token: it is part of the output.\n"
+    "            if next_token == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "            ### END SOLUTION\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(input_ids)\n"
+)
+_SAMPLE_WHILE_LOOP = (
+    "        ids: list[int] = self.tokenizer.encode(prompt)\n"
+    "        n_prompt = len(ids)\n"
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        while len(ids) < n_prompt + max_tokens_generated:\n"
+    "            sequence = torch.tensor(ids, device=self.device)\n"
+    "            if kv_cache is None:\n"
+    "                context = sequence[max(0, len(ids) - self.cfg.n_ctx) :]\n"
+    "                logits = self.model(context.unsqueeze(0)).squeeze(0)[-1]\n"
+    "            else:\n"
+    "                output, kv_cache = self.model(sequence.unsqueeze(0), kv_cache=kv_cache)\n"
+    "                logits = output[0, -1, :]\n"
+    "            token = self.sample_next_token(sequence, logits, **kwargs)\n"
+    "            ids.append(int(token))\n"
+    "            if verbose:\n"
+    '                print(self.tokenizer.decode([ids[-1]]), end="", flush=True)\n'
+    "            if ids[-1] == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(ids)\n"
+)
+# The end of Beams.generate, and the same with Python loops that copy each child's cache row.
+_GENERATE_TAIL = (
+    "        logprobs = logits.log_softmax(dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
+    "        new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()\n"
+    "        new_tokens = torch.cat([self.tokens[parents], topk_tokens.flatten()[:, None]], dim=-1)\n"
+    "        # Each child inherits its parent's cache row: it reads row parents[i], no copy needed.\n"
+    + _NEW_BEAMS
+)
+_GENERATE_LOOPS = (
+    "        logprobs = torch.log_softmax(logits, dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        sums, rows, parents = [], [], []\n"
+    "        for beam in range(len(self)):\n"
+    "            for rank in range(k):\n"
+    "                sums.append(self.logprob_sums[beam] + topk_logprobs[beam, rank])\n"
+    "                rows.append(torch.cat([self.tokens[beam], topk_tokens[beam, rank : rank + 1]]))\n"
+    "                parents.append(beam)\n"
+    "        new_cache = None if cache is None else cache[:, :, torch.tensor(parents, device=self.tokens.device)]\n"
+    "        return self.new_beams(torch.stack(sums), torch.stack(rows), new_cache)\n"
+)
 
 VARIANTS: list[Variant] = [
     # KeyValueCache
@@ -244,20 +322,20 @@ VARIANTS: list[Variant] = [
             "                output = self.model(input_ids.unsqueeze(0), kv_cache=kv_cache)\n"
             "                kv_cache = output[1]\n"
             "                logits = output[0][0, -1, :]\n"),
-    Variant(4, "cached_sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(4, "cached_sample", "while loop over a Python list of ids", "sampling.py", _SAMPLE_BODY, _SAMPLE_WHILE_LOOP),
     Variant(4, "cached_sample", "squeeze the batch, then the last position", "sampling.py", _CACHED_STEP,
             "                all_logits, kv_cache = self.model(torch.stack([input_ids]), kv_cache)\n"
             "                logits = all_logits.squeeze(0)[-1]\n"),
     # cached_beam_search
     Variant(4, "cached_beam_search", "cache rows copied with cache[:, :, parents]", "beams.py",
-            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            _NEW_BEAMS,
             "        new_cache = None if cache is None else cache[:, :, parents]\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, new_cache)\n"),
     Variant(4, "cached_beam_search", "cache rows copied with repeat_interleave", "beams.py",
-            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            _NEW_BEAMS,
             "        if cache is not None:\n"
             "            cache = KeyValueCache(cache.repeat_interleave(k, dim=2))\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, cache)\n"),
     Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
-            GENERATE_TAIL, GENERATE_LOOPS),
+            _GENERATE_TAIL, _GENERATE_LOOPS),
 ]
