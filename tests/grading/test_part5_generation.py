@@ -995,7 +995,7 @@ def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
     stdin = "/set temperature 0\n/set top_p 7\n/set colour blue\n/show\nfirst prompt\nThe cat\n/help\n"
     code, out, err = run_cli(cli, ["--model", "tiny", "--interactive", "--max-new-tokens", "8"], monkeypatch, capsys, stdin=stdin)
     assert code == 0, err
-    assert "temperature = 0" in out and "top_p must be in [0, 1]" in out and "unknown setting 'colour'" in out
+    assert "temperature = 0" in out and "top_p must be in (0, 1]" in out and "unknown setting 'colour'" in out
     assert "stopped" in out
     assert expected_text("The cat", 8, temperature=0.0) in out
     assert "/quit" in out  # from /help
