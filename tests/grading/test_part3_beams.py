@@ -7,9 +7,9 @@
 * ``TransformerSampler.beam_search`` is checked against ``GPT2LMHeadModel.generate`` with
   ``num_beams`` (summed log-probs: ``length_penalty=0``, ``early_stopping="never"``), on
   prompts where no beam reaches EOS: there HF's algorithm and the classic one coincide.
-* Toy models whose next-token distribution depends on the last token only give exact
-  answers: beam search beating greedy, and EOS handling (early return, finished beams
-  never extended).
+* Toy models whose next-token distribution depends on the last token only (``BigramModel``
+  in tests/doubles.py) give exact answers: beam search beating greedy, and EOS handling
+  (early return, finished beams never extended).
 
 Nothing here is random except the token histories of the n-gram tests, which are drawn
 from ``SAMPLING_COURSE_TEST_SEED`` (default 0) and compared exactly with Hugging Face,
@@ -22,10 +22,11 @@ import math
 
 import pytest
 import torch
-from torch import nn
 from transformers import NoRepeatNGramLogitsProcessor
 
 from sampling_course.implementation import load_demo
+
+from doubles import BigramModel
 
 
 def assert_close(actual, expected, **kwargs):
@@ -362,34 +363,6 @@ def test_ngram_blocking_none_is_plain_topk(impl, tiny, seed):
 # ---------------------------------------------------------------------------------------
 
 
-class LastTokenModel(nn.Module):
-    """A toy language model: the next-token distribution depends on the last token only.
-
-    ``table[a]`` maps next tokens to probabilities; unlisted tokens get a negligible share
-    and unlisted last tokens a uniform distribution. Each row's logits carry its own
-    offset, so ranking by logits instead of log-probabilities gives a different answer.
-    It records the longest input it was given.
-    """
-
-    def __init__(self, cfg, table: dict[int, dict[int, float]], offsets: dict[int, float] | None = None):
-        super().__init__()
-        self.cfg = cfg
-        logits = torch.zeros(cfg.d_vocab, cfg.d_vocab)
-        for last, row in table.items():
-            logits[last] = -40.0
-            for nxt, p in row.items():
-                logits[last, nxt] = math.log(p)
-            logits[last] += (offsets or {}).get(last, 0.0)
-        self.register_buffer("logits", logits)
-        self.longest_input = 0
-
-    def forward(self, tokens, kv_cache=None):
-        if kv_cache is not None:
-            raise NotImplementedError("the toy model runs uncached")
-        self.longest_input = max(self.longest_input, tokens.shape[1])
-        return self.logits[tokens]
-
-
 def _word_ids(tokenizer, *words):
     ids = [tokenizer.encode(w) for w in words]
     assert all(len(i) == 1 for i in ids), "each toy word must be one token"
@@ -409,7 +382,7 @@ def test_beam_search_beats_greedy_on_a_toy_model(impl, tiny):
         c: {d: 0.9, e: 0.1},
     }
     # b's logits sit 5 higher: ranking by raw logits would prefer " cat big".
-    model = LastTokenModel(tiny.cfg, table, offsets={b: 5.0})
+    model = BigramModel(tiny.cfg, table, offsets={b: 5.0})
     sampler = impl.sampling.TransformerSampler(model, tok)
 
     prompt = tok.decode([a])
@@ -439,7 +412,7 @@ def test_beam_search_returns_finished_beams_first_and_never_extends_them(impl, t
         c: {e: 0.6, d: 0.4},
         eos: {z: 0.99, d: 0.01},  # what a beam kept alive after EOS would grow into
     }
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=3, num_beams=3, max_new_tokens=2)
     texts = [text for _, text in out]
@@ -462,7 +435,7 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
     a, b, d = _word_ids(tok, " the", " cat", " sat")
     table = {a: {eos: 0.5, b: 0.3, d: 0.2}, b: {eos: 0.6, d: 0.4}, d: {b: 1.0}}
 
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=1, num_beams=3, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos])]
@@ -471,7 +444,7 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
 
     # Two beams: " the<eos>" finishes at step 1, " the cat<eos>" at step 2 (0.3 * 0.6 beats
     # " the cat sat" at 0.12), then it must stop.
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=2, num_beams=2, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos]), tok.decode([a, b, eos])]

@@ -37,7 +37,6 @@ from pathlib import Path
 import pytest
 import torch
 from scipy import stats
-from torch import nn
 from transformers import (
     LogitsProcessorList,
     MinPLogitsWarper,
@@ -48,8 +47,9 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sampling_course.config import Config
 from sampling_course.implementation import load_demo
+
+from doubles import IdTokenizer, RecordingFile, SuccessorModel
 
 REPO = Path(__file__).resolve().parents[2]
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
@@ -160,47 +160,6 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     total = sum(wanted)  # scipy wants the sums to agree to ~1e-8
     wanted = [w * n / total for w in wanted]
     return float(stats.chisquare(observed, wanted).pvalue)
-
-
-class IdsTokenizer:
-    """Text is token ids: "5 6 7" <-> [5, 6, 7]. All ``generate`` needs from a tokenizer."""
-
-    pad_token_id = None
-
-    def __init__(self, eos_token_id: int):
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return [int(t) for t in text.split()]
-
-    def decode(self, ids, **kwargs) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return " ".join(str(i) for i in ids)
-
-
-class CountingModel(nn.Module):
-    """A toy model: the next token is always the last token + 1 (mod d_vocab), with certainty.
-
-    Rows whose prompts end at different distances below the EOS id reach it at known
-    steps. It records each call as (positions passed, positions already cached).
-    """
-
-    def __init__(self, KeyValueCache, d_vocab: int = 64, n_ctx: int = 64):
-        super().__init__()
-        self.cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=d_vocab, n_ctx=n_ctx)
-        self.KeyValueCache = KeyValueCache
-        self.calls: list[tuple[int, int]] = []
-
-    def forward(self, tokens, kv_cache=None, *, attention_mask=None):
-        past = 0 if kv_cache is None else kv_cache.seq_len
-        self.calls.append((tokens.shape[1], past))
-        new = tokens[:, past:]
-        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
-        logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
-        if kv_cache is None:
-            return logits
-        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
-        return logits, self.KeyValueCache(cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -691,20 +650,20 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
 
 
 @pytest.fixture()
-def counting(impl):
-    model = CountingModel(impl.transformer.KeyValueCache)
+def successor_batch(impl):
+    model = SuccessorModel(impl.transformer.KeyValueCache)
     eos = model.cfg.d_vocab - 1
     # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
     prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]
-    return model, IdsTokenizer(eos), prompts, eos
+    return model, IdTokenizer(eos), prompts, eos
 
 
 @pytest.mark.exercise("generate")
-def test_rows_finish_at_their_own_step(gen, counting):
+def test_rows_finish_at_their_own_step(gen, successor_batch):
     """Each row stops at its own EOS, then receives pads (the EOS id) and never changes; the loop ends when the last
     row finishes, not at max_new_tokens. One prefill over the prompts, then one new position per step. Scores are
     finite up to and including the EOS step and NaN after it."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
     out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, return_dict_in_generate=True)
     width = 5
     expected = [
@@ -728,10 +687,10 @@ def test_rows_finish_at_their_own_step(gen, counting):
 
 
 @pytest.mark.exercise("generate")
-def test_a_criterion_stops_only_its_rows(gen, counting):
+def test_a_criterion_stops_only_its_rows(gen, successor_batch):
     """A stopping criterion that stops row 1 only (at 7 tokens) pads row 1; the others run on to their EOS.
     MaxLengthCriteria(7) stops every row at 7 tokens."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
 
     def stop_row_1(input_ids, scores):
         stop = torch.zeros(input_ids.shape[0], dtype=torch.bool)
@@ -836,21 +795,6 @@ def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
 STREAM_TEXT = "Grüße aus Köln ☃ — naïve café, 東京 and emoji 🙂 end.\nNew line: über.   spaced"
 
 
-class Recorder:
-    """A file that keeps every write separately."""
-
-    def __init__(self):
-        self.chunks: list[str] = []
-
-    def write(self, text: str) -> int:
-        if text:
-            self.chunks.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 @pytest.mark.exercise("TextStreamer")
 def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     """Fed one token at a time on text with multi-byte characters, TextStreamer's writes put together are the
@@ -859,7 +803,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     tok = tiny.tokenizer
     ids = tok.encode(STREAM_TEXT)
     assert any(tok.decode(ids[i : i + 1]) == "\ufffd" for i in range(len(ids))), "the text must split a character"
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, file=out)
     streamer.put(torch.tensor([ids[:3]]))
     for token in ids[3:]:
@@ -870,7 +814,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     assert all(chunk[-1] in " \n" for chunk in out.chunks[:-1]), f"writes that end mid-word: {out.chunks}"
     assert len(out.chunks) >= 8, f"expected the text a word at a time, got {len(out.chunks)} writes"
 
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, skip_prompt=True, file=out)
     streamer.put(torch.tensor([ids[:4]]))
     for token in ids[4:]:
@@ -883,7 +827,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
 def test_generate_streams_what_it_returns(gen, demo, reference, seed):
     """generate(..., streamer=TextStreamer(...)) prints the prompt and then exactly the text it returns."""
     tok = reference.tokenizer
-    out = Recorder()
+    out = RecordingFile()
     sequences = gen.generate(demo, tok, ["Grüße aus Köln, said the"], 25, seed=seed, temperature=1.5,
                              streamer=gen.TextStreamer(tok, file=out))
     assert "".join(out.chunks) == tok.decode(sequences[0], clean_up_tokenization_spaces=False)
