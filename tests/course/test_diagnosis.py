@@ -1,9 +1,10 @@
 """Failures name the mistake: ``grading/diagnosis.py`` recognises each planted mistake.
 
 For every part, each planted mistake is planted into a copy of the solutions (imported
-under its own name, as a learner's package would be) and must be named as itself, or as a
-mistake listed in ``SAME_OUTPUT`` whose output is provably the same on every input; the
-solutions and the planted correct variants must be named as nothing. At least 95% of each
+under its own name, as a learner's package would be) and must be named: as itself, alone
+or beside a mistake listed in ``SAME_BEHAVIOUR`` whose output is provably the same on every
+input (the checker then names both); the solutions and the planted correct variants must be
+named as nothing. At least 95% of each
 part's planted mistakes must be named (``NAMING_RATE``); a mistake that cannot be named is
 listed in ``UNNAMEABLE`` with the reason. The random exercises are also checked with
 other styles of drawing than the solutions', which take the statistical path
@@ -25,23 +26,24 @@ import torch
 from sampling_course.grading import diagnosis
 from sampling_course.grading.catalogue import Mistake
 from sampling_course.grading.course import EXERCISES, MISTAKES, PARTS, VARIANTS, get_exercise
-from sampling_course.grading.diagnosis import coverage, describe_match, explain, name_mistake
+from sampling_course.grading.diagnosis import coverage, describe_match, explain, name_mistake, name_mistakes
 from sampling_course.grading.matching import Distribution, Frequencies, draws_for, exact_distribution, same
 from sampling_course.grading.planting import exercises_of, mistakes_of, planted, write_package
 from sampling_course.grading.probing import load_probes
 
-# Mistakes whose output is the same as another's on every input (the same error written two
-# ways), so that either may be named; each with the reason.
-SAME_OUTPUT = {
+# Pairs of mistakes whose output is the same on every input (the same error written two ways):
+# the checker names both, the first as the match and the other as behaving the same.
+SAME_BEHAVIOUR = [
     # cache.repeat(1, 1, k, ...) gives child i the row i % len(beams), which is what the tiled
     # index torch.arange(len(parents)) % len(self) gives it.
-    "cache copied k times in the tiled order": {"cache rows tiled, not following the beams' parents"},
+    ("cache rows tiled, not following the beams' parents", "cache copied k times in the tiled order"),
     # Both judge top-k and top-p on the untempered logits and return the tempered ones: top-k
     # keeps the same tokens either way (dividing by a positive temperature keeps their order),
     # top_p_filter(logits * temperature) sees the raw logits again, and min-p runs after the
     # temperature in both.
-    "top-p judged on the raw logits": {"temperature applied after top-p"},
-}
+    ("temperature applied after top-p", "top-p judged on the raw logits"),
+]
+SAME_OUTPUT = {a: {b} for a, b in SAME_BEHAVIOUR} | {b: {a} for a, b in SAME_BEHAVIOUR}
 
 # Planted mistakes that cannot be named, each with the reason (none today).
 UNNAMEABLE: dict[str, str] = {}
@@ -133,21 +135,22 @@ def test_every_mistake_of_parts_1_to_3_says_why_in_one_sentence():
 # ---------------------------------------------------------------------------------------
 
 
-def _named_as_itself(mistake: Mistake, named: Mistake | None) -> bool:
-    return named == mistake or (named is not None and named.name in SAME_OUTPUT.get(mistake.name, ()))
+def _named_as_itself(mistake: Mistake, named: list[Mistake]) -> bool:
+    """Named, and only alongside the mistakes listed as behaving the same."""
+    return mistake in named and {m.name for m in named} <= {mistake.name} | SAME_OUTPUT.get(mistake.name, set())
 
 
 @pytest.mark.parametrize("part", COURSE_PARTS, ids=[f"part{p}" for p in COURSE_PARTS])
 def test_every_planted_mistake_of_the_part_is_named(part):
-    """Each mistake of the part, planted in a package of its own that name_mistake imports
-    afresh by name (as it imports a learner's ``exercises``), is named as itself in every
-    exercise it belongs to; at least NAMING_RATE of the part's mistakes are."""
+    """Each mistake of the part, planted in a package of its own that name_mistakes imports
+    afresh by name (as it imports a learner's ``exercises``), is named in every exercise it
+    belongs to; at least NAMING_RATE of the part's mistakes are."""
     mistakes = [m for m in MISTAKES if m.part == part]
     unnamed = {}
     for mistake in mistakes:
         with planted(mistake) as package:
-            verdicts = {e.name: name_mistake(e, package) for e in exercises_of(mistake)}
-        wrong = {e: n.name if n else None for e, n in verdicts.items() if not _named_as_itself(mistake, n)}
+            verdicts = {e.name: name_mistakes(e, package) for e in exercises_of(mistake)}
+        wrong = {e: [n.name for n in named] for e, named in verdicts.items() if not _named_as_itself(mistake, named)}
         if wrong or not verdicts:
             unnamed[mistake.name] = wrong
     expected = {name for name in UNNAMEABLE if any(m.name == name for m in mistakes)}
@@ -349,6 +352,14 @@ def test_describe_match_is_the_sentence_to_show_first(learner_package):
     assert describe_match("layernorm", learner_package(_mistake("LayerNorm with unbiased variance"))) == expected
     assert describe_match("LayerNorm", "solutions") is None
     assert describe_match("no such exercise", "solutions") is None  # never raises
+
+
+def test_mistakes_that_behave_the_same_are_named_together():
+    with planted(_mistake("top-p judged on the raw logits")) as package:
+        assert describe_match("warp_logits", package) == (
+            "This matches a classic mistake: temperature applied after top-p. "
+            "It behaves exactly like another one: top-p judged on the raw logits.")
+        assert name_mistake("warp_logits", package) == _mistake("temperature applied after top-p")
 
 
 def test_a_probe_that_raises_names_nothing():
