@@ -116,14 +116,18 @@ def name_mistakes(exercise: Exercise | str, package: str, obj: Any = None) -> li
     candidates = mistakes_of(exercise)
     if exercise.name not in load_probes() or not candidates:
         return []
+    # The solution's output first: it also loads what the probe shares (the tokenizer), which
+    # must not count against the learner's time limit.
+    solution = planted_output(exercise, None)
+    if solution is _NOTHING:
+        return []
     try:
         learner = _learner_output(exercise, package, obj)
     except (Exception, TookTooLong):  # noqa: BLE001 - a learner's error is the tests' to report
         return []
     if isinstance(learner, (list, tuple)) and learner and all(isinstance(step, Raised) for step in learner):
         return []
-    solution = planted_output(exercise, None)
-    if solution is _NOTHING or same(learner, solution):
+    if same(learner, solution):
         return []
     matches = []
     for mistake in candidates:
