@@ -40,8 +40,6 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from sampling_course.implementation import load_demo
-
 from doubles import NeverEOSModel
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -84,18 +82,6 @@ NUCLEUS_LOGITS = NUCLEUS_PROBS.log().float()
 def Sampler(impl):
     """The TransformerSampler class under test (its static methods need no model)."""
     return impl.sampling.TransformerSampler
-
-
-@pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
-
-
-@pytest.fixture(scope="module")
-def parity_demo(parity_reference, impl):
-    """The DemoTransformer under test with the weights of each parity reference (story included)."""
-    return load_demo(parity_reference, impl.transformer)
 
 
 def softmax64(logits: torch.Tensor) -> torch.Tensor:
@@ -842,12 +828,6 @@ def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, se
 # ---------------------------------------------------------------------------------------
 # Real GPT-2: the published expectations
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gpt2_demo(gpt2, impl):
-    """The DemoTransformer under test with real GPT-2 weights."""
-    return load_demo(gpt2, impl.transformer)
 
 
 @pytest.mark.gpt2

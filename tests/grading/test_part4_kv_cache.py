@@ -29,8 +29,6 @@ import dataclasses
 import pytest
 import torch
 
-from sampling_course.implementation import load_demo
-
 from doubles import RecordingModel
 
 # fp32 logits of two correct implementations agree to ~1e-5 (as in test_transformer.py);
@@ -59,20 +57,9 @@ SCHEDULES = {
 
 
 @pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
-
-
-@pytest.fixture(scope="module")
 def KVC(impl):
     """The KeyValueCache class under test."""
     return impl.transformer.KeyValueCache
-
-
-@pytest.fixture(scope="module")
-def sampler(reference, demo, impl):
-    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
@@ -392,10 +379,9 @@ def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl
 
 
 @pytest.mark.exercise("cached_sample")
-def test_cached_sample_past_n_ctx_raises(KVC, tiny, impl):
+def test_cached_sample_past_n_ctx_raises(KVC, tiny, tiny_sampler):
     """Cached sampling past n_ctx raises a ValueError naming n_ctx (uncached sampling slides instead)."""
-    demo = load_demo(tiny, impl.transformer)
-    sampler = impl.sampling.TransformerSampler(demo, tiny.tokenizer)
+    sampler = tiny_sampler
     n_ctx = tiny.cfg.n_ctx
     # A prompt a few tokens short of n_ctx (decoded random ids re-encode to a different length).
     length = n_ctx - 8

@@ -78,12 +78,6 @@ def gen(impl):
     return impl.generate
 
 
-@pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
-
-
 def random_logits(seed: int, batch: int, d_vocab: int, scale: float = 2.0) -> torch.Tensor:
     generator = torch.Generator().manual_seed(seed)
     return scale * torch.randn(batch, d_vocab, generator=generator)
