@@ -303,4 +303,13 @@ VARIANTS: list[Variant] = [
             "        results = [pair for b in finished_beams for pair in b.logprobs_and_completions]\n"
             "        results += beams.logprobs_and_completions\n"
             "        return results[:num_return_sequences]\n"),
+    # The classic precondition: a bare assert where the stub raises a ValueError.
+    Variant(3, "beam_search", "classic: assert num_return_sequences <= num_beams", "sampling.py",
+            "        if not 1 <= num_return_sequences <= num_beams:\n"
+            "            raise ValueError(\n"
+            '                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences!r}"\n'
+            "            )\n",
+            "        assert num_return_sequences <= num_beams\n"
+            "        if num_return_sequences < 1:\n"
+            '            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences!r}")\n'),
 ]
