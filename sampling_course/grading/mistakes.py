@@ -32,6 +32,7 @@ import io
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,8 @@ TESTS = REPO / "tests"
 
 Change = Mistake | Variant
 
-# A test of a planted copy that runs longer than this is stopped, as a learner's would be.
+# A test of a planted copy that runs longer than this is stopped, as a learner's would be
+# (the pytest plugin's DEFAULT_TEST_TIMEOUT; not imported from there, which would load torch here).
 TEST_TIMEOUT_S = 60.0
 # A worker that gives no verdict for this long is stopped (a hang outside any test's time limit).
 CHANGE_TIMEOUT_S = 1800.0
@@ -184,8 +186,6 @@ def judge(change: Change, directory: Path, package: str) -> Verdict:
     try:
         code, reports, output = _run_tests(change, package, selection)
     finally:
-        import shutil
-
         shutil.rmtree(directory / package, ignore_errors=True)
     after = _shared_state()
     disturbed = any(before[key] != after[key] for key in before.keys() & after.keys())
