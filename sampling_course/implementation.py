@@ -92,16 +92,15 @@ def load_demo(reference: "Reference", transformer_module: ModuleType | None = No
 
     Raises a ValueError naming each parameter that is missing, extra, misnamed or of the wrong shape.
     """
-    from sampling_course.config import Config
     from sampling_course.weights import demo_state_dict, load_weights
 
     if transformer_module is None:
         transformer_module = impl_module("transformer", "solutions")
-    cfg = Config.from_hf(reference.hf_model.config)
-    model = transformer_module.DemoTransformer(cfg)
+    model = transformer_module.DemoTransformer(reference.cfg)
     # Every parameter must match by name and shape; buffers the model makes itself (such as a
-    # persistent IGNORE) need not be in the weights.
-    return load_weights(model, demo_state_dict(reference.hf_model)).eval()
+    # persistent IGNORE) need not be in the weights. The weights come straight from the
+    # checkpoint's file: building the Hugging Face model (seconds of imports) is not needed.
+    return load_weights(model, demo_state_dict(reference.weights, reference.cfg)).eval()
 
 
 class Impl:

@@ -5,8 +5,11 @@ live on the same weights:
 
 * ``model``: a TransformerLens ``TransformerBridge`` in compatibility mode, whose
   ``run_with_cache`` gives every intermediate activation (``cache["normalized", 0, "ln1"]``).
-  It is built the first time it is used, since loading TransformerLens takes seconds.
 * ``hf_model``: the Hugging Face ``GPT2LMHeadModel``, for logits and ``generate``.
+
+Both are built the first time they are used: importing transformers and TransformerLens
+takes seconds, and a model built from the course's own code needs only the checkpoint's
+tensors (``weights``), its ``cfg`` and the ``tokenizer``, which load without them.
 
 The checkpoints:
 
@@ -26,21 +29,26 @@ GPT-2 when it is available and the story model otherwise.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Literal
-
-import torch
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Literal
 
 from sampling_course.config import Config
+from sampling_course.files import BrokenCourseFile, cache_home, cached_folder, check_assets, read_manifest, sha256_of
+from sampling_course.tokenizer import Tokenizer
+
+if TYPE_CHECKING:  # torch loads when a model or tensor is built, not to find a checkpoint and its settings
+    import torch
+
+__all__ = ["Reference", "ReferenceUnavailable", "cache_home", "download_gpt2", "gpt2_local_dir", "load_reference",
+           "story_model_dir", "tiny_dir"]
 
 GPT2_REPO_IDS = ("openai-community/gpt2", "gpt2")
 # Only what loading needs: no TF/Flax/ONNX weights.
@@ -55,8 +63,9 @@ GPT2_FILES = [
 ]
 
 # The stand-in's recipe. Bump TINY_VERSION whenever the recipe changes, so that a
-# checkpoint built by an older recipe is never picked up from the cache.
-TINY_VERSION = 1
+# checkpoint built by an older recipe is never picked up from the cache (2: the folder
+# carries a manifest).
+TINY_VERSION = 2
 TINY_SEED = 20240607
 TINY_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_inner=256, n_positions=128)
 
@@ -67,44 +76,57 @@ class ReferenceUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class Reference:
-    """A loaded reference checkpoint. Shared between callers: do not modify its models.
+    """A loaded reference checkpoint. Shared between callers: do not modify its models or tensors.
 
-    ``model`` (the TransformerLens bridge) is built the first time it is read: loading
-    TransformerLens takes seconds, and only the tests that compare activations need it.
+    ``hf_model`` and ``model`` (the TransformerLens bridge) are built the first time they
+    are read; ``weights``, ``cfg`` and ``tokenizer`` need neither transformers nor
+    TransformerLens. ``digest`` identifies the weights (a SHA-256 over the checkpoint's
+    files), so that outputs computed on them can be stored and found again.
     """
 
     name: str
-    hf_model: "object"  # transformers.GPT2LMHeadModel, in eval mode
-    tokenizer: "object"  # transformers.GPT2TokenizerFast
     cfg: Config
+    tokenizer: Tokenizer  # the course's GPT-2 tokenizer (the same ids and text as GPT2TokenizerFast)
     path: Path
-    # Builds the bridge on first access to ``model``; not part of the value.
-    _build_model: Callable[[], object] = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
-    _lock: threading.Lock = field(repr=False, compare=False, default_factory=threading.Lock)
+    digest: str
+    _lock: threading.RLock = field(repr=False, compare=False, default_factory=threading.RLock)
+
+    def _lazy(self, key: str, build):
+        with self._lock:  # two threads reading it at once build it once
+            if key not in self.__dict__:
+                # Writing __dict__ directly: a frozen dataclass forbids attribute assignment.
+                self.__dict__[key] = build()
+            return self.__dict__[key]
+
+    @property
+    def weights(self) -> dict[str, torch.Tensor]:
+        """The checkpoint's tensors under Hugging Face's names, in float32, read straight from its file."""
+        return self._lazy("_weights", lambda: _read_weights(self.path))
+
+    @property
+    def hf_model(self) -> "object":  # transformers.GPT2LMHeadModel, in eval mode
+        """The Hugging Face ``GPT2LMHeadModel`` on these weights (float32, eval mode), built on first use."""
+        return self._lazy("_hf_model", lambda: _hf_model(self.path))
+
+    @property
+    def hf_tokenizer(self) -> "object":  # transformers.GPT2TokenizerFast
+        """The same tokenizer as a Hugging Face ``GPT2TokenizerFast`` (``generate(stop_strings=...)`` wants one)."""
+        return self._lazy("_hf_tokenizer", lambda: _hf_tokenizer(self.path))
 
     @property
     def model(self) -> "object":  # transformer_lens.model_bridge.TransformerBridge
         """A TransformerLens ``TransformerBridge`` on the same weights, built on first use."""
-        with self._lock:  # two threads reading it at once build it once
-            if "_model" not in self.__dict__:
-                if self._build_model is None:
-                    raise ReferenceUnavailable(f"reference {self.name!r} was created without a TransformerLens model")
-                # Writing __dict__ directly: a frozen dataclass forbids attribute assignment.
-                self.__dict__["_model"] = self._build_model()
-            return self.__dict__["_model"]
+        return self._lazy("_model", lambda: _bridge(self.path, self.hf_tokenizer))
 
     @property
     def model_loaded(self) -> bool:
         """Whether ``model`` has been built already (reading it would build it)."""
         return "_model" in self.__dict__
 
-
-def cache_home() -> Path:
-    """Where the course keeps what it builds (override with SAMPLING_COURSE_HOME)."""
-    env = os.environ.get("SAMPLING_COURSE_HOME")
-    base = Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sampling-course"
-    base.mkdir(parents=True, exist_ok=True)
-    return base
+    @property
+    def hf_model_loaded(self) -> bool:
+        """Whether ``hf_model`` has been built already."""
+        return "_hf_model" in self.__dict__
 
 
 # ---------------------------------------------------------------------------------------
@@ -112,8 +134,22 @@ def cache_home() -> Path:
 # ---------------------------------------------------------------------------------------
 
 
+def _hub_cache() -> Path:
+    """The Hugging Face hub cache folder, found as huggingface_hub finds it (without importing it)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HUGGINGFACE_HUB_CACHE"):
+        return Path(os.environ["HUGGINGFACE_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "huggingface"
+    return Path(home) / "hub"
+
+
 def gpt2_local_dir() -> Path | None:
     """The directory of a GPT-2 small snapshot in the local Hugging Face cache, if any."""
+    # Importing huggingface_hub takes a noticeable part of a quick check: look for the folder first.
+    names = [f"models--{repo_id.replace('/', '--')}" for repo_id in GPT2_REPO_IDS]
+    if not any((_hub_cache() / name).is_dir() for name in names):
+        return None
     from huggingface_hub import snapshot_download
 
     for repo_id in GPT2_REPO_IDS:
@@ -145,8 +181,7 @@ def download_gpt2() -> Path:
         raise ReferenceUnavailable(
             "Cannot reach the Hugging Face hub to download GPT-2 small. Run "
             "`sampling-course download-gpt2` on a machine with internet access and copy "
-            "~/.cache/huggingface/hub/models--openai-community--gpt2 here, or use the "
-            "offline stand-in: load_reference('tiny')."
+            "~/.cache/huggingface/hub/models--openai-community--gpt2 here."
         )
     return Path(snapshot_download(GPT2_REPO_IDS[0], allow_patterns=GPT2_FILES))
 
@@ -160,8 +195,8 @@ def _gpt2_dir(allow_download: bool) -> Path:
     raise ReferenceUnavailable(
         "GPT-2 small is not in the local Hugging Face cache"
         + (" and the hub is unreachable" if allow_download else "")
-        + ". Get the weights once with `sampling-course download-gpt2` (needs internet), "
-        "or use the offline stand-in: load_reference('tiny')."
+        + ". Get the weights once with `sampling-course download-gpt2` (needs internet); "
+        "the offline story model needs no download"
     )
 
 
@@ -178,6 +213,8 @@ def _perturb_(model: torch.nn.Module, seed: int) -> None:
     The embedding and the final LayerNorm are scaled up so that next-token
     distributions are peaked (a few likely tokens), as in a trained model.
     """
+    import torch
+
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         # Sorted names make the draw order, hence the weights, independent of module order.
@@ -211,6 +248,8 @@ def build_tiny_checkpoint(out_dir: Path) -> None:
         eos_token_id=tokenizer.eos_token_id,
         **TINY_DIMS,
     )
+    import torch
+
     torch.manual_seed(TINY_SEED)  # the constructor's own init is overwritten, but keep it tidy
     model = GPT2LMHeadModel(config)
     _perturb_(model, TINY_SEED)
@@ -219,24 +258,13 @@ def build_tiny_checkpoint(out_dir: Path) -> None:
 
 
 def tiny_dir() -> Path:
-    """The stand-in's checkpoint directory, built on first use."""
+    """The stand-in's checkpoint directory, built on first use and rebuilt when damaged."""
     from sampling_course.tokenizer import TOKENIZER_DIR
 
     # The tokenizer's hash is part of the name: a retrained tokenizer means a new model.
-    tok_hash = hashlib.sha256((Path(TOKENIZER_DIR) / "tokenizer.json").read_bytes()).hexdigest()[:10]
+    tok_hash = check_assets(Path(TOKENIZER_DIR))["tokenizer.json"]["sha256"][:10]
     target = cache_home() / f"tiny-gpt2-v{TINY_VERSION}-{tok_hash}"
-    if not (target / "model.safetensors").exists():
-        # Build next to the target and rename, so parallel processes never see half a checkpoint.
-        tmp = Path(tempfile.mkdtemp(prefix=target.name + ".", dir=target.parent))
-        try:
-            build_tiny_checkpoint(tmp)
-            try:
-                tmp.rename(target)
-            except OSError:  # another process won the race; its copy is identical
-                pass
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
+    return cached_folder(target, build_tiny_checkpoint, "tiny model")[0]
 
 
 # ---------------------------------------------------------------------------------------
@@ -254,6 +282,7 @@ def quiet_transformers() -> None:
 
 def _bridge(path: Path, tokenizer: object) -> object:
     """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``."""
+    import torch
     from transformers import GPT2LMHeadModel
     from transformer_lens.model_bridge import TransformerBridge
 
@@ -271,23 +300,59 @@ def _bridge(path: Path, tokenizer: object) -> object:
     return bridge
 
 
-@cache
-def _load(name: str, path: Path) -> Reference:
-    from transformers import GPT2LMHeadModel, GPT2TokenizerFast
+def _hf_config(path: Path) -> SimpleNamespace:
+    """The fields of ``config.json`` that ``Config.from_hf`` reads, with GPT2Config's defaults."""
+    try:
+        raw = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise BrokenCourseFile(f"the checkpoint's file {path / 'config.json'} cannot be read ({exc})") from None
+    defaults = dict(model_type="gpt2", n_embd=768, n_head=12, n_layer=12, n_positions=1024, vocab_size=50257,
+                    n_inner=None, layer_norm_epsilon=1e-5, initializer_range=0.02)
+    return SimpleNamespace(**{key: raw.get(key, value) for key, value in defaults.items()})
+
+
+def _read_weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load
+
+    # Read into memory, not mapped: a file rewritten later (a cache rebuilt) cannot change these tensors.
+    tensors = load((path / "model.safetensors").read_bytes())
+    # float32 always: the story checkpoints are stored in float16 to keep the package small.
+    return {name: t.float() if t.is_floating_point() else t for name, t in tensors.items()}
+
+
+def _hf_model(path: Path) -> object:
+    import torch
+    from transformers import GPT2LMHeadModel
 
     quiet_transformers()
-    # float32 always: the story checkpoints are stored in float16 to keep the package
-    # small, and from_pretrained would otherwise keep the stored dtype.
-    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
-    tokenizer = GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
-    return Reference(
-        name=name,
-        hf_model=hf_model,
-        tokenizer=tokenizer,
-        cfg=Config.from_hf(hf_model.config),
-        path=path,
-        _build_model=lambda: _bridge(path, tokenizer),
-    )
+    # float32 always, as in _read_weights: from_pretrained would otherwise keep the stored dtype.
+    return GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+
+
+def _hf_tokenizer(path: Path) -> object:
+    from transformers import GPT2TokenizerFast
+
+    return GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
+
+
+def _checkpoint_digest(path: Path, listed: dict[str, dict] | None = None) -> str:
+    """A SHA-256 over the checkpoint's config and weights (their hashes from a manifest when there is one)."""
+    digest = hashlib.sha256()
+    for name in ("config.json", "model.safetensors"):
+        if listed is not None and name in listed:
+            file_hash = listed[name]["sha256"]
+        else:
+            file = path / name
+            # The hub keeps each file under its SHA-256 and links the snapshot to it: no need to read 500 MB.
+            target = Path(os.path.realpath(file)).name
+            file_hash = target if len(target) == 64 and all(c in "0123456789abcdef" for c in target) else sha256_of(file)
+        digest.update(f"{name}:{file_hash}\n".encode())
+    return digest.hexdigest()
+
+
+@cache
+def _load(name: str, path: Path, digest: str) -> Reference:
+    return Reference(name=name, cfg=Config.from_hf(_hf_config(path)), tokenizer=Tokenizer(path), path=path, digest=digest)
 
 
 STORY_MODELS = ("story", "story-draft")
@@ -300,11 +365,8 @@ def story_model_dir(name: str) -> Path:
     if name not in STORY_MODELS:
         raise ValueError(f"unknown story model {name!r}; choose one of {STORY_MODELS}")
     path = ASSETS_DIR / name
-    if not (path / "model.safetensors").is_file():
-        raise ReferenceUnavailable(
-            f"The {name!r} checkpoint is missing from {path}. "
-            "Retrain it with: python scripts/train_story_models.py"
-        )
+    # A damaged or missing file: one line naming it and saying to reinstall.
+    check_assets(path, rebuild="python scripts/train_story_models.py")
     return path
 
 
@@ -321,23 +383,28 @@ def load_reference(
     read-only.
     """
     if name == "tiny":
-        return _load("tiny", tiny_dir())
+        path = tiny_dir()
+        return _load("tiny", path, _checkpoint_digest(path, read_manifest(path)))
     if name in STORY_MODELS:
-        return _load(name, story_model_dir(name))
+        path = story_model_dir(name)
+        return _load(name, path, _checkpoint_digest(path, check_assets(path)))
     if name == "gpt2":
-        return _load("gpt2", _gpt2_dir(allow_download=True))
+        path = _gpt2_dir(allow_download=True)
+        return _load("gpt2", path, _checkpoint_digest(path))
     if name == "auto":
         try:
             return load_reference("gpt2")
         except ReferenceUnavailable as exc:
-            if not quiet:
-                from rich.console import Console
+            why = str(exc)
+        # Outside the except block: an error loading the story model is its own, not chained to GPT-2's.
+        if not quiet:
+            from rich.console import Console
 
-                Console(stderr=True).print(
-                    f"[yellow]Notice:[/] real GPT-2 unavailable ({exc}). "
-                    "Using the offline story model 'story' instead."
-                )
-            return load_reference("story")
+            Console(stderr=True).print(
+                f"[yellow]Notice:[/] real GPT-2 is unavailable ({why.rstrip('.')}); using the offline story "
+                "model 'story' instead.", soft_wrap=True, highlight=False,
+            )
+        return load_reference("story")
     raise ValueError(
         f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import einops
 import torch
 from torch import Tensor
@@ -9,19 +11,27 @@ from torch import Tensor
 from sampling_course.config import Config
 
 
-def demo_state_dict(hf_model: torch.nn.Module) -> dict[str, Tensor]:
-    """Return a state dict for ``DemoTransformer(Config.from_hf(hf_model.config))``.
+def demo_state_dict(source: torch.nn.Module | Mapping[str, Tensor], cfg: Config | None = None) -> dict[str, Tensor]:
+    """Return a state dict for ``DemoTransformer(cfg)`` from a Hugging Face GPT-2 checkpoint.
+
+    ``source`` is a ``GPT2LMHeadModel`` (or ``GPT2Model``), whose config gives ``cfg``, or
+    the checkpoint's tensors under Hugging Face's names (``reference.weights``) with ``cfg``.
 
     Hugging Face's GPT-2 stores its linear layers as ``Conv1D`` with weights laid out
     (in_features, out_features), and packs Q, K and V into one ``c_attn`` matrix. The
     course keeps one matrix per head instead, in TransformerLens' layout:
     W_Q/W_K/W_V are [n_heads, d_model, d_head] and W_O is [n_heads, d_head, d_model].
     """
-    cfg = Config.from_hf(hf_model.config)
-    sd = {k: v.detach() for k, v in hf_model.state_dict().items()}
+    if isinstance(source, torch.nn.Module):
+        cfg = Config.from_hf(source.config)
+        sd = {k: v.detach() for k, v in source.state_dict().items()}
+    elif cfg is None:
+        raise TypeError("demo_state_dict(tensors, cfg): a state dict needs the model's Config")
+    else:
+        sd = dict(source)
     prefix = "transformer." if "transformer.wte.weight" in sd else ""
     if f"{prefix}wte.weight" not in sd:
-        raise ValueError("demo_state_dict expects a GPT2LMHeadModel or GPT2Model state dict")
+        raise ValueError("demo_state_dict expects a GPT2LMHeadModel or GPT2Model (or its state dict)")
 
     def heads_in(w: Tensor) -> Tensor:
         return einops.rearrange(w, "d_model (n d_head) -> n d_model d_head", n=cfg.n_heads)

@@ -170,6 +170,10 @@ def main(argv: list[str] | None = None) -> None:
         size_kb = CORPUS_PATH.stat().st_size / 1024
         print(f"Trained on {CORPUS_PATH.name} ({size_kb:.1f} KB): {len(tokenizer)} tokens")
         print(f"Saved to {TOKENIZER_DIR}")
+    from sampling_course.files import ASSET_MANIFEST, write_asset_manifest
+
+    write_asset_manifest()  # the shipped files' sizes and checksums, which loading checks
+    print(f"Updated {ASSET_MANIFEST}")
 
 
 if __name__ == "__main__":

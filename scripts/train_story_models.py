@@ -304,6 +304,10 @@ def train(name: str, stages: list[Recipe], out_dir: Path | None, heldout_tokens:
         model.to(torch.float16).save_pretrained(target)
         tokenizer.save_pretrained(target)
         (target / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
+        if Path(out_dir).resolve() == ASSETS_DIR.resolve():
+            from sampling_course.files import write_asset_manifest
+
+            write_asset_manifest()  # the shipped files' sizes and checksums, which loading checks
         print(f"[{name}] saved to {target}", flush=True)
     return figures
 

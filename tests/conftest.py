@@ -1,5 +1,5 @@
-"""Shared fixtures: the implementation under test, the reference models, and the
-implementation's DemoTransformer loaded with each reference's weights.
+"""Shared fixtures: the implementation under test, the reference models, the implementation's
+DemoTransformer loaded with each reference's weights, and the store of the references' outputs.
 
 The command-line options (``--impl``, ``--exercise``) and the "not implemented yet"
 reporting live in ``sampling_course.grading.pytest_plugin``, which pyproject.toml loads for
@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+from sampling_course.files import BrokenCourseFile
+from sampling_course.grading.oracle import OracleStore, shared_store
 from sampling_course.implementation import Impl, load_demo
 from sampling_course.reference import Reference, gpt2_local_dir, load_reference
 
@@ -23,6 +25,13 @@ def impl(pytestconfig: pytest.Config) -> Impl:
     return Impl(pytestconfig.getoption("--impl"))
 
 
+@pytest.fixture(scope="session")
+def oracle(pytestconfig: pytest.Config) -> OracleStore:
+    """``oracle(fn, *args)``: ``fn(*args)`` computed live on the references once, then read back
+    (see ``sampling_course.grading.oracle``); ``--recompute-oracle`` computes every one again."""
+    return shared_store(recompute=pytestconfig.getoption("--recompute-oracle"))
+
+
 # ---------------------------------------------------------------------------------------
 # Reference models
 # ---------------------------------------------------------------------------------------
@@ -32,21 +41,31 @@ def _require_gpt2() -> Reference:
     if gpt2_local_dir() is None:
         pytest.skip(
             "real GPT-2 small is not in the local Hugging Face cache; "
-            "run `sampling-course download-gpt2` once with internet access to enable this tier"
+            "to enable: run `sampling-course download-gpt2` once with internet access"
         )
-    return load_reference("gpt2")
+    return _loaded("gpt2")
+
+
+def _loaded(name: str) -> Reference:
+    """``load_reference(name)``; a failure there is the course's (its files), never the code under test's."""
+    try:
+        return load_reference(name)
+    except BrokenCourseFile:
+        raise
+    except Exception as exc:  # noqa: BLE001 - whatever breaks while loading a shipped or cached checkpoint
+        raise BrokenCourseFile(f"the reference model {name!r} cannot be loaded ({type(exc).__name__}: {exc})") from exc
 
 
 @pytest.fixture(scope="session")
 def tiny() -> Reference:
     """The offline stand-in: small GPT-2 architecture, deterministic perturbed weights."""
-    return load_reference("tiny")
+    return _loaded("tiny")
 
 
 @pytest.fixture(scope="session")
 def story() -> Reference:
     """The story model shipped with the course: a small GPT-2 trained on the story grammar."""
-    return load_reference("story")
+    return _loaded("story")
 
 
 @pytest.fixture(scope="session")
@@ -63,7 +82,7 @@ def reference(request: pytest.FixtureRequest) -> Reference:
     """Each reference in turn: the stand-in always, real GPT-2 when cached locally."""
     if request.param == "gpt2":
         return _require_gpt2()
-    return load_reference("tiny")
+    return _loaded("tiny")
 
 
 @pytest.fixture(
@@ -77,7 +96,7 @@ def parity_reference(request: pytest.FixtureRequest) -> Reference:
     happens to hide can still show on "story"."""
     if request.param == "gpt2":
         return _require_gpt2()
-    return load_reference(request.param)
+    return _loaded(request.param)
 
 
 # ---------------------------------------------------------------------------------------

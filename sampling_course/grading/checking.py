@@ -63,6 +63,8 @@ def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose
 def _show(report: CheckReport, render: Callable, display: bool, console: Console | None) -> CheckReport:
     if display:
         console = console or Console()
+        for notice in report.notices:
+            console.print(f"[yellow]note:[/] {escape(notice)}", soft_wrap=True)
         if report.error:
             # soft_wrap: one line however narrow the terminal, so it reads (and greps) as one.
             console.print(f"[red]error:[/] {escape(report.error)}", soft_wrap=True)

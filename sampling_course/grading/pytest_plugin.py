@@ -7,7 +7,10 @@ whose text marks none of the chosen exercises are not even imported (so the mark
 be written in the test file, with the name as a string).
 
 A stub that still raises ``NotImplementedError`` is reported on one line,
-``<stub>: not implemented yet``, instead of as a failure with a traceback.
+``<stub>: not implemented yet``, instead of as a failure with a traceback. A file of the
+course itself that is damaged (``BrokenCourseFile``) is reported on one line too, as the
+course's fault, never the learner's. Skipped tests are summed up in one line: why, and how
+to run them.
 
 With ``--impl exercises`` a test that runs past ``--test-timeout`` seconds (60 by default,
 or $SAMPLING_COURSE_TEST_TIMEOUT) is stopped and reported on one line, ``took longer than
@@ -22,6 +25,7 @@ from __future__ import annotations
 import argparse
 import ast
 import os
+import sys
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -29,11 +33,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from sampling_course.files import BrokenCourseFile
 from sampling_course.implementation import IMPLS, find_checkout, stale_install_message
 from sampling_course.grading.time_limit import TookTooLong, time_limit
 
 NOT_IMPLEMENTED = "not implemented"
 TOOK_TOO_LONG = "took too long"  # the key in report.user_properties; its value is the limit in seconds
+COURSE_BROKEN = "course broken"  # the key in report.user_properties; its value is the one-line message
+# A skip reason may end in "; to enable: <how>": the summary line groups skips by what comes before it.
+TO_ENABLE = "; to enable: "
+AFTER_TIMEOUT = "not run: an earlier test of "  # these skips are explained in the "took too long" section
 TIMEOUT_ENV = "SAMPLING_COURSE_TEST_TIMEOUT"
 DEFAULT_TEST_TIMEOUT = 60.0
 
@@ -79,6 +88,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only run the tests that grade this exercise (repeatable)",
     )
     group.addoption(
+        "--recompute-oracle",
+        action="store_true",
+        default=False,
+        help="compute every reference output live again instead of reusing the stored ones "
+        "(also SAMPLING_COURSE_RECOMPUTE_ORACLE=1)",
+    )
+    group.addoption(
         "--test-timeout",
         default=None,
         metavar="SECONDS",
@@ -115,6 +131,28 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError:
         threads = 1
     torch.set_num_threads(threads)
+    _skip_the_dtensor_import()
+
+
+def _skip_the_dtensor_import() -> None:
+    """torch.testing.assert_close imports torch.distributed.tensor on every call to unwrap DTensors
+    (about half a second the first time: a third of a quick check). No DTensor can exist before that
+    module is imported, so until then the unwrapping is skipped; afterwards torch's own runs."""
+    try:
+        from torch.testing import _comparison
+    except ImportError:
+        return
+    original = getattr(_comparison, "_unwrap_dtensor_for_comparison", None)
+    if original is None or getattr(original, "_course_wrapped", False):
+        return
+
+    def unwrap(actual, expected):
+        if "torch.distributed.tensor" not in sys.modules:
+            return actual, expected
+        return original(actual, expected)
+
+    unwrap._course_wrapped = True
+    _comparison._unwrap_dtensor_for_comparison = unwrap
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -196,7 +234,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     seconds = item.config.stash.get(_timeout_key, 0.0)
     names = _exercises_of(item)
     if seconds and names and names <= item.config.stash[_slow_exercises_key]:
-        pytest.skip(f"not run: an earlier test of {', '.join(sorted(names))} took longer than {seconds:g} s")
+        pytest.skip(f"{AFTER_TIMEOUT}{', '.join(sorted(names))} took longer than {seconds:g} s")
 
 
 @pytest.hookimpl(wrapper=True)
@@ -223,7 +261,12 @@ def _stub_name(excinfo: pytest.ExceptionInfo) -> str:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(NotImplementedError):
+    if report.failed and call.excinfo is not None and call.excinfo.errisinstance(BrokenCourseFile):
+        message = str(call.excinfo.value)
+        report.longrepr = f"the course's own files are broken, not your code: {message}"
+        report.sections = []
+        report.user_properties.append((COURSE_BROKEN, message))
+    elif report.failed and call.excinfo is not None and call.excinfo.errisinstance(NotImplementedError):
         stub = _stub_name(call.excinfo)
         report.longrepr = f"{stub}: not implemented yet"
         report.sections = []
@@ -243,10 +286,49 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
         return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
     if report.failed and any(key == TOOK_TOO_LONG for key, _ in report.user_properties):
         return TOOK_TOO_LONG, "T", "TOOK TOO LONG"
+    if report.failed and any(key == COURSE_BROKEN for key, _ in getattr(report, "user_properties", ())):
+        return COURSE_BROKEN, "B", "COURSE FILES BROKEN"
     return None
 
 
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "")
+    return reason.removeprefix("Skipped: ")
+
+
+def skip_summary(reasons: list[str]) -> str | None:
+    """One line saying why tests were skipped and how to run them, from their skip reasons."""
+    if not reasons:
+        return None
+    groups: dict[str, list] = {}
+    for reason in reasons:
+        why, _, enable = reason.partition(TO_ENABLE)
+        groups.setdefault(why, [0, enable])[0] += 1
+    ordered = sorted(groups.items(), key=lambda item: -item[1][0])
+    parts = [f"{count} because {why}" + (f" (to enable: {enable})" if enable else "") for why, (count, enable) in ordered[:2]]
+    rest = sum(count for _, (count, _) in ordered[2:])
+    if rest:
+        parts.append(f"{rest} for {len(ordered) - 2} other reason{'s' * (len(ordered) > 3)} (`pytest -rs` lists them)")
+    return f"{len(reasons)} skipped: " + "; ".join(parts)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    from sampling_course.files import NOTICES
+
+    for message in NOTICES:  # caches rebuilt during the run (they were printed when it happened, maybe captured)
+        terminalreporter.write_line(f"note: {message}", yellow=True)
+    broken = terminalreporter.stats.get(COURSE_BROKEN, [])
+    if broken:
+        terminalreporter.section("the course's own files are broken", red=True)
+        messages = dict.fromkeys(value for report in broken for key, value in report.user_properties if key == COURSE_BROKEN)
+        for message in messages:
+            terminalreporter.write_line(f"{message} ({len(broken)} tests could not run; this is not your code)")
+    skipped = [reason for reason in (_skip_reason(r) for r in terminalreporter.stats.get("skipped", []) if r.skipped)
+               if not reason.startswith(AFTER_TIMEOUT)]
+    line = skip_summary(skipped)
+    if line:
+        terminalreporter.write_line(line)
     slow = terminalreporter.stats.get(TOOK_TOO_LONG, [])
     if slow:
         terminalreporter.section("took too long", red=True)

@@ -80,6 +80,8 @@ class CheckReport:
     impl: str = "exercises"
     collection_errors: list[str] = field(default_factory=list)
     error: str | None = None  # why nothing could be checked (e.g. a stale `pip install .`)
+    notices: list[str] = field(default_factory=list)  # caches rebuilt during the run, one line each
+    broken: bool = False  # the error is a damaged file of the course itself
 
     def __bool__(self) -> bool:
         return bool(self.results) and all(r.done for r in self.results)

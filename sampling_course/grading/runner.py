@@ -27,6 +27,7 @@ from sampling_course.grading.course import EXERCISES, Exercise, get_exercise
 from sampling_course.implementation import IMPLS, StaleInstallError, find_checkout, stale_install_message
 # The keys the course's pytest plugin puts in report.user_properties when a stub raised
 # NotImplementedError or a test ran out of time (one source of truth: the plugin).
+from sampling_course.grading.pytest_plugin import COURSE_BROKEN as _COURSE_BROKEN_KEY
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
 from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
 from sampling_course.grading.pytest_plugin import resolve_test_timeout
@@ -112,6 +113,7 @@ class _Collector:
         self.collection_errors: list[str] = []
         self.stub_of: dict[str, str] = {}  # exercise (lower case) -> the stub one of its tests ran into
         self.presumed: dict[str, str] = {}  # nodeid -> stub, for tests not run because of it
+        self.broken: list[str] = []  # one-line messages: files of the course itself that are damaged
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: Any) -> None:
@@ -140,6 +142,11 @@ class _Collector:
                 self.outcomes[report.nodeid] = TestOutcome(
                     report.nodeid, names, "not implemented", f"{presumed}: not implemented yet", presumed)
             return
+        broken = next((value for key, value in report.user_properties if key == _COURSE_BROKEN_KEY), None)
+        if report.failed and broken is not None:
+            if broken not in self.broken:
+                self.broken.append(broken)
+            return  # not the learner's: no outcome for the exercise
         if report.failed:
             stub = next((value for key, value in report.user_properties if key == _NOT_IMPLEMENTED_KEY), None)
             if stub is not None:
@@ -215,8 +222,11 @@ def run_report(
     args += ["-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
              "--continue-on-collection-errors"]  # one broken test file must not hide the others
 
+    from sampling_course.files import NOTICES
+
     collector = _Collector()
     output = io.StringIO()
+    first_notice = len(NOTICES)
     # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
     # session's last teardown and belongs to an outer session, if any: put it back.
     env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
@@ -226,8 +236,13 @@ def run_report(
             with redirect_stdout(output), redirect_stderr(output):
                 exit_code = pytest.main(args, plugins=[collector])
 
+    notices = NOTICES[first_notice:]  # caches rebuilt during the run: said in the report, since the run's output is kept
     if exit_code == pytest.ExitCode.INTERRUPTED and not collector.collection_errors:
         raise KeyboardInterrupt
+    if collector.broken:
+        # Infrastructure, never the learner's mistake: no verdict, no hint, only what to fix.
+        return CheckReport([], impl=impl, error=f"the course's own files are broken (not your code): {collector.broken[0]}",
+                           notices=notices, broken=True)
     if exit_code in (pytest.ExitCode.INTERNAL_ERROR, pytest.ExitCode.USAGE_ERROR):
         tail = "\n".join(output.getvalue().strip().splitlines()[-25:])
         raise RuntimeError(f"pytest could not run the checks (exit code {int(exit_code)}):\n{tail}")
@@ -248,7 +263,7 @@ def run_report(
             dataclasses.replace(r, mistake=describe_match(r.exercise, impl, obj)) if r.status == FAILING else r
             for r in results
         ]
-    return CheckReport(results, impl=impl, collection_errors=collector.collection_errors)
+    return CheckReport(results, impl=impl, collection_errors=collector.collection_errors, notices=notices)
 
 
 def run_checks(names: Sequence[str] | str | None = None, impl: str = "exercises", *, obj: Any = None) -> list[Result]:

@@ -254,8 +254,10 @@ def test_a_check_skips_other_files_and_tests_that_would_hit_the_same_stub(plante
 
 
 def test_reference_builds_its_transformer_lens_model_on_first_use():
-    """A freshly loaded reference has no TransformerLens bridge until .model is read; then it has one, once."""
-    fresh = _load.__wrapped__("tiny", tiny_dir())  # not the per-process shared one
-    assert not fresh.model_loaded
+    """A freshly loaded reference has no TransformerLens bridge (nor Hugging Face model) until .model is read;
+    then it has one, once."""
+    path = tiny_dir()
+    fresh = _load.__wrapped__("tiny", path, "not the shared one")  # not the per-process shared one
+    assert not fresh.model_loaded and not fresh.hf_model_loaded
     bridge = fresh.model
     assert fresh.model_loaded and fresh.model is bridge and hasattr(bridge, "run_with_cache")

@@ -378,18 +378,24 @@ def test_auto_falls_back_to_the_story_model(monkeypatch, capsys) -> None:
 
     monkeypatch.setattr(reference_module, "_gpt2_dir", unavailable)
     assert load_reference("auto").name == "story"
-    assert "Using the offline story model 'story'" in " ".join(capsys.readouterr().err.split())
+    notice = " ".join(capsys.readouterr().err.split())
+    assert "no GPT-2 here" in notice and "using the offline story model 'story'" in notice
+    assert "tiny" not in notice, "one fallback, named once"
     with pytest.raises(ValueError, match="'story-draft'"):
         load_reference("story-large")
 
 
 def test_missing_story_checkpoint_says_how_to_rebuild(monkeypatch, tmp_path) -> None:
+    """A missing story checkpoint is the course's own file broken: one line naming it, to reinstall or retrain."""
     import sampling_course.reference as reference_module
     import sampling_course.tokenizer as tokenizer_module
+    from sampling_course.files import BrokenCourseFile
 
     monkeypatch.setattr(tokenizer_module, "ASSETS_DIR", tmp_path)
-    with pytest.raises(reference_module.ReferenceUnavailable, match="train_story_models.py"):
+    with pytest.raises(BrokenCourseFile, match="train_story_models.py") as raised:
         reference_module.story_model_dir("story")
+    assert str(tmp_path / "story") in str(raised.value) and "reinstall" in str(raised.value)
+    assert "\n" not in str(raised.value)
 
 
 @pytest.mark.parametrize("name", ["story", "story-draft"])

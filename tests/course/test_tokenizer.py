@@ -106,12 +106,15 @@ def test_no_special_tokens_added_by_default() -> None:
 def test_missing_files_give_a_clear_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Loading from an empty directory raises FileNotFoundError that says how to rebuild."""
+    """Loading from an empty directory raises BrokenCourseFile: one line naming the file, saying to reinstall
+    (or how to rebuild it)."""
     import sampling_course.tokenizer as tokenizer_module
+    from sampling_course.files import BrokenCourseFile
 
-    monkeypatch.setattr(tokenizer_module, "TOKENIZER_DIR", tmp_path / "missing")
-    with pytest.raises(FileNotFoundError, match="scripts/build_tokenizer.py"):
+    monkeypatch.setattr(tokenizer_module, "TOKENIZER_DIR", tmp_path / "tiny_tokenizer")
+    with pytest.raises(BrokenCourseFile, match="scripts/build_tokenizer.py") as raised:
         tokenizer_module.load_tiny_tokenizer()
+    assert "tiny_tokenizer" in str(raised.value) and "reinstall" in str(raised.value)
 
 
 @pytest.mark.parametrize("word", [" church", " house", " mountain", " mat"])

@@ -3,6 +3,8 @@
 Each component is built from the implementation under test, loaded with the reference's
 weights through ``demo_state_dict``, fed the reference's own input activation from
 TransformerLens' ``run_with_cache`` and compared with the reference's output activation.
+The references' outputs come through the ``oracle`` fixture: computed live the first
+time, then read back (see ``sampling_course.grading.oracle``).
 The stand-in's weights are all perturbed (no zero biases, no unit LayerNorm weights),
 so dropping a bias or LayerNorm's w/b cannot go unnoticed. Every comparison runs on the
 stand-in, on the trained story model and, when cached, on real GPT-2 (``parity_reference``).
@@ -11,11 +13,10 @@ stand-in, on the trained story model and, when cached, on real GPT-2 (``parity_r
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
-from transformers.initialization import no_init_weights
 
 from sampling_course.config import Config
 from sampling_course.weights import demo_state_dict, load_weights
@@ -30,16 +31,49 @@ PROMPTS = [
 ]
 
 
+def activation_names(n_layers: int) -> list:
+    """The activations the tests below read, named as TransformerLens' cache is indexed."""
+    names = ["hook_embed", "hook_pos_embed", "ln_final.hook_out", ("q", 0), ("k", 0), ("pattern", 0)]
+    for layer in range(n_layers):
+        names += [("resid_pre", layer), ("resid_mid", layer), ("resid_post", layer), ("attn_out", layer),
+                  ("mlp_out", layer), f"blocks.{layer}.ln1.hook_out", f"blocks.{layer}.ln2.hook_out"]
+    return names
+
+
+def _key(name) -> str:
+    return " ".join(map(str, name)) if isinstance(name, tuple) else name
+
+
+def tl_run(reference, tokens: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Oracle: TransformerLens' logits and the activations of ``activation_names`` on ``tokens``."""
+    logits, cache = reference.model.run_with_cache(tokens)
+    return logits, {_key(name): cache[name] for name in activation_names(reference.cfg.n_layers)}
+
+
+class Activations:
+    """The stored activations, indexed like TransformerLens' cache: ``cache["resid_pre", 0]``."""
+
+    def __init__(self, stored: dict[str, torch.Tensor]):
+        self.stored = stored
+
+    def __getitem__(self, name) -> torch.Tensor:
+        return self.stored[_key(name)]
+
+
+def hf_logits(reference, tokens: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's logits."""
+    return reference.hf_model(tokens).logits
+
+
 @pytest.fixture(scope="module")
-def run(parity_reference):
+def run(parity_reference, oracle):
     """The reference's logits and activation cache on a padded-free batch of two prompts."""
     tokenizer = parity_reference.tokenizer
     ids = [tokenizer(p).input_ids for p in PROMPTS]
     length = min(len(i) for i in ids)
     tokens = torch.tensor([i[:length] for i in ids])
-    with torch.no_grad():
-        logits, cache = parity_reference.model.run_with_cache(tokens)
-    return tokens, logits, cache
+    logits, stored = oracle(tl_run, parity_reference, tokens)
+    return tokens, logits, Activations(stored)
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -93,12 +127,17 @@ def test_layer_norm_matches_reference(parity_demo, run):
     assert_close(parity_demo.ln_final(cache["resid_post", last]), cache["ln_final.hook_out"], "ln_final")
 
 
+def hf_first_ln(reference, residual: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's first LayerNorm (block 0's ln_1) on ``residual``."""
+    return reference.hf_model.transformer.h[0].ln_1(residual)
+
+
 @pytest.mark.exercise("LayerNorm")
-def test_layer_norm_eps_inside_sqrt(parity_demo, parity_reference):
+def test_layer_norm_eps_inside_sqrt(parity_demo, parity_reference, oracle):
     """On inputs with variance far below eps, only sqrt(var + eps) matches the reference."""
     generator = torch.Generator().manual_seed(0)
     tiny_residual = 1e-4 * torch.randn(2, 5, parity_reference.cfg.d_model, generator=generator)
-    expected = parity_reference.hf_model.transformer.h[0].ln_1(tiny_residual)
+    expected = oracle(hf_first_ln, parity_reference, tiny_residual)
     assert_close(parity_demo.blocks[0].ln1(tiny_residual), expected, "LayerNorm on a low-variance input")
 
 
@@ -183,21 +222,21 @@ def test_unembed_adds_its_bias(parity_demo, run):
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_matches_hf_logits(parity_demo, run, parity_reference):
+def test_demo_transformer_matches_hf_logits(parity_demo, run, parity_reference, oracle):
     """The full model's logits equal Hugging Face's GPT2LMHeadModel on the same weights."""
     tokens, _, _ = run
+    expected = oracle(hf_logits, parity_reference, tokens)
     with torch.no_grad():
-        expected = parity_reference.hf_model(tokens).logits
         actual = parity_demo(tokens)
     assert_close(actual, expected, "DemoTransformer logits")
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_single_token_and_batch_independence(parity_demo, parity_reference):
+def test_demo_transformer_single_token_and_batch_independence(parity_demo, parity_reference, oracle):
     """A one-token input works, and each sequence's logits do not depend on the rest of the batch."""
     tokens = torch.tensor([[5], [7]])
+    expected = oracle(hf_logits, parity_reference, tokens)
     with torch.no_grad():
-        expected = parity_reference.hf_model(tokens).logits
         assert_close(parity_demo(tokens), expected, "logits of one-token sequences")
         assert_close(parity_demo(tokens[1:]), expected[1:], "logits of a batch of one")
 
@@ -207,19 +246,37 @@ def test_demo_transformer_single_token_and_batch_independence(parity_demo, parit
 # ---------------------------------------------------------------------------------------
 
 
-def _random_gpt2(seed: int, scale: float, **dims) -> GPT2LMHeadModel:
-    """A GPT-2 with every parameter drawn from N(0, scale), biases and LayerNorms perturbed too."""
+def _random_weights(seed: int, scale: float, shapes: list[tuple[str, list[int]]]) -> dict[str, torch.Tensor]:
+    """Every parameter (name, shape), in sorted order, drawn from N(0, scale); LayerNorm weights from N(1, 0.1)."""
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for name, shape in shapes:
+        noise = torch.randn(shape, generator=generator)
+        weights[name] = (1 + 0.1 * noise) if ".ln_" in name and name.endswith("weight") else scale * noise
+    return weights
+
+
+def random_gpt2_run(seed: int, scale: float, dims: dict) -> tuple[dict, list, torch.Tensor, torch.Tensor]:
+    """Oracle: a GPT2LMHeadModel with ``_random_weights``, run on random tokens. Returns its config's
+    fields, its parameters' names and shapes (the weights follow from the seed), the tokens and its logits."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    from transformers.initialization import no_init_weights
+
     # Hugging Face's own initialisation is skipped (every parameter is overwritten below, and at
     # GPT-2 small's size it is the slowest step); tie_weights() then shares W_E with lm_head as usual.
     with no_init_weights():
         model = GPT2LMHeadModel(GPT2Config(**dims)).eval()
     model.tie_weights()
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in sorted(model.named_parameters()):
-            noise = torch.randn(param.shape, generator=generator)
-            param.copy_((1 + 0.1 * noise) if ".ln_" in name and name.endswith("weight") else scale * noise)
-    return model
+    shapes = [(name, list(param.shape)) for name, param in sorted(model.named_parameters())]
+    weights = _random_weights(seed, scale, shapes)
+    for name, param in model.named_parameters():
+        param.copy_(weights[name])
+    config = {key: getattr(model.config, key) for key in ("model_type", "n_embd", "n_head", "n_layer", "n_positions",
+                                                           "vocab_size", "n_inner", "layer_norm_epsilon",
+                                                           "initializer_range")}
+    cfg = Config.from_hf(model.config)
+    tokens = torch.randint(0, cfg.d_vocab, (2, min(cfg.n_ctx, 24)), generator=torch.Generator().manual_seed(1))
+    return config, shapes, tokens, model(tokens).logits
 
 
 @pytest.mark.exercise("DemoTransformer")
@@ -232,15 +289,15 @@ def _random_gpt2(seed: int, scale: float, **dims) -> GPT2LMHeadModel:
     ],
     ids=["gpt2-small-size", "small-large-init", "custom-d_mlp"],
 )
-def test_random_weights_match_hf(impl, dims, scale):
+def test_random_weights_match_hf(impl, oracle, dims, scale):
     """demo_state_dict + DemoTransformer reproduce GPT2LMHeadModel's logits on random weights."""
-    hf_model = _random_gpt2(seed=len(dims), scale=scale, **dims)
-    cfg = Config.from_hf(hf_model.config)
+    config, shapes, tokens, expected = oracle(random_gpt2_run, len(dims), scale, dims)
+    cfg = Config.from_hf(SimpleNamespace(**config))
     demo = impl.transformer.DemoTransformer(cfg)
-    load_weights(demo, demo_state_dict(hf_model))
-    tokens = torch.randint(0, cfg.d_vocab, (2, min(cfg.n_ctx, 24)), generator=torch.Generator().manual_seed(1))
+    # The same weights as the Hugging Face model's: drawn from the same seed, name by name.
+    load_weights(demo, demo_state_dict(_random_weights(len(dims), scale, shapes), cfg))
     with torch.no_grad():
-        assert_close(demo.eval()(tokens), hf_model(tokens).logits, "logits on random weights")
+        assert_close(demo.eval()(tokens), expected, "logits on random weights")
 
 
 def test_demo_state_dict_names_and_shapes(impl, parity_reference):

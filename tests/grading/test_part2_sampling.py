@@ -28,17 +28,10 @@ seeds run each statistical test once per seed (``scripts/stress_statistical.py``
 from __future__ import annotations
 
 from collections import Counter
+from functools import cache
 
 import pytest
 import torch
-from scipy.stats import binom, norm
-from transformers.generation.logits_process import (
-    LogitsProcessor,
-    LogitsProcessorList,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from doubles import NeverEOSModel
 
@@ -54,11 +47,23 @@ def draws_needed(delta: float = 0.07, alpha: float = ALPHA, beta: float = 1e-6, 
     n >= ((z_alpha + z_beta) / 2 / delta)^2. Every classic mistake shifts some token's
     probability by more than 0.07 on the logits below, so it is caught almost surely.
     """
+    from scipy.stats import norm  # scipy loads only for the statistical tests
+
     z_alpha, z_beta = norm.isf(alpha / (2 * n_tokens)), norm.isf(beta)
     return int(((z_alpha + z_beta) / 2 / delta) ** 2) + 1
 
 
-N_DRAWS = draws_needed()  # about 5,200: one call per draw
+@cache
+def n_draws() -> int:
+    """The draws of every frequency test below: ``draws_needed()``, about 5,200 (one call per draw)."""
+    return draws_needed()
+
+
+def binom():
+    """scipy's binomial distribution, loaded on first use (only the statistical tests need scipy)."""
+    from scipy.stats import binom
+
+    return binom
 
 # Hand-made logits over a 10-token vocabulary, deliberately unsorted so that an index
 # into the sorted order (a forgotten gather) shows up as a wrong token.
@@ -158,7 +163,7 @@ def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, 
     problems = []
     for token in support:
         p = expected[token].item()
-        low, high = binom.ppf(q, n, p), binom.isf(q, n, p)
+        low, high = binom().ppf(q, n, p), binom().isf(q, n, p)
         if not low <= observed[token] <= high:
             problems.append(
                 f"token {token}: frequency {observed[token].item() / n:.4f}, expected {p:.4f} "
@@ -172,16 +177,23 @@ def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, 
 # ---------------------------------------------------------------------------------------
 
 
-def test_oracles_agree_with_hugging_face():
+def hf_processor(name: str, settings: dict, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's logits processor ``name`` (e.g. "TopKLogitsWarper"), built with ``settings``."""
+    import transformers
+
+    return getattr(transformers, name)(**settings)(input_ids, scores.clone())
+
+
+def test_oracles_agree_with_hugging_face(oracle):
     """This file's top-k and nucleus oracles keep the same tokens as HF's TopK/TopP warpers."""
     ids = torch.zeros(1, 1, dtype=torch.long)
     for logits in (LOGITS, LOGITS_2, NUCLEUS_LOGITS):
         probs = softmax64(logits)
         for k in (1, 3, 5):
-            hf = TopKLogitsWarper(k)(ids, logits[None].clone())[0]
+            hf = oracle(hf_processor, "TopKLogitsWarper", dict(top_k=k), ids, logits[None])[0]
             assert torch.equal(top_k_probs(probs, k) > 0, hf > float("-inf")), k
         for top_p, keep in ((0.3, 1), (0.5, 1), (0.79, 1), (0.81, 1), (0.96, 1), (0.3, 3), (1.0, 1)):
-            hf = TopPLogitsWarper(top_p, min_tokens_to_keep=keep)(ids, logits[None].clone())[0]
+            hf = oracle(hf_processor, "TopPLogitsWarper", dict(top_p=top_p, min_tokens_to_keep=keep), ids, logits[None])[0]
             assert torch.equal(top_p_probs(probs, top_p, keep) > 0, hf > float("-inf")), (top_p, keep)
 
 
@@ -213,10 +225,11 @@ def test_greedy_search_takes_the_first_of_tied_tokens(Sampler):
 
 @pytest.mark.exercise("apply_temperature")
 @pytest.mark.parametrize("temperature", [0.5, 1.0, 2.0, 0.01])
-def test_apply_temperature_matches_hf(Sampler, temperature):
+def test_apply_temperature_matches_hf(Sampler, oracle, temperature):
     """apply_temperature divides the logits by the temperature, like HF's TemperatureLogitsWarper."""
     for logits in (LOGITS, LOGITS_2):
-        expected = TemperatureLogitsWarper(temperature)(torch.zeros(1, 1, dtype=torch.long), logits[None].clone())[0]
+        expected = oracle(hf_processor, "TemperatureLogitsWarper", dict(temperature=temperature),
+                          torch.zeros(1, 1, dtype=torch.long), logits[None])[0]
         actual = Sampler.apply_temperature(logits.clone(), temperature)
         torch.testing.assert_close(actual, expected)
         torch.testing.assert_close(actual, logits / temperature)
@@ -279,7 +292,7 @@ def test_sample_basic_frequencies_match_softmax(Sampler, seed):
     torch.manual_seed(seed)
     logits = LOGITS.clone()
     logits[6] = float("-inf")
-    draws = draws_of(Sampler.sample_basic, logits, N_DRAWS)
+    draws = draws_of(Sampler.sample_basic, logits, n_draws())
     assert_draws_follow(draws, softmax64(logits), "sample_basic")
 
 
@@ -319,7 +332,7 @@ def test_sample_top_k_support_and_frequencies(Sampler, k, seed):
     Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
-    draws = draws_of(Sampler.sample_top_k, LOGITS_2, N_DRAWS, k)
+    draws = draws_of(Sampler.sample_top_k, LOGITS_2, n_draws(), k)
     assert_draws_follow(draws, top_k_probs(softmax64(LOGITS_2), k), f"top-{k}")
 
 
@@ -342,19 +355,19 @@ def test_sample_top_k_with_a_tie_at_the_kth_value(Sampler, seed):
     """
     torch.manual_seed(seed)
     logits = torch.tensor([0.5, 2.0, 1.0, -1.0, 1.0, 1.0, -0.5, 0.0])
-    draws = draws_of(Sampler.sample_top_k, logits, N_DRAWS, 2)
+    draws = draws_of(Sampler.sample_top_k, logits, n_draws(), 2)
     allowed = {1, 2, 4, 5}
     assert set(draws.unique().tolist()) <= allowed, f"drew {sorted(set(draws.tolist()) - allowed)} outside {allowed}"
     e1, e2 = torch.tensor(1.0).exp().item(), torch.tensor(2.0).exp().item()
     top_count = int((draws == 1).sum())
     accepted = []
     for p_top in (e2 / (e2 + e1), e2 / (e2 + 3 * e1)):
-        low, high = binom.ppf(ALPHA / 2, N_DRAWS, p_top), binom.isf(ALPHA / 2, N_DRAWS, p_top)
+        low, high = binom().ppf(ALPHA / 2, n_draws(), p_top), binom().isf(ALPHA / 2, n_draws(), p_top)
         accepted.append((low, high))
         if low <= top_count <= high:
             return
     assert False, (
-        f"token 1 drawn with frequency {top_count / N_DRAWS:.4f}: keeping exactly k = 2 tokens gives 0.731 "
+        f"token 1 drawn with frequency {top_count / n_draws():.4f}: keeping exactly k = 2 tokens gives 0.731 "
         f"(counts {accepted[0]}), keeping every tied token gives 0.475 (counts {accepted[1]})"
     )
 
@@ -384,7 +397,7 @@ def test_sample_top_p_inclusive_cutoff(Sampler, top_p, kept, seed):
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p)
     assert int((expected > 0).sum()) == kept  # the oracle itself
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, N_DRAWS, top_p)
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(), top_p)
     assert_draws_follow(draws, expected, f"top_p={top_p}")
 
 
@@ -397,7 +410,7 @@ def test_sample_top_p_min_tokens_to_keep(Sampler, top_p, min_tokens_to_keep, see
     """
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p, min_tokens_to_keep)
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, N_DRAWS, top_p, min_tokens_to_keep=min_tokens_to_keep)
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(), top_p, min_tokens_to_keep=min_tokens_to_keep)
     assert_draws_follow(draws, expected, f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}")
 
 
@@ -408,7 +421,7 @@ def test_sample_top_p_on_unsorted_logits(Sampler, seed):
     Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
-    draws = draws_of(Sampler.sample_top_p, LOGITS_2, N_DRAWS, 0.6)
+    draws = draws_of(Sampler.sample_top_p, LOGITS_2, n_draws(), 0.6)
     assert_draws_follow(draws, top_p_probs(softmax64(LOGITS_2), 0.6), "top_p=0.6")
 
 
@@ -455,7 +468,7 @@ def test_sample_next_token_distribution(Sampler, settings, seed):
     """
     torch.manual_seed(seed)
     input_ids = torch.tensor(PENALISED_IDS)
-    draws = draws_of(lambda logits: Sampler.sample_next_token(input_ids, logits, **settings), LOGITS, N_DRAWS)
+    draws = draws_of(lambda logits: Sampler.sample_next_token(input_ids, logits, **settings), LOGITS, n_draws())
     expected = pipeline_probs(LOGITS, PENALISED_IDS, **settings)
     assert_draws_follow(draws, expected, f"sample_next_token({settings})")
 
@@ -537,32 +550,40 @@ PROMPTS = [
 ]
 
 
-def hf_generate_ids(reference, prompt: str, max_new_tokens: int, **kwargs) -> list[int]:
-    """Prompt and continuation token ids from Hugging Face generate on the reference."""
+def hf_generate_ids(reference, prompt: str, max_new_tokens: int, processors: tuple = (), seed: int | None = None,
+                    **kwargs) -> list[int]:
+    """Oracle: prompt and continuation token ids from Hugging Face generate on the reference.
+
+    ``processors`` describes extra logits processors (see ``hf_logits_processors``); a ``seed``
+    seeds torch's global generator first, as for seeded sampling."""
+    from transformers import LogitsProcessorList
+
     tokenizer = reference.tokenizer
     ids = tokenizer(prompt, return_tensors="pt").input_ids
-    with torch.no_grad():
-        out = reference.hf_model.generate(
-            ids,
-            attention_mask=torch.ones_like(ids),
-            max_new_tokens=max_new_tokens,
-            pad_token_id=tokenizer.eos_token_id,
-            **kwargs,
-        )
+    if seed is not None:
+        torch.manual_seed(seed)
+    out = reference.hf_model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.eos_token_id,
+        logits_processor=LogitsProcessorList(hf_logits_processors(processors)),
+        **kwargs,
+    )
     return out[0].tolist()
 
 
-def hf_generate(reference, prompt: str, max_new_tokens: int, **kwargs) -> str:
-    return reference.tokenizer.decode(hf_generate_ids(reference, prompt, max_new_tokens, **kwargs))
+def hf_generate(oracle, reference, prompt: str, max_new_tokens: int, **kwargs) -> str:
+    return reference.tokenizer.decode(oracle(hf_generate_ids, reference, prompt, max_new_tokens, **kwargs))
 
 
 @pytest.mark.exercise("sample")
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_sample_greedy_matches_hf_generate(Sampler, parity_demo, parity_reference, prompt):
+def test_sample_greedy_matches_hf_generate(Sampler, parity_demo, parity_reference, oracle, prompt):
     """sample(temperature=0) gives exactly Hugging Face's greedy generate(do_sample=False)."""
     sampler = Sampler(parity_demo, parity_reference.tokenizer)
     actual = sampler.sample(prompt, max_tokens_generated=24, temperature=0.0)
-    expected = hf_generate(parity_reference, prompt, 24, do_sample=False)
+    expected = hf_generate(oracle, parity_reference, prompt, 24, do_sample=False)
     assert actual == expected
 
 
@@ -603,7 +624,7 @@ def test_sample_with_seed_replays_sample_next_token(Sampler, demo, reference, se
 
 
 @pytest.mark.parametrize("temperature, torch_seed", [(1.0, 0), (1.0, 1), (0.7, 2)])
-def test_solution_seeded_sampling_matches_hf(impl, Sampler, demo, reference, temperature, torch_seed):
+def test_solution_seeded_sampling_matches_hf(impl, Sampler, demo, reference, oracle, temperature, torch_seed):
     """The solutions draw exactly as Hugging Face does: sample(seed=s) equals HF
     generate(do_sample=True, top_k=0) after torch.manual_seed(s), token for token.
 
@@ -616,12 +637,12 @@ def test_solution_seeded_sampling_matches_hf(impl, Sampler, demo, reference, tem
     sampler = Sampler(demo, reference.tokenizer)
     prompt = PROMPTS[0]
     actual = sampler.sample(prompt, max_tokens_generated=16, temperature=temperature, seed=torch_seed)
-    torch.manual_seed(torch_seed)
-    expected = hf_generate(reference, prompt, 16, do_sample=True, top_k=0, top_p=1.0, temperature=temperature)
+    expected = hf_generate(oracle, reference, prompt, 16, seed=torch_seed, do_sample=True, top_k=0, top_p=1.0,
+                           temperature=temperature)
     assert actual == expected
 
 
-class FrequencyPenaltyProcessor(LogitsProcessor):
+class FrequencyPenaltyProcessor:
     """Subtract penalty x (occurrences so far) from every token's score: the oracle for HF generate."""
 
     def __init__(self, penalty: float):
@@ -636,19 +657,19 @@ class FrequencyPenaltyProcessor(LogitsProcessor):
 @pytest.mark.parametrize(
     "settings, processors",
     [
-        (dict(top_k=1), []),  # top-1 sampling is greedy
-        (dict(top_p=1e-6), []),  # so is a nucleus this small
-        (dict(top_k=1, frequency_penalty=100.0), [FrequencyPenaltyProcessor(100.0)]),  # no token twice
+        (dict(top_k=1), ()),  # top-1 sampling is greedy
+        (dict(top_p=1e-6), ()),  # so is a nucleus this small
+        (dict(top_k=1, frequency_penalty=100.0), (("frequency penalty", 100.0),)),  # no token twice
     ],
     ids=["top_k=1", "top_p=1e-6", "top_k=1,frequency_penalty=100"],
 )
-def test_sample_passes_its_settings_on(Sampler, demo, reference, settings, processors):
+def test_sample_passes_its_settings_on(Sampler, demo, reference, oracle, settings, processors):
     """sample() hands top_k, top_p and frequency_penalty to every step: settings that make
     sampling deterministic give HF's greedy generate (with the penalty as a logits processor)."""
     sampler = Sampler(demo, reference.tokenizer)
     prompt = PROMPTS[1]
     actual = sampler.sample(prompt, max_tokens_generated=20, seed=0, **settings)
-    expected = hf_generate(reference, prompt, 20, do_sample=False, logits_processor=LogitsProcessorList(processors))
+    expected = hf_generate(oracle, reference, prompt, 20, processors=processors, do_sample=False)
     assert actual == expected
 
 
@@ -672,7 +693,7 @@ class ForceEOSAfter(torch.nn.Module):
         return logits
 
 
-class ForceEOSProcessor(LogitsProcessor):
+class ForceEOSProcessor:
     """The same rule for Hugging Face generate."""
 
     def __init__(self, eos: int, length: int):
@@ -685,9 +706,19 @@ class ForceEOSProcessor(LogitsProcessor):
         return scores
 
 
+def hf_logits_processors(described: tuple) -> list:
+    """Hugging Face logits processors from their description: ("frequency penalty", penalty), ("force EOS", eos, length)."""
+    from transformers import LogitsProcessor
+
+    kinds = {"frequency penalty": FrequencyPenaltyProcessor, "force EOS": ForceEOSProcessor}
+    # Each rule as one of Hugging Face's own processors: generate takes those.
+    return [type(kind.__name__, (kind, LogitsProcessor), {})(*args) for kind, *args in
+            ((kinds[name], *args) for name, *args in described)]
+
+
 @pytest.mark.exercise("sample")
 @pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=1.0, seed=5)], ids=["greedy", "sampling"])
-def test_sample_stops_right_after_eos(Sampler, demo, reference, settings):
+def test_sample_stops_right_after_eos(Sampler, demo, reference, oracle, settings):
     """Generation ends with the EOS token included, and the model is not called again after it.
 
     EOS is forced once the sequence has 5 new tokens; the expected text comes from HF
@@ -700,12 +731,12 @@ def test_sample_stops_right_after_eos(Sampler, demo, reference, settings):
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=20, **settings)
 
     if settings["temperature"] > 0:  # the draws are your sample_next_token's: replay them
-        oracle = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+        forced = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
         seed = settings.pop("seed")
-        expected_ids = replay(Sampler, oracle, tokenizer, prompt, 20, seed, **settings)
+        expected_ids = replay(Sampler, forced, tokenizer, prompt, 20, seed, **settings)
     else:
-        processors = LogitsProcessorList([ForceEOSProcessor(tokenizer.eos_token_id, prompt_len + 5)])
-        expected_ids = hf_generate_ids(reference, prompt, 20, logits_processor=processors, do_sample=False)
+        processors = (("force EOS", tokenizer.eos_token_id, prompt_len + 5),)
+        expected_ids = oracle(hf_generate_ids, reference, prompt, 20, processors=processors, do_sample=False)
     assert expected_ids[-1] == tokenizer.eos_token_id and len(expected_ids) <= prompt_len + 6  # the oracle
     expected = tokenizer.decode(expected_ids)
     generated = len(expected_ids) - prompt_len
@@ -749,8 +780,18 @@ def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
         assert torch.equal(seen[0].cpu(), expected), f"step {step}: not the last n_ctx tokens"
 
 
+def hf_greedy_in_window(reference, ids: list[int], steps: int) -> list[int]:
+    """Oracle: ``steps`` greedy tokens after ``ids``, each the argmax of HF's logits on the last n_ctx tokens."""
+    n_ctx = reference.cfg.n_ctx
+    expected = list(ids)
+    for _ in range(steps):
+        logits = reference.hf_model(torch.tensor([expected[-n_ctx:]])).logits[0, -1]
+        expected.append(int(logits.argmax()))
+    return expected
+
+
 @pytest.mark.exercise("sample")
-def test_sample_past_n_ctx_on_the_real_model(Sampler, demo, reference):
+def test_sample_past_n_ctx_on_the_real_model(Sampler, demo, reference, oracle):
     """Greedy decoding of a prompt longer than n_ctx equals HF's argmax on the last n_ctx tokens."""
     tokenizer = reference.tokenizer
     n_ctx = reference.cfg.n_ctx
@@ -761,11 +802,7 @@ def test_sample_past_n_ctx_on_the_real_model(Sampler, demo, reference):
     if len(ids) > n_ctx + 200:  # keep GPT-2's version short
         prompt = tokenizer.decode(ids[-(n_ctx + 50) :])
         ids = tokenizer(prompt).input_ids
-    expected = list(ids)
-    with torch.no_grad():
-        for _ in range(3):
-            logits = reference.hf_model(torch.tensor([expected[-n_ctx:]])).logits[0, -1]
-            expected.append(int(logits.argmax()))
+    expected = oracle(hf_greedy_in_window, reference, list(ids), 3)
     actual = Sampler(demo, tokenizer).sample(prompt, max_tokens_generated=3, temperature=0.0)
     assert actual == tokenizer.decode(expected)
 
@@ -795,32 +832,37 @@ def next_token_logits(model, tokenizer, prompt: str) -> tuple[torch.Tensor, torc
     return ids[0], logits[0, -1]
 
 
+def hf_next_token_logits(reference, prompt: str) -> torch.Tensor:
+    """Oracle: Hugging Face's logits for the token after ``prompt``."""
+    return next_token_logits(reference.hf_model, reference.tokenizer, prompt)[1]
+
+
 def frequencies_of(Sampler, input_ids, logits, n: int) -> torch.Tensor:
     draws = draws_of(lambda row: Sampler.sample_next_token(input_ids, row), logits, n)
     return torch.bincount(draws, minlength=logits.shape[-1])
 
 
 @pytest.mark.exercise("sample_next_token")
-def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, seed):
+def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, oracle, seed):
     """Sampling after "John and Mary went to the" gives its two likeliest next tokens (" church"
     and " house" on GPT-2) as often as the reference's own softmax says.
 
-    N_DRAWS calls of sample_next_token on the logits of the model under test; binomial bounds
+    n_draws() calls of sample_next_token on the logits of the model under test; binomial bounds
     for the two tokens (Bonferroni): false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
     prompt = "John and Mary went to the"
     input_ids, logits = next_token_logits(demo, reference.tokenizer, prompt)
-    _, hf_logits = next_token_logits(reference.hf_model, reference.tokenizer, prompt)
+    hf_logits = oracle(hf_next_token_logits, reference, prompt)
     probs = softmax64(hf_logits)
     top = probs.topk(2).indices.tolist()
-    observed = frequencies_of(Sampler, input_ids, logits, N_DRAWS)
+    observed = frequencies_of(Sampler, input_ids, logits, n_draws())
     q = ALPHA / 4
     for token in top:
         p = probs[token].item()
-        low, high = binom.ppf(q, N_DRAWS, p), binom.isf(q, N_DRAWS, p)
+        low, high = binom().ppf(q, n_draws(), p), binom().isf(q, n_draws(), p)
         assert low <= observed[token] <= high, (
-            f"{reference.tokenizer.decode(token)!r}: frequency {observed[token].item() / N_DRAWS:.4f}, "
+            f"{reference.tokenizer.decode(token)!r}: frequency {observed[token].item() / n_draws():.4f}, "
             f"reference probability {p:.4f}"
         )
 
@@ -858,8 +900,8 @@ def test_gpt2_church_and_house_frequencies(Sampler, gpt2_demo, gpt2, seed):
     q = ALPHA / 4
     for word, published in ((" church", 0.0648), (" house", 0.0367)):
         (token,) = gpt2.tokenizer.encode(word)
-        low = binom.ppf(q, n, published - 0.00005)
-        high = binom.isf(q, n, published + 0.00005)
+        low = binom().ppf(q, n, published - 0.00005)
+        high = binom().isf(q, n, published + 0.00005)
         assert low <= observed[token] <= high, (
             f"{word!r}: frequency {observed[token].item() / n:.4f}, published {published}"
         )

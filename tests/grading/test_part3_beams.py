@@ -22,7 +22,6 @@ import math
 
 import pytest
 import torch
-from transformers import NoRepeatNGramLogitsProcessor
 
 from doubles import BigramModel
 
@@ -35,23 +34,31 @@ def assert_close(actual, expected, **kwargs):
 ATOL = 1e-4
 
 
-def hf_logprobs(hf_model, tokens: torch.Tensor) -> torch.Tensor:
+# The oracle's functions: each runs live once through the ``oracle`` fixture, then is read back.
+
+
+def hf_logprobs(reference, tokens: torch.Tensor) -> torch.Tensor:
     """log_softmax of Hugging Face's logits for the token after each row of ``tokens``."""
-    with torch.no_grad():
-        return hf_model(tokens).logits[:, -1].log_softmax(dim=-1)
+    return reference.hf_model(tokens).logits[:, -1].log_softmax(dim=-1)
 
 
-def hf_block(tokens: torch.Tensor, logprobs: torch.Tensor, n: int) -> torch.Tensor:
-    """Hugging Face's n-gram blocking: the blocked tokens set to -inf."""
+def hf_all_logprobs(reference, tokens: torch.Tensor) -> torch.Tensor:
+    """log_softmax of Hugging Face's logits at every position of ``tokens``."""
+    return reference.hf_model(tokens).logits.log_softmax(dim=-1)
+
+
+def hf_block_ngrams(tokens: torch.Tensor, logprobs: torch.Tensor, n: int) -> torch.Tensor:
+    """Hugging Face's n-gram blocking (NoRepeatNGramLogitsProcessor): the blocked tokens set to -inf."""
+    from transformers import NoRepeatNGramLogitsProcessor
+
     return NoRepeatNGramLogitsProcessor(n)(tokens, logprobs.clone())
 
 
-def greedy_continuation(hf_model, tokens: torch.Tensor, steps: int) -> torch.Tensor:
+def greedy_continuation(reference, tokens: torch.Tensor, steps: int) -> torch.Tensor:
     """An argmax loop on Hugging Face's logits (the stand-in soon repeats itself)."""
-    with torch.no_grad():
-        for _ in range(steps):
-            nxt = hf_model(tokens).logits[:, -1].argmax(dim=-1, keepdim=True)
-            tokens = torch.cat([tokens, nxt], dim=-1)
+    for _ in range(steps):
+        nxt = reference.hf_model(tokens).logits[:, -1].argmax(dim=-1, keepdim=True)
+        tokens = torch.cat([tokens, nxt], dim=-1)
     return tokens
 
 
@@ -127,7 +134,7 @@ def _three_histories(tiny):
 
 @pytest.mark.exercise("Beams.generate")
 @pytest.mark.parametrize("k", [1, 3])
-def test_generate_shape_grouping_and_sums(impl, tiny, tiny_demo, k):
+def test_generate_shape_grouping_and_sums(impl, tiny, tiny_demo, oracle, k):
     """generate(k) gives len*k beams grouped by parent in parent order, each group best first,
     with logprob_sums = parent sum + log_softmax of the child token (log-probs, not logits)."""
     tokens = _three_histories(tiny)
@@ -136,7 +143,7 @@ def test_generate_shape_grouping_and_sums(impl, tiny, tiny_demo, k):
     with torch.no_grad():
         children = beams.generate(k=k)
 
-    expected_lp, expected_tok = hf_logprobs(tiny.hf_model, tokens).topk(k, dim=-1)
+    expected_lp, expected_tok = oracle(hf_logprobs, tiny, tokens).topk(k, dim=-1)
     n, length = tokens.shape
     assert children.tokens.shape == (n * k, length + 1)
     assert children.logprob_sums.shape == (n * k,)
@@ -159,36 +166,35 @@ def test_generate_shape_grouping_and_sums(impl, tiny, tiny_demo, k):
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_from_a_prompt_then_again(impl, tiny, tiny_demo):
+def test_generate_from_a_prompt_then_again(impl, tiny, tiny_demo, oracle):
     """Two generate steps from a one-beam prompt give k*k beams whose sums are two-token log-probs."""
     tokens = torch.tensor([tiny.tokenizer.encode("Once upon a time")])
     beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, torch.zeros(1), tokens)
     with torch.no_grad():
         twice = beams.generate(k=2).generate(k=2)
     assert twice.tokens.shape == (4, tokens.shape[1] + 2)
-    with torch.no_grad():
-        logits = tiny.hf_model(twice.tokens).logits.log_softmax(dim=-1)
+    logits = oracle(hf_all_logprobs, tiny, twice.tokens)
     # Independently: the log-prob of each beam's two new tokens under Hugging Face.
     length = tokens.shape[1]
     expected = logits[:, length - 1, :].gather(1, twice.tokens[:, length, None])[:, 0] + logits[
         :, length, :
     ].gather(1, twice.tokens[:, length + 1, None])[:, 0]
     assert_close(twice.logprob_sums, expected, atol=ATOL, rtol=0)
-    first = hf_logprobs(tiny.hf_model, tokens).topk(2).indices[0].tolist()
+    first = oracle(hf_logprobs, tiny, tokens).topk(2).indices[0].tolist()
     assert twice.tokens[:, length].tolist() == [first[0], first[0], first[1], first[1]]
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo):
+def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle):
     """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking."""
     start = torch.tensor([tiny.tokenizer.encode("When I was")])
     # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
-    seq = greedy_continuation(tiny.hf_model, start, 30)[0]
+    seq = oracle(greedy_continuation, tiny, start, 30)[0]
     length = 12
     tokens = seq.unfold(0, length, 1)  # every window of the continuation: many histories
     assert len(tokens) > 20
-    logprobs = hf_logprobs(tiny.hf_model, tokens)
-    blocked = hf_block(tokens, logprobs, 2)
+    logprobs = oracle(hf_logprobs, tiny, tokens)
+    blocked = oracle(hf_block_ngrams, tokens, logprobs, 2)
     k = 3
     plain = logprobs.topk(k).indices
     expected_lp, expected_tok = blocked.topk(k)
@@ -229,7 +235,7 @@ def test_filter_keeps_the_k_best_and_splits_off_eos(impl, tiny, k):
 
 
 @pytest.mark.exercise("Beams.filter")
-def test_filter_after_generate_matches_hf_ranking(impl, tiny, tiny_demo):
+def test_filter_after_generate_matches_hf_ranking(impl, tiny, tiny_demo, oracle):
     """generate then filter keeps the k best of all children: HF's top-k of the flattened sums."""
     tokens = _three_histories(tiny)
     parent_sums = torch.tensor([-0.5, -1.0, -0.75])
@@ -237,7 +243,7 @@ def test_filter_after_generate_matches_hf_ranking(impl, tiny, tiny_demo):
     k = 4
     with torch.no_grad():
         best, ended = beams.generate(k=k).filter(k)
-    lp, tok = hf_logprobs(tiny.hf_model, tokens).topk(k, dim=-1)
+    lp, tok = oracle(hf_logprobs, tiny, tokens).topk(k, dim=-1)
     flat = (parent_sums[:, None] + lp).flatten()
     top = flat.topk(k).indices
     assert (tok.flatten()[top] != tiny.tokenizer.eos_token_id).all(), "precondition: no child ends in EOS"
@@ -289,8 +295,8 @@ def _blocked_by_impl(impl, tokenizer, tokens, logprobs, n, hf_blocked):
     return blocked
 
 
-def _check_against_hf(impl, tokenizer, tokens, logprobs, n, k):
-    expected = hf_block(tokens, logprobs, n)
+def _check_against_hf(impl, oracle, tokenizer, tokens, logprobs, n, k):
+    expected = oracle(hf_block_ngrams, tokens, logprobs, n)
     hf_blocked = [set(torch.nonzero(row == float("-inf")).flatten().tolist()) for row in expected]
     assert _blocked_by_impl(impl, tokenizer, tokens, logprobs, n, hf_blocked) == hf_blocked, (
         f"blocked tokens differ from Hugging Face's no_repeat_ngram_size={n} on {tokens.tolist()}"
@@ -306,18 +312,18 @@ def _check_against_hf(impl, tokenizer, tokens, logprobs, n, k):
 
 @pytest.mark.exercise("Beams.get_topk_non_repeating")
 @pytest.mark.parametrize("name, n, history, blocked", NGRAM_CASES, ids=[c[0] for c in NGRAM_CASES])
-def test_ngram_blocking_matches_hf_on_hand_made_histories(impl, tiny, seed, name, n, history, blocked):
+def test_ngram_blocking_matches_hf_on_hand_made_histories(impl, tiny, oracle, seed, name, n, history, blocked):
     """On hand-made histories the blocked tokens and the top-k equal NoRepeatNGramLogitsProcessor's."""
     tokens = torch.tensor(history)
     generator = torch.Generator().manual_seed(seed)
     logprobs = torch.randn(len(history), 12, generator=generator).log_softmax(dim=-1)
-    hf_blocked = _check_against_hf(impl, tiny.tokenizer, tokens, logprobs, n, k=4)
+    hf_blocked = _check_against_hf(impl, oracle, tiny.tokenizer, tokens, logprobs, n, k=4)
     assert hf_blocked == blocked, "the documented expectation disagrees with Hugging Face"
 
 
 @pytest.mark.exercise("Beams.get_topk_non_repeating")
 @pytest.mark.parametrize("n", [1, 2, 3, 4])
-def test_ngram_blocking_matches_hf_on_random_histories(impl, tiny, seed, n):
+def test_ngram_blocking_matches_hf_on_random_histories(impl, tiny, oracle, seed, n):
     """On random histories over a small vocabulary (many repeats), blocking and top-k equal HF's."""
     generator = torch.Generator().manual_seed(seed * 1000 + n)
     # Three tokens: repeats everywhere (8 rows of up to 20 tokens see dozens of blocks for
@@ -328,7 +334,7 @@ def test_ngram_blocking_matches_hf_on_random_histories(impl, tiny, seed, n):
         tokens = torch.randint(0, vocab, (rows, length), generator=generator)
         # Tokens never seen in the history sit above `vocab`, so that n=1 leaves some unblocked.
         logprobs = torch.randn(rows, vocab + 4, generator=generator).log_softmax(dim=-1)
-        hf_blocked = _check_against_hf(impl, tiny.tokenizer, tokens, logprobs, n, k=3)
+        hf_blocked = _check_against_hf(impl, oracle, tiny.tokenizer, tokens, logprobs, n, k=3)
         checked_any_block |= any(hf_blocked)
     assert checked_any_block, "precondition: some random history should block a token"
 
@@ -489,14 +495,14 @@ def assert_same_beams(actual, expected):
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
 @pytest.mark.parametrize("prompt_seed", [0, 1, 2, 3])
-def test_beam_search_matches_hf_generate(tiny, tiny_sampler, prompt_seed, num_beams, ngram):
+def test_beam_search_matches_hf_generate(tiny, tiny_sampler, oracle, prompt_seed, num_beams, ngram):
     """beam_search returns HF generate(num_beams=nb, num_return_sequences=nb) beams, in HF's order,
     with HF's summed log-probs, on prompts where no beam reaches EOS."""
     prompt = random_prompt(tiny.tokenizer, prompt_seed)
     steps = 20
-    expected = hf_beam_search(tiny, prompt, num_beams, steps, ngram)
+    expected = oracle(hf_beam_search, tiny, prompt, num_beams, steps, ngram)
     if ngram is not None:
-        assert expected != hf_beam_search(tiny, prompt, num_beams, steps, None), (
+        assert expected != oracle(hf_beam_search, tiny, prompt, num_beams, steps, None), (
             "precondition: n-gram blocking should change Hugging Face's answer on this prompt"
         )
     actual = tiny_sampler.beam_search(prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram)
@@ -504,10 +510,10 @@ def test_beam_search_matches_hf_generate(tiny, tiny_sampler, prompt_seed, num_be
 
 
 @pytest.mark.exercise("beam_search")
-def test_beam_search_fewer_return_sequences_are_hfs_best(tiny, tiny_sampler):
+def test_beam_search_fewer_return_sequences_are_hfs_best(tiny, tiny_sampler, oracle):
     """num_return_sequences < num_beams returns the best of HF's beams, best first."""
     prompt = random_prompt(tiny.tokenizer, 4)
-    expected = hf_beam_search(tiny, prompt, 4, 12, 2)
+    expected = oracle(hf_beam_search, tiny, prompt, 4, 12, 2)
     assert_same_beams(tiny_sampler.beam_search(prompt, 2, 4, 12, no_repeat_ngram_size=2), expected[:2])
 
 
@@ -563,7 +569,7 @@ def when_i_was_top3(gpt2_prompt_beam):
 
 @pytest.mark.gpt2
 @pytest.mark.exercise("Beams.generate")
-def test_gpt2_when_i_was_generate(gpt2, gpt2_prompt_beam):
+def test_gpt2_when_i_was_generate(gpt2, gpt2_prompt_beam, oracle):
     """generate(3, no_repeat_ngram_size=1) after "When I was" + top 3: " a kid" -3.1, " a child" -4.8,
     " a little" -4.9 first (the classic course's values), with sums equal to HF's log-probs."""
     with torch.no_grad():
@@ -573,8 +579,7 @@ def test_gpt2_when_i_was_generate(gpt2, gpt2_prompt_beam):
     got = beams.logprobs_and_completions[:3]
     assert [text for _, text in got] == [text for _, text in expected]
     assert [lp for lp, _ in got] == pytest.approx([lp for lp, _ in expected], abs=0.1)
-    with torch.no_grad():
-        logprobs = gpt2.hf_model(beams.tokens).logits.log_softmax(-1)
+    logprobs = oracle(hf_all_logprobs, gpt2, beams.tokens)
     length = beams.tokens.shape[1]
     live = logprobs[:, length - 3].gather(1, beams.tokens[:, length - 2, None])[:, 0] + logprobs[
         :, length - 2
@@ -613,11 +618,11 @@ def test_gpt2_when_i_was_ngram_blocking(gpt2_prompt_beam):
 @pytest.mark.exercise("beam_search")
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
-def test_gpt2_beam_search_matches_hf_generate(gpt2, gpt2_demo, impl, num_beams, ngram):
+def test_gpt2_beam_search_matches_hf_generate(gpt2, gpt2_demo, impl, oracle, num_beams, ngram):
     """On real GPT-2, beam_search equals HF generate's beams and summed log-probs."""
     sampler = impl.sampling.TransformerSampler(gpt2_demo, gpt2.tokenizer)
     for prompt in ["When I was", "The ships hung in the sky in much the same way that"]:
-        expected = hf_beam_search(gpt2, prompt, num_beams, 10, ngram)
+        expected = oracle(hf_beam_search, gpt2, prompt, num_beams, 10, ngram)
         actual = sampler.beam_search(prompt, num_beams, num_beams, 10, no_repeat_ngram_size=ngram)
         assert [text for _, text in actual] == [text for _, text in expected]
         assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=1e-3)

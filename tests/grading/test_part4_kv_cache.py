@@ -85,9 +85,19 @@ def zeros_cache(KVC, cfg, batch: int, seq_len: int):
     return KVC(torch.zeros(cfg.n_layers, 2, batch, seq_len, cfg.n_heads, cfg.d_head))
 
 
+# The oracle's functions: each runs live once through the ``oracle`` fixture, then is read back.
+
+
 def hf_logits(reference, tokens: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad():
-        return reference.hf_model(tokens).logits
+    """Hugging Face's logits at every position of ``tokens``."""
+    return reference.hf_model(tokens).logits
+
+
+def tl_keys_values(reference, tokens: torch.Tensor) -> dict[str, list[torch.Tensor]]:
+    """TransformerLens' keys and values of every layer: {"k": [layer 0, ...], "v": [...]}, each (batch, pos, n_heads, d_head)."""
+    _, activations = reference.model.run_with_cache(tokens)
+    layers = range(reference.cfg.n_layers)
+    return {"k": [activations["k", layer] for layer in layers], "v": [activations["v", layer] for layer in layers]}
 
 
 # ---------------------------------------------------------------------------------------
@@ -242,12 +252,12 @@ def test_causal_mask_is_shifted_for_cached_keys(demo):
 @pytest.mark.exercise("cached_forward")
 @pytest.mark.parametrize("schedule", list(SCHEDULES.values()), ids=list(SCHEDULES))
 @pytest.mark.parametrize("batch", [1, 3])
-def test_cached_logits_match_the_full_forward_at_every_step(KVC, demo, reference, seed, batch, schedule):
+def test_cached_logits_match_the_full_forward_at_every_step(KVC, demo, reference, oracle, seed, batch, schedule):
     """Fed in chunks from an empty cache, each call returns the logits of exactly its new positions,
     equal to HF's (and the uncached DemoTransformer's) full-sequence logits there, and the cache grows by them."""
     cfg = reference.cfg
     tokens = random_tokens(seed, batch, sum(schedule), cfg.d_vocab)
-    expected = hf_logits(reference, tokens)
+    expected = oracle(hf_logits, reference, tokens)
     with torch.no_grad():
         uncached = demo(tokens)
     cache = KVC.new_empty(cfg, batch=batch)
@@ -264,13 +274,12 @@ def test_cached_logits_match_the_full_forward_at_every_step(KVC, demo, reference
 
 
 @pytest.mark.exercise("cached_forward")
-def test_cache_holds_the_reference_keys_and_values(KVC, demo, reference, seed):
+def test_cache_holds_the_reference_keys_and_values(KVC, demo, reference, oracle, seed):
     """After every call, cache.k[layer] / cache.v[layer] equal TransformerLens' keys / values of all
     positions so far, in position order."""
     cfg = reference.cfg
     tokens = random_tokens(seed, 2, 10, cfg.d_vocab)
-    with torch.no_grad():
-        _, activations = reference.model.run_with_cache(tokens)
+    activations = oracle(tl_keys_values, reference, tokens)
     cache = KVC.new_empty(cfg, batch=2)
     end = 0
     with torch.no_grad():
@@ -278,8 +287,8 @@ def test_cache_holds_the_reference_keys_and_values(KVC, demo, reference, seed):
             end += n_new
             _, cache = demo(tokens[:, :end], cache)
             for layer in range(cfg.n_layers):
-                assert_close(cache.k[layer], activations["k", layer][:, :end], f"cached keys of layer {layer} at length {end}")
-                assert_close(cache.v[layer], activations["v", layer][:, :end], f"cached values of layer {layer} at length {end}")
+                assert_close(cache.k[layer], activations["k"][layer][:, :end], f"cached keys of layer {layer} at length {end}")
+                assert_close(cache.v[layer], activations["v"][layer][:, :end], f"cached values of layer {layer} at length {end}")
 
 
 @pytest.mark.exercise("cached_forward")
@@ -295,7 +304,7 @@ def test_cached_forward_leaves_its_input_cache_alone(KVC, demo, reference, seed)
 
 
 @pytest.mark.exercise("cached_forward")
-def test_cached_forward_reaches_the_last_position(KVC, demo, reference, seed):
+def test_cached_forward_reaches_the_last_position(KVC, demo, reference, oracle, seed):
     """A prefill of n_ctx - 1 tokens, then one more at position n_ctx - 1, gives HF's last logits."""
     cfg = reference.cfg
     tokens = random_tokens(seed, 1, cfg.n_ctx, cfg.d_vocab)
@@ -303,7 +312,7 @@ def test_cached_forward_reaches_the_last_position(KVC, demo, reference, seed):
         _, cache = demo(tokens[:, :-1], KVC.new_empty(cfg))
         logits, cache = demo(tokens, cache)
     assert_cache_shape(KVC, cache, cfg, 1, cfg.n_ctx, "after the last position")
-    assert_close(logits, hf_logits(reference, tokens)[:, -1:], "logits at position n_ctx - 1")
+    assert_close(logits, oracle(hf_logits, reference, tokens)[:, -1:], "logits at position n_ctx - 1")
 
 
 # ---------------------------------------------------------------------------------------
@@ -312,6 +321,7 @@ def test_cached_forward_reaches_the_last_position(KVC, demo, reference, seed):
 
 
 def hf_generate_text(reference, prompt: str, max_new_tokens: int, **kwargs) -> str:
+    """Oracle: the text of Hugging Face's generate."""
     tok = reference.tokenizer
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -324,9 +334,9 @@ def hf_generate_text(reference, prompt: str, max_new_tokens: int, **kwargs) -> s
 
 @pytest.mark.exercise("cached_sample")
 @pytest.mark.parametrize("prompt", PROMPTS)
-def test_cached_greedy_matches_hf_and_uncached(KVC, sampler, reference, prompt):
+def test_cached_greedy_matches_hf_and_uncached(KVC, sampler, reference, oracle, prompt):
     """Cached greedy sample equals HF generate(do_sample=False) and uncached greedy sample, token for token."""
-    expected = hf_generate_text(reference, prompt, 30, do_sample=False)
+    expected = oracle(hf_generate_text, reference, prompt, 30, do_sample=False)
     cached = sampler.sample(prompt, 30, temperature=0, kv_cache=KVC.new_empty(reference.cfg))
     assert cached == expected, "cached greedy decoding differs from Hugging Face generate"
     assert cached == sampler.sample(prompt, 30, temperature=0), "cached and uncached greedy decoding differ"
@@ -404,7 +414,7 @@ def test_cached_sample_past_n_ctx_raises(KVC, tiny, tiny_sampler):
 
 
 def hf_beam_search(reference, prompt: str, num_beams: int, max_new_tokens: int, ngram: int | None):
-    """Hugging Face's beam search, scored by summed log-probs, as (score, text) pairs."""
+    """Oracle: Hugging Face's beam search, scored by summed log-probs, as (score, text) pairs."""
     tok = reference.tokenizer
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
@@ -435,10 +445,10 @@ def assert_same_beams(actual, expected, what: str) -> None:
     [(PROMPTS[0], 3, None), (PROMPTS[1], 4, None), (PROMPTS[2], 4, 2)],
     ids=["3-beams", "4-beams", "4-beams-ngram-2"],
 )
-def test_cached_beam_search_matches_hf_and_uncached(KVC, sampler, reference, prompt, num_beams, ngram):
+def test_cached_beam_search_matches_hf_and_uncached(KVC, sampler, reference, oracle, prompt, num_beams, ngram):
     """Cached beam_search returns HF generate(num_beams)'s beams and summed log-probs, and the uncached ones."""
     steps = 12
-    expected = hf_beam_search(reference, prompt, num_beams, steps, ngram)
+    expected = oracle(hf_beam_search, reference, prompt, num_beams, steps, ngram)
     cached = sampler.beam_search(
         prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram, kv_cache=KVC.new_empty(reference.cfg)
     )
@@ -447,7 +457,7 @@ def test_cached_beam_search_matches_hf_and_uncached(KVC, sampler, reference, pro
 
 
 @pytest.mark.exercise("cached_beam_search")
-def test_every_beam_keeps_its_own_cache_row(KVC, demo, reference, impl):
+def test_every_beam_keeps_its_own_cache_row(KVC, demo, reference, oracle, impl):
     """After each generate and filter, beam b's cache row (``beams.beam_cache``) holds
     TransformerLens' keys and values of beam b's tokens[:-1]: children inherit their
     parent's row, and rows follow the beams."""
@@ -458,11 +468,10 @@ def test_every_beam_keeps_its_own_cache_row(KVC, demo, reference, impl):
     def check(beams, what):
         cache = beams.beam_cache
         assert_cache_shape(KVC, cache, cfg, len(beams), beams.tokens.shape[1] - 1, what)
-        with torch.no_grad():
-            _, activations = reference.model.run_with_cache(beams.tokens[:, :-1])
+        activations = oracle(tl_keys_values, reference, beams.tokens[:, :-1])
         for layer in range(cfg.n_layers):
-            assert_close(cache.k[layer], activations["k", layer], f"{what}: keys of layer {layer}")
-            assert_close(cache.v[layer], activations["v", layer], f"{what}: values of layer {layer}")
+            assert_close(cache.k[layer], activations["k"][layer], f"{what}: keys of layer {layer}")
+            assert_close(cache.v[layer], activations["v"][layer], f"{what}: values of layer {layer}")
 
     with torch.no_grad():
         for step in range(4):

@@ -31,16 +31,6 @@ import io
 
 import pytest
 import torch
-from scipy import stats
-from transformers import (
-    LogitsProcessorList,
-    MinPLogitsWarper,
-    RepetitionPenaltyLogitsProcessor,
-    StopStringCriteria,
-    TemperatureLogitsWarper,
-    TopKLogitsWarper,
-    TopPLogitsWarper,
-)
 
 from doubles import IdTokenizer, RecordingFile, SuccessorModel
 
@@ -91,8 +81,14 @@ def assert_same_filter(actual: torch.Tensor, expected: torch.Tensor, what: str) 
     )
 
 
-def hf_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0) -> LogitsProcessorList:
+# The oracle's functions: each runs live once through the ``oracle`` fixture, then is read back.
+
+
+def hf_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0):
     """Hugging Face's warpers in the order its generate applies them, those switched on."""
+    from transformers import (LogitsProcessorList, MinPLogitsWarper, TemperatureLogitsWarper, TopKLogitsWarper,
+                              TopPLogitsWarper)
+
     warpers = LogitsProcessorList()
     if temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(temperature))
@@ -105,10 +101,21 @@ def hf_warpers(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min
     return warpers
 
 
+def hf_warped(settings: dict, logits: torch.Tensor) -> torch.Tensor:
+    """Oracle: ``logits`` after Hugging Face's warpers for ``settings`` (see ``hf_warpers``)."""
+    return hf_warpers(**settings)(None, logits.clone())
+
+
+def hf_processor(name: str, settings: dict, input_ids: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's logits processor ``name`` (e.g. "TopKLogitsWarper"), built with ``settings``."""
+    import transformers
+
+    return getattr(transformers, name)(**settings)(input_ids, scores.clone())
+
+
 def hf_logits_alone(reference, ids: list[int]) -> torch.Tensor:
-    """Hugging Face's logits for one unpadded sequence, (len(ids), d_vocab)."""
-    with torch.no_grad():
-        return reference.hf_model(torch.tensor([ids])).logits[0]
+    """Oracle: Hugging Face's logits for one unpadded sequence, (len(ids), d_vocab)."""
+    return reference.hf_model(torch.tensor([ids])).logits[0]
 
 
 def left_padded(token_lists: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,6 +152,8 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
         return 1.0
     total = sum(wanted)  # scipy wants the sums to agree to ~1e-8
     wanted = [w * n / total for w in wanted]
+    from scipy import stats  # loaded only by the statistical tests
+
     return float(stats.chisquare(observed, wanted).pvalue)
 
 
@@ -154,23 +163,24 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
 
 
 @pytest.mark.exercise("top_k_filter")
-def test_top_k_filter_matches_hf(gen, seed):
+def test_top_k_filter_matches_hf(gen, oracle, seed):
     """top_k_filter keeps the same tokens, with the same values, as TopKLogitsWarper; k > d_vocab keeps all."""
     logits = random_logits(seed, 6, 300)
     for k in (1, 2, 17, 299, 300, 1000):
         actual = gen.top_k_filter(logits.clone(), k)
-        assert_same_filter(actual, TopKLogitsWarper(k)(None, logits.clone()), f"top_k_filter(k={k})")
+        expected = oracle(hf_processor, "TopKLogitsWarper", dict(top_k=k), None, logits)
+        assert_same_filter(actual, expected, f"top_k_filter(k={k})")
 
 
 @pytest.mark.exercise("top_k_filter")
-def test_top_k_filter_ties_at_the_kth_value(gen):
+def test_top_k_filter_ties_at_the_kth_value(gen, oracle):
     """With several tokens tied at the k-th value, keeping all of them (Hugging Face) and keeping exactly k
     (torch.topk and a scatter) are both accepted: every token above the k-th value stays, every token below
     it goes, and kept values are unchanged."""
     logits = torch.tensor([[3.0, 1.0, 2.0, 1.0, 0.0, 1.0, -1.0], [0.5, 0.5, 0.5, 0.5, 0.2, 0.9, 0.1]])
     for k in (2, 3, 4):
         actual = gen.top_k_filter(logits.clone(), k)
-        hf_kept = torch.isfinite(TopKLogitsWarper(k)(None, logits.clone()))
+        hf_kept = torch.isfinite(oracle(hf_processor, "TopKLogitsWarper", dict(top_k=k), None, logits))
         for row in range(logits.shape[0]):
             kept = torch.isfinite(actual[row])
             kth = logits[row].topk(k).values[-1]
@@ -184,24 +194,26 @@ def test_top_k_filter_ties_at_the_kth_value(gen):
 
 
 @pytest.mark.exercise("top_p_filter")
-def test_top_p_filter_matches_hf(gen, seed):
+def test_top_p_filter_matches_hf(gen, oracle, seed):
     """top_p_filter keeps the same tokens as TopPLogitsWarper (the smallest top set with mass >= p;
     the top token always), on flat and peaked rows."""
     for scale in (0.5, 2.0, 6.0):
         logits = random_logits(seed, 6, 300, scale)
         for p in (0.0, 0.1, 0.5, 0.9, 0.99):
             actual = gen.top_p_filter(logits.clone(), p)
-            assert_same_filter(actual, TopPLogitsWarper(p)(None, logits.clone()), f"top_p_filter(p={p}, scale={scale})")
+            expected = oracle(hf_processor, "TopPLogitsWarper", dict(top_p=p), None, logits)
+            assert_same_filter(actual, expected, f"top_p_filter(p={p}, scale={scale})")
 
 
 @pytest.mark.exercise("min_p_filter")
-def test_min_p_filter_matches_hf(gen, seed):
+def test_min_p_filter_matches_hf(gen, oracle, seed):
     """min_p_filter keeps the same tokens as MinPLogitsWarper (probability >= min_p x the row's top probability)."""
     for scale in (0.5, 2.0, 6.0):
         logits = random_logits(seed, 6, 300, scale)
         for min_p in (0.001, 0.05, 0.3, 0.9):
             actual = gen.min_p_filter(logits.clone(), min_p)
-            assert_same_filter(actual, MinPLogitsWarper(min_p)(None, logits.clone()), f"min_p_filter(min_p={min_p}, scale={scale})")
+            expected = oracle(hf_processor, "MinPLogitsWarper", dict(min_p=min_p), None, logits)
+            assert_same_filter(actual, expected, f"min_p_filter(min_p={min_p}, scale={scale})")
 
 
 @pytest.mark.exercise("top_k_filter")
@@ -241,10 +253,10 @@ WARP_SETTINGS = [
 
 @pytest.mark.exercise("warp_logits")
 @pytest.mark.parametrize("settings", WARP_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
-def test_warp_logits_matches_hf_chain(gen, seed, settings):
+def test_warp_logits_matches_hf_chain(gen, oracle, seed, settings):
     """warp_logits equals Hugging Face's warpers applied in its order: temperature, top-k, top-p, min-p."""
     logits = random_logits(seed, 8, 400, scale=3.0)
-    expected = hf_warpers(**settings)(None, logits.clone())
+    expected = oracle(hf_warped, settings, logits)
     assert_same_filter(gen.warp_logits(logits.clone(), **settings), expected, f"warp_logits({settings})")
 
 
@@ -280,14 +292,14 @@ SAMPLE_SETTINGS = [
 
 @pytest.mark.exercise("batched_sample")
 @pytest.mark.parametrize("settings", SAMPLE_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
-def test_sample_draws_each_row_from_its_warped_distribution(gen, seed, settings):
+def test_sample_draws_each_row_from_its_warped_distribution(gen, oracle, seed, settings):
     """Two different rows, 20,000 draws each, in one call. Only tokens Hugging Face's warpers keep may
     appear (exact), and the frequencies fit softmax of the warped logits (chi-square per row; the two
     tests share a false-failure probability of 1e-6)."""
     logits = random_logits(seed, 2, 40, scale=1.5)
     n = 20_000
     counts = draw_counts(gen, logits, n, settings, seed)
-    probs = hf_warpers(**settings)(None, logits.clone()).softmax(dim=-1)
+    probs = oracle(hf_warped, settings, logits).softmax(dim=-1)
     for row in range(2):
         outside = ((probs[row] == 0) & (counts[row] > 0)).nonzero().flatten().tolist()
         assert not outside, f"row {row}: drew tokens {outside} that the filters remove ({settings})"
@@ -345,19 +357,19 @@ def random_history(seed: int, batch: int, length: int, d_vocab: int) -> torch.Te
 
 
 @pytest.mark.exercise("apply_repetition_penalty")
-def test_repetition_penalty_matches_hf(gen, seed):
+def test_repetition_penalty_matches_hf(gen, oracle, seed):
     """apply_repetition_penalty equals RepetitionPenaltyLogitsProcessor (positive logits divided, negative
     multiplied, once per distinct token), for penalties above and below 1."""
     logits = random_logits(seed, 4, 120)
     history = random_history(seed, 4, 30, 120)
     for penalty in (1.3, 2.0, 0.7):
         actual = gen.apply_repetition_penalty(logits.clone(), history, penalty)
-        expected = RepetitionPenaltyLogitsProcessor(penalty)(history, logits.clone())
+        expected = oracle(hf_processor, "RepetitionPenaltyLogitsProcessor", dict(penalty=penalty), history, logits)
         torch.testing.assert_close(actual, expected, **VALUE_TOL, msg=lambda m: f"repetition penalty {penalty}.\n{m}")
 
 
 @pytest.mark.exercise("apply_repetition_penalty")
-def test_repetition_penalty_ignores_padding(gen, seed):
+def test_repetition_penalty_ignores_padding(gen, oracle, seed):
     """Positions where attention_mask is 0 do not count as seen: each row equals Hugging Face's processor on its real tokens."""
     logits = random_logits(seed, 3, 80)
     history = random_history(seed, 3, 20, 80)
@@ -367,7 +379,7 @@ def test_repetition_penalty_ignores_padding(gen, seed):
     actual = gen.apply_repetition_penalty(logits.clone(), history, 1.5, attention_mask=mask)
     for row in range(3):
         real = history[row][mask[row].bool()][None]
-        expected = RepetitionPenaltyLogitsProcessor(1.5)(real, logits[row : row + 1].clone())[0]
+        expected = oracle(hf_processor, "RepetitionPenaltyLogitsProcessor", dict(penalty=1.5), real, logits[row : row + 1])[0]
         torch.testing.assert_close(actual[row], expected, **VALUE_TOL, msg=lambda m: f"row {row}.\n{m}")
 
 
@@ -433,7 +445,7 @@ def test_position_ids_count_real_tokens_only(impl):
 
 
 @pytest.mark.exercise("padded_forward")
-def test_padded_rows_equal_each_row_alone(demo, reference, seed):
+def test_padded_rows_equal_each_row_alone(demo, reference, oracle, seed):
     """Without a cache: at every real position, each row of a left-padded batch gives Hugging Face's
     logits of that row run alone; an all-ones mask gives the plain forward's logits."""
     cfg = reference.cfg
@@ -447,7 +459,7 @@ def test_padded_rows_equal_each_row_alone(demo, reference, seed):
     assert logits.shape == (*ids.shape, cfg.d_vocab)
     torch.testing.assert_close(ones, plain, **TOL, msg=lambda m: f"an all-ones mask changed the logits.\n{m}")
     for r, row in enumerate(rows):
-        expected = hf_logits_alone(reference, row)
+        expected = oracle(hf_logits_alone, reference, row)
         torch.testing.assert_close(
             logits[r, ids.shape[1] - len(row) :], expected, **TOL,
             msg=lambda m: f"row {r} ({len(row)} tokens after {ids.shape[1] - len(row)} pads) differs from the row alone.\n{m}",
@@ -455,7 +467,7 @@ def test_padded_rows_equal_each_row_alone(demo, reference, seed):
 
 
 @pytest.mark.exercise("padded_forward")
-def test_padded_rows_with_a_cache(demo, reference, impl, seed):
+def test_padded_rows_with_a_cache(demo, reference, oracle, impl, seed):
     """With a KV cache: a padded prefill, then new tokens one or two at a time; row 1 'finishes' after the
     second step and receives masked pads. At every step the other rows' logits equal each row run alone."""
     cfg = reference.cfg
@@ -468,7 +480,7 @@ def test_padded_rows_with_a_cache(demo, reference, impl, seed):
     with torch.no_grad():
         logits, cache = demo(ids, cache, attention_mask=mask)
         for r, row in enumerate(rows):
-            torch.testing.assert_close(logits[r, -len(row):], hf_logits_alone(reference, row), **TOL,
+            torch.testing.assert_close(logits[r, -len(row):], oracle(hf_logits_alone, reference, row), **TOL,
                                        msg=lambda m: f"prefill, row {r}.\n{m}")
         done = 0
         for step, n_new in enumerate((1, 1, 2, 1)):
@@ -484,7 +496,7 @@ def test_padded_rows_with_a_cache(demo, reference, impl, seed):
                 if r == 1 and step >= 2:
                     continue
                 real = ids[r][mask[r].bool()].tolist()
-                expected = hf_logits_alone(reference, real)[-n_new:]
+                expected = oracle(hf_logits_alone, reference, real)[-n_new:]
                 torch.testing.assert_close(logits[r], expected, **TOL,
                                            msg=lambda m: f"step {step}, row {r}: cached padded logits differ from the row alone.\n{m}")
 
@@ -503,14 +515,16 @@ def test_attention_mask_is_checked(demo, reference):
 # ---------------------------------------------------------------------------------------
 
 
-def hf_generate(reference, prompts: list[str], new: int, **settings) -> torch.Tensor:
+def hf_generate(reference, prompts: list[str], new: int, seed: int | None = None, **settings) -> torch.Tensor:
+    """Oracle: Hugging Face's generate on the left-padded prompts (after torch.manual_seed(seed), when given)."""
     tok = reference.tokenizer
     ids, mask = left_padded([tok.encode(p) for p in prompts], tok.eos_token_id)
-    with torch.no_grad():
-        return reference.hf_model.generate(
-            ids, attention_mask=mask, max_new_tokens=new, pad_token_id=tok.eos_token_id,
-            eos_token_id=tok.eos_token_id, **settings,
-        )
+    if seed is not None:
+        torch.manual_seed(seed)
+    return reference.hf_model.generate(
+        ids, attention_mask=mask, max_new_tokens=new, pad_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id, **settings,
+    )
 
 
 def assert_same_tokens(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -521,12 +535,12 @@ def assert_same_tokens(actual: torch.Tensor, expected: torch.Tensor, what: str) 
 
 
 @pytest.mark.exercise("generate")
-def test_batched_greedy_matches_each_prompt_alone_and_hf(gen, demo, reference):
+def test_batched_greedy_matches_each_prompt_alone_and_hf(gen, demo, reference, oracle):
     """Greedy generate on prompts of different lengths equals Hugging Face generate with left padding
     (pad = EOS) token for token, and each row's new tokens equal that prompt generated alone."""
     new = 12
     out = gen.generate(demo, reference.tokenizer, PROMPTS, new, temperature=0.0)
-    expected = hf_generate(reference, PROMPTS, new, do_sample=False)
+    expected = oracle(hf_generate, reference, PROMPTS, new, do_sample=False)
     assert_same_tokens(out, expected, "batched greedy vs Hugging Face generate")
     width = out.shape[1] - new
     eos = reference.tokenizer.eos_token_id
@@ -539,7 +553,7 @@ def test_batched_greedy_matches_each_prompt_alone_and_hf(gen, demo, reference):
 
 
 @pytest.mark.exercise("generate")
-def test_seeded_sampling_matches_hf_generate(gen, demo, reference, impl, seed):
+def test_seeded_sampling_matches_hf_generate(gen, demo, reference, oracle, impl, seed):
     """Seeded sampling equals Hugging Face generate(do_sample=True, top_k=0, ...) token for token.
 
     Conditions: Hugging Face draws one torch.multinomial(softmax(warped logits), 1) per step on the whole
@@ -551,13 +565,12 @@ def test_seeded_sampling_matches_hf_generate(gen, demo, reference, impl, seed):
     new = 15
     for settings in (dict(temperature=1.0), dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02)):
         out = gen.generate(demo, reference.tokenizer, PROMPTS, new, seed=seed, **settings)
-        torch.manual_seed(seed)
-        expected = hf_generate(reference, PROMPTS, new, do_sample=True, **{"top_k": 0, **settings})
+        expected = oracle(hf_generate, reference, PROMPTS, new, seed=seed, do_sample=True, **{"top_k": 0, **settings})
         assert_same_tokens(out, expected, f"seeded sampling with {settings} vs Hugging Face")
 
 
 @pytest.mark.exercise("generate")
-def test_seeded_sampling_replays_your_sample(gen, demo, reference, seed):
+def test_seeded_sampling_replays_your_sample(gen, demo, reference, oracle, seed):
     """generate(seed=s) draws exactly what your own sample() draws on the true logits: one call per step on the
     whole batch with a torch.Generator seeded with s, and rows that emitted EOS get pads from then on. The logits
     come from Hugging Face, each row run alone."""
@@ -569,7 +582,7 @@ def test_seeded_sampling_replays_your_sample(gen, demo, reference, seed):
     generator = torch.Generator().manual_seed(seed)
     finished = [False] * len(rows)
     for _ in range(new):
-        logits = torch.stack([hf_logits_alone(reference, row)[-1] for row in rows])
+        logits = torch.stack([oracle(hf_logits_alone, reference, row)[-1] for row in rows])
         drawn = gen.sample(logits, generator=generator, **settings).tolist()
         for r in range(len(rows)):
             rows[r].append(tok.eos_token_id if finished[r] else int(drawn[r]))
@@ -584,7 +597,10 @@ def test_seeded_sampling_replays_your_sample(gen, demo, reference, seed):
 
 
 def oracle_scores(reference, prompts, sequences, width, settings, penalty):
-    """Per row and step: the chosen token's log-prob after HF's repetition penalty and warpers, and under the raw logits."""
+    """Oracle: per row and step, the chosen token's log-prob after HF's repetition penalty and warpers, and under
+    the raw logits."""
+    from transformers import RepetitionPenaltyLogitsProcessor
+
     tok = reference.tokenizer
     warpers = hf_warpers(**{k: v for k, v in settings.items() if k != "temperature" or v != 0.0})
     scores, logprobs = torch.full(sequences[:, width:].shape, float("nan")), torch.full(sequences[:, width:].shape, float("nan"))
@@ -609,7 +625,7 @@ def oracle_scores(reference, prompts, sequences, width, settings, penalty):
 @pytest.mark.exercise("generate")
 @pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=0.8, top_k=30, top_p=0.9)],
                          ids=["greedy", "sampling"])
-def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, settings):
+def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, oracle, seed, settings):
     """return_dict_in_generate=True: scores are the chosen tokens' log-probs after the repetition penalty and the
     warpers (at temperature 0, after the penalty only), logprobs under the raw model; both recomputed here from
     Hugging Face full forwards of each row alone. Greedy tokens also equal Hugging Face's with the same penalty."""
@@ -620,12 +636,12 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
     width = max(len(tok.encode(p)) for p in PROMPTS)
     n_new = sequences.shape[1] - width
     assert out.scores.shape == out.logprobs.shape == (len(PROMPTS), n_new)
-    scores, logprobs = oracle_scores(reference, PROMPTS, sequences, width, settings, penalty)
+    scores, logprobs = oracle(oracle_scores, reference, PROMPTS, sequences, width, settings, penalty)
     torch.testing.assert_close(out.scores, scores, **TOL, equal_nan=True, msg=lambda m: f"scores.\n{m}")
     torch.testing.assert_close(out.logprobs, logprobs, **TOL, equal_nan=True, msg=lambda m: f"logprobs.\n{m}")
     if settings["temperature"] == 0.0:
         for r, prompt in enumerate(PROMPTS):  # HF counts left pads as seen tokens, so compare rows alone
-            expected = hf_generate(reference, [prompt], new, do_sample=False, repetition_penalty=penalty)[0]
+            expected = oracle(hf_generate, reference, [prompt], new, do_sample=False, repetition_penalty=penalty)[0]
             mine = sequences[r, width - len(tok.encode(prompt)) :][: expected.shape[0]]
             assert mine.tolist() == expected.tolist(), f"greedy with repetition_penalty={penalty}, prompt {r}"
 
@@ -715,19 +731,27 @@ def test_generate_rejects_bad_arguments(gen, demo, reference):
 STOP_TEXT = " The cat sat on the mat, and the dog stopped there; then they went home."
 
 
+def hf_stop_verdicts(reference, ids: list[int], stop_strings: list[str]) -> list[bool]:
+    """Oracle: Hugging Face's StopStringCriteria on every prefix ids[:1], ids[:2], ...: stop or not."""
+    from transformers import StopStringCriteria
+
+    criterion = StopStringCriteria(reference.hf_tokenizer, stop_strings)
+    return [bool(criterion(torch.tensor([ids[:end]]), None)[0]) for end in range(1, len(ids) + 1)]
+
+
 @pytest.mark.exercise("StopStringCriteria")
-def test_stop_strings_match_hf_criterion(gen, tiny):
+def test_stop_strings_match_hf_criterion(gen, tiny, oracle):
     """On every prefix of a tokenized text, StopStringCriteria agrees with Hugging Face's: a row stops exactly
     when a stop string ends inside the newest token's text, also when it spans several tokens."""
     tok = tiny.tokenizer
     ids = tok.encode(STOP_TEXT)
     stop_strings = ["at,", "e dog", "stop", "ere;", " the", "ome.", "xyz", "t o", "n the mat"]
     ours = gen.StopStringCriteria(tok, stop_strings)
-    theirs = StopStringCriteria(tok, stop_strings)
+    theirs = oracle(hf_stop_verdicts, tiny, ids, stop_strings)
     multi_token_hits = 0
     for end in range(1, len(ids) + 1):
         prefix = torch.tensor([ids[:end]])
-        expected = bool(theirs(prefix, None)[0])
+        expected = theirs[end - 1]
         actual = ours(prefix, torch.zeros(1, tiny.cfg.d_vocab))
         assert actual.shape == (1,), f"a criterion returns one bool per row, got shape {tuple(actual.shape)}"
         assert bool(actual[0]) == expected, (
@@ -751,8 +775,18 @@ def test_stop_string_with_a_character_split_across_tokens(gen, tiny):
     assert verdicts == [end == first for end in range(1, len(ids) + 1)], f"verdicts per prefix: {verdicts}"
 
 
+def hf_generate_with_stop_strings(reference, prompts: list[str], new: int, stops: list[str]) -> torch.Tensor:
+    """Oracle: Hugging Face's greedy generate on the left-padded prompts, with stop strings."""
+    tok = reference.tokenizer
+    ids, mask = left_padded([tok.encode(p) for p in prompts], tok.eos_token_id)
+    return reference.hf_model.generate(
+        ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id, stop_strings=stops, tokenizer=reference.hf_tokenizer,
+    )
+
+
 @pytest.mark.exercise("StopStringCriteria")
-def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
+def test_generate_with_stop_strings_matches_hf(gen, demo, reference, oracle):
     """generate(stop_strings=...) stops each row where Hugging Face's generate does and keeps the tokens that
     completed the stop string. The stop strings are cut from the rows' own greedy text, across token boundaries."""
     tok, new = reference.tokenizer, 14
@@ -764,12 +798,7 @@ def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
         i = next(i for i in range(len(pieces) - 1) if "\ufffd" not in pieces[i] + pieces[i + 1])
         stops.append(pieces[i][-2:] + pieces[i + 1][:2])
     out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, stop_strings=stops)
-    ids, mask = left_padded([tok.encode(p) for p in PROMPTS], tok.eos_token_id)
-    with torch.no_grad():
-        expected = reference.hf_model.generate(
-            ids, attention_mask=mask, max_new_tokens=new, do_sample=False, pad_token_id=tok.eos_token_id,
-            eos_token_id=tok.eos_token_id, stop_strings=stops, tokenizer=tok,
-        )
+    expected = oracle(hf_generate_with_stop_strings, reference, PROMPTS, new, stops)
     assert_same_tokens(out, expected, f"greedy with stop_strings={stops} vs Hugging Face")
     assert out.shape != free.shape or not torch.equal(out, free), "the stop strings should have stopped a row early"
 

@@ -42,6 +42,7 @@ def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Ten
 
 
 def hf_logits(reference, tokens: torch.Tensor, **kwargs) -> torch.Tensor:
+    """Oracle (through the ``oracle`` fixture): Hugging Face's logits at every position of ``tokens``."""
     with torch.no_grad():
         return reference.hf_model(tokens, **kwargs).logits
 
@@ -94,11 +95,11 @@ def test_update_writes_the_next_slots_and_returns_the_filled_prefix(demo, caches
 @pytest.mark.exercise("fast_forward")
 @pytest.mark.parametrize("schedule", [[7, 1, 1, 1], [1, 1, 1, 4, 1, 3]], ids=["prefill-then-singles", "chunks"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_static_cache_logits_equal_full_forward(reference, demo, caches, impl, schedule, batch, seed):
+def test_static_cache_logits_equal_full_forward(reference, oracle, demo, caches, impl, schedule, batch, seed):
     """Fed in chunks, the static cache gives HF's full-forward logits and the dynamic cache's."""
     cfg = demo.cfg
     tokens = random_tokens(seed, batch, sum(schedule), cfg.d_vocab)
-    expected = hf_logits(reference, tokens)
+    expected = oracle(hf_logits, reference, tokens)
     static = poisoned_static_cache(caches, cfg, batch, max_len=sum(schedule) + 5)
     dynamic = impl.transformer.KeyValueCache.new_empty(cfg, batch)
     end = 0
@@ -117,11 +118,11 @@ def test_static_cache_logits_equal_full_forward(reference, demo, caches, impl, s
 
 
 @pytest.mark.exercise("fast_forward")
-def test_static_cache_crop_rolls_back(reference, demo, caches, seed):
+def test_static_cache_crop_rolls_back(reference, oracle, demo, caches, seed):
     """After crop(n), running the rest again gives the logits of a full forward."""
     cfg = demo.cfg
     tokens = random_tokens(seed, 2, 12, cfg.d_vocab)
-    expected = hf_logits(reference, tokens)
+    expected = oracle(hf_logits, reference, tokens)
     cache = poisoned_static_cache(caches, cfg, 2, 16)
     with torch.no_grad():
         demo(tokens, cache)
@@ -130,10 +131,10 @@ def test_static_cache_crop_rolls_back(reference, demo, caches, seed):
         other = random_tokens(seed + 1, 2, 12, cfg.d_vocab)
         other[:, :5] = tokens[:, :5]
         logits, cache = demo(other, cache)  # overwrites slots 5.. with another continuation
-        torch.testing.assert_close(logits, hf_logits(reference, other)[:, 5:], **TOL)
+        torch.testing.assert_close(logits, oracle(hf_logits, reference, other)[:, 5:], **TOL)
         cache.crop(8)
         logits, cache = demo(other, cache)
-        torch.testing.assert_close(logits, hf_logits(reference, other)[:, 8:], **TOL)
+        torch.testing.assert_close(logits, oracle(hf_logits, reference, other)[:, 8:], **TOL)
     del expected
     with pytest.raises(ValueError, match="seq_len"):
         cache.crop(13)
@@ -223,7 +224,7 @@ def test_generate_with_static_cache_equals_dynamic(reference, demo, caches, impl
 
 
 @pytest.mark.exercise("fast_forward")
-def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, demo, caches):
+def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, oracle, demo, caches):
     """With an attention mask, each left-padded row's logits are those of its prompt run alone."""
     rows = [random_tokens(s, 1, n, demo.cfg.d_vocab)[0].tolist() for s, n in ((1, 5), (2, 9), (3, 2))]
     width = max(map(len, rows))
@@ -233,7 +234,7 @@ def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, demo
     with torch.no_grad():
         logits, cache = demo(tokens, cache, attention_mask=mask)
         for i, row in enumerate(rows):
-            torch.testing.assert_close(logits[i, width - len(row) :], hf_logits(reference, torch.tensor([row]))[0], **TOL)
+            torch.testing.assert_close(logits[i, width - len(row) :], oracle(hf_logits, reference, torch.tensor([row]))[0], **TOL)
 
 
 @pytest.mark.exercise("fuse_qkv")
@@ -255,7 +256,7 @@ def test_fuse_qkv_gives_each_heads_queries_keys_values(demo, caches, seed):
 
 
 def sink_oracle(reference, tokens, window_length: int, num_sink_tokens: int, rule: str, n_ctx: int) -> torch.Tensor:
-    """Hugging Face's uncached forward with the sink cache's attention pattern and positions."""
+    """Oracle: Hugging Face's uncached forward with the sink cache's attention pattern and positions."""
     seq = tokens.shape[1]
     i, j = torch.arange(seq)[:, None], torch.arange(seq)[None, :]
     sees = (j <= i) & ((j < num_sink_tokens) | (i - j < window_length - num_sink_tokens))
@@ -282,13 +283,13 @@ def test_sink_positions_follow_the_rule(demo, caches, rule):
 @pytest.mark.exercise("SinkCache.update")
 @pytest.mark.parametrize("rule", ["cache", "absolute"])
 @pytest.mark.parametrize("window_length, num_sink_tokens, first_chunk", [(16, 2, 1), (16, 4, 10), (12, 0, 12), (9, 3, 30)])
-def test_sink_cache_matches_its_oracle_past_n_ctx(reference, demo, caches, rule, window_length, num_sink_tokens, first_chunk, seed):
+def test_sink_cache_matches_its_oracle_past_n_ctx(reference, oracle, demo, caches, rule, window_length, num_sink_tokens, first_chunk, seed):
     """Token by token past n_ctx, every logit equals HF's masked forward with the cache's positions."""
     if reference.name != "tiny":
         pytest.skip("n_ctx + 24 single steps: run on the stand-in only")
     cfg = demo.cfg
     tokens = random_tokens(seed, 1, cfg.n_ctx + 24, cfg.d_vocab)
-    expected = sink_oracle(reference, tokens, window_length, num_sink_tokens, rule, cfg.n_ctx)
+    expected = oracle(sink_oracle, reference, tokens, window_length, num_sink_tokens, rule, cfg.n_ctx)
     cache = caches.SinkCache.new_empty(cfg, window_length=window_length, num_sink_tokens=num_sink_tokens, position_rule=rule)
     cache.buffer.fill_(float("nan"))
     got = []
@@ -344,7 +345,7 @@ def test_sink_cache_misuse_fails_loudly(demo, caches):
 
 
 @pytest.mark.exercise("fast_forward")
-def test_speculative_crop_cache_crops_a_static_cache(reference, demo, caches, impl, seed):
+def test_speculative_crop_cache_crops_a_static_cache(reference, oracle, demo, caches, impl, seed):
     """Part 7's crop_cache rolls a static cache back in place; the next step gives a full forward's logits."""
     cfg = demo.cfg
     tokens = random_tokens(seed, 1, 10, cfg.d_vocab)
@@ -356,4 +357,4 @@ def test_speculative_crop_cache_crops_a_static_cache(reference, demo, caches, im
         other = tokens.clone()
         other[0, 6:] = random_tokens(seed + 1, 1, 4, cfg.d_vocab)
         logits, cache = demo(other, cache)
-    torch.testing.assert_close(logits, hf_logits(reference, other)[:, 6:], **TOL)
+    torch.testing.assert_close(logits, oracle(hf_logits, reference, other)[:, 6:], **TOL)

@@ -52,7 +52,6 @@ from functools import cache
 
 import pytest
 import torch
-from scipy.stats import chi2, ncx2
 from torch import nn
 
 from sampling_course.config import Config
@@ -168,11 +167,15 @@ def exact_joint(model: TrigramModel, prompt_ids: list[int], length: int, setting
 
 
 def chi2_threshold(df: int) -> float:
+    from scipy.stats import chi2  # scipy loads only for the statistical tests
+
     return chi2.isf(ALPHA / TAIL_SAFETY, df)
 
 
 def sample_size(df: int) -> int:
     """The smallest n that catches a distribution DETECT_DISTANCE away with probability POWER."""
+    from scipy.stats import ncx2
+
     threshold = chi2_threshold(df)
     n = 1
     while ncx2.sf(threshold, df, n * DETECT_DISTANCE) < POWER:
