@@ -216,14 +216,9 @@ class Tokenizer:
 
     def decode(self, ids: Any, skip_special_tokens: bool = False, clean_up_tokenization_spaces: bool | None = None,
                **_: Any) -> str:
-        """The text of ``ids`` (an int, a list, or a 0-d, 1-d or (1, n) tensor). GPT-2's decoding cleans up no
-        spaces, so ``clean_up_tokenization_spaces`` is accepted and changes nothing unless True."""
-        text = self.backend_tokenizer.decode(self._plain_ids(ids), skip_special_tokens=skip_special_tokens)
-        if clean_up_tokenization_spaces:
-            for before, after in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
-                                  (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
-                text = text.replace(before, after)
-        return text
+        """The text of ``ids`` (an int, a list, or a 0-d, 1-d or (1, n) tensor). ``clean_up_tokenization_spaces``
+        is accepted and, as in ``GPT2TokenizerFast``, changes nothing: byte-level text decodes exactly."""
+        return self.backend_tokenizer.decode(self._plain_ids(ids), skip_special_tokens=skip_special_tokens)
 
     def batch_decode(self, sequences: Any, **kwargs: Any) -> list[str]:
         if hasattr(sequences, "tolist"):

@@ -160,3 +160,47 @@ def test_story_tokenizer_is_gpt2_style_and_word_level_on_stories() -> None:
     assert n_tokens < 1.4 * n_words  # a word and its punctuation: about 1.25 tokens
     for word in ["Once", " upon", " favorite", " squirrel", " pillow"]:
         assert len(tok(word).input_ids) == 1
+
+
+# ---------------------------------------------------------------------------------------
+# The course's Tokenizer: the same ids and text as GPT2TokenizerFast, without transformers
+# ---------------------------------------------------------------------------------------
+
+
+def _texts() -> list[str]:
+    """The round-trip texts, the course prompts, and random strings of bytes that stress the merges."""
+    import random
+
+    rng = random.Random(0)
+    alphabet = "ab ,.'!?<|>endoftxé東🙂\n\t"
+    noise = ["".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40))) for _ in range(200)]
+    return ROUND_TRIP_TEXTS + COURSE_PROMPTS + noise + [EOS_TOKEN + "Once upon a time", "a , b . c 's n't"]
+
+
+@pytest.mark.parametrize("which", ["tiny", "story"])
+def test_course_tokenizer_equals_gpt2_tokenizer_fast(which: str) -> None:
+    """Tokenizer gives GPT2TokenizerFast's ids, text (with and without special tokens), sizes and special ids."""
+    import torch
+
+    from sampling_course.tokenizer import STORY_TOKENIZER_DIR, TOKENIZER_DIR, Tokenizer
+
+    hf = shipped() if which == "tiny" else load_story_tokenizer()
+    ours = Tokenizer(TOKENIZER_DIR if which == "tiny" else STORY_TOKENIZER_DIR)
+    for text in _texts():
+        ids = hf(text).input_ids
+        assert ours(text).input_ids == ours.encode(text) == ids, text
+        assert torch.equal(ours.encode(text, return_tensors="pt"), hf.encode(text, return_tensors="pt")), text
+        for skip in (False, True):
+            assert ours.decode(ids, skip_special_tokens=skip) == hf.decode(ids, skip_special_tokens=skip), text
+        assert ours.decode(ids, clean_up_tokenization_spaces=True) == hf.decode(ids, clean_up_tokenization_spaces=True)
+        assert ours.tokenize(text) == hf.tokenize(text)
+    ids = torch.tensor(hf("When I was a kid").input_ids)
+    assert ours.decode(ids) == hf.decode(ids) and ours.decode(ids[-1]) == hf.decode(ids[-1])
+    assert ours.batch_decode(ids[None]) == hf.batch_decode(ids[None])
+    assert torch.equal(ours("Hello there", return_tensors="pt").input_ids, hf("Hello there", return_tensors="pt").input_ids)
+    for name in ("eos_token", "bos_token", "unk_token", "pad_token", "eos_token_id", "bos_token_id", "unk_token_id",
+                 "pad_token_id", "vocab_size"):
+        assert getattr(ours, name) == getattr(hf, name), name
+    assert len(ours) == len(hf) and ours.get_vocab() == hf.get_vocab()
+    assert ours.convert_ids_to_tokens([0, 1, 71]) == hf.convert_ids_to_tokens([0, 1, 71])
+    assert ours.convert_tokens_to_ids(EOS_TOKEN) == hf.convert_tokens_to_ids(EOS_TOKEN)
