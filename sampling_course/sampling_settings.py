@@ -4,7 +4,8 @@ Part 5's ``sample`` and ``generate``, part 7's ``filtered_probs`` and
 ``speculative_generate``, and the ``sampling-course generate`` command all take the same
 settings, and they mean what they mean in Hugging Face's ``generate``:
 
-* ``temperature``: a number >= 0; 0 is greedy decoding (the argmax), 1 leaves the logits as they are;
+* ``temperature``: a finite number >= 0; 0 is greedy decoding (the argmax), 1 leaves the logits as
+  they are (an infinite one would divide every logit to 0: not a temperature but a uniform draw);
 * ``top_k``: an integer >= 0; 0 turns the filter off, and more than the vocabulary keeps every token;
 * ``top_p``: a number in (0, 1]; 1.0 turns the filter off;
 * ``min_p``: a number in [0, 1]; 0.0 turns the filter off.
@@ -28,8 +29,8 @@ def check_sampling_settings(
     temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, min_p: float = 0.0
 ) -> None:
     """Raise a ValueError saying what is allowed when a sampling setting is out of range (see the module)."""
-    if not _is_number(temperature) or not temperature >= 0:  # `not >=` also refuses NaN
-        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if not _is_number(temperature) or not 0 <= temperature < float("inf"):  # also refuses NaN
+        raise ValueError(f"temperature must be a finite number >= 0 (0 means greedy), got {temperature!r}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
         raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {top_k!r}")
     if not _is_number(top_p) or not 0.0 < top_p <= 1.0:

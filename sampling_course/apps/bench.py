@@ -55,11 +55,23 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+from sampling_course.apps.options import (
+    OneLineParser,
+    UsageError,
+    add_impl_option,
+    add_threads_option,
+    command,
+    integer,
+    number,
+)
 
-from sampling_course.apps.bench_setup import Method, Setup, build, methods
-from sampling_course.apps.threads import torch_threads
+if TYPE_CHECKING:  # torch loads once the arguments are known to be good
+    import torch
+
+    from sampling_course.apps.bench_setup import Method, Setup
 
 # Targets, as ratios of speeds (tokens/s): the dynamic cache (part 4), the engine (part 5), the fast path (part 6).
 TARGETS = [
@@ -115,6 +127,8 @@ def check_batched(outputs: dict[str, list]) -> None:
 
 def beam_scores(setup: Setup, sequences: list) -> list[float]:
     """Summed log-probs of the generated part of each sequence, from one HF forward (fp64 log-softmax)."""
+    import torch
+
     tokens = torch.tensor(sequences)
     with torch.inference_mode():
         logprobs = setup.hf_model(tokens).logits.double().log_softmax(-1)
@@ -162,6 +176,8 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
+    from sampling_course.apps.bench_setup import methods
+
     all_methods = methods(setup)
     bar = tqdm(total=len(all_methods) * (1 + repeats), desc="bench", disable=not progress, leave=False)
     for method in all_methods:  # first calls pay for lazy initialisation: keep them out of the timings
@@ -203,6 +219,8 @@ def measure_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     memory delivers data, with torch's threads as the decode steps use them. The buffer is
     larger than any CPU cache, so that it really comes from memory.
     """
+    import torch
+
     data = torch.ones(megabytes * 2**20 // 4)
     data.sum()  # touch every page once before timing
     best = math.inf
@@ -237,6 +255,7 @@ def bandwidth_report(setup: Setup, results: list[Method], bandwidth: float, cons
 
 
 def report(setup: Setup, results: list[Method], console) -> list[tuple[str, float, float, bool]]:
+    import torch
     from rich.table import Table
 
     by_key = {(v.task, v.name): v for v in results}
@@ -276,53 +295,76 @@ def report(setup: Setup, results: list[Method], console) -> list[tuple[str, floa
     return outcomes
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    parser = OneLineParser(
         prog="sampling-course bench", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=["auto", "random", "gpt2"], default="auto",
                         help="real GPT-2 small (gpt2), its dimensions with random weights (random), or "
                         "gpt2 when it is in the local cache and random otherwise (auto, the default)")
-    parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions",
-                        help="whose code to time (default: solutions)")
-    parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=64, help="new tokens of greedy decoding (default 64)")
-    parser.add_argument("--beam-new-tokens", type=int, default=40, help="new tokens of beam search (default 40)")
-    parser.add_argument("--num-beams", type=int, default=8)
-    parser.add_argument("--batch-size", type=int, default=8, help="prompts in the batched task (default 8)")
-    parser.add_argument("--batch-new-tokens", type=int, default=64, help="new tokens per row, batched task (default 64)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed rounds after the warm-up (default 3)")
-    parser.add_argument("--budget", type=float, default=270.0,
+    add_impl_option(parser, "solutions", "whose code to time")
+    parser.add_argument("--prompt-tokens", type=integer("--prompt-tokens", 1), default=32,
+                        help="tokens of the prompt (default 32)")
+    parser.add_argument("--new-tokens", type=integer("--new-tokens", 1), default=64,
+                        help="new tokens of greedy decoding (default 64)")
+    parser.add_argument("--beam-new-tokens", type=integer("--beam-new-tokens", 1), default=40,
+                        help="new tokens of beam search (default 40)")
+    parser.add_argument("--num-beams", type=integer("--num-beams", 1), default=8, help="beams (default 8)")
+    parser.add_argument("--batch-size", type=integer("--batch-size", 1), default=8,
+                        help="prompts in the batched task (default 8)")
+    parser.add_argument("--batch-new-tokens", type=integer("--batch-new-tokens", 1), default=64,
+                        help="new tokens per row, batched task (default 64)")
+    parser.add_argument("--repeats", type=integer("--repeats", 1), default=3,
+                        help="timed rounds after the warm-up (default 3)")
+    parser.add_argument("--budget", type=number("--budget", 0, low_open=True), default=270.0,
                         help="seconds for the whole run: rounds that would end later are skipped (default 270)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights and prompt")
+    parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the random weights and prompt")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a tiny random model, few tokens, one timed round (timings meaningless)")
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    add_threads_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     if args.quick:
         args.prompt_tokens, args.new_tokens, args.beam_new_tokens = 8, 8, 6
         args.num_beams, args.repeats, args.batch_new_tokens = 4, 1, 8
-    for name in ("prompt_tokens", "new_tokens", "beam_new_tokens", "num_beams", "repeats", "batch_size", "batch_new_tokens"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    longest = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens, args.batch_new_tokens)
+    if longest > 1024:  # GPT-2 small's context, the largest model the bench times
+        parser.error(f"--prompt-tokens and the new tokens must fit in 1024 positions, got {longest}")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+@command("sampling-course bench")
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with torch_threads(args.threads):
+    if isinstance(args, int):
+        return args
+    from sampling_course.reference import gpt2_local_dir
+
+    if args.model == "gpt2" and not args.quick and gpt2_local_dir() is None:
+        raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
+                         "once with internet, or use --model random")
+    from sampling_course.apps.threads import course_threads, torch_threads
+
+    # The bench's models are GPT-2 small's size (768 wide), or a tiny one with --quick.
+    with torch_threads(course_threads(args.threads, 64 if args.quick else 768)):
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    import torch
+
     console = Console()
     started = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    from sampling_course.apps.bench_setup import build
+
     with console.status("building the models"):
         setup = build(args)
     console.print(

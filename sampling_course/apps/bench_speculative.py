@@ -40,19 +40,14 @@ import argparse
 import os
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-import torch
+from sampling_course.apps.options import OneLineParser, add_impl_option, add_threads_option, command, integer, number
 
-from sampling_course.apps.speculative_pair import (
-    Pair,
-    hf_generate,
-    load_pair,
-    ours_cached,
-    ours_speculative,
-    verify_cost,
-)
-from sampling_course.apps.threads import torch_threads
+if TYPE_CHECKING:  # torch loads once the arguments are known to be good
+    from sampling_course.apps.speculative_pair import Pair
 
 
 class BenchCheckError(AssertionError):
@@ -135,6 +130,8 @@ def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None
 
 def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
     """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
+    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_speculative
+
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
         check_length("target-only cached greedy generation", plain, prompt, n)
@@ -161,6 +158,8 @@ def measure(
 ) -> Results:
     """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt."""
     from tqdm.auto import tqdm
+
+    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_speculative, verify_cost
 
     longest = max(len(p) for p in pair.prompts)
     if longest + new_tokens > pair.n_ctx:
@@ -222,6 +221,7 @@ def measure(
 
 def table(results: Results):
     """The results as a rich Table, one row per gamma."""
+    import torch
     from rich.table import Table
 
     hf = bool(results.hf_baseline)
@@ -266,37 +266,53 @@ def baselines_text(results: Results) -> str:
     return "\n".join(lines)
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+def _gammas(text: str) -> list[int]:
+    """``1-8`` or ``1,2,4``: gammas >= 1."""
+    try:
+        first, _, last = text.partition("-")
+        gammas = list(range(int(first), int(last) + 1)) if last else [int(g) for g in text.split(",")]
+    except ValueError:
+        gammas = []
+    if not gammas or min(gammas) < 1:
+        raise argparse.ArgumentTypeError(f"--gammas must look like 1-8 or 1,2,4 (gammas >= 1), got {text!r}")
+    return gammas
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    parser = OneLineParser(
         prog="sampling-course bench-speculative", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions", help="whose code to time")
-    parser.add_argument("--gammas", default="1-8", help="gammas to measure: 1-8 (default), or a list such as 1,2,4")
-    parser.add_argument("--new-tokens", type=int, default=96, help="new tokens per run (default 96)")
-    parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 is greedy)")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds over the prompts (default 3)")
+    add_impl_option(parser, "solutions", "whose code to time")
+    parser.add_argument("--gammas", type=_gammas, default=_gammas("1-8"),
+                        help="gammas to measure: 1-8 (default), or a list such as 1,2,4")
+    parser.add_argument("--new-tokens", type=integer("--new-tokens", 1), default=96,
+                        help="new tokens per run (default 96)")
+    parser.add_argument("--temperature", type=number("--temperature", 0), default=1.0,
+                        help="sampling temperature (default 1.0; 0 is greedy)")
+    parser.add_argument("--repeats", type=integer("--repeats", 1), default=3, help="rounds over the prompts (default 3)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
-    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
+    add_threads_option(parser)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-    args = parser.parse_args(argv)
     try:
-        first, _, last = args.gammas.partition("-")
-        args.gammas = list(range(int(first), int(last) + 1)) if last else [int(g) for g in args.gammas.split(",")]
-    except ValueError:
-        parser.error(f"--gammas must look like 1-8 or 1,2,4, got {args.gammas!r}")
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     if args.quick:
         args.gammas, args.new_tokens, args.repeats = [1, 3], 8, 1
-    if min(args.gammas) < 1 or args.new_tokens < 1 or args.repeats < 1:
-        parser.error("gammas, --new-tokens and --repeats must be >= 1")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+@command("sampling-course bench-speculative")
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    # Tiny models gain nothing from a second thread, and lose a lot to it on a busy machine.
-    with torch_threads((args.threads or 1) if args.threads is not None or args.quick else None):
+    if isinstance(args, int):
+        return args
+    from sampling_course.apps.threads import course_threads, torch_threads
+
+    # The pair is the story models or tiny random ones: one thread each (see apps.threads).
+    with torch_threads(course_threads(args.threads, 128)):
         return _run(args)
 
 
@@ -306,6 +322,8 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     started = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    from sampling_course.apps.speculative_pair import load_pair
+
     with console.status("loading the models"):
         pair = load_pair(args.impl, quick=args.quick)
     new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))

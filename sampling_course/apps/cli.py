@@ -1,4 +1,8 @@
-"""The `sampling-course` command: one entry point for learners and instructors."""
+"""The `sampling-course` command: one entry point for learners and instructors.
+
+Every command checks its arguments before loading anything heavy and ends the same way
+(exit codes and one-line errors: ``sampling_course.apps.options``).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,14 @@ import sys
 
 def download_gpt2_main(argv: list[str]) -> int:
     """`sampling-course download-gpt2`: fetch GPT-2 small into the local Hugging Face cache."""
+    from sampling_course.apps.options import OneLineParser, parse
     from sampling_course.reference import ReferenceUnavailable, download_gpt2
 
-    if argv:
-        print("usage: sampling-course download-gpt2", file=sys.stderr)
-        return 2
+    parser = OneLineParser(prog="sampling-course download-gpt2",
+                           description="Download GPT-2 small into the local Hugging Face cache (needs internet).")
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
     try:
         print(f"GPT-2 small is in {download_gpt2()}")
     except ReferenceUnavailable as exc:
@@ -47,16 +54,20 @@ def usage() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sampling_course.apps.options import EXIT_USAGE, run_command
+
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
-        return 0 if argv else 2
+        return 0 if argv else EXIT_USAGE
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
-        print(f"sampling-course: unknown command {command!r}\n\n{usage()}", file=sys.stderr)
-        return 2
+        print(f"sampling-course: error: unknown command {command!r}; the commands are {', '.join(COMMANDS)} "
+              "(see sampling-course --help)", file=sys.stderr)
+        return EXIT_USAGE
     module, function = COMMANDS[command][0].split(":")
-    return getattr(importlib.import_module(module), function)(rest)
+    # Importing the command's module is inside, so that Ctrl-C during it also ends in one line.
+    return run_command(f"sampling-course {command}", lambda: getattr(importlib.import_module(module), function)(rest))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """The course's own commands: ``sampling-course check | progress | hint | make-exercises | plant-mistakes``.
 
-Each reads its arguments, calls a plain function of the grader (``grading.checking``,
-``grading.stubs``, ``grading.mistakes``) and turns the outcome into messages and an exit
-code: 0 when all is well, 1 when something checked is not (a failing exercise, a stale
-``exercises/``, a mistake the tests miss), 2 for a usage error.
+Each reads its arguments, checks them before anything heavy loads (an unknown exercise or a
+bad option is one line and exit code 2), calls a plain function of the grader
+(``grading.checking``, ``grading.stubs``, ``grading.mistakes``) and turns the outcome into
+messages and an exit code: 0 when all is well, 1 when something checked is not (a failing
+exercise, a stale ``exercises/``, a mistake the tests miss), 2 for a bad argument, 3 when
+the course's own files are broken (see ``sampling_course.apps.options``).
 """
 
 from __future__ import annotations
@@ -16,6 +18,19 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sampling_course.apps.options import (
+    EXIT_BROKEN,
+    EXIT_NOT_OK,
+    EXIT_OK,
+    EXIT_USAGE,
+    OneLineParser,
+    UsageError,
+    add_threads_option,
+    command,
+    integer,
+    parse,
+)
+
 __all__ = ["check_main", "hint_main", "make_exercises_main", "plant_mistakes_main", "progress_main"]
 
 
@@ -26,81 +41,110 @@ __all__ = ["check_main", "hint_main", "make_exercises_main", "plant_mistakes_mai
 
 def _add_impl(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--impl",
-        default=None,
+        "--impl", choices=["exercises", "solutions"], default=None,
         help="implementation to check: exercises (default) or solutions; also settable with SAMPLING_COURSE_IMPL",
     )
 
 
-def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
-    try:
-        return parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return int(exc.code or 0)
+def _add_check_options(parser: argparse.ArgumentParser) -> None:
+    _add_impl(parser)
+    add_threads_option(parser)
+    parser.add_argument("--recompute-oracle", action="store_true",
+                        help="compute the reference outputs live again instead of reusing the stored ones "
+                        "(also SAMPLING_COURSE_RECOMPUTE_ORACLE=1)")
 
 
-def _exit_code(run) -> int:
-    """``run(console)`` checks and shows a report; 0 when all are done, 1 if not, 2 on bad input."""
-    console = Console()
+def _checked_impl(impl: str | None) -> str:
+    from sampling_course.implementation import resolve_impl
+
     try:
-        report = run(console)
-    except ValueError as exc:  # an unknown exercise or --impl
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        return 2
+        return resolve_impl(impl)
+    except ValueError as exc:  # a bad $SAMPLING_COURSE_IMPL
+        raise UsageError(str(exc)) from None
+
+
+def _exit_code(report) -> int:
+    """0 when every exercise checked is done, 1 if not, 2 when nothing could be checked, 3 when the course's files are broken."""
+    if report.broken:
+        return EXIT_BROKEN
     if report.error:
-        return 2
-    return 0 if report.ok else 1
+        return EXIT_USAGE
+    return EXIT_OK if report.ok else EXIT_NOT_OK
 
 
+@command("sampling-course check")
 def check_main(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course check [EXERCISE ...] [--impl ...]``: 0 when nothing checked fails or is unimplemented."""
-    from sampling_course.grading.checking import check
+    """``sampling-course check [EXERCISE ...] [--impl ...] [--threads N] [--recompute-oracle]``."""
+    from sampling_course.grading.course import UnknownExerciseError, get_exercise
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sampling-course check", description="Run the tests of some exercises (all by default) and show the verdict."
     )
     parser.add_argument("exercise", nargs="*", help="exercise names, e.g. LayerNorm sample_top_p (case-insensitive)")
-    _add_impl(parser)
-    args = _parse(parser, argv)
+    _add_check_options(parser)
+    args = parse(parser, argv)
     if isinstance(args, int):
         return args
-    return _exit_code(lambda console: check(args.exercise or None, impl=args.impl, console=console))
+    try:  # before the grader (and torch) loads
+        for name in args.exercise:
+            get_exercise(name)
+    except UnknownExerciseError as exc:
+        raise UsageError(str(exc)) from None
+    impl = _checked_impl(args.impl)
+    from sampling_course.grading.checking import check
+
+    return _exit_code(check(args.exercise or None, impl=impl, console=Console(), threads=args.threads,
+                            recompute_oracle=args.recompute_oracle))
 
 
+@command("sampling-course progress")
 def progress_main(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course progress [--impl ...]``: the table of every exercise; 0 when none fails or is unimplemented."""
+    """``sampling-course progress [--impl ...] [--threads N]``: every exercise; 0 when none fails or is unimplemented."""
+    parser = OneLineParser(prog="sampling-course progress", description="Show every exercise and its status.")
+    _add_check_options(parser)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    impl = _checked_impl(args.impl)
     from sampling_course.grading.checking import progress
 
-    parser = argparse.ArgumentParser(prog="sampling-course progress", description="Show every exercise and its status.")
-    _add_impl(parser)
-    args = _parse(parser, argv)
-    if isinstance(args, int):
-        return args
-    return _exit_code(lambda console: progress(impl=args.impl, console=console))
+    return _exit_code(progress(impl=impl, console=Console(), threads=args.threads, recompute_oracle=args.recompute_oracle))
 
 
+@command("sampling-course hint")
 def hint_main(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course hint EXERCISE [--level N | --all]``: 0, or 2 for an unknown exercise."""
-    from sampling_course.grading.checking import hint
-    from sampling_course.grading.course import UnknownExerciseError
+    """``sampling-course hint EXERCISE [--level N | --all | --reset]``: each run shows the next hint."""
+    from sampling_course.grading.checking import HintLevels, hint
+    from sampling_course.grading.course import UnknownExerciseError, get_exercise
 
-    parser = argparse.ArgumentParser(
-        prog="sampling-course hint", description="Show a hint for an exercise: level 1 nudges, level 3 nearly solves it."
+    parser = OneLineParser(
+        prog="sampling-course hint",
+        description="Show a hint for an exercise: each run shows the next one (level 1 nudges, level 3 nearly "
+        "solves it); the level reached is remembered per exercise.",
     )
-    parser.add_argument("exercise", help="exercise name, e.g. LayerNorm (case-insensitive)")
+    parser.add_argument("exercise", nargs="?", help="exercise name, e.g. LayerNorm (case-insensitive)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--level", type=int, choices=[1, 2, 3], default=1, help="which hint (default 1)")
+    group.add_argument("--level", type=integer("--level", 1, 3), default=None, metavar="N",
+                       help="show hint N (1 to 3) instead of the next one")
     group.add_argument("--all", action="store_true", help="show every hint")
-    args = _parse(parser, argv)
+    group.add_argument("--reset", action="store_true",
+                       help="start the exercise's hints again at level 1 (every exercise's, without a name)")
+    args = parse(parser, argv)
     if isinstance(args, int):
         return args
     console = Console()
     try:
-        hint(args.exercise, "all" if args.all else args.level, console=console)
+        exercise = get_exercise(args.exercise) if args.exercise is not None else None
     except UnknownExerciseError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    return 0
+        raise UsageError(str(exc)) from None
+    if args.reset:
+        HintLevels().reset(exercise.name if exercise else None)
+        console.print(f"hints of {exercise.name if exercise else 'every exercise'} start again at level 1")
+        return EXIT_OK
+    if exercise is None:
+        raise UsageError("name an exercise, e.g. sampling-course hint LayerNorm (or --reset for all of them)")
+    hint(exercise.name, "all" if args.all else args.level, console=console)
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------------------------------
@@ -108,6 +152,18 @@ def hint_main(argv: Sequence[str] | None = None) -> int:
 # ---------------------------------------------------------------------------------------
 
 
+def _existing_folder(name: str):
+    def folder(text: str) -> Path:
+        path = Path(text)
+        if not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{name} must be an existing folder, got {text!r}")
+        return path
+
+    return folder
+
+
+
+@command("sampling-course make-exercises")
 def make_exercises_main(argv: Sequence[str] | None = None) -> int:
     """``sampling-course make-exercises [--force | --check]``: regenerate exercises/ from solutions/.
 
@@ -122,7 +178,7 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
         make_exercises,
     )
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sampling-course make-exercises",
         description="Generate exercises/ (stubs for learners) from solutions/.",
     )
@@ -137,14 +193,18 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
         help="write nothing; exit 1 if exercises/ is out of date with solutions/",
     )
     parser.add_argument(
-        "--solutions", type=Path, default=DEFAULT_SOLUTIONS_DIR, metavar="DIR",
+        "--solutions", type=_existing_folder("--solutions"), default=DEFAULT_SOLUTIONS_DIR, metavar="DIR",
         help=f"solutions directory (default: {DEFAULT_SOLUTIONS_DIR})",
     )
     parser.add_argument(
         "--exercises", type=Path, default=DEFAULT_EXERCISES_DIR, metavar="DIR",
         help=f"exercises directory (default: {DEFAULT_EXERCISES_DIR})",
     )
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    if args.force and args.check:
+        raise UsageError("--force writes and --check writes nothing: choose one")
     console = Console()
     err = Console(stderr=True)
 
@@ -199,28 +259,39 @@ PLANT_MISTAKES_USAGE = """\
 """
 
 
+@command("sampling-course plant-mistakes")
 def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
     """``sampling-course plant-mistakes``: the tests must catch every planted mistake and accept
     every planted correct variant; 0 when they do, 1 when one is missed or rejected."""
-    from rich.table import Table
+    from sampling_course.grading.course import PARTS
 
-    from sampling_course.grading.course import MISTAKES, VARIANTS
-    from sampling_course.grading.mistakes import judge_all
-
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sampling-course plant-mistakes",
         description="Plant the classic mistakes of each exercise and check that the tests catch every one; "
         "plant correct variants in other styles and check that the tests accept every one.",
         epilog=PLANT_MISTAKES_USAGE, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--part", type=int, action="append", help="only this part (repeatable)")
+    parser.add_argument("--part", type=integer("--part", min(PARTS), max(PARTS)), action="append",
+                        help=f"only this part ({min(PARTS)} to {max(PARTS)}; repeatable)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--mistakes", action="store_true", help="only plant the mistakes")
     which.add_argument("--variants", action="store_true", help="only plant the correct variants")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (default: one per core)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--jobs", type=integer("--jobs", 1), default=os.cpu_count() or 1,
+                        help="test runs at once (default: one per core)")
+    parser.add_argument("--threads", type=integer("--threads", 1), default=None, metavar="N",
+                        help="torch threads of each test run (default 1: the runs themselves are the parallelism)")
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    from rich.table import Table
+
+    from sampling_course.grading.course import MISTAKES, VARIANTS
+    from sampling_course.grading.mistakes import judge_all
+
     console = Console()
     # One torch thread per run: the runs themselves are the parallelism.
+    if args.threads is not None:
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     mistakes = [] if args.variants else [m for m in MISTAKES if not args.part or m.part in args.part]
     variants = [] if args.mistakes else [v for v in VARIANTS if not args.part or v.part in args.part]

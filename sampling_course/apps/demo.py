@@ -2,21 +2,24 @@
 
 from __future__ import annotations
 
-import argparse
 import functools
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from types import ModuleType
+from typing import TYPE_CHECKING
 from unittest import mock
 
-import torch
 from rich.console import Console
 from rich.table import Table
 
-from sampling_course.implementation import impl_module, load_demo
-from sampling_course.reference import Reference, load_reference
+from sampling_course.apps.options import OneLineParser, UsageError, add_threads_option, command, integer, nonempty, parse
+
+if TYPE_CHECKING:  # torch loads once the arguments are known to be good
+    import torch
+
+    from sampling_course.reference import Reference
 
 DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"
 # The story models know only their children's stories, each of which starts after <|endoftext|>.
@@ -37,6 +40,8 @@ DECODING_SETTINGS: list[tuple[str, dict]] = [
 
 def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, top: int = 10) -> Table:
     """Part 1: the top next tokens from DemoTransformer and from the reference, side by side."""
+    import torch
+
     tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids
     with torch.inference_mode():
         demo_logits = model(tokens)[0, -1]
@@ -130,28 +135,65 @@ def progress_bars_on_a_terminal_only(sampling: ModuleType) -> Iterator[None]:
             enable_progress_bars()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="sampling-course demo", description=__doc__)
-    parser.add_argument("--reference", choices=["auto", "gpt2", "story", "story-draft", "tiny"], default="auto",
+REFERENCES = ["auto", "gpt2", "story", "story-draft", "tiny"]
+
+
+def parse_args(argv: Sequence[str] | None):
+    parser = OneLineParser(prog="sampling-course demo", description=__doc__)
+    parser.add_argument("--reference", choices=REFERENCES, default="auto",
                         help="auto: real GPT-2 when available, else the offline story model")
-    parser.add_argument("--prompt", default=None,
+    parser.add_argument("--prompt", type=nonempty("--prompt"), default=None,
                         help="default: the start of a story for the story models, an everyday sentence otherwise")
-    parser.add_argument("--max-tokens", type=int, default=24)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
+    parser.add_argument("--max-tokens", type=integer("--max-tokens", 1), default=24,
+                        help="new tokens per continuation (default 24)")
+    parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the sampled rows (default 0)")
+    add_threads_option(parser)
+    return parse(parser, argv)
+
+
+def load_checked(name: str, flag: str = "--reference") -> "Reference":
+    """``load_reference(name)`` (light: settings and tokenizer); an unavailable GPT-2 is a usage error that says
+    which flag works offline."""
+    from sampling_course.reference import ReferenceUnavailable, load_reference
+
+    try:
+        return load_reference(name)
+    except ReferenceUnavailable as exc:
+        raise UsageError(f"{exc} ({flag} story works offline)") from None
+
+
+@command("sampling-course demo")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if isinstance(args, int):
+        return args
+    # The reference's settings and tokenizer load in a moment: check the prompt against n_ctx
+    # before torch and the weights load.
+    reference = load_checked(args.reference)
+    story = reference.name.startswith("story")
+    prompt = args.prompt if args.prompt is not None else STORY_PROMPT if story else DEFAULT_PROMPT
+    n_prompt = len(reference.tokenizer.encode(prompt))
+    if n_prompt + args.max_tokens > reference.cfg.n_ctx:
+        raise UsageError(f"the prompt ({n_prompt} tokens) and --max-tokens {args.max_tokens} do not fit in "
+                         f"{reference.name}'s context of {reference.cfg.n_ctx} tokens")
+    from sampling_course.apps.threads import course_threads, torch_threads
+
+    with torch_threads(course_threads(args.threads, reference.cfg.d_model)):
+        return _run(reference, prompt, args.max_tokens, args.seed, story)
+
+
+def _run(reference: "Reference", prompt: str, max_tokens: int, seed: int, story: bool) -> int:
+    from sampling_course.implementation import impl_module, load_demo
 
     sampling = impl_module("sampling", "solutions")
     console = Console()
     with progress_bars_on_a_terminal_only(sampling):
-        reference = load_reference(args.reference)
         console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
                       f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
         model = load_demo(reference)
         sampler = sampling.TransformerSampler(model, reference.tokenizer)
-        story = reference.name.startswith("story")
-        prompt = args.prompt if args.prompt is not None else STORY_PROMPT if story else DEFAULT_PROMPT
         console.print(next_token_table(reference, model, prompt))
-        console.print(decoding_table(sampler, prompt, args.max_tokens, args.seed, measure=story))
-        console.print(beam_table(sampler, prompt, args.max_tokens))
-        console.print(cache_table(sampler, model, prompt, args.max_tokens))
+        console.print(decoding_table(sampler, prompt, max_tokens, seed, measure=story))
+        console.print(beam_table(sampler, prompt, max_tokens))
+        console.print(cache_table(sampler, model, prompt, max_tokens))
     return 0

@@ -7,7 +7,7 @@
     sampling-course generate --impl exercises ...     # run your own code from exercises/
 
 On a terminal the text is printed as it is generated; piped into a file or another
-program it is printed once, at the end. In the REPL (``--interactive``) every line is a
+program it is printed once, at the end (and beam search shows no progress bar). In the REPL (``--interactive``) every line is a
 prompt, ``/set temperature 0.7`` changes a setting, ``/show`` lists them, Ctrl-C stops the
 current generation (not the program), and Ctrl-D or ``/quit`` leave.
 """
@@ -16,10 +16,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sampling_course.apps.options import command as cli_command
+from sampling_course.apps.options import (
+    OneLineParser,
+    UsageError,
+    add_threads_option,
+    integer_check,
+    number_check,
+)
 from sampling_course.sampling_settings import check_sampling_settings
 
 MODELS = ("auto", "story", "gpt2", "tiny")
@@ -32,21 +40,10 @@ IMPLS = ("solutions", "exercises")
 
 
 def _number(kind: type, name: str, low: float | None = None, low_open: bool = False):
-    """A parser from text to ``kind`` that raises ValueError("<name> must be ...") when out of range."""
-    allowed = f"{'>' if low_open else '>='} {low:g}" if low is not None else "a number"
-    word = "an integer" if kind is int else "a number"
-
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be {word} {allowed}, got {text!r}") from None
-        too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or value != value:  # NaN fails too
-            raise ValueError(f"{name} must be {allowed}, got {text!r}")
-        return value
-
-    return parse
+    """A parser from text to ``kind`` that raises ValueError("<name> must be ...") when out of range (or not finite)."""
+    if kind is int:
+        return integer_check(name, None if low is None else int(low))
+    return number_check(name, low, low_open)
 
 
 def _sampling_setting(kind: type, name: str):
@@ -93,9 +90,10 @@ SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence (0 is off)"),
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
-    "seed": (_optional(_number(int, "seed")), None, "seed of the draws (none: random)"),
+    "seed": (_optional(_number(int, "seed", 0)), None, "seed of the draws (none: random)"),
     "cache": (_choice("cache", ("dynamic", "static")), "dynamic",
-              "dynamic: part 4's KeyValueCache; static: part 6's StaticKeyValueCache and fast path"),
+              "dynamic or static: part 4's KeyValueCache (dynamic) or part 6's StaticKeyValueCache and fast path "
+              "(static)"),
 }
 
 
@@ -109,14 +107,7 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     return convert
 
 
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr (and exit status 2)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = OneLineParser(
         prog="sampling-course generate", description=__doc__.splitlines()[0],
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -129,16 +120,24 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--interactive", action="store_true", help="a REPL: every line is a prompt; /help for commands")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
                         help="stop once the text ends with TEXT (repeatable)")
-    for name, (parse, default, about) in SETTINGS.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(parse), default=default,
+    for name, (convert, default, about) in SETTINGS.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(convert), default=default,
                             help=f"{about} (default {default})")
+    add_threads_option(parser)
     args = parser.parse_args(argv)
     if args.prompt is None and not args.interactive:
         parser.error("--prompt is required (or use --interactive)")
-    if args.prompt == "":
+    if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt must not be empty")
     if args.num_beams > 1 and args.stop:
         parser.error("--stop works with sampling, not with --num-beams")
+    if args.num_beams == 1 and args.no_repeat_ngram_size is not None:
+        parser.error("--no-repeat-ngram-size works with beam search: add --num-beams 2 or more")
+    if args.num_beams > 1 and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0 or args.min_p
+                               or args.repetition_penalty != 1.0 or args.presence_penalty or args.frequency_penalty
+                               or args.seed is not None):
+        parser.error("beam search is deterministic and takes none of the sampling settings (--temperature, --top-k, "
+                     "--top-p, --min-p, the penalties, --seed): leave them out with --num-beams")
     return args
 
 
@@ -157,13 +156,14 @@ class Engine:
     static_cache: type  # part 6's StaticKeyValueCache, for --cache static
 
 
-def load_engine(model_name: str, impl: str | None) -> Engine:
-    """Load the reference weights into the chosen implementation's DemoTransformer."""
+def load_engine(model_name: str, impl: str | None, reference: Any = None) -> Engine:
+    """Load the reference weights (``reference``, or ``load_reference(model_name)``) into the chosen
+    implementation's DemoTransformer."""
     from sampling_course.implementation import impl_module, load_demo, resolve_impl
     from sampling_course.reference import load_reference
 
     impl = resolve_impl(impl, default="solutions")
-    reference = load_reference(model_name)
+    reference = reference if reference is not None else load_reference(model_name)
     generate = impl_module("generate", impl)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
@@ -296,34 +296,54 @@ def repl(engine: Engine, settings: dict, stop: list[str]) -> int:
             print("not implemented yet: fill in the part-5 stubs in exercises/ (or use --impl solutions)")
 
 
-def main(argv: list[str] | None = None) -> int:
+@cli_command("sampling-course generate")
+def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        args = parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
-        return int(exc.code or 0)
+    args = _parse(argv)
+    if isinstance(args, int):
+        return args
     settings = {name: getattr(args, name) for name in SETTINGS}
     stop = list(args.stop or [])
-    try:
-        engine = load_engine(args.model, args.impl)
-    except (ValueError, ImportError) as exc:
-        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
-        return 2
-    except RuntimeError as exc:  # the reference cannot be loaded here (e.g. GPT-2 offline)
-        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
-        return 1
-    if args.interactive:
-        return repl(engine, settings, stop)
-    try:
-        run_once(engine, args.prompt, settings, stop, stream=sys.stdout.isatty())
-    except ValueError as exc:
-        print(f"sampling-course generate: error: {exc}", file=sys.stderr)
-        return 2
-    except NotImplementedError:
-        print("sampling-course generate: not implemented yet: fill in the part-5 stubs in exercises/ "
-              "(or use --impl solutions)", file=sys.stderr)
-        return 1
+    # The model's settings and tokenizer load in a moment: check the prompt and the token budget
+    # against its context before torch and the weights load.
+    from sampling_course.apps.demo import load_checked
+
+    reference = load_checked(args.model, "--model")
+    n_ctx = reference.cfg.n_ctx
+    n_prompt = len(reference.tokenizer.encode(args.prompt)) if args.prompt is not None else 1
+    if n_prompt + settings["max_new_tokens"] > n_ctx:
+        raise UsageError(f"the prompt ({n_prompt} tokens) and --max-new-tokens {settings['max_new_tokens']} do not fit "
+                         f"in {reference.name}'s context of {n_ctx} tokens: ask for at most {max(0, n_ctx - n_prompt)}")
+    from sampling_course.apps.demo import progress_bars_on_a_terminal_only
+    from sampling_course.apps.threads import course_threads, torch_threads
+    from sampling_course.implementation import impl_module, resolve_impl
+
+    with torch_threads(course_threads(args.threads, reference.cfg.d_model)):
+        try:
+            engine = load_engine(args.model, args.impl, reference)
+        except (ValueError, ImportError) as exc:  # e.g. your DemoTransformer's parameters do not fit the weights
+            print(f"sampling-course generate: error: {exc}", file=sys.stderr)
+            return 1
+        with progress_bars_on_a_terminal_only(impl_module("sampling", resolve_impl(args.impl, default="solutions"))):
+            if args.interactive:
+                return repl(engine, settings, stop)
+            try:
+                run_once(engine, args.prompt, settings, stop, stream=sys.stdout.isatty())
+            except ValueError as exc:
+                print(f"sampling-course generate: error: {exc}", file=sys.stderr)
+                return 2
+            except NotImplementedError:
+                print("sampling-course generate: not implemented yet: fill in the part-5 stubs in exercises/ "
+                      "(or use --impl solutions)", file=sys.stderr)
+                return 1
     return 0
+
+
+def _parse(argv: Sequence[str]) -> argparse.Namespace | int:
+    try:
+        return parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
 
 
 if __name__ == "__main__":

@@ -40,23 +40,47 @@ The computing functions are importable (the part 6 notebook uses them) and print
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-import torch
 from jaxtyping import Float, Int
-from torch import Tensor
 
-from sampling_course.apps.threads import torch_threads
+from sampling_course.apps.options import (
+    OneLineParser,
+    UsageError,
+    add_impl_option,
+    add_threads_option,
+    command,
+    integer,
+)
 from sampling_course.stories import HELDOUT_SEED, sample_stories
+
+if TYPE_CHECKING:  # torch loads once the arguments are known to be good
+    from torch import Tensor
 
 POSITION_RULES = ("cache", "absolute")
 FULL = "full attention"
 SLIDING = "sliding window, recomputed"
+
+
+def _inference_mode(function):
+    """``torch.inference_mode()`` around ``function``, with torch imported when it first runs."""
+
+    @functools.wraps(function)
+    def run(*args, **kwargs):
+        import torch
+
+        with torch.inference_mode():
+            return function(*args, **kwargs)
+
+    return run
 
 
 def cache_method(num_sink_tokens: int, position_rule: str) -> str:
@@ -89,6 +113,8 @@ def story_texts(tokenizer, n_texts: int, length: int, seed: int = HELDOUT_SEED) 
             for story in sample_stories(8, rng.getrandbits(32)):
                 ids += [eos] + tokenizer(story.text).input_ids
         texts.append(ids[:length])
+    import torch
+
     return torch.tensor(texts)
 
 
@@ -106,10 +132,12 @@ def next_token_nll(
 
 def _empty_nll(tokens: Tensor) -> Tensor:
     # NaN marks the positions a method did not score (past n_ctx, or skipped by a stride).
+    import torch
+
     return torch.full((tokens.shape[0], tokens.shape[1] - 1), float("nan"))
 
 
-@torch.inference_mode()
+@_inference_mode
 def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, "text pos_minus_1"]:
     """NLL at every position ``t < n_ctx`` from one uncached forward pass over the first n_ctx tokens.
 
@@ -121,7 +149,7 @@ def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, 
     return nll
 
 
-@torch.inference_mode()
+@_inference_mode
 def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int | None = None) -> tuple[Tensor, float]:
     """NLL at positions ``0 .. n_positions - 1``, feeding the text one token per call through ``cache``.
 
@@ -140,7 +168,7 @@ def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int |
     return nll, seconds
 
 
-@torch.inference_mode()
+@_inference_mode
 def sliding_window_nll(
     model, tokens: Int[Tensor, "text pos"], window: int, positions: list[int] | range
 ) -> tuple[Tensor, float]:
@@ -211,6 +239,8 @@ class LongTextResults:
         every method on the same positions keeps the comparison fair (position 0, say, is
         hard to predict for everyone).
         """
+        import torch
+
         common = torch.ones_like(self.tokens[:, start:end], dtype=torch.bool)
         for result in self.methods.values():
             scored = ~result.nll[:, start:end].isnan()
@@ -317,6 +347,8 @@ def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tenso
     """For plotting: the mean NLL over texts at each position, averaged over the ``width`` positions
     ending there. Positions a method did not score (NaN) are skipped; NaN comes out where none was,
     and after the last position it scored (full attention stops at n_ctx)."""
+    import torch
+
     if width < 1:
         raise ValueError(f"width must be >= 1, got {width}")
     scored = ~nll.isnan()
@@ -347,6 +379,7 @@ def _size(n_bytes: int) -> str:
 
 def table(results: LongTextResults):
     """The results as a rich Table: NLL (perplexity) per position range, memory and time per method."""
+    import torch
     from rich.table import Column, Table
 
     n_texts, length = results.tokens.shape
@@ -377,65 +410,71 @@ def table(results: LongTextResults):
 # ---------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    parser = OneLineParser(
         prog="sampling-course long-text", description=__doc__.splitlines()[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=["auto", "story", "gpt2", "tiny"], default=None,
                         help="the model: auto (GPT-2 when cached, else story; the default), story, gpt2, or tiny "
                         "(random weights, for smoke runs); --quick defaults to story")
-    parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions", help="whose code runs")
-    parser.add_argument("--texts", type=int, default=4, help="number of texts (default 4)")
-    parser.add_argument("--length", type=int, default=None, help="tokens per text (default 3 x n_ctx)")
-    parser.add_argument("--window", type=int, default=None, help="window length W (default n_ctx / 2: 256 on story)")
-    parser.add_argument("--sinks", type=int, default=4, help="sink tokens of the sink cache (default 4)")
-    parser.add_argument("--stride", type=int, default=4,
+    add_impl_option(parser, "solutions")
+    parser.add_argument("--texts", type=integer("--texts", 1), default=4, help="number of texts (default 4)")
+    parser.add_argument("--length", type=integer("--length", 2), default=None, help="tokens per text (default 3 x n_ctx)")
+    parser.add_argument("--window", type=integer("--window", 2), default=None,
+                        help="window length W (default n_ctx / 2: 256 on story)")
+    parser.add_argument("--sinks", type=integer("--sinks", 0), default=4, help="sink tokens of the sink cache (default 4)")
+    parser.add_argument("--stride", type=integer("--stride", 1), default=4,
                         help="score the recomputed sliding window at every stride-th position (default 4)")
-    parser.add_argument("--seed", type=int, default=HELDOUT_SEED, help="seed of the stories (default: the held-out seed)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--seed", type=integer("--seed", 0), default=HELDOUT_SEED,
+                        help="seed of the stories (default: the held-out seed)")
+    add_threads_option(parser)
     parser.add_argument("--no-attention", action="store_true", help="skip the attention-on-the-first-tokens table")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 2 texts of n_ctx + 32 tokens, window 32, stride 8 (a few seconds)")
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
     if args.model is None:
         args.model = "story" if args.quick else "auto"
     if args.quick:
         args.texts, args.stride = 2, 8
-    for name in ("texts", "stride", "threads"):
-        if getattr(args, name) < 1:
-            parser.error(f"--{name} must be >= 1")
     return args
 
 
-def main(argv: list[str] | None = None) -> int:
+@command("sampling-course long-text")
+def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    with torch_threads(args.threads):
-        return _run(args)
+    if isinstance(args, int):
+        return args
+    from sampling_course.apps.demo import load_checked
+
+    # The model's settings load in a moment: check the window against its context before torch loads.
+    reference = load_checked(args.model, "--model")
+    cfg = reference.cfg
+    args.length = args.length if args.length is not None else (cfg.n_ctx + 32 if args.quick else 3 * cfg.n_ctx)
+    args.window = args.window if args.window is not None else (min(32, cfg.n_ctx // 2) if args.quick else cfg.n_ctx // 2)
+    try:
+        check_settings(cfg.n_ctx, args.window, args.sinks, args.stride, args.length)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    from sampling_course.apps.threads import course_threads, torch_threads
+
+    # One thread unless told otherwise, as before: the experiment runs many small steps.
+    with torch_threads(course_threads(args.threads, cfg.d_model)):
+        return _run(args, reference)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, reference) -> int:
     from rich.console import Console
 
     from sampling_course.apps.attention_sinks import attention_mass_on_first, attention_table, eager_hf_model
     from sampling_course.implementation import impl_module, load_demo
-    from sampling_course.reference import ReferenceUnavailable, load_reference
 
     console = Console()
     started = time.perf_counter()
-    try:
-        reference = load_reference(args.model)
-    except ReferenceUnavailable as exc:
-        console.print(f"[red]{exc}[/]")
-        return 1
-    cfg = reference.cfg
-    length = args.length if args.length is not None else (cfg.n_ctx + 32 if args.quick else 3 * cfg.n_ctx)
-    window = args.window if args.window is not None else (min(32, cfg.n_ctx // 2) if args.quick else cfg.n_ctx // 2)
-    try:  # before the model loads: a bad flag fails at once
-        check_settings(cfg.n_ctx, window, args.sinks, args.stride, length)
-    except ValueError as exc:
-        console.print(f"[red]{exc}[/]")
-        return 2
+    cfg, length, window = reference.cfg, args.length, args.window
     model = load_demo(reference, impl_module("transformer", args.impl))
     caches = impl_module("caches", args.impl)
     tokens = story_texts(reference.tokenizer, args.texts, length, args.seed)

@@ -3,7 +3,10 @@
 Everything here calls the learner's own objects (a model, a sampling function, a cache
 class) and only draws or times what they produce, so the notebooks stay short without
 hiding any part of an exercise. ``load_demo`` builds your DemoTransformer (or the
-solution's) and gives it a reference checkpoint's weights.
+solution's), gives it a reference checkpoint's weights and sets torch's threads by the
+course's policy for that model (``sampling_course.apps.threads``: one thread for the
+course's small models, so a notebook does not crawl while another program uses a core;
+``$OMP_NUM_THREADS`` overrides it).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import Tensor
 
-from sampling_course.implementation import load_demo
+from sampling_course.apps.threads import use_course_threads
+from sampling_course.implementation import load_demo as _load_demo
 
 __all__ = [
     "attention_pattern",
@@ -26,7 +30,11 @@ __all__ = [
     "token_labels",
 ]
 
-__all__ = ["token_labels", "plot_top_tokens", "empirical_probs", "attention_pattern", "plot_attention", "time_per_token"]
+
+def load_demo(reference, transformer_module=None) -> torch.nn.Module:
+    """``sampling_course.implementation.load_demo``, after setting torch's threads by the course's policy."""
+    use_course_threads(reference.cfg.d_model)
+    return _load_demo(reference, transformer_module)
 
 
 def token_labels(tokenizer, ids: Sequence[int] | Tensor) -> list[str]:

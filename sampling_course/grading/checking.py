@@ -8,13 +8,19 @@ In a notebook::
     hint("LayerNorm")                   # each call reveals the next hint
     progress()                          # every exercise and its status
 
+The hint level each exercise has reached is remembered in the course's cache folder
+(``hints.json``), so ``hint`` in a notebook and ``sampling-course hint`` in a shell go on
+from the same place.
+
 The commands ``sampling-course check|progress|hint`` (``sampling_course.apps.course_commands``)
 parse their arguments and call these same functions.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
@@ -24,7 +30,6 @@ from sampling_course.grading.course import get_exercise
 from sampling_course.implementation import StaleInstallError, resolve_impl
 from sampling_course.grading.render import render_hints, render_progress, render_report
 from sampling_course.grading.results import CheckReport
-from sampling_course.grading.runner import TestsNotFoundError, run_report
 
 __all__ = ["check", "progress", "hint"]
 
@@ -36,6 +41,8 @@ def check(
     impl: str | None = None,
     display: bool = True,
     console: Console | None = None,
+    threads: int | None = None,
+    recompute_oracle: bool = False,
 ) -> CheckReport:
     """Run an exercise's tests and show the verdict: ``check("LayerNorm")``.
 
@@ -48,14 +55,22 @@ def check(
     exercise shows "took longer than 60 s". When nothing can be checked (no tests/ found,
     or exercises/ imported from a stale ``pip install .``), one line says why and the
     report's ``error`` holds it.
+
+    ``threads``: torch threads for the tests (default: $OMP_NUM_THREADS, else 1). With
+    ``recompute_oracle``, the references' outputs are computed live again instead of reused.
     """
-    return _show(_run(name, resolve_impl(impl), obj), render_report, display, console)
+    return _show(_run(name, resolve_impl(impl), obj, threads=threads, recompute=recompute_oracle),
+                 render_report, display, console)
 
 
-def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True) -> CheckReport:
+def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True,
+         threads: int | None = None, recompute: bool = False) -> CheckReport:
     """``run_report``, with a problem of the setup (no tests, a stale install) as the report's one-line error."""
+    # The runner loads pytest and torch: only when something is checked (``hint`` needs neither).
+    from sampling_course.grading.runner import TestsNotFoundError, run_report
+
     try:
-        return run_report(names, impl, obj, diagnose=diagnose)
+        return run_report(names, impl, obj, diagnose=diagnose, threads=threads, recompute_oracle=recompute)
     except (StaleInstallError, TestsNotFoundError) as exc:
         return CheckReport([], impl=impl, error=str(exc))
 
@@ -73,31 +88,69 @@ def _show(report: CheckReport, render: Callable, display: bool, console: Console
     return report
 
 
-def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None) -> CheckReport:
+def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None,
+             threads: int | None = None, recompute_oracle: bool = False) -> CheckReport:
     """Check every exercise and show a table of where you are, like ``rustlings list``."""
     # The table names no mistakes, so progress skips looking for them.
-    return _show(_run(None, resolve_impl(impl), diagnose=False), render_progress, display, console)
+    return _show(_run(None, resolve_impl(impl), diagnose=False, threads=threads, recompute=recompute_oracle),
+                 render_progress, display, console)
 
 
-# How many hints each exercise has revealed in this session, for hint(name) with no level.
-_revealed: dict[str, int] = {}
+class HintLevels:
+    """The highest hint level shown so far, per exercise, kept in ``hints.json`` in the course's cache folder."""
+
+    def __init__(self, path: Path | None = None):
+        from sampling_course.files import cache_home
+
+        self.path = path or cache_home() / "hints.json"
+
+    def read(self) -> dict[str, int]:
+        try:
+            levels = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            levels = None
+        if not isinstance(levels, dict) or not all(isinstance(v, int) for v in levels.values()):
+            from sampling_course.files import notice
+
+            notice(f"the hint levels in {self.path} were unreadable: every exercise starts again at level 1")
+            return {}
+        return levels
+
+    def write(self, levels: dict[str, int]) -> None:
+        from sampling_course.files import write_atomic
+
+        try:
+            write_atomic(self.path, (json.dumps(levels, indent=1, sort_keys=True) + "\n").encode())
+        except OSError:
+            pass  # a read-only home: the next hint simply starts from the same level
+
+    def reset(self, exercise: str | None = None) -> None:
+        """Forget the level of ``exercise`` (of every exercise when None)."""
+        self.write({} if exercise is None else {k: v for k, v in self.read().items() if k != exercise})
 
 
 def hint(name: str, level: int | Literal["all"] | None = None, *, console: Console | None = None) -> None:
     """Show a hint for an exercise: ``hint("LayerNorm")``.
 
-    Without ``level``, each call reveals the next hint (1, then 2, then 3). ``level`` picks
-    one (1 = gentle ... 3 = nearly the solution); ``level="all"`` shows all of them.
+    Without ``level``, each call reveals the next hint (1, then 2, then 3), remembered across
+    sessions and shared with ``sampling-course hint``. ``level`` picks one (1 = gentle ...
+    3 = nearly the solution); ``level="all"`` shows all of them.
     """
     exercise = get_exercise(name)
     n = len(exercise.hints)
+    store = HintLevels()
+    levels_shown = store.read()
+    shown = levels_shown.get(exercise.name, 0)
     if level is None:
-        level = min(_revealed.get(exercise.name, 0) + 1, n)
+        level = min(shown + 1, n)
     if level == "all":
         levels = list(range(1, n + 1))
-    elif isinstance(level, int) and 1 <= level <= n:
+    elif isinstance(level, int) and not isinstance(level, bool) and 1 <= level <= n:
         levels = [level]
     else:
         raise ValueError(f'level must be 1 to {n} or "all", got {level!r}')
-    _revealed[exercise.name] = max(_revealed.get(exercise.name, 0), levels[-1])
+    if levels[-1] > shown:
+        store.write({**levels_shown, exercise.name: levels[-1]})
     (console or Console()).print(render_hints(exercise, levels))

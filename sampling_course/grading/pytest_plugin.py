@@ -88,6 +88,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only run the tests that grade this exercise (repeatable)",
     )
     group.addoption(
+        "--threads",
+        default=None,
+        metavar="N",
+        help="torch threads for the tests (default: $OMP_NUM_THREADS, else 1)",
+    )
+    group.addoption(
         "--recompute-oracle",
         action="store_true",
         default=False,
@@ -126,10 +132,19 @@ def pytest_configure(config: pytest.Config) -> None:
     # small to gain from several, and on a busy machine each parallel operation waits for a free
     # core (measured on 2 shared cores: the suite took 3.6x the CPU time with 2 threads).
     config.stash[_threads_key] = torch.get_num_threads()
-    try:
-        threads = max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
-    except ValueError:
-        threads = 1
+    raw = config.getoption("--threads")
+    if raw is not None:
+        try:
+            threads = int(raw)
+        except ValueError:
+            threads = 0
+        if threads < 1:
+            raise pytest.UsageError(f"--threads must be an integer >= 1, got {raw!r}")
+    else:
+        try:
+            threads = max(1, int(os.environ.get("OMP_NUM_THREADS") or 1))
+        except ValueError:
+            threads = 1
     torch.set_num_threads(threads)
     _skip_the_dtensor_import()
 
@@ -284,7 +299,7 @@ def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config):
     # the FAILURES section, so an untouched stub or an endless loop costs one line, not a traceback.
     if report.failed and any(key == NOT_IMPLEMENTED for key, _ in getattr(report, "user_properties", ())):
         return NOT_IMPLEMENTED, "N", "NOT IMPLEMENTED"
-    if report.failed and any(key == TOOK_TOO_LONG for key, _ in report.user_properties):
+    if report.failed and any(key == TOOK_TOO_LONG for key, _ in getattr(report, "user_properties", ())):
         return TOOK_TOO_LONG, "T", "TOOK TOO LONG"
     if report.failed and any(key == COURSE_BROKEN for key, _ in getattr(report, "user_properties", ())):
         return COURSE_BROKEN, "B", "COURSE FILES BROKEN"

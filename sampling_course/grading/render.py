@@ -71,7 +71,8 @@ def render_result(result: Result) -> Panel:
             body.append(Text(_indent(result.message)))
         if result.hint:
             body.append(Text("Hint: ", style="bold") + Text(result.hint))
-        body.append(Text(f'More hints: hint("{ex.name}")  or  sampling-course hint {ex.name} --level 2', style="dim"))
+        body.append(Text(f'More hints, one level at a time: hint("{ex.name}")  or  sampling-course hint {ex.name}',
+                         style="dim"))
     else:
         body.append(Text("· No tests for this exercise yet.", style="bold blue"))
         if result.message:
@@ -169,7 +170,7 @@ def render_hints(exercise: Exercise, levels: Sequence[int]) -> Panel:
         body.append(Text(_indent(exercise.hint(level)) if level == n else exercise.hint(level)))
     if levels[-1] < n:
         body.append(Text(""))
-        body.append(Text(f'Stuck? hint("{exercise.name}") again, or sampling-course hint {exercise.name} '
-                         f"--level {levels[-1] + 1}", style="dim"))
+        body.append(Text(f'Stuck? The next hint: hint("{exercise.name}") again, or sampling-course hint {exercise.name}',
+                         style="dim"))
     return Panel(Group(*body), title=f"[bold]{exercise.name}[/]  [dim]{exercise.location}[/]", title_align="left",
                  border_style="cyan", expand=False)

@@ -191,7 +191,8 @@ def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exer
 
 
 def run_report(
-    names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True
+    names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True,
+    threads: int | None = None, recompute_oracle: bool = False,
 ) -> CheckReport:
     """Run the selected exercises' tests once, in-process, and summarise them per exercise.
 
@@ -217,6 +218,10 @@ def run_report(
     args = [str(tests), "--impl", impl, "--test-timeout", str(resolve_test_timeout(None, "exercises"))]
     for exercise in exercises:
         args += ["--exercise", exercise.name]
+    if threads is not None:
+        args += ["--threads", str(threads)]
+    if recompute_oracle:
+        args += ["--recompute-oracle"]
     # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe
     # an outer pytest session) relies on: faulthandler and random reseeding are left off.
     args += ["-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",

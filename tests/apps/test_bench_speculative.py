@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from sampling_course.apps import bench_speculative as bench
+from sampling_course.apps import speculative_pair
 from sampling_course.apps.speculative_pair import hf_generate, load_pair
 
 
@@ -40,14 +41,14 @@ def test_draft_is_the_same_model_for_us_and_for_hugging_face(quick_pair):
 
 def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
     """A speculative greedy text that differs from plain greedy is a BenchCheckError."""
-    real = bench.ours_speculative
+    real = speculative_pair.ours_speculative
 
     def off_by_one(pair, prompt, n, gamma, temperature, seed):
         ids, stats = real(pair, prompt, n, gamma, temperature, seed)
         return ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab], stats
 
     bench.check_greedy(quick_pair, [2], 6)
-    monkeypatch.setattr(bench, "ours_speculative", off_by_one)
+    monkeypatch.setattr(speculative_pair, "ours_speculative", off_by_one)
     with pytest.raises(bench.BenchCheckError, match="gamma=2"):
         bench.check_greedy(quick_pair, [2], 6)
 
@@ -90,13 +91,13 @@ def test_measure_times_equal_work_when_eos_comes_first():
 
 def test_a_short_run_is_a_bench_check_error(quick_pair, monkeypatch):
     """A method that stops early fails with BenchCheckError naming it (not a bare assert, which -O removes)."""
-    real = bench.ours_speculative
+    real = speculative_pair.ours_speculative
 
     def stops_early(pair, prompt, n, gamma, temperature, seed):
         ids, stats = real(pair, prompt, n, gamma, temperature, seed)
         return ids[:-1], stats
 
-    monkeypatch.setattr(bench, "ours_speculative", stops_early)
+    monkeypatch.setattr(speculative_pair, "ours_speculative", stops_early)
     with pytest.raises(bench.BenchCheckError, match=r"speculative_generate \(gamma=1\) generated 5 new tokens"):
         bench.measure(quick_pair, [1], 6, temperature=1.0, repeats=1, hf=False, check=False)
 

@@ -1,7 +1,8 @@
 """The ``sampling-course generate`` command, run on the stand-in "tiny" model.
 
 In-process for its modes (piped, streamed on a terminal, beam search, the static cache,
-the REPL), plus two real subprocesses (bad flags, and the REPL reading real stdin). The
+the REPL), plus a real subprocess (the REPL reading real stdin); bad flags are in
+tests/apps/test_command_line.py with every other command's. The
 expected text is what the solutions' ``generate`` (or ``beam_search``) returns for the same
 prompt and settings: the command must print exactly that, once.
 """
@@ -128,16 +129,6 @@ def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
 
 
 CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
-
-
-def test_cli_bad_flags_exit_2_with_one_line():
-    """Unknown flags, bad values and a missing prompt give a one-line error on stderr and exit status 2."""
-    for argv in (["--bogus"], ["--prompt", "x", "--temperature", "-1"], ["--prompt", "x", "--top-p", "abc"], [],
-                 ["--prompt", "x", "--model", "nope"]):
-        proc = subprocess.run(CLI + argv, capture_output=True, text=True, cwd=REPO, timeout=120)
-        assert proc.returncode == 2, (argv, proc.returncode, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "error" in lines[0], (argv, proc.stderr)
 
 
 def test_cli_repl_reads_stdin():

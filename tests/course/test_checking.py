@@ -8,6 +8,8 @@ modules back afterwards; ``test_nested_check_leaves_outer_modules_alone`` pins t
 
 from __future__ import annotations
 
+import json
+
 import ast
 import io
 import os
@@ -328,12 +330,27 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 # ---------------------------------------------------------------------------------------
 
 
-def test_cli_hint_levels(capsys):
-    """The CLI shows level 1 by default, one chosen level with --level, all with --all; 2 for unknown names."""
+@pytest.fixture()
+def fresh_hints(tmp_path, monkeypatch):
+    """An empty course cache folder: no hint shown yet."""
+    monkeypatch.setenv("SAMPLING_COURSE_HOME", str(tmp_path))
+    return tmp_path
+
+
+def _levels_shown(out: str) -> list[int]:
+    return [i for i in (1, 2, 3) if f"Hint {i}/3" in out]
+
+
+def test_cli_hint_levels(capsys, fresh_hints):
+    """The CLI shows the next level at each run (remembered per exercise), one chosen level with --level, all with
+    --all, starts again after --reset; 2 and one line for an unknown name or level."""
     ex = get_exercise("LayerNorm")
-    assert hint_main(["layernorm"]) == 0
-    out = capsys.readouterr().out
-    assert "Hint 1/3" in out and "Hint 2/3" not in out
+    shown = []
+    for _ in range(4):
+        assert hint_main(["layernorm"]) == 0
+        shown.append(_levels_shown(capsys.readouterr().out))
+    assert shown == [[1], [2], [3], [3]]
+    assert hint_main(["Embed"]) == 0 and _levels_shown(capsys.readouterr().out) == [1], "levels are per exercise"
     assert hint_main(["LayerNorm", "--level", "3"]) == 0
     out = capsys.readouterr().out
     assert "Hint 3/3" in out and "Hint 1/3" not in out and "biased" not in out.split("Hint 3/3")[0]
@@ -341,21 +358,41 @@ def test_cli_hint_levels(capsys):
     assert hint_main(["LayerNorm", "--all"]) == 0
     out = capsys.readouterr().out
     assert all(f"Hint {i}/3" in out for i in (1, 2, 3)) and ex.task[:30] in out
-    assert hint_main(["NoSuchExercise"]) == 2
+    assert hint_main(["LayerNorm", "--reset"]) == 0
+    capsys.readouterr()
+    assert hint_main(["LayerNorm"]) == 0 and _levels_shown(capsys.readouterr().out) == [1]
+    assert hint_main(["Embed"]) == 0 and _levels_shown(capsys.readouterr().out) == [2], "--reset NAME resets NAME only"
+    for bad in (["NoSuchExercise"], ["LayerNorm", "--level", "5"], ["LayerNorm", "--level", "x"], []):
+        assert hint_main(bad) == 2, bad
+    assert hint_main(["--reset"]) == 0
+    capsys.readouterr()
+    assert hint_main(["Embed"]) == 0 and _levels_shown(capsys.readouterr().out) == [1]
 
 
-def test_hint_reveals_one_more_level_per_call(monkeypatch):
-    """hint(name) without a level shows hint 1, then 2, then 3, then stays at 3."""
-    monkeypatch.setattr(checking, "_revealed", {})
+def test_hint_reveals_one_more_level_per_call(fresh_hints):
+    """hint(name) without a level shows hint 1, then 2, then 3, then stays at 3; a new process goes on."""
     seen = []
     for _ in range(4):
         console = recording_console()
         hint("Embed", console=console)
-        text = console.export_text()
-        seen.append(next(i for i in (1, 2, 3) if f"Hint {i}/3" in text))
-    assert seen == [1, 2, 3, 3]
+        seen.append(_levels_shown(console.export_text()))
+    assert seen == [[1], [2], [3], [3]]
     with pytest.raises(ValueError, match="level"):
         hint("Embed", level=7)
+    assert json.loads((fresh_hints / "hints.json").read_text()) == {"Embed": 3}
+
+
+def test_damaged_hint_levels_start_again(fresh_hints, capsys, monkeypatch):
+    """An unreadable hints.json is said in one line and hints start again at level 1."""
+    from sampling_course import files
+
+    monkeypatch.setattr(files, "NOTICES", [])
+    (fresh_hints / "hints.json").write_text("{not json")
+    console = recording_console()
+    hint("Embed", console=console)
+    assert _levels_shown(console.export_text()) == [1]
+    err = capsys.readouterr().err
+    assert "hint levels" in err and err.count("\n") == 1
 
 
 # ---------------------------------------------------------------------------------------

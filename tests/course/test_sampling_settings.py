@@ -20,6 +20,7 @@ LOGITS = torch.tensor([0.3, -0.6, 2.0, 0.9, -0.4, 1.5, -1.9, 0.88])
 REFUSED = [
     dict(temperature=-0.5),
     dict(temperature=float("nan")),
+    dict(temperature=float("inf")),
     dict(temperature=True),
     dict(top_k=-1),
     dict(top_k=2.5),

@@ -1,0 +1,185 @@
+"""What every ``sampling-course`` command shares: its options, how it checks them, how it ends.
+
+Each option is defined once here (``add_threads_option``, ``add_impl_option``, ...) and
+each command adds the ones it takes. Every argument is checked while it is parsed, before
+torch or a model loads, and a bad one is one line on stderr::
+
+    sampling-course generate: error: argument --seed: seed must be an integer, got 'abc' (see --help)
+
+Exit codes, the same for every command:
+
+* 0: all is well;
+* 1: something checked is not (a failing exercise, a missed target, a stale ``exercises/``);
+* 2: a bad argument (one line, before anything heavy loads);
+* 3: the course's own files are broken (one line naming the file: reinstall the course);
+* 130: interrupted with Ctrl-C (one line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import math
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+class UsageError(ValueError):
+    """An argument that cannot work, found after parsing (for instance, more tokens than the model's n_ctx)."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (and exit status 2)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
+    """``parser.parse_args(argv)``, or the exit code when it printed --help (0) or a usage error (2)."""
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+
+
+# ---------------------------------------------------------------------------------------
+# Argument types: each names the setting and says what is allowed
+# ---------------------------------------------------------------------------------------
+
+
+def _type(check: Callable[[str], Any]) -> Callable[[str], Any]:
+    """An argparse type from a function that raises ValueError with the whole message."""
+
+    def convert(text: str):
+        try:
+            return check(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    convert.__name__ = getattr(check, "__name__", "value")
+    return convert
+
+
+def integer_check(name: str, low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """A parser from text to an int in [low, high], raising ValueError("<name> must be ...")."""
+    allowed = ("an integer" + (f" >= {low}" if low is not None and high is None else "")
+               + (f" from {low} to {high}" if low is not None and high is not None else "")
+               + (f" <= {high}" if high is not None and low is None else ""))
+
+    def parse_integer(text: str) -> int:
+        try:
+            value = int(str(text).strip())
+        except ValueError:
+            raise ValueError(f"{name} must be {allowed}, got {text!r}") from None
+        if (low is not None and value < low) or (high is not None and value > high):
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse_integer
+
+
+def number_check(name: str, low: float | None = None, low_open: bool = False,
+                 high: float | None = None) -> Callable[[str], float]:
+    """A parser from text to a finite float (above ``low``, at most ``high``), raising ValueError("<name> must be ...")."""
+    bounds = []
+    if low is not None:
+        bounds.append(f"{'>' if low_open else '>='} {low:g}")
+    if high is not None:
+        bounds.append(f"<= {high:g}")
+    allowed = "a finite number" + (" " + " and ".join(bounds) if bounds else "")
+
+    def parse_number(text: str) -> float:
+        try:
+            value = float(str(text).strip())
+        except ValueError:
+            raise ValueError(f"{name} must be {allowed}, got {text!r}") from None
+        too_low = low is not None and (value <= low if low_open else value < low)
+        if not math.isfinite(value) or too_low or (high is not None and value > high):
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse_number
+
+
+def integer(name: str, low: int | None = None, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for an int in [low, high] (see ``integer_check``)."""
+    return _type(integer_check(name, low, high))
+
+
+def number(name: str, low: float | None = None, low_open: bool = False, high: float | None = None) -> Callable[[str], float]:
+    """An argparse type for a finite float (see ``number_check``)."""
+    return _type(number_check(name, low, low_open, high))
+
+
+def nonempty(name: str) -> Callable[[str], str]:
+    def parse_text(text: str) -> str:
+        if not text.strip():
+            raise ValueError(f"{name} must not be empty")
+        return text
+
+    return _type(parse_text)
+
+
+# ---------------------------------------------------------------------------------------
+# Options shared by several commands
+# ---------------------------------------------------------------------------------------
+
+
+def add_threads_option(parser: argparse.ArgumentParser) -> None:
+    """``--threads N``: torch threads (default: the course's policy, ``sampling_course.apps.threads``)."""
+    parser.add_argument(
+        "--threads", type=integer("--threads", 1), default=None, metavar="N",
+        help="torch threads (default: one for the course's small models, else one per core that other "
+        "processes leave free; $OMP_NUM_THREADS also sets it)",
+    )
+
+
+def add_impl_option(parser: argparse.ArgumentParser, default: str | None = "solutions", what: str = "whose code runs") -> None:
+    """``--impl solutions|exercises``."""
+    parser.add_argument(
+        "--impl", choices=["solutions", "exercises"], default=default,
+        help=f"{what}: solutions or exercises (default: {default or 'exercises'}; also $SAMPLING_COURSE_IMPL)",
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# How a command ends
+# ---------------------------------------------------------------------------------------
+
+
+def run_command(prog: str, main: Callable[[], int]) -> int:
+    """``main()``, with the endings every command shares: Ctrl-C (130), a bad argument found late (2),
+    the course's own files broken (3), each as one line on stderr."""
+    from sampling_course.files import BrokenCourseFile
+
+    try:
+        return main()
+    except SystemExit as exc:  # argparse's --help (0) and usage errors (2), already printed
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else (print(exc.code, file=sys.stderr), 1)[1])
+    except KeyboardInterrupt:
+        # On a terminal ^C was echoed without a newline: end that line first.
+        print(f"{chr(10) if sys.stderr.isatty() else ''}{prog}: interrupted", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    except UsageError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_USAGE
+    except BrokenCourseFile as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_BROKEN
+
+
+def command(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
+    """Decorate a command's ``main(argv)`` with ``run_command``'s endings (also when called directly, as in tests)."""
+
+    def wrap(main: Callable[..., int]) -> Callable[..., int]:
+        @functools.wraps(main)
+        def run(argv: Sequence[str] | None = None) -> int:
+            return run_command(prog, lambda: main(argv))
+
+        return run
+
+    return wrap
