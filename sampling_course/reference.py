@@ -396,7 +396,9 @@ def load_reference(
             return load_reference("gpt2")
         except ReferenceUnavailable as exc:
             why = str(exc)
-        # Outside the except block: an error loading the story model is its own, not chained to GPT-2's.
+        # Outside the except block, and before the notice: an error loading the story model is its
+        # own, said alone, not chained to GPT-2's.
+        story = load_reference("story")
         if not quiet:
             from rich.console import Console
 
@@ -404,7 +406,7 @@ def load_reference(
                 f"[yellow]Notice:[/] real GPT-2 is unavailable ({why.rstrip('.')}); using the offline story "
                 "model 'story' instead.", soft_wrap=True, highlight=False,
             )
-        return load_reference("story")
+        return story
     raise ValueError(
         f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
     )
