@@ -93,6 +93,17 @@ def code_point_range(prefix: bytes) -> tuple[int, int] | None:
     return lo, hi
 
 
+def first_continuation(prefix: bytes) -> tuple[int, int]:
+    """The bytes that may come right after ``prefix`` (an unfinished character), as a range.
+
+    After the lead byte, four leads narrow it (no overlong encodings, no surrogates, nothing
+    past U+10FFFF); every later continuation byte is 0x80-0xBF.
+    """
+    if len(prefix) == 1:
+        return {0xE0: (0xA0, 0xBF), 0xED: (0x80, 0x9F), 0xF0: (0x90, 0xBF), 0xF4: (0x80, 0x8F)}.get(prefix[0], (0x80, 0xBF))
+    return 0x80, 0xBF
+
+
 def valid_count(lo: int, hi: int) -> int:
     """How many characters (code points that are not surrogates) lie in [lo, hi]."""
     overlap = max(0, min(hi, _SURROGATES[1]) - max(lo, _SURROGATES[0]) + 1)
@@ -152,10 +163,12 @@ class ByteAutomaton:
                     todo.append(parent)
         return live
 
-    def _number(self, key: tuple[int, bytes]) -> int:
+    def _number(self, state: tuple[int, bytes], key=None) -> int:
+        """The number of the state (character state, pending bytes); states with the same ``key`` share one."""
+        key = state if key is None else key
         if key not in self._numbers:
             self._numbers[key] = len(self._states)
-            self._states.append(key)
+            self._states.append(state)
             self._rows.append(None)
         return self._numbers[key]
 
@@ -189,15 +202,20 @@ class ByteAutomaton:
             target = self._char_step(char_state, chr(lo))
             return None if target is None else self._number((target, b""))
         # Part of a character: go on only if some character that starts so can be read here.
-        return self._number((char_state, pending)) if self._some_char_allowed(char_state, lo, hi) else None
-
-    def _some_char_allowed(self, char_state: int, lo: int, hi: int) -> bool:
         moves = {symbol for symbol, target in self.fsm.map[char_state].items() if target in self.live}
         start, stop = bisect.bisect_left(self._listed_points, lo), bisect.bisect_right(self._listed_points, hi)
-        if any(self._listed_symbols[i] in moves for i in range(start, stop)):
-            return True
-        # Characters interegular does not list all take the `anything_else` move.
-        return self._anything_else in moves and valid_count(lo, hi) > stop - start
+        if not any(self._listed_symbols[i] in moves for i in range(start, stop)):
+            # Characters interegular does not list all take the `anything_else` move.
+            if self._anything_else not in moves or valid_count(lo, hi) == stop - start:
+                return None
+        if start == stop:
+            # No listed character starts so: every completion takes the same move, so all such
+            # prefixes with the same number of bytes to go (and the same range for the next
+            # byte) are one state. Without this, a vocabulary of single bytes would reach one
+            # state per prefix of every character: some 20,000 per character state.
+            key = (char_state, "any", utf8_length(pending[0]) - len(pending), first_continuation(pending))
+            return self._number((char_state, pending), key)
+        return self._number((char_state, pending))
 
 
 # ---------------------------------------------------------------------------------------
