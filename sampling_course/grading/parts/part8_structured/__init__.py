@@ -313,7 +313,7 @@ VARIANTS: list[Variant] = [
             "                row[token_id] = number.setdefault(target, len(number))\n"
             "                if row[token_id] == len(queue):\n"
             "                    queue.append(target)\n"),
-    Variant(8, "TokenConstraint", "torch.where with a -1e10 mask; advance through a dict lookup with a default", _S,
+    Variant(8, "TokenConstraint", "torch.where with a -1e10 mask", _S,
             "        return logits.masked_fill(~allowed[states], float(\"-inf\"))",
             "        return torch.where(allowed[states], logits, torch.full_like(logits, -1e10))"),
     Variant(8, "TokenConstraint", "advance written with a list comprehension and a checked lookup", _S,
