@@ -140,6 +140,7 @@ def _named_as_itself(mistake: Mistake, named: list[Mistake]) -> bool:
     return mistake in named and {m.name for m in named} <= {mistake.name} | SAME_OUTPUT.get(mistake.name, set())
 
 
+@pytest.mark.planted
 @pytest.mark.parametrize("part", COURSE_PARTS, ids=[f"part{p}" for p in COURSE_PARTS])
 def test_every_planted_mistake_of_the_part_is_named(part):
     """Each mistake of the part, planted in a package of its own that name_mistakes imports
@@ -158,6 +159,7 @@ def test_every_planted_mistake_of_the_part_is_named(part):
     assert (len(mistakes) - len(unnamed)) / len(mistakes) >= NAMING_RATE
 
 
+@pytest.mark.planted
 @pytest.mark.parametrize("part", COURSE_PARTS, ids=[f"part{p}" for p in COURSE_PARTS])
 def test_correct_code_of_the_part_is_named_nothing(part):
     """The solutions and every planted correct variant of the part (at least one per probed
