@@ -1,6 +1,6 @@
 # GENERATED from solutions/speculative.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 0ae3e3f8c82c9cf81052606aa29b9558a5ec990d30812c2fb975c181f545c464
+# stub-checksum: e7be90629eb4570eabf2ebb70797aaa291353763b4f379b38e421c20deafedbe
 """Part 7: speculative decoding.
 
 A forward pass of a large model over several new positions costs little more than over
@@ -233,6 +233,7 @@ def speculative_generate(
     top_p: float = 1.0,
     seed: int | None = None,
     return_stats: bool = False,
+    cache_class=KeyValueCache,
 ):
     """Continue ``prompt`` with the ``target``'s distribution, letting ``draft`` propose ``gamma`` tokens per round.
 
@@ -245,6 +246,11 @@ def speculative_generate(
 
     ``tokenizer`` is the one tokenizer both models use, or a pair
     ``(target_tokenizer, draft_tokenizer)``, which must have the same vocabulary.
+
+    ``cache_class`` makes both models' caches, with ``cache_class.new_empty(cfg, device=...,
+    dtype=...)``: part 4's ``KeyValueCache`` (the default), which ``crop_cache`` slices, or
+    part 6's ``StaticKeyValueCache``, which crops itself by moving a counter and runs the
+    fast path.
 
     Returns the decoded prompt plus continuation, like ``TransformerSampler.sample``; with
     ``return_stats=True``, a pair ``(text, SpeculativeStats)``.
@@ -260,6 +266,11 @@ def speculative_generate(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     check_filters(target.cfg.d_vocab, temperature, top_k, top_p)
+    if not callable(getattr(cache_class, "new_empty", None)):
+        raise TypeError(
+            "cache_class must be a cache class with new_empty(cfg, device=..., dtype=...), such as KeyValueCache "
+            f"or part 6's StaticKeyValueCache; got {cache_class!r}"
+        )
 
     device, dtype = device_and_dtype(target)
     tokens = tokenizer.encode(prompt, return_tensors="pt")[0].to(device)
@@ -273,8 +284,8 @@ def speculative_generate(
             "are still wanted, so it never reaches past prompt + max_new_tokens). Shorten one of them"
         )
     generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
-    target_cache = KeyValueCache.new_empty(target.cfg, device=device, dtype=dtype)
-    draft_cache = KeyValueCache.new_empty(draft.cfg, device=device, dtype=device_and_dtype(draft)[1])
+    target_cache = cache_class.new_empty(target.cfg, device=device, dtype=dtype)
+    draft_cache = cache_class.new_empty(draft.cfg, device=device, dtype=device_and_dtype(draft)[1])
     eos = getattr(tokenizer, "eos_token_id", None)
     stats = SpeculativeStats(gamma=gamma)
 

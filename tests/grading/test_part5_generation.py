@@ -7,7 +7,8 @@ How the tests judge:
   ``TopPLogitsWarper``, ``MinPLogitsWarper``, ``RepetitionPenaltyLogitsProcessor``, and
   the whole chain in Hugging Face's order): the same kept set, the same values. The
   presence and frequency penalties have no Hugging Face processor; their oracle is a
-  plain loop over the tokens written here.
+  plain loop over the tokens written here, and in ``generate`` a transcription of OpenAI's
+  definition (they count the generated tokens only, as vLLM's do).
 * Ties at the k-th value: Hugging Face keeps every tied token; a filter that keeps
   exactly k of them (torch.topk and a scatter) is also accepted.
 * ``sample`` is random, so it is tested statistically: which tokens can appear (exact),
@@ -683,6 +684,53 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
             expected = hf_generate(reference, [prompt], new, do_sample=False, repetition_penalty=penalty)[0]
             mine = sequences[r, width - len(tok.encode(prompt)) :][: expected.shape[0]]
             assert mine.tolist() == expected.tolist(), f"greedy with repetition_penalty={penalty}, prompt {r}"
+
+
+def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, frequency: float):
+    """Greedy decoding of one prompt under OpenAI's definition of the two penalties, transcribed:
+
+        mu[j] <- mu[j] - c[j] * frequency_penalty - float(c[j] > 0) * presence_penalty
+
+    where c[j] is how often token j was sampled before the current position (the prompt's tokens
+    are not counted). Returns the new tokens and each one's log-prob under the penalised logits;
+    the logits come from Hugging Face, the row alone."""
+    tok = reference.tokenizer
+    ids = tok.encode(prompt)
+    sampled: list[int] = []
+    scores: list[float] = []
+    for _ in range(new):
+        mu = hf_logits_alone(reference, ids + sampled)[-1].clone()
+        for j in set(sampled):
+            c = sampled.count(j)
+            mu[j] = mu[j] - c * frequency - float(c > 0) * presence
+        token = int(mu.argmax())
+        scores.append(float(mu.log_softmax(-1)[token]))
+        sampled.append(token)
+        if token == tok.eos_token_id:
+            break
+    return sampled, scores
+
+
+@pytest.mark.exercise("generate")
+def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference):
+    """generate's presence and frequency penalties follow OpenAI's definition (also vLLM's): they count the tokens
+    sampled so far, never the prompt's. Greedy tokens and their scores equal a transcription of that definition
+    on Hugging Face's logits, each prompt alone. (The repetition penalty, Hugging Face's, counts the prompt too:
+    see the scores test above.)"""
+    tok, new = reference.tokenizer, 10
+    for presence, frequency in ((0.0, 1.5), (2.0, 0.0), (0.7, 0.9)):
+        out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, presence_penalty=presence,
+                           frequency_penalty=frequency, return_dict_in_generate=True)
+        width = out.sequences.shape[1] - out.scores.shape[1]
+        for r, prompt in enumerate(PROMPTS):
+            tokens, scores = openai_penalised_greedy(reference, prompt, new, presence, frequency)
+            what = f"presence_penalty={presence}, frequency_penalty={frequency}, prompt {r}"
+            mine = out.sequences[r, width : width + len(tokens)].tolist()
+            assert mine == tokens, f"{what}: generated {mine}, OpenAI's definition gives {tokens}"
+            torch.testing.assert_close(
+                out.scores[r, : len(scores)], torch.tensor(scores), **TOL,
+                msg=lambda m: f"{what}: scores differ from OpenAI's definition (do the penalties count the prompt?)\n{m}",
+            )
 
 
 # ---------------------------------------------------------------------------------------
