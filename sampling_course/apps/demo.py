@@ -70,7 +70,7 @@ def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bo
     same text; the caption says so, and other seeds show other draws.
 
     ``measure=True`` (for the story models) adds the share of the continuation's sentences
-    that the story grammar can write, from ``sampling_course.stories.decoding_report``.
+    that the story grammar can write, from ``sampling_course.report.decoding_report``.
     """
     columns = ["setting", "continuation"] + (["valid sentences"] if measure else [])
     table = Table(
@@ -83,7 +83,8 @@ def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bo
         text = sampler.sample(prompt, max_tokens_generated=max_tokens, seed=seed, **kwargs)
         row = [label, repr(text[len(prompt):])]
         if measure:
-            from sampling_course.stories import EOS_TOKEN, decoding_report
+            from sampling_course.report import decoding_report
+            from sampling_course.stories import EOS_TOKEN
 
             valid = decoding_report([text[len(prompt):]], prompt=prompt.removeprefix(EOS_TOKEN)).valid
             row.append("-" if valid != valid else f"{valid:.0%}")  # nan: no complete sentence

@@ -10,17 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.apps import bench
+from sampling_course.apps import bench, bench_setup
 
 
 @pytest.fixture(scope="module")
 def quick_setup():
-    return bench.build(bench.parse_args(["--quick"]))
+    return bench_setup.build(bench.parse_args(["--quick"]))
 
 
 def test_id_tokenizer_round_trip():
     """IdTokenizer reads and writes space-separated ids and has an EOS id no model produces."""
-    tok = bench.IdTokenizer()
+    tok = bench_setup.IdTokenizer()
     assert torch.equal(tok.encode("5 17 3", return_tensors="pt"), torch.tensor([[5, 17, 3]]))
     assert tok.encode("5 17 3") == [5, 17, 3]
     assert tok.decode(torch.tensor([5, 17, 3])) == "5 17 3" and tok.decode(7) == "7"
@@ -38,7 +38,7 @@ def test_quick_bench_runs_and_its_checks_pass(quick_setup):
 
 def test_checks_catch_a_wrong_answer(quick_setup):
     """A greedy or batched answer that differs from HF's, a beam with another score, or a wrong length is an error."""
-    variants = {(v.task, v.name): v for v in bench.variants(quick_setup)}
+    variants = {(v.task, v.name): v for v in bench_setup.variants(quick_setup)}
     greedy = {name: variants["greedy", name].run(quick_setup.new_tokens) for name in ("uncached", "cached", "hf")}
     bench.check_greedy(greedy)
     wrong = [list(greedy["cached"][0])]

@@ -184,7 +184,7 @@ def test_stale_install_is_detected(stale_install):
 
 
 def test_a_copy_on_pythonpath_is_not_stale(stale_install, tmp_path):
-    """A copy that pip did not install (plant-mistakes puts one first on PYTHONPATH) is graded as asked."""
+    """A copy that pip did not install (one put first on PYTHONPATH on purpose) is graded as asked."""
     (tmp_path / "site-packages" / "sampling_course-0.1.0.dist-info" / "RECORD").write_text("")
     assert impl.stale_install_message("exercises", stale_install) is None
 

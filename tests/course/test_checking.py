@@ -32,7 +32,8 @@ from sampling_course.grading.results import (
     TestOutcome,
     summarize,
 )
-from sampling_course.grading.runner import resolve_target, run_checks, substituted
+from sampling_course.grading.runner import run_checks
+from sampling_course.grading.sandbox import resolve_target, substituted, terminal_like
 from sampling_course.grading.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
 from sampling_course.grading.stubs import is_learner_edited
 
@@ -118,7 +119,7 @@ def test_every_exercise_has_planted_correct_variants_that_apply():
     """Each exercise has at least two planted correct variants (other styles that
     `sampling-course plant-mistakes --variants` runs its tests on), and every planted variant
     and mistake rewrites text found exactly once in the solutions."""
-    from sampling_course.grading.mistakes import MISTAKES, VARIANTS
+    from sampling_course.grading.course import MISTAKES, VARIANTS
 
     registered = {e.name for e in EXERCISES}
     assert {v.exercise for v in VARIANTS} <= registered
@@ -315,7 +316,7 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 
     monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
     monkeypatch.setattr(tqdm.auto, "tqdm", NotebookBar)
-    with runner._terminal_like():
+    with terminal_like():
         assert tqdm.auto.tqdm is tqdm.asyncio.tqdm
         assert not Console(file=io.StringIO()).is_jupyter
     assert tqdm.auto.tqdm is NotebookBar and rich.console._is_jupyter()

@@ -150,69 +150,66 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_TESTS = "grading/test_part5_generation.py"
-
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the tests catch it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(5, "temperature applied after top-p", "generate.py",
             "    logits = logits / temperature\n    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n",
-            _TESTS),
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n"),
     Mistake(5, "top-p judged on the raw logits", "generate.py",
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_p < 1.0:\n        raw = logits * temperature\n"
-            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
-            _TESTS),
+            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n'),
     Mistake(5, "top-k keeps one token too many", "generate.py",
             "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
-            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]", _TESTS),
+            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]"),
     Mistake(5, "top-p cutoff exclusive", "generate.py",
-            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p", _TESTS),
+            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p"),
     Mistake(5, "min-p bar not scaled by the top probability", "generate.py",
-            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p", _TESTS),
+            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p"),
     Mistake(5, "sample ignores its generator", "generate.py",
-            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)",
-            _TESTS),
+            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)"),
     Mistake(5, "repetition penalty multiplies positive logits", "generate.py",
             "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)",
-            "penalised = logits * penalty", _TESTS),
+            "penalised = logits * penalty"),
     Mistake(5, "presence penalty applied per occurrence", "generate.py",
-            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)", _TESTS),
+            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)"),
+    # The padded model's helpers (position_ids_from_mask, Attention.masked_forward) and left_pad
+    # belong to no exercise's target: the tests of the exercise that relies on them catch them.
     Mistake(5, "positions counted over pads", "transformer.py",
             "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
             "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
-            _TESTS),
+            exercise="padded_forward"),
     Mistake(5, "pad keys attended", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal", _TESTS),
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
+            exercise="padded_forward"),
     Mistake(5, "no causal mask in the engine's attention", "transformer.py",
             "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
-            "causal = q.new_zeros(1, 1, new_pos, key_pos)", _TESTS),
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)", exercise="padded_forward"),
     Mistake(5, "right padding", "generate.py",
             "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
             "input_ids = [list(ids) + [pad_token_id] * (width - len(ids)) for ids in token_lists]\n"
             "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]",
-            _TESTS),
+            exercise="generate"),
     Mistake(5, "one finished row ends the batch", "generate.py",
-            "        if finished.all():\n            break", "        if finished.any():\n            break", _TESTS),
+            "        if finished.all():\n            break", "        if finished.any():\n            break"),
     Mistake(5, "finished rows not padded", "generate.py",
-            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens", _TESTS),
+            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens"),
     Mistake(5, "the whole sequence re-run every step (no cache after the prefill)", "generate.py",
             "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
-            "logits, cache = prefill(model, input_ids, attention_mask)", _TESTS),
+            "logits, cache = prefill(model, input_ids, attention_mask)"),
     Mistake(5, "scores taken from the raw logits", "generate.py",
             "drawn_from = processed if temperature == 0 else warp_logits(processed, temperature, top_k, top_p, min_p)",
-            "drawn_from = logits", _TESTS),
+            "drawn_from = logits"),
     Mistake(5, "stop strings checked one token at a time", "generate.py",
             "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
             "        return any(s in self.decode(ids[-1:]) for s in self.stop_strings)\n"
-            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
-            _TESTS),
+            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n"),
     Mistake(5, "streamer prints every token at once, half characters included", "generate.py",
-            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)", _TESTS),
+            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)"),
 ]
 
 # Correct implementations in other styles: every test of the exercise must accept them.

@@ -100,7 +100,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_S, _T = "speculative.py", "grading/test_part7_speculative.py"
+_S = "speculative.py"
 
 # The solution region of accept_or_resample, replaced whole by one of its variants.
 _ACCEPT_BODY = (
@@ -118,39 +118,39 @@ _ACCEPT_BODY = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(7, "accepting when r >= p/q", _S,
-            "if r < p[i, x] / q[i, x]:", "if r >= p[i, x] / q[i, x]:", _T),
+            "if r < p[i, x] / q[i, x]:", "if r >= p[i, x] / q[i, x]:"),
     Mistake(7, "replacement drawn from p instead of max(0, p - q)", _S,
             "torch.multinomial(residual_probs(p[i], q[i]), num_samples=1, generator=generator)",
-            "torch.multinomial(p[i], num_samples=1, generator=generator)", _T),
+            "torch.multinomial(p[i], num_samples=1, generator=generator)"),
     Mistake(7, "no bonus token when every proposal is accepted", _S,
-            "    return torch.cat([proposals, bonus])", "    return proposals", _T),
+            "    return torch.cat([proposals, bonus])", "    return proposals"),
     Mistake(7, "residual not normalised", _S,
-            "return torch.where(total > 0, residual / total, p)", "return torch.where(total > 0, residual, p)", _T),
+            "return torch.where(total > 0, residual / total, p)", "return torch.where(total > 0, residual, p)"),
     Mistake(7, "target cache not cropped", _S,
-            "target_cache = crop_cache(target_cache, keep)", "target_cache = target_cache", _T),
+            "target_cache = crop_cache(target_cache, keep)", "target_cache = target_cache"),
     Mistake(7, "draft cache not cropped", _S,
-            "draft_cache = crop_cache(draft_cache, min(keep, draft_cache.seq_len))", "draft_cache = draft_cache", _T),
+            "draft_cache = crop_cache(draft_cache, min(keep, draft_cache.seq_len))", "draft_cache = draft_cache"),
     Mistake(7, "caches cropped one position late (the rejected proposal stays)", _S,
-            "keep = len(tokens) + len(new) - 1", "keep = len(tokens) + len(new)", _T),
+            "keep = len(tokens) + len(new) - 1", "keep = len(tokens) + len(new)"),
     Mistake(7, "crop_cache slices the batch dimension", _S,
-            "return kv_cache[:, :, :, :n]", "return kv_cache[:, :, :n]", _T),
+            "return kv_cache[:, :, :, :n]", "return kv_cache[:, :, :n]"),
     Mistake(7, "target's p read from the first positions of its logits", _S,
             "p = filtered_probs(logits[0, -(gamma + 1) :], temperature, top_k, top_p)",
-            "p = filtered_probs(logits[0, : gamma + 1], temperature, top_k, top_p)", _T),
+            "p = filtered_probs(logits[0, : gamma + 1], temperature, top_k, top_p)"),
     Mistake(7, "temperature applied twice to the draft's logits (as in HF assisted generation)", _S,
             "q = filtered_probs(logits[0, -1], temperature, top_k, top_p)",
-            "q = filtered_probs(logits[0, -1] / temperature, temperature, top_k, top_p)", _T),
+            "q = filtered_probs(logits[0, -1] / temperature, temperature, top_k, top_p)"),
     Mistake(7, "draft samples without top-k / top-p (filters shape p only)", _S,
             "q = filtered_probs(logits[0, -1], temperature, top_k, top_p)",
-            "q = filtered_probs(logits[0, -1], temperature)", _T),
+            "q = filtered_probs(logits[0, -1], temperature)"),
     Mistake(7, "temperature applied twice, to p and q alike", _S,
-            "    logits = logits / temperature\n", "    logits = logits / temperature / temperature\n", _T),
+            "    logits = logits / temperature\n", "    logits = logits / temperature / temperature\n"),
     Mistake(7, "exclusive top-p cutoff", _S,
             "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p",
-            "keep_sorted = sorted_probs.cumsum(dim=-1) < top_p", _T),
+            "keep_sorted = sorted_probs.cumsum(dim=-1) < top_p"),
     Mistake(7, "top-p applied before top-k", _S,
             "    if top_k > 0:\n"
             "        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]\n"
@@ -170,8 +170,7 @@ MISTAKES: list[Mistake] = [
             "        logits = logits.masked_fill(~keep, float(\"-inf\"))\n"
             "    if top_k > 0:\n"
             "        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]\n"
-            "        logits = logits.masked_fill(logits < kth_largest, float(\"-inf\"))\n",
-            _T),
+            "        logits = logits.masked_fill(logits < kth_largest, float(\"-inf\"))\n"),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
