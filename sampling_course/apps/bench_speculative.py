@@ -190,7 +190,8 @@ def measure(
             ours_speculative(pair, prompt, 4, gamma, temperature, 0, cache)
         if hf:
             hf_generate(pair, prompt, 4, temperature, 0, gamma=gamma)
-    results.verify_cost = verify_cost(pair, gammas, repeats=10 if repeats > 1 else 2)
+    # Best of 20 timings each: a verifying pass takes milliseconds, and single timings scatter on a busy machine.
+    results.verify_cost = verify_cost(pair, gammas, repeats=20)
 
     def timed(fn):
         start = time.perf_counter()
