@@ -27,13 +27,13 @@ weight, so on a CPU it is bound by memory bandwidth. The bench measures the band
 best of a few streaming reads of a buffer larger than any cache) and reports greedy decoding's
 tokens per second as a fraction of the limit: bandwidth / bytes of weights read per token.
 
-Every variant generates exactly the same number of tokens: the model has no end-of-text
+Every method generates exactly the same number of tokens: the model has no end-of-text
 token during the benchmark (``IdTokenizer.eos_token_id`` is -1, and the Hugging Face model's
 own ``generation_config`` has no EOS, since ``generate`` falls back to it for every setting
-left at None). After a short untimed warm-up (2 new tokens each), the variants run
+left at None). After a short untimed warm-up (2 new tokens each), the methods run
 interleaved, A B C A B C ..., so that a change in machine load hits all of them alike, and
 the table reports medians. The first timed round also checks the answers: the three greedy
-variants must produce the same tokens, the three beam searches the same beams and summed
+methods must produce the same tokens, the three beam searches the same beams and summed
 log-probabilities (two beams whose scores tie within float noise may come out in either
 order), and the two batched runs the same padded sequences. ``--budget`` (default 270 s, model building included) skips the rounds that would end
 after it, so that the whole run stays under 5 minutes on a slow machine.
@@ -58,7 +58,7 @@ import time
 
 import torch
 
-from sampling_course.apps.bench_setup import Setup, Variant, build, variants
+from sampling_course.apps.bench_setup import Method, Setup, build, methods
 from sampling_course.apps.threads import torch_threads
 
 # Targets, as ratios of speeds (tokens/s): the dynamic cache (part 4), the engine (part 5), the fast path (part 6).
@@ -75,23 +75,23 @@ SCORE_ATOL = 1e-3
 
 
 # ---------------------------------------------------------------------------------------
-# Checks: every variant answers the same, with exactly the requested number of tokens
+# Checks: every method answers the same, with exactly the requested number of tokens
 # ---------------------------------------------------------------------------------------
 
 
 class BenchCheckError(AssertionError):
-    """The variants disagree or generated the wrong number of tokens: the timings would mean nothing."""
+    """The methods disagree or generated the wrong number of tokens: the timings would mean nothing."""
 
 
-def check_lengths(variant: Variant, sequences: list, setup: Setup) -> None:
-    new = new_tokens_of(setup, variant.task)
-    count = {"greedy": 1, "beam": setup.num_beams, "batched": len(setup.batch_prompts)}[variant.task]
-    width = max(map(len, setup.batch_prompts)) if variant.task == "batched" else len(setup.prompt_ids)
+def check_lengths(method: Method, sequences: list, setup: Setup) -> None:
+    new = new_tokens_of(setup, method.task)
+    count = {"greedy": 1, "beam": setup.num_beams, "batched": len(setup.batch_prompts)}[method.task]
+    width = max(map(len, setup.batch_prompts)) if method.task == "batched" else len(setup.prompt_ids)
     expected = width + new
     lengths = [len(seq) for seq in sequences]
     if lengths != [expected] * count:
         raise BenchCheckError(
-            f"{variant.task}/{variant.name} returned sequences of lengths {lengths}, "
+            f"{method.task}/{method.name} returned sequences of lengths {lengths}, "
             f"expected {count} of {expected} tokens (prompt {width} + {new} new)"
         )
 
@@ -152,8 +152,8 @@ def quiet(progress: bool):
     return contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
 
 
-def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Variant]:
-    """A short warm-up, then ``repeats`` timed rounds with the variants interleaved.
+def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Method]:
+    """A short warm-up, then ``repeats`` timed rounds with the methods interleaved.
 
     The first timed round's answers are checked (BenchCheckError when they disagree). With
     ``budget_s``, no round starts that would probably end after ``budget_s`` seconds; at
@@ -162,33 +162,33 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
-    all_variants = variants(setup)
-    bar = tqdm(total=len(all_variants) * (1 + repeats), desc="bench", disable=not progress, leave=False)
-    for variant in all_variants:  # first calls pay for lazy initialisation: keep them out of the timings
-        bar.set_postfix_str(f"warm-up: {variant.task} {variant.name}")
+    all_methods = methods(setup)
+    bar = tqdm(total=len(all_methods) * (1 + repeats), desc="bench", disable=not progress, leave=False)
+    for method in all_methods:  # first calls pay for lazy initialisation: keep them out of the timings
+        bar.set_postfix_str(f"warm-up: {method.task} {method.name}")
         with quiet(progress):
-            variant.run(2)
+            method.run(2)
         bar.update()
     for round_ in range(1, repeats + 1):
         elapsed = time.perf_counter() - started
         if budget_s is not None and round_ > 1 and elapsed * round_ / (round_ - 1) > budget_s:
             break  # one more round (as long as the average so far) would overrun the budget
         outputs: dict[str, dict[str, list]] = {"greedy": {}, "beam": {}, "batched": {}}
-        for variant in all_variants:
-            bar.set_postfix_str(f"round {round_}: {variant.task} {variant.name}")
+        for method in all_methods:
+            bar.set_postfix_str(f"round {round_}: {method.task} {method.name}")
             with quiet(progress):
                 start = time.perf_counter()
-                sequences = variant.run(new_tokens_of(setup, variant.task))
-                variant.times.append(time.perf_counter() - start)
-            check_lengths(variant, sequences, setup)
-            outputs[variant.task][variant.name] = sequences
+                sequences = method.run(new_tokens_of(setup, method.task))
+                method.times.append(time.perf_counter() - start)
+            check_lengths(method, sequences, setup)
+            outputs[method.task][method.name] = sequences
             bar.update()
         if round_ == 1:
             check_greedy(outputs["greedy"])
             check_beams(setup, outputs["beam"])
             check_batched(outputs["batched"])
     bar.close()
-    return all_variants
+    return all_methods
 
 
 # ---------------------------------------------------------------------------------------
@@ -222,7 +222,7 @@ def weight_bytes_per_token(model: torch.nn.Module) -> int:
     return total
 
 
-def bandwidth_report(setup: Setup, results: list[Variant], bandwidth: float, console) -> None:
+def bandwidth_report(setup: Setup, results: list[Method], bandwidth: float, console) -> None:
     """Greedy tokens per second beside the bandwidth limit: bandwidth / bytes read per token."""
     per_token = weight_bytes_per_token(setup.demo)
     limit = bandwidth / per_token
@@ -230,13 +230,13 @@ def bandwidth_report(setup: Setup, results: list[Variant], bandwidth: float, con
         f"memory bandwidth, measured: {bandwidth / 1e9:.1f} GB/s; a decode step reads {per_token / 1e6:.0f} MB "
         f"of weights, so greedy decoding is limited to {limit:.1f} tokens/s"
     )
-    for variant in results:
-        if variant.task == "greedy" and variant.name != "uncached":
-            tokens_per_s = setup.new_tokens / statistics.median(variant.times)
-            console.print(f"  greedy, {variant.label}: {tokens_per_s:.1f} tokens/s = {tokens_per_s / limit:.0%} of the limit")
+    for method in results:
+        if method.task == "greedy" and method.name != "uncached":
+            tokens_per_s = setup.new_tokens / statistics.median(method.times)
+            console.print(f"  greedy, {method.label}: {tokens_per_s:.1f} tokens/s = {tokens_per_s / limit:.0%} of the limit")
 
 
-def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, float, float, bool]]:
+def report(setup: Setup, results: list[Method], console) -> list[tuple[str, float, float, bool]]:
     from rich.table import Table
 
     by_key = {(v.task, v.name): v for v in results}
@@ -247,17 +247,17 @@ def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, flo
     labels = {"greedy": "greedy", "beam": f"beam x{setup.num_beams}", "batched": f"batched greedy x{batch}"}
 
     table = Table(
-        "task", "variant", "median s", "new tokens/s", "speed vs HF", "speed vs uncached",
+        "task", "method", "median s", "new tokens/s", "speed vs HF", "speed vs uncached",
         title=f"{setup.model_name}: fp32, CPU ({torch.get_num_threads()} threads), batch 1 (batched: {batch}, "
         f"left-padded prompts of {min(map(len, setup.batch_prompts))}-{max(map(len, setup.batch_prompts))} tokens), "
         f"prompt {len(setup.prompt_ids)} tokens; medians of {len(results[0].times)} runs",
     )
-    for (task, name), variant in by_key.items():
+    for (task, name), method in by_key.items():
         seconds = median[task, name]
         uncached = median.get((task, "uncached"))
         table.add_row(
             labels[task],
-            variant.label,
+            method.label,
             f"{seconds:.3f}",
             f"{new[task] / seconds:.1f}",
             f"{median[task, 'hf'] / seconds:.2f}x",
@@ -337,7 +337,7 @@ def _run(args: argparse.Namespace) -> int:
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] every variant generated the same tokens (greedy, batched) and beams (beam search)")
+    console.print("[green]checked:[/] every method generated the same tokens (greedy, batched) and beams (beam search)")
     outcomes = report(setup, results, console)
     bandwidth_report(setup, results, measure_bandwidth(64 if args.quick else 512), console)
     console.print(f"total time {time.perf_counter() - started:.0f} s")

@@ -1,7 +1,7 @@
-"""What ``sampling-course bench`` times: the models, the prompts and the decoding variants.
+"""What ``sampling-course bench`` times: the models, the prompts and the decoding methods.
 
 ``build`` makes the models (real GPT-2 small when cached, else GPT-2 small's dimensions
-with random weights, or a tiny random GPT-2 for ``--quick``) and the prompts; ``variants``
+with random weights, or a tiny random GPT-2 for ``--quick``) and the prompts; ``methods``
 lists every way of decoding that the bench times, each a ``run(new_tokens)`` that returns
 the sequences it generated. ``sampling_course.apps.bench`` checks, times and reports them.
 
@@ -52,7 +52,7 @@ class IdTokenizer:
 
 
 @dataclass
-class Variant:
+class Method:
     """One way of decoding: ``run(new_tokens)`` returns the sequences it generated, as lists of ids."""
 
     task: str  # "greedy", "beam" or "batched"
@@ -158,12 +158,12 @@ def left_pad_ids(prompts: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
 
 
 # ---------------------------------------------------------------------------------------
-# The variants
+# The methods
 # ---------------------------------------------------------------------------------------
 
 
-def variants(setup: Setup) -> list[Variant]:
-    """The variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
+def methods(setup: Setup) -> list[Method]:
+    """The methods; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
     from transformers import GenerationConfig
 
     sampling = importlib.import_module(f"{setup.impl}.sampling")
@@ -209,16 +209,16 @@ def variants(setup: Setup) -> list[Variant]:
     # Summed log-probs for all beams, as in beam_search: no length penalty, and no early stop.
     hf_beams = dict(num_beams=beams, num_return_sequences=beams, length_penalty=0.0, early_stopping="never")
     return [
-        Variant("greedy", "uncached", "uncached", lambda n: greedy(n)),
-        Variant("greedy", "cached", "KV cache", lambda n: greedy(n, KeyValueCache.new_empty(cfg))),
-        Variant("greedy", "static", "static cache", lambda n: greedy(n, static(n))),
-        Variant("greedy", "hf", "HF generate", lambda n: hf_generate(n)),
-        Variant("beam", "uncached", "uncached", lambda n: beam_search(n)),
-        Variant("beam", "cached", "KV cache", lambda n: beam_search(n, KeyValueCache.new_empty(cfg))),
-        Variant("beam", "static", "static cache", lambda n: beam_search(n, static(n, batch=beams))),
-        Variant("beam", "hf", "HF generate", lambda n: hf_generate(n, **hf_beams)),
-        Variant("batched", "engine", "engine generate", engine_generate),
-        Variant("batched", "static", "engine, static cache",
+        Method("greedy", "uncached", "uncached", lambda n: greedy(n)),
+        Method("greedy", "cached", "KV cache", lambda n: greedy(n, KeyValueCache.new_empty(cfg))),
+        Method("greedy", "static", "static cache", lambda n: greedy(n, static(n))),
+        Method("greedy", "hf", "HF generate", lambda n: hf_generate(n)),
+        Method("beam", "uncached", "uncached", lambda n: beam_search(n)),
+        Method("beam", "cached", "KV cache", lambda n: beam_search(n, KeyValueCache.new_empty(cfg))),
+        Method("beam", "static", "static cache", lambda n: beam_search(n, static(n, batch=beams))),
+        Method("beam", "hf", "HF generate", lambda n: hf_generate(n, **hf_beams)),
+        Method("batched", "engine", "engine generate", engine_generate),
+        Method("batched", "static", "engine, static cache",
                 lambda n: engine_generate(n, static(n, len(batch_texts), batch_ids.shape[1]))),
-        Variant("batched", "hf", "HF generate", lambda n: hf_generate(n, batch_ids, batch_mask)),
+        Method("batched", "hf", "HF generate", lambda n: hf_generate(n, batch_ids, batch_mask)),
     ]

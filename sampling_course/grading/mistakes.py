@@ -32,6 +32,7 @@ import io
 import json
 import os
 import queue
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -51,7 +52,8 @@ TESTS = REPO / "tests"
 
 Change = Mistake | Variant
 
-# A test of a planted copy that runs longer than this is stopped, as a learner's would be.
+# A test of a planted copy that runs longer than this is stopped, as a learner's would be
+# (the pytest plugin's DEFAULT_TEST_TIMEOUT; not imported from there, which would load torch here).
 TEST_TIMEOUT_S = 60.0
 # A worker that gives no verdict for this long is stopped (a hang outside any test's time limit).
 CHANGE_TIMEOUT_S = 1800.0
@@ -184,8 +186,6 @@ def judge(change: Change, directory: Path, package: str) -> Verdict:
     try:
         code, reports, output = _run_tests(change, package, selection)
     finally:
-        import shutil
-
         shutil.rmtree(directory / package, ignore_errors=True)
     after = _shared_state()
     disturbed = any(before[key] != after[key] for key in before.keys() & after.keys())
@@ -349,46 +349,3 @@ def plant_mistakes(mistakes: Sequence[Mistake], jobs: int = 1) -> list[Verdict]:
 def plant_variants(variants: Sequence[Variant], jobs: int = 1) -> list[Verdict]:
     """Whether the tests accept each variant: ``Verdict.ok`` when every test of its exercise passes."""
     return judge_all(variants, jobs)
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    from rich.console import Console
-    from rich.table import Table
-
-    from sampling_course.grading.course import MISTAKES, VARIANTS
-
-    parser = argparse.ArgumentParser(prog="sampling-course plant-mistakes", description=__doc__.splitlines()[0])
-    parser.add_argument("--part", type=int, action="append", help="only this part (repeatable)")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--mistakes", action="store_true", help="only plant the mistakes")
-    which.add_argument("--variants", action="store_true", help="only plant the correct variants")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (default: one per core)")
-    args = parser.parse_args(argv)
-    console = Console()
-    # One torch thread per run: the runs themselves are the parallelism.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    failures = 0
-    if not args.variants:
-        selected = [m for m in MISTAKES if not args.part or m.part in args.part]
-        results = plant_mistakes(selected, args.jobs)
-        table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
-        for mistake, verdict in zip(selected, results):
-            table.add_row(str(mistake.part), mistake.name, "[green]yes[/]" if verdict.ok else "[red]NO[/]", verdict.detail[:90])
-        console.print(table)
-        n_caught = sum(v.ok for v in results)
-        failures += len(results) - n_caught
-        console.print(f"{n_caught}/{len(selected)} planted mistakes caught")
-    if not args.mistakes:
-        selected_v = [v for v in VARIANTS if not args.part or v.part in args.part]
-        results = plant_variants(selected_v, args.jobs)
-        table = Table("part", "exercise", "correct variant", "accepted", "result", title="Correct variants")
-        for variant, verdict in zip(selected_v, results):
-            table.add_row(str(variant.part), variant.exercise, variant.name, "[green]yes[/]" if verdict.ok else "[red]NO[/]",
-                          verdict.detail[:70])
-        console.print(table)
-        n_accepted = sum(v.ok for v in results)
-        failures += len(results) - n_accepted
-        console.print(f"{n_accepted}/{len(selected_v)} planted correct variants accepted")
-    return 1 if failures else 0

@@ -48,16 +48,15 @@ class TestsNotFoundError(FileNotFoundError):
 def tests_dir() -> Path:
     """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``).
 
-    Next to the imported ``sampling_course`` in a checkout (an editable install), else in
+    Next to the ``sampling_course`` package in a checkout (an editable install), else in
     the checkout the working directory lies in (after ``pip install .``, which copies the
     package but not the tests).
     """
-    import sampling_course
-
     candidates = []
     if os.environ.get("SAMPLING_COURSE_TESTS"):
         candidates.append(Path(os.environ["SAMPLING_COURSE_TESTS"]))
-    candidates.append(Path(sampling_course.__file__).resolve().parent.parent / "tests")
+    # This file is sampling_course/grading/runner.py: the package's folder is two levels up.
+    candidates.append(Path(__file__).resolve().parents[2] / "tests")
     checkout = find_checkout()
     if checkout is not None:
         candidates.append(checkout / "tests")

@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from sampling_course import implementation as impl
+from sampling_course.apps import course_commands
 from sampling_course.grading import checking, pytest_plugin, runner
 from sampling_course.grading.results import NOT_IMPLEMENTED_YET, TOOK_TOO_LONG
 from sampling_course.reference import _load, tiny_dir
@@ -197,7 +198,7 @@ def test_check_cli_and_pytest_stop_on_a_stale_install(stale_install, monkeypatch
     assert not report and report.error and not report.results
     lines = console.export_text().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "pip install -e ." in lines[0]
-    assert checking.cli_progress(["--impl", "exercises"]) == 2
+    assert course_commands.progress_main(["--impl", "exercises"]) == 2
     assert "pip install -e ." in capsys.readouterr().out
 
     class Config:

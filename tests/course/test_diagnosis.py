@@ -358,9 +358,10 @@ def test_describe_match_is_the_sentence_to_show_first(learner_package):
 
 def test_mistakes_that_behave_the_same_are_named_together():
     with planted(_mistake("top-p judged on the raw logits")) as package:
+        first, twin = _mistake("temperature applied after top-p"), _mistake("top-p judged on the raw logits")
         assert describe_match("warp_logits", package) == (
-            "This matches a classic mistake: temperature applied after top-p. "
-            "It behaves exactly like another one: top-p judged on the raw logits.")
+            f"This matches a classic mistake: {explain(first)} It behaves exactly like another one: {explain(twin)}")
+        assert explain(first).startswith("the temperature is applied after the filters")
         assert name_mistake("warp_logits", package) == _mistake("temperature applied after top-p")
 
 

@@ -193,70 +193,116 @@ MISTAKES: list[Mistake] = [
             "    logits = logits / temperature\n    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n"),
+            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n",
+            why=("the temperature is applied after the filters, so top-k, top-p and min-p judge a "
+                 "distribution that is not the one sampled; Hugging Face divides by the temperature first.")),
     Mistake(5, "top-p judged on the raw logits", "generate.py",
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_p < 1.0:\n        raw = logits * temperature\n"
-            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n'),
+            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
+            why=("top-p is judged on the logits before the temperature, so the kept set ignores the "
+                 "temperature; every filter should see the tempered logits.")),
     Mistake(5, "top-k keeps one token too many", "generate.py",
             "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
-            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]"),
+            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]",
+            why=("top-k keeps the k + 1 largest logits (the bar is the next value below the k-th, not the "
+                 "k-th itself).")),
     Mistake(5, "top-p cutoff exclusive", "generate.py",
-            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p"),
+            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p",
+            why=("an exclusive top-p cutoff: the token whose probability carries the running total past "
+                 "top_p is dropped, where it must stay.")),
     Mistake(5, "min-p bar not scaled by the top probability", "generate.py",
-            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p"),
+            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p",
+            why=("the min-p bar is min_p itself, where it must be min_p times the row's largest "
+                 "probability.")),
     Mistake(5, "sample ignores its generator", "generate.py",
-            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)"),
+            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)",
+            why=("the draw ignores the torch.Generator it is given, so a seed does not reproduce the "
+                 "tokens.")),
     Mistake(5, "repetition penalty multiplies positive logits", "generate.py",
             "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)",
-            "penalised = logits * penalty"),
+            "penalised = logits * penalty",
+            why=("the repetition penalty multiplies every seen token's logit, which makes a positive logit"
+                 " larger; positive logits must be divided and negative ones multiplied.")),
     Mistake(5, "presence penalty applied per occurrence", "generate.py",
-            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)"),
+            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)",
+            why=("the presence penalty is subtracted once per occurrence, where it is subtracted once per "
+                 "distinct token (per occurrence is the frequency penalty).")),
     Mistake(5, "right padding", "generate.py",
             "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
             "input_ids = [list(ids) + [pad_token_id] * (width - len(ids)) for ids in token_lists]\n"
-            "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]"),
+            "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]",
+            why=("prompts padded on the right, so the next token of a short prompt is predicted after "
+                 "pads; decoder-only generation pads on the left.")),
     Mistake(5, "positions counted over pads", "transformer.py",
             "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
-            "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)"),
+            "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
+            why=("the positions count the pad tokens, so a left-padded row's real tokens start at a "
+                 "position above 0; positions must come from the attention mask.")),
     Mistake(5, "positions counted from 1", "transformer.py",
-            "positions = attention_mask.long().cumsum(dim=-1) - 1\n", "positions = attention_mask.long().cumsum(dim=-1)\n"),
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n", "positions = attention_mask.long().cumsum(dim=-1)\n",
+            why=("the running count of real tokens is used as it is, so a row's first real token sits at "
+                 "position 1; subtract one.")),
     Mistake(5, "pad keys attended", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal"),
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
+            why=("queries attend to pad keys: the attention mask must hide every pad position from every "
+                 "query.")),
     Mistake(5, "no causal mask in the engine's attention", "transformer.py",
             "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
-            "causal = q.new_zeros(1, 1, new_pos, key_pos)"),
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)",
+            why=("the padded attention drops the causal mask, so each position sees the tokens after "
+                 "it.")),
     Mistake(5, "new keys and values written over the cached ones (the first slots)", "transformer.py",
             '        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
             '        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
             '        kv[0, :, :new_pos] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
-            '        kv[1, :, :new_pos] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n'),
+            '        kv[1, :, :new_pos] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
+            why=("the new keys and values are written into the first slots of kv, over the cached ones; "
+                 "they belong in its last new_pos slots.")),
     Mistake(5, "padded rows embedded at their columns (PosEmbed)", "transformer.py",
             "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]",
-            "residual = self.embed(tokens[:, past:]) + self.pos_embed(tokens[:, past:], offset=past)"),
+            "residual = self.embed(tokens[:, past:]) + self.pos_embed(tokens[:, past:], offset=past)",
+            why=("PosEmbed embeds every row at its columns, pads counted, so a left-padded row's tokens sit "
+                 "at the wrong positions; index W_pos with each row's positions among its real tokens.")),
     Mistake(5, "positions counted over the new columns only (cached tokens forgotten)", "transformer.py",
             "positions = position_ids_from_mask(attention_mask)[:, past:]",
-            "positions = position_ids_from_mask(attention_mask[:, past:])"),
+            "positions = position_ids_from_mask(attention_mask[:, past:])",
+            why=("the positions are counted over the new columns only, so with a cache the new tokens start "
+                 "again at position 0; count over the whole mask, then keep the new columns.")),
     Mistake(5, "one finished row ends the batch", "generate.py",
-            "        if finished.all():\n            break", "        if finished.any():\n            break"),
+            "        if finished.all():\n            break", "        if finished.any():\n            break",
+            why=("generation stops when any row finishes; it must go on until every row has finished (or "
+                 "the length limit).")),
     Mistake(5, "finished rows not padded", "generate.py",
-            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens"),
+            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens",
+            why=("a row that has finished keeps sampling tokens; once it has produced the end token it "
+                 "must be filled with the pad token.")),
     Mistake(5, "the whole sequence re-run every step (no cache after the prefill)", "generate.py",
             "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
-            "logits, cache = prefill(model, input_ids, attention_mask)"),
+            "logits, cache = prefill(model, input_ids, attention_mask)",
+            why=("every step runs the model over the whole sequence instead of feeding only the new token "
+                 "with the cache filled by the prefill.")),
     Mistake(5, "presence and frequency penalties count the prompt", "generate.py",
             "repetition_penalty, presence_penalty, frequency_penalty, n_prompt\n",
-            "repetition_penalty, presence_penalty, frequency_penalty\n"),
+            "repetition_penalty, presence_penalty, frequency_penalty\n",
+            why=("the presence and frequency penalties count the prompt's tokens too; as OpenAI and vLLM "
+                 "define them, they count only the tokens generated so far (pass n_prompt).")),
     Mistake(5, "scores taken from the raw logits", "generate.py",
             "drawn_from = processed if temperature == 0 else warp_logits(processed, temperature, top_k, top_p, min_p)",
-            "drawn_from = logits"),
+            "drawn_from = logits",
+            why=("the returned scores are taken from the raw logits instead of the processed ones the "
+                 "token was drawn from.")),
     Mistake(5, "stop strings checked one token at a time", "generate.py",
             "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
             "        return any(s in self.decode(ids[-1:]) for s in self.stop_strings)\n"
-            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n"),
+            "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
+            why=("a stop string is looked for in the newest token alone, so one that spans several tokens "
+                 "is missed; check the decoded tail of the row.")),
     Mistake(5, "streamer prints every token at once, half characters included", "generate.py",
-            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)"),
+            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)",
+            why=("the streamer prints each token as soon as it arrives, including a multi-byte character "
+                 "split across tokens; hold back text until it decodes cleanly.")),
 ]
 
 # Correct implementations in other styles: every test of the exercise must accept them.
