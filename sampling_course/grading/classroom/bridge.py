@@ -363,7 +363,7 @@ class Endpoint:
                 entry[1] = tensor._version
         if changed:
             message["sync"] = changed
-        write_frame(self.sock, message, blobs)
+        write_frame(self.sock, message, blobs, self.deadline)
 
     def _absorb(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         """Apply what travels with every message: the random state, grad mode and changed parameters."""

@@ -115,11 +115,14 @@ def decode_tensor(spec: dict[str, Any], blobs: list[memoryview]) -> torch.Tensor
 # ---------------------------------------------------------------------------------------
 
 
-def write_frame(sock: socket.socket, header: Any, blobs: list[bytes]) -> None:
-    """Send one frame: ``header`` (JSON-able) and its blobs."""
+def write_frame(sock: socket.socket, header: Any, blobs: list[bytes], deadline: Deadline | None = None) -> None:
+    """Send one frame: ``header`` (JSON-able) and its blobs, giving up at ``deadline`` (if any)."""
     head = json.dumps({"m": header, "b": [len(b) for b in blobs]}, separators=(",", ":")).encode()
     total = 4 + len(head) + sum(len(b) for b in blobs)
     small = total < (1 << 16)
+    left = None if deadline is None else deadline.left()
+    # A slow reader may take a while over a large frame: wait for it, but not past the deadline.
+    sock.settimeout(None if left is None else max(1.0, left))
     try:
         # A small frame goes out in one system call: most messages are a few hundred bytes.
         first = struct.pack(">QI", total, len(head)) + head + (b"".join(blobs) if small else b"")
