@@ -21,7 +21,8 @@ from typing import Any
 
 import torch
 
-from sampling_course.grading.classroom.bridge import Endpoint, _may_hand_out, refused_name
+from sampling_course.grading.classroom.bridge import Endpoint
+from sampling_course.grading.classroom.codec import SPECIALS, _may_hand_out, refused_name
 from sampling_course.grading.classroom.wire import WireError, decode_tensor
 
 __all__ = ["ModuleMirror", "MirrorList", "RemoteModule", "RemoteObject", "RemotePackage", "build_mirror", "perform"]
@@ -55,6 +56,13 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
         return getattr(target, name)(*args, **kw)
     if op == "call":
         return target(*args, **kw)
+    if op == "subclass":  # the grader's class deriving from one of ours: its methods call the grader
+        base, members = args
+        namespace = {k: _forwarder(v) if isinstance(v, RemoteObject) and object.__getattribute__(v, "_rc") else v
+                     for k, v in members.items()}
+        return type(str(name), (base,), namespace)
+    if op == "torch":  # a torch function given the submission's own tensors: run it here, with its classes
+        return _torch_function(name, bool(extra.get("value")))(*args, **kw)
     if op == "setattr":
         setattr(target, name, extra.get("value"))
         return None
@@ -68,6 +76,7 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
         "instancecheck": lambda: isinstance(args[0], target), "int": lambda: int(target),
         "float": lambda: float(target), "index": lambda: operator.index(target),
         "setitem": lambda: operator.setitem(target, args[0], args[1]),
+        "value": lambda: target.as_subclass(torch.Tensor) if isinstance(target, torch.Tensor) else _no_value(target),
         "delitem": lambda: operator.delitem(target, args[0]),
     }
     if op not in simple:
@@ -80,14 +89,77 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
     return result
 
 
+def _torch_function(name: Any, method: bool) -> Any:
+    """A torch function or Tensor method by name (nothing else can be named)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError("a torch function's name")
+    owner = torch.Tensor if method else torch
+    function = getattr(owner, name, None) if not name.startswith("_") or method else None
+    if function is None and not method:
+        function = getattr(torch.nn.functional, name, None)
+    if function is None or not callable(function):
+        raise TypeError(f"no torch function {name!r}")
+    return function
+
+
+def _remote_in(value: Any) -> "RemoteObject | None":
+    if isinstance(value, RemoteObject):
+        return value
+    if isinstance(value, (list, tuple)):
+        return next((r for r in map(_remote_in, value) if r is not None), None)
+    if isinstance(value, dict):
+        return next((r for r in map(_remote_in, value.values()) if r is not None), None)
+    return None
+
+
+def _no_value(target: Any) -> None:
+    raise TypeError(f"a {type(target).__name__} is not a tensor")
+
+
+def _values(value: Any) -> Any:
+    """``value`` with every remote tensor replaced by its data (for a torch function called here)."""
+    if isinstance(value, RemoteObject):
+        return value._ask("value") if object.__getattribute__(value, "_rk") == "tensor" else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_values(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _values(v) for k, v in value.items()}
+    return value
+
+
 class RemoteObject:
-    """An object of the other side. Everything done to it is done there."""
+    """An object of the other side. Everything done to it is done there.
+
+    A tensor of the other side's own class (a submission's KeyValueCache) is one too: its
+    methods and indexing run there, and a torch function given it here gets its data.
+    """
 
     __slots__ = ("_rb", "_rr", "_rt", "_rk", "_rc", "_cache", "__weakref__")
 
-    def __init__(self, endpoint: Endpoint, ref: int, type_name: str, kind: str, is_callable: bool):
-        for slot, value in zip(self.__slots__[:6], (endpoint, ref, type_name, kind, is_callable, {})):
-            object.__setattr__(self, slot, value)
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # ``type(obj)(...)`` on a handle builds a new object of the same class, on its side; so does a
+        # class written here that derives from a class of the other side (see __mro_entries__).
+        base = next((k for k in cls.__mro__ if k.__dict__.get("_bridge_class") is not None), None)
+        if base is None:
+            raise TypeError("a RemoteObject is made by the bridge, not called directly")
+        remote_class = base.__dict__["_bridge_class"]
+        if base is not cls:
+            remote_class = _remote_subclass(cls, base, remote_class)
+        return remote_class(*args, **kwargs)
+
+    def __mro_entries__(self, bases: tuple) -> tuple:
+        """``class Mine(remote_class): ...``: a local class whose objects are made on the other side."""
+        return (local_type(object.__getattribute__(self, "_rt"), ("__call__",), self),)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass  # set up by make()
+
+    @classmethod
+    def make(cls, endpoint: Endpoint, ref: int, type_name: str, kind: str, is_callable: bool) -> "RemoteObject":
+        obj = object.__new__(cls)
+        for slot, value in zip(RemoteObject.__slots__[:6], (endpoint, ref, type_name, kind, is_callable, {})):
+            object.__setattr__(obj, slot, value)
+        return obj
 
     def _endpoint(self) -> Endpoint:
         return object.__getattribute__(self, "_rb")
@@ -99,6 +171,8 @@ class RemoteObject:
         return self._endpoint().request(op, self._ref(), *args, **fields)
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # special methods are the handle class's (see local_type)
         cache = object.__getattribute__(self, "_cache")
         if name in cache:
             return cache[name]
@@ -116,6 +190,69 @@ class RemoteObject:
     def __delattr__(self, name: str) -> None:
         object.__getattribute__(self, "_cache").clear()
         self._ask("delattr", name=name)
+
+    def __eq__(self, other: Any) -> Any:
+        return self._ask("eq", other)
+
+    def __ne__(self, other: Any) -> Any:
+        result = self.__eq__(other)
+        return ~result if isinstance(result, torch.Tensor) else not result
+
+    def __hash__(self) -> int:
+        return hash((id(self._endpoint()), self._ref()))
+
+    def __instancecheck__(self, obj: Any) -> bool:
+        if not isinstance(obj, (RemoteObject, ModuleMirror)) or obj._endpoint() is not self._endpoint():
+            return False
+        return self._ask("instancecheck", obj) is True
+
+    def __repr__(self) -> str:
+        try:
+            text = self._ask("repr")
+        except Exception:  # noqa: BLE001 - a repr must not fail (pytest calls it for messages)
+            text = None
+        return text if isinstance(text, str) else f"<remote {object.__getattribute__(self, '_rt')}>"
+
+    def __str__(self) -> str:
+        text = self._ask("str")
+        return text if isinstance(text, str) else repr(self)
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        kwargs = kwargs or {}
+        remote = _remote_in((args, kwargs))
+        name = getattr(func, "__name__", "")
+        method = getattr(torch.Tensor, name, None) is func
+        if remote is not None and (method or getattr(torch, name, None) is func
+                                   or getattr(torch.nn.functional, name, None) is func):
+            # Where the tensors' own class lives, so that its __torch_function__ decides what comes back.
+            return remote._endpoint().request("torch", None, *args, kw=kwargs, name=name, value=method)
+        return func(*_values(args), **_values(kwargs))
+
+def _remote_subclass(cls: type, base: type, remote_class: Any) -> Any:
+    """The other side's subclass of ``remote_class`` for the local class ``cls``: its methods call back here."""
+    made = cls.__dict__.get("_bridge_made")
+    if made is not None:
+        return made
+    members: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__[: cls.__mro__.index(base)]):
+        for name, value in vars(klass).items():
+            if not name.startswith("__") or name in ("__call__", "__len__", "__getitem__"):
+                members[name] = value
+    made = remote_class._endpoint().request("subclass", None, remote_class, members, name=cls.__name__)
+    type.__setattr__(cls, "_bridge_made", made)
+    return made
+
+
+def _forwarder(function: Any) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return function(self, *args, **kwargs)
+
+    return method
+
+
+class _Specials:
+    """The special methods a handle's class gets when the object's class has them (``local_type``)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self._ask("call", *args, kw=kwargs)
@@ -160,37 +297,100 @@ class RemoteObject:
             raise TypeError("__index__ must give an int")
         return value
 
-    def __eq__(self, other: Any) -> Any:
-        return self._ask("eq", other)
+    def __add__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__add__")
 
-    def __ne__(self, other: Any) -> Any:
-        result = self.__eq__(other)
-        return ~result if isinstance(result, torch.Tensor) else not result
+    def __radd__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__radd__")
 
-    def __hash__(self) -> int:
-        return hash((id(self._endpoint()), self._ref()))
+    def __sub__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__sub__")
 
-    def __instancecheck__(self, obj: Any) -> bool:
-        if not isinstance(obj, (RemoteObject, ModuleMirror)) or obj._endpoint() is not self._endpoint():
-            return False
-        return self._ask("instancecheck", obj) is True
+    def __rsub__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rsub__")
 
-    def __repr__(self) -> str:
-        try:
-            text = self._ask("repr")
-        except Exception:  # noqa: BLE001 - a repr must not fail (pytest calls it for messages)
-            text = None
-        return text if isinstance(text, str) else f"<remote {object.__getattribute__(self, '_rt')}>"
+    def __mul__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__mul__")
 
-    def __str__(self) -> str:
-        text = self._ask("str")
-        return text if isinstance(text, str) else repr(self)
+    def __rmul__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rmul__")
+
+    def __truediv__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__truediv__")
+
+    def __rtruediv__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rtruediv__")
+
+    def __floordiv__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__floordiv__")
+
+    def __rfloordiv__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rfloordiv__")
+
+    def __mod__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__mod__")
+
+    def __pow__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__pow__")
+
+    def __rpow__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rpow__")
+
+    def __matmul__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__matmul__")
+
+    def __rmatmul__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__rmatmul__")
+
+    def __lt__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__lt__")
+
+    def __le__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__le__")
+
+    def __gt__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__gt__")
+
+    def __ge__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__ge__")
+
+    def __and__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__and__")
+
+    def __or__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__or__")
+
+    def __xor__(self, other: Any) -> Any:
+        return self._ask("method", other, name="__xor__")
+    def __neg__(self) -> Any:
+        return self._ask("method", name="__neg__")
+
+    def __pos__(self) -> Any:
+        return self._ask("method", name="__pos__")
+
+    def __abs__(self) -> Any:
+        return self._ask("method", name="__abs__")
+
+    def __invert__(self) -> Any:
+        return self._ask("method", name="__invert__")
 
     def __enter__(self) -> Any:
         return self._ask("method", name="__enter__")
 
     def __exit__(self, *exc: Any) -> Any:
         return self._ask("method", name="__exit__", kw={})
+
+
+def local_type(name: str, specials: Any, remote_class: Any = None) -> type:
+    """A handle class named like the object's class, with the special methods it has.
+
+    With ``remote_class``, calling the handle class (``type(handle)(...)``) builds a new
+    object of that class on its side.
+    """
+    names = SPECIALS if specials is None else [n for n in specials if n in SPECIALS]
+    namespace = {n: vars(_Specials)[n] for n in names}
+    namespace.update(__slots__=(), _bridge_class=remote_class)
+    return type(name if isinstance(name, str) and name.isidentifier() else "Remote", (RemoteObject,), namespace)
 
 
 def _valid_name(name: Any) -> str:
