@@ -240,7 +240,9 @@ class Attempts:
                     raise PermissionError(f"reading outside the submission's folder is not allowed: {path}")
         elif event in ("os.listdir", "os.scandir") and args and isinstance(args[0], (str, bytes)):
             path = os.path.abspath(os.fsdecode(args[0]))
-            if not self._inside(path, (self.copy,) + self.readable):
+            # Python's own import machinery lists the folders above the ones it may read: not an attempt.
+            above = any(root.startswith(path.rstrip("/") + "/") for root in (self.copy,) + self.readable)
+            if not above and not self._inside(path, (self.copy,) + self.readable):
                 self.note("read", f"tried to list {path}")
                 if self.enforce_files:
                     raise PermissionError(f"reading outside the submission's folder is not allowed: {path}")

@@ -136,6 +136,8 @@ class Connection:
                                 f"{self.context or 'a test'}")
 
     def retire(self) -> None:
+        if self.endpoint is not None and not self.endpoint.alive and "time" not in self.flags:
+            self.flag("process", "its process ended or stopped answering during grading")
         if self.worker is not None:
             self.attempts += self.worker.attempts()
             self.worker.stop()

@@ -89,7 +89,7 @@ def hidden_spans(source: str) -> list[tuple[int, int]]:
             end = offset(node.end_lineno, node.end_col_offset)
             if any(start in r for r in taken):
                 continue
-            after = re.match(r"\s*,", source[end:])
+            after = re.match(r"\s*,\s*", source[end:])
             spans.append((start, end + (after.end() if after else 0)))
     return sorted(spans)
 
@@ -105,20 +105,39 @@ def strip_hidden(source: str) -> str | None:
 
 
 def _strip_planted_text(path: Path) -> None:
-    """Empty MISTAKES and VARIANTS in a part's grader data: their text is the solutions'."""
-    source = path.read_text()
-    tree = ast.parse(source)
-    spans = []
-    for node in tree.body:
+    """Empty MISTAKES and VARIANTS in a part's grader data, and drop the private helpers only they used:
+    their text is copied from the solutions."""
+    lines = path.read_text().splitlines(keepends=True)
+    tree = ast.parse("".join(lines))
+    for node in sorted(tree.body, key=lambda n: -n.lineno):
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        if any(isinstance(t, ast.Name) and t.id in ("MISTAKES", "VARIANTS") for t in targets) and node.value is not None:
-            spans.append((node.value, targets[0].id))
-    lines = source.splitlines(keepends=True)
-    for value, name in sorted(spans, key=lambda s: -s[0].lineno):
-        head = lines[value.lineno - 1][:value.col_offset]
-        tail = lines[value.end_lineno - 1][value.end_col_offset:]
-        lines[value.lineno - 1:value.end_lineno] = [f"{head}()  # not in the student release{tail}"]
+        if any(isinstance(t, ast.Name) and t.id in ("MISTAKES", "VARIANTS") for t in targets) and node.value:
+            value = node.value
+            head = lines[value.lineno - 1][:value.col_offset]
+            tail = lines[value.end_lineno - 1][value.end_col_offset:]
+            lines[value.lineno - 1:value.end_lineno] = [f"{head}[]  # not in the student release{tail}"]
+    while True:  # private module-level names nothing uses any more
+        source = "".join(lines)
+        tree = ast.parse(source)
+        used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        unused = [n for n in tree.body if _private_name(n) and _private_name(n) not in used]
+        if not unused:
+            break
+        for node in sorted(unused, key=lambda n: -n.lineno):
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            del lines[first - 1:node.end_lineno]
     path.write_text("".join(lines))
+
+
+def _private_name(node: ast.stmt) -> str | None:
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        name = node.name
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+        targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+        name = targets[0].id if len(targets) == 1 and isinstance(targets[0], ast.Name) else None
+    else:
+        return None
+    return name if name and name.startswith("_") and not name.startswith("__") else None
 
 
 def _release_pyproject(text: str) -> str:
