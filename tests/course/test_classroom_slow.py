@@ -183,7 +183,7 @@ def test_gradescope_autograder_runs_in_gradescope_folders(tmp_path):
     results = json.loads((root / "results" / "results.json").read_text())
     assert results["score"] == 1
     assert [t["status"] for t in results["tests"]] == ["passed", "failed"]
-    assert "multiplied instead of divided" in results["tests"][1]["output"]
+    assert "This matches a classic mistake" in results["tests"][1]["output"]
 
 
 def test_two_hundred_students_get_their_true_grades(tmp_path):

@@ -31,6 +31,7 @@ import io
 import itertools
 import socket
 import sys
+import time
 from typing import Any
 
 import torch
@@ -58,7 +59,10 @@ class Endpoint(Codec):
         self.sock = sock
         self.peer_trusted = peer_trusted  # the worker trusts the grader; the grader trusts no one
         self.owns_modules = owns_modules  # the worker sends its modules as mirrors
-        self.deadline = Deadline()
+        # The time the other side may still take, counted only while this side waits for it (time
+        # spent here, serving its callbacks, is not its); None: no limit.
+        self.allowance: float | None = None
+        self.waited = 0.0  # seconds spent waiting for the other side, in all
         self.alive = True
         self.on_wait: Any = None  # called (with the endpoint) when a read times out; may raise
         self.on_error: Any = None  # called with each error the other side reports (e.g. to flag running out of memory)
@@ -104,7 +108,8 @@ class Endpoint(Codec):
                 entry[1] = tensor._version
         if changed:
             message["sync"] = changed
-        write_frame(self.sock, message, blobs, self.deadline)
+        write_frame(self.sock, message, blobs,
+                    None if self.allowance is None else Deadline.after(max(self.allowance, 10.0)))
 
     def _absorb(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         """Apply what travels with every message: the random state, grad mode and changed parameters."""
@@ -169,16 +174,30 @@ class Endpoint(Codec):
 
     def _read(self) -> tuple[dict[str, Any], list[memoryview]]:
         while True:
+            started = time.monotonic()
+            deadline = Deadline(None if self.allowance is None else started + max(0.0, self.allowance))
             try:
-                message, blobs = read_frame(self.sock, self.deadline)
+                message, blobs = read_frame(self.sock, deadline)
+            except KeyboardInterrupt:
+                if self.peer_trusted:
+                    continue  # on the submission's side, an interruption is for its code, not for a wait
+                raise
             except WireError as exc:
+                self._spend(started)
                 if not isinstance(exc, Closed) and self.on_wait is not None:
                     self.on_wait(self)  # a time limit: it interrupts the other side, or raises
                     continue
                 raise
+            self._spend(started)
             if not isinstance(message, dict):
                 raise WireError("a message must be an object")
             return message, blobs
+
+    def _spend(self, started: float) -> None:
+        elapsed = time.monotonic() - started
+        self.waited += elapsed
+        if self.allowance is not None:
+            self.allowance -= elapsed
 
     def _write_back(self, reply: dict[str, Any], blobs: list[memoryview], sent: list) -> None:
         """Tensors and generators the other side modified in place are modified here too."""
@@ -210,6 +229,8 @@ class Endpoint(Codec):
             except WireError:
                 return
             self._absorb(message, blobs)
+            if message.get("op") in ("ok", "err"):
+                continue  # the answer to a request its code gave up on (interrupted): nothing waits for it
             self._serve(message, blobs)
 
     @contextlib.contextmanager

@@ -8,11 +8,12 @@ values with the references here, where the submission's code never runs, so noth
 in its own process (replacing ``torch.allclose``, pytest's reporting, writing a fake report)
 can change a grade.
 
-Limits: one call into the submission may run ``seconds_per_test`` seconds (then it is
-interrupted, and stopped if it will not stop); one exercise's tests together
-``seconds_per_exercise``, after which its remaining tests are not run; the whole submission
-``seconds_per_submission``. A submission whose process dies is restarted for the next test,
-at most ``MAX_RESTARTS`` times.
+Limits count the submission's own time, the time the grader waits for it (the grader's own
+work, such as computing a reference, does not count against a student): the code one test
+calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
+it will not stop); one exercise's tests together ``seconds_per_exercise``, after which its
+remaining tests are not run; the whole submission ``seconds_per_submission``. A submission
+whose process dies is restarted for the next test, at most ``MAX_RESTARTS`` times.
 
 The result is a dict of plain values (JSON-able), so any executor can carry it back.
 """
@@ -37,7 +38,6 @@ from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
 from sampling_course.grading.classroom.proxies import RemotePackage
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
-from sampling_course.grading.classroom.wire import Deadline
 from sampling_course.grading.classroom.worker import Template, Worker
 from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
@@ -83,9 +83,10 @@ class Connection:
         self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
         self.attempts: list[dict[str, str]] = []
         self.measures: dict[str, str] = {}
-        self.deadline_at: float | None = None
+        self.allowance: float | None = None
         self.limit_s = settings.seconds_per_test
         self.context = ""  # the exercise being graded, for messages
+        self._waited = 0.0  # time waited for processes of this submission that have ended
 
     def flag(self, kind: str, reason: str) -> None:
         self.flags.setdefault(kind, reason)
@@ -106,15 +107,20 @@ class Connection:
         endpoint = Endpoint(self.worker.sock, peer_trusted=False, owns_modules=False)
         endpoint.on_wait = self._on_wait
         endpoint.on_error = self._on_error
-        endpoint.deadline = Deadline(self.deadline_at)
+        endpoint.allowance = self.allowance
         self.endpoint = endpoint
         return endpoint
 
-    def set_deadline(self, at: float | None, limit_s: float, context: str) -> None:
-        self.deadline_at, self.limit_s, self.context = at, limit_s, context
+    def set_limit(self, seconds: float, context: str) -> None:
+        """The submission may now take ``seconds`` of its own time (the grader's time does not count)."""
+        self.allowance, self.limit_s, self.context = seconds, seconds, context
         if self.endpoint is not None:
-            self.endpoint.deadline = Deadline(at)
+            self.endpoint.allowance = seconds
             self.endpoint.interrupted = False
+
+    def waited(self) -> float:
+        """Seconds the grader spent waiting for this submission, all its processes together."""
+        return self._waited + (self.endpoint.waited if self.endpoint is not None else 0.0)
 
     def _on_wait(self, endpoint: Endpoint) -> None:
         """A call ran out of time: interrupt it; if it will not stop, stop the process."""
@@ -123,7 +129,7 @@ class Connection:
             self.flag("time", f"ran past the time limit ({self.limit_s:g} s) in {self.context or 'a test'}")
             if self.worker is not None:
                 self.worker.interrupt()
-            endpoint.deadline = Deadline.after(GRACE_S)
+            endpoint.allowance = GRACE_S
             return
         endpoint.alive = False
         self.retire()
@@ -138,6 +144,8 @@ class Connection:
     def retire(self) -> None:
         if self.endpoint is not None and not self.endpoint.alive and "time" not in self.flags:
             self.flag("process", "its process ended or stopped answering during grading")
+        if self.endpoint is not None:
+            self._waited += self.endpoint.waited
         if self.worker is not None:
             self.attempts += self.worker.attempts()
             self.worker.stop()
@@ -148,7 +156,7 @@ class Connection:
         if self.endpoint is None or not self.endpoint.alive:
             return []
         try:
-            self.set_deadline(time.monotonic() + 10, 10, "the final check")
+            self.set_limit(10, "the final check")
             report = self.endpoint.request("import", None, name="sampling_course.grading.classroom.worker").integrity()
             return [str(x)[:100] for x in report][:20] if isinstance(report, list) else []
         except (Exception, TookTooLong):  # noqa: BLE001
@@ -164,7 +172,6 @@ class _Judge(runner._Collector):
         self.settings = settings
         self.hidden: set[str] = set()
         self.spent: dict[str, float] = {}
-        self.end = time.monotonic() + settings.seconds_per_submission
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
@@ -174,8 +181,8 @@ class _Judge(runner._Collector):
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: Any) -> None:
         names = [name.lower() for name in self.exercises.get(item.nodeid, ())]
-        now = time.monotonic()
-        if now >= self.end:
+        used = self.connection.waited()
+        if used >= self.settings.seconds_per_submission:
             self.connection.flag("time", f"the submission's time limit ({self.settings.seconds_per_submission:g} s) "
                                          "was reached; the tests after it did not run")
             pytest.skip("not run: the submission's time limit was reached")
@@ -183,16 +190,15 @@ class _Judge(runner._Collector):
         if budget <= 0:
             pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
         super().pytest_runtest_setup(item)
-        limit = min(self.settings.seconds_per_test, budget, self.end - now)
-        context = " / ".join(get_exercise(n).name for n in names) or item.nodeid
-        self.connection.set_deadline(now + limit, limit, context)
+        limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
+        self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: Any, nextitem: Any):
-        started = time.monotonic()
+        before = self.connection.waited()
         yield
         for name in {n.lower() for n in self.exercises.get(item.nodeid, ())}:
-            self.spent[name] = self.spent.get(name, 0.0) + time.monotonic() - started
+            self.spent[name] = self.spent.get(name, 0.0) + self.connection.waited() - before
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         super().pytest_runtest_logreport(report)
@@ -242,7 +248,7 @@ def _with_mistake(result: Any, connection: Connection, settings: GradeSettings) 
     from sampling_course.grading.diagnosis import describe_match
 
     limit = min(settings.seconds_per_test, 30.0)
-    connection.set_deadline(time.monotonic() + limit, limit, f"naming the mistake in {result.name}")
+    connection.set_limit(limit, f"naming the mistake in {result.name}")
     try:
         return dataclasses.replace(result, mistake=describe_match(result.exercise, PACKAGE))
     except (Exception, TookTooLong):  # noqa: BLE001 - a diagnosis that fails names nothing
