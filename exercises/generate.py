@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 16621fb86ff682a27cafa54db2f742a6c7d6774923c8762983a56f19bd4cfc6b
+# stub-checksum: df0dfbd827e8cf9b2715eebbaedd26ae2a8ae428351c72d093b576b9a314cad1
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -15,6 +15,9 @@ Everything works on a whole batch, ``(batch, d_vocab)`` logits at a time:
 * ``sample`` is the primitive: temperature 0 is argmax, otherwise ``warp_logits`` applies
   the temperature and the filters in Hugging Face's order and one ``torch.multinomial``
   draw is made per row. Each filter is its own function that sets removed logits to -inf.
+  The settings mean what they mean in Hugging Face: ``top_k=0``, ``top_p=1.0`` and
+  ``min_p=0.0`` are off, temperature 0 is greedy (``sampling_course.sampling_settings``
+  checks them, for part 7 too). Part 2's classic sampler used ``top_p=0.0`` for off.
 * Penalties see each row's tokens so far: ``apply_repetition_penalty`` (Hugging Face's
   rule) and ``apply_presence_and_frequency_penalty`` (OpenAI's rules). They run before
   the temperature, as in Hugging Face. (Part 2's sampler applies its frequency penalty
@@ -33,6 +36,8 @@ from typing import Protocol, TextIO, runtime_checkable
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+
+from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import DemoTransformer, KeyValueCache
 
@@ -95,7 +100,7 @@ def warp_logits(
     This is Hugging Face's order. ``top_k=0``, ``top_p=1.0`` and ``min_p=0.0`` switch a
     filter off. The temperature must be > 0 here (``sample`` handles 0 as argmax).
     """
-    check_sample_args(temperature, top_k, top_p, min_p)
+    check_sampling_settings(temperature, top_k, top_p, min_p)
     if temperature == 0:
         raise ValueError("warp_logits needs temperature > 0; temperature 0 is greedy decoding (see sample)")
     # Hint: the temperature comes first, so the filters see the distribution you will draw from.
@@ -117,7 +122,7 @@ def sample(
     generator when None), so the same seeded generator gives the same tokens.
     """
     check_logits(logits)
-    check_sample_args(temperature, top_k, top_p, min_p)
+    check_sampling_settings(temperature, top_k, top_p, min_p)
     raise NotImplementedError()
 
 
@@ -451,7 +456,7 @@ def generate(
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     if kv_cache is not None and kv_cache.seq_len != 0:
         raise ValueError(f"kv_cache must be empty (seq_len 0): generate fills it from the prompts, got seq_len={kv_cache.seq_len}")
-    check_sample_args(temperature, top_k, top_p, min_p)
+    check_sampling_settings(temperature, top_k, top_p, min_p)
     cfg = model.cfg
     device = next(model.parameters(), torch.empty(0)).device
     if eos_token_id is None:
@@ -506,17 +511,6 @@ def check_logits(logits: Tensor) -> None:
     if not isinstance(logits, Tensor) or logits.ndim != 2 or not logits.is_floating_point():
         shape = tuple(logits.shape) if isinstance(logits, Tensor) else type(logits).__name__
         raise ValueError(f"logits must be a float tensor of shape (batch, d_vocab), got {shape}")
-
-
-def check_sample_args(temperature: float, top_k: int, top_p: float, min_p: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {top_k!r}")
-    if not isinstance(top_p, (int, float)) or not 0.0 <= top_p <= 1.0:
-        raise ValueError(f"top_p must be in [0, 1] (1 turns it off), got {top_p!r}")
-    if not isinstance(min_p, (int, float)) or not 0.0 <= min_p <= 1.0:
-        raise ValueError(f"min_p must be in [0, 1] (0 turns it off), got {min_p!r}")
 
 
 def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) -> None:

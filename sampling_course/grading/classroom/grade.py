@@ -41,7 +41,7 @@ from sampling_course.grading.classroom.submission import SubmissionError, module
 from sampling_course.grading.classroom.worker import Template, Worker
 from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
-from sampling_course.grading.sandbox import isolated_package, terminal_like
+from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
 __all__ = ["MAX_RESTARTS", "grade_submission", "readable_roots"]
@@ -219,7 +219,7 @@ def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> 
     package = RemotePackage(PACKAGE, module_names(), connection.connect)
     env = runner._scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"),
                              SAMPLING_COURSE_IMPL=None)
-    with isolated_package(PACKAGE), runner._isolated_tests(tests), env, terminal_like():
+    with isolated_package(PACKAGE), isolated_tests(tests), env, terminal_like():
         sys.meta_path.insert(0, package)
         try:
             with redirect_stdout(output), redirect_stderr(output):

@@ -150,69 +150,102 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_TESTS = "grading/test_part5_generation.py"
-
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the tests catch it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(5, "temperature applied after top-p", "generate.py",
             "    logits = logits / temperature\n    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n",
-            _TESTS),
+            why=("the temperature is applied after the filters, so top-k, top-p and min-p judge a "
+                 "distribution that is not the one sampled; Hugging Face divides by the temperature first.")),
     Mistake(5, "top-p judged on the raw logits", "generate.py",
             "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
             "    if top_p < 1.0:\n        raw = logits * temperature\n"
             '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
-            _TESTS),
+            why=("top-p is judged on the logits before the temperature, so the kept set ignores the "
+                 "temperature; every filter should see the tempered logits.")),
     Mistake(5, "top-k keeps one token too many", "generate.py",
             "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
-            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]", _TESTS),
+            "kth_largest = logits.topk(min(top_k + 1, logits.shape[-1]), dim=-1).values[:, -1:]",
+            why=("top-k keeps the k + 1 largest logits (the bar is the next value below the k-th, not the "
+                 "k-th itself).")),
     Mistake(5, "top-p cutoff exclusive", "generate.py",
-            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p", _TESTS),
+            "remove_sorted = mass_above >= top_p", "remove_sorted = mass_above + sorted_probs > top_p",
+            why=("an exclusive top-p cutoff: the token whose probability carries the running total past "
+                 "top_p is dropped, where it must stay.")),
     Mistake(5, "min-p bar not scaled by the top probability", "generate.py",
-            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p", _TESTS),
+            "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p",
+            why=("the min-p bar is min_p itself, where it must be min_p times the row's largest "
+                 "probability.")),
     Mistake(5, "sample ignores its generator", "generate.py",
             "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)",
-            _TESTS),
+            why=("the draw ignores the torch.Generator it is given, so a seed does not reproduce the "
+                 "tokens.")),
     Mistake(5, "repetition penalty multiplies positive logits", "generate.py",
             "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)",
-            "penalised = logits * penalty", _TESTS),
+            "penalised = logits * penalty",
+            why=("the repetition penalty multiplies every seen token's logit, which makes a positive logit"
+                 " larger; positive logits must be divided and negative ones multiplied.")),
     Mistake(5, "presence penalty applied per occurrence", "generate.py",
-            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)", _TESTS),
+            "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)",
+            why=("the presence penalty is subtracted once per occurrence, where it is subtracted once per "
+                 "distinct token (per occurrence is the frequency penalty).")),
+    # The padded model's helpers (position_ids_from_mask, Attention.masked_forward) and left_pad
+    # belong to no exercise's target: the tests of the exercise that relies on them catch them.
     Mistake(5, "positions counted over pads", "transformer.py",
             "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
             "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
-            _TESTS),
+            exercise="padded_forward",
+            why=("the positions count the pad tokens, so a left-padded row's real tokens start at a "
+                 "position above 0; positions must come from the attention mask.")),
     Mistake(5, "pad keys attended", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal", _TESTS),
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
+            exercise="padded_forward",
+            why=("queries attend to pad keys: the attention mask must hide every pad position from every "
+                 "query.")),
     Mistake(5, "no causal mask in the engine's attention", "transformer.py",
             "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
-            "causal = q.new_zeros(1, 1, new_pos, key_pos)", _TESTS),
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)", exercise="padded_forward",
+            why=("the padded forward pass drops the causal mask, so each position sees the tokens after "
+                 "it.")),
     Mistake(5, "right padding", "generate.py",
             "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
             "input_ids = [list(ids) + [pad_token_id] * (width - len(ids)) for ids in token_lists]\n"
             "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]",
-            _TESTS),
+            exercise="generate",
+            why=("prompts padded on the right, so the next token of a short prompt is predicted after "
+                 "pads; decoder-only generation pads on the left.")),
     Mistake(5, "one finished row ends the batch", "generate.py",
-            "        if finished.all():\n            break", "        if finished.any():\n            break", _TESTS),
+            "        if finished.all():\n            break", "        if finished.any():\n            break",
+            why=("generation stops when any row finishes; it must go on until every row has finished (or "
+                 "the length limit).")),
     Mistake(5, "finished rows not padded", "generate.py",
-            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens", _TESTS),
+            "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens",
+            why=("a row that has finished keeps sampling tokens; once it has produced the end token it "
+                 "must be filled with the pad token.")),
     Mistake(5, "the whole sequence re-run every step (no cache after the prefill)", "generate.py",
             "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
-            "logits, cache = prefill(model, input_ids, attention_mask)", _TESTS),
+            "logits, cache = prefill(model, input_ids, attention_mask)",
+            why=("every step runs the model over the whole sequence instead of feeding only the new token "
+                 "with the cache filled by the prefill.")),
     Mistake(5, "scores taken from the raw logits", "generate.py",
             "drawn_from = processed if temperature == 0 else warp_logits(processed, temperature, top_k, top_p, min_p)",
-            "drawn_from = logits", _TESTS),
+            "drawn_from = logits",
+            why=("the returned scores are taken from the raw logits instead of the processed ones the "
+                 "token was drawn from.")),
     Mistake(5, "stop strings checked one token at a time", "generate.py",
             "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
             "        return any(s in self.decode(ids[-1:]) for s in self.stop_strings)\n"
             "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
-            _TESTS),
+            why=("a stop string is looked for in the newest token alone, so one that spans several tokens "
+                 "is missed; check the decoded tail of the row.")),
     Mistake(5, "streamer prints every token at once, half characters included", "generate.py",
-            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)", _TESTS),
+            'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)",
+            why=("the streamer prints each token as soon as it arrives, including a multi-byte character "
+                 "split across tokens; hold back text until it decodes cleanly.")),
 ]
 
 # Correct implementations in other styles: every test of the exercise must accept them.
