@@ -128,9 +128,10 @@ def _plots(results: list[dict[str, Any]], names: list[str], settings: GradeSetti
     ax.set_ylabel("submissions passing (%)")
     ax.set_ylim(0, 100)
     ax.set_title("Pass rate per exercise, in course order (colour: part)")
-    for part in sorted(set(parts)):
-        ax.bar([], [], color=colors(part - 1), label=f"{part}. {PARTS[part]}")
-    ax.legend(fontsize=7, ncol=2, loc="upper right", framealpha=0.9)
+    from matplotlib.patches import Patch
+
+    handles = [Patch(color=colors(part - 1), label=f"{part}. {PARTS[part]}") for part in sorted(set(parts))]
+    ax.legend(handles=handles, fontsize=7, ncol=2, loc="upper right", framealpha=0.9)
     plots["pass_rate"] = _png(fig)
     plt.close(fig)
 

@@ -108,6 +108,8 @@ def _child(sock_fd: int, attempts_fd: int, settings: dict[str, Any]) -> None:
 
 def template_main(control_fd: int) -> None:
     """The template: preload, then fork one confined child per request on ``control_fd``."""
+    # Run as __main__: make `import ...classroom.worker` (integrity, asked by the grader) this same module.
+    sys.modules.setdefault("sampling_course.grading.classroom.worker", sys.modules[__name__])
     for name in PRELOAD:
         importlib.import_module(name)
     import torch
