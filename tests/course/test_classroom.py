@@ -168,6 +168,7 @@ def assert_true_grades(students, results):
     assert not wrong, "\n".join(wrong)
 
 
+@pytest.mark.classroom
 def test_six_students_get_their_true_grades_and_reports(tmp_path):
     """Six synthetic submissions, each in its own confined process: grades as planted; CSV, feedback, report."""
     students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES)
