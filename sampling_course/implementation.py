@@ -68,8 +68,8 @@ def stale_install_message(package: str, checkout: Path) -> str | None:
     """One line saying to reinstall when ``package`` would be imported from a copy that
     ``pip install .`` made, instead of from ``checkout/package``; None when all is well.
 
-    Only an installed copy counts: a copy put first on PYTHONPATH on purpose (as
-    ``plant-mistakes`` does) is what its caller wants graded.
+    Only an installed copy counts: a copy put first on PYTHONPATH on purpose is what its
+    caller wants graded.
     """
     local = (checkout / package).resolve()
     if not (local / "__init__.py").is_file():
@@ -102,3 +102,22 @@ def load_demo(reference: "Reference", transformer_module: ModuleType | None = No
     # Every parameter must match by name and shape; buffers the model makes itself (such as a
     # persistent IGNORE) need not be in the weights.
     return load_weights(model, demo_state_dict(reference.hf_model)).eval()
+
+
+class Impl:
+    """Attribute access to the modules of one implementation: ``Impl("solutions").transformer``.
+
+    Each attribute imports ``<package>.<module>`` on first use, so an implementation whose
+    later parts are still stubs can be used for its earlier parts.
+    """
+
+    def __init__(self, package: str):
+        self.package = package
+
+    def __getattr__(self, module: str) -> ModuleType:
+        if module.startswith("_"):
+            raise AttributeError(module)
+        return importlib.import_module(f"{self.package}.{module}")
+
+    def __repr__(self) -> str:
+        return f"Impl({self.package!r})"

@@ -20,10 +20,16 @@ on the same prompts:
   (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + v)) with c the draft's cost per token and
   v the cost of the target's verifying forward over gamma + 1 positions, both in units of
   the target's cost per token (measured here too);
+* the same with part 6's ``StaticKeyValueCache`` for both models (``cache_class=``; it
+  crops by moving a counter and runs the fast path), against target-only generation on a
+  static cache (``--no-static`` skips it);
 * Hugging Face assisted generation as a peer: ``hf_target.generate(...,
-  assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma`` and a constant schedule
-  (no confidence-based early stop), against plain ``hf_target.generate``; its tokens per
-  target forward are counted with a forward hook.
+  assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma``,
+  ``num_assistant_tokens_schedule="constant"`` (set explicitly: the "heuristic" schedules
+  change the number of proposals from round to round) and ``assistant_confidence_threshold=0``
+  (its default, 0.4, stops drafting early when the draft is unsure), against plain
+  ``hf_target.generate``;
+  its tokens per target forward are counted with a forward hook.
 
 Every run generates exactly the requested number of tokens, and every run is checked for
 it: the end-of-text token does not stop generation here (token ids go through
@@ -37,22 +43,22 @@ equal the target's cached greedy text, and assisted greedy text Hugging Face's g
 from __future__ import annotations
 
 import argparse
-import copy
-import importlib
 import os
 import statistics
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
 
-from sampling_course.apps.bench import IdTokenizer
+from sampling_course.apps.speculative_pair import (
+    Pair,
+    hf_generate,
+    load_pair,
+    ours_cached,
+    ours_speculative,
+    verify_cost,
+)
 from sampling_course.apps.threads import torch_threads
-
-# The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
-QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=256)
-STAND_IN_PROMPTS = ["Once upon a time", "The cat sat on the", "When I was a kid"]
 
 
 class BenchCheckError(AssertionError):
@@ -60,25 +66,6 @@ class BenchCheckError(AssertionError):
 
     Either way the timings would mean nothing.
     """
-
-
-@dataclass
-class Pair:
-    """A target and a draft, as DemoTransformers (ours) and GPT2LMHeadModels (Hugging Face's)."""
-
-    label: str
-    stand_in: bool
-    target: torch.nn.Module
-    draft: torch.nn.Module
-    hf_target: torch.nn.Module
-    hf_draft: torch.nn.Module
-    prompts: list[list[int]]
-    impl: str
-    tokenizer: object  # the models' tokenizer (an IdTokenizer for the random smoke-run models)
-
-    @property
-    def n_ctx(self) -> int:
-        return min(self.target.cfg.n_ctx, self.draft.cfg.n_ctx)
 
 
 @dataclass
@@ -91,6 +78,7 @@ class Row:
     new_tokens: int = 0
     target_forwards: int = 0
     seconds: list[float] = field(default_factory=list)
+    static_seconds: list[float] = field(default_factory=list)  # the same runs on static caches
     hf_seconds: list[float] = field(default_factory=list)
     hf_new_tokens: int = 0
     hf_target_forwards: int = 0
@@ -115,6 +103,7 @@ class Results:
     new_tokens: int
     rows: list[Row]
     baseline: list[float] = field(default_factory=list)  # target-only cached generation, seconds per run
+    static_baseline: list[float] = field(default_factory=list)  # the same on a StaticKeyValueCache
     draft_only: list[float] = field(default_factory=list)  # draft-only cached generation, seconds per run
     hf_baseline: list[float] = field(default_factory=list)  # plain hf_target.generate, seconds per run
     verify_cost: dict[int, float] = field(default_factory=dict)  # gamma -> target forward over gamma+1 positions / over 1
@@ -139,189 +128,6 @@ def expected_speedup(alpha: float, gamma: int, draft_cost: float, verify_cost: f
 
 
 # ---------------------------------------------------------------------------------------
-# The pair
-# ---------------------------------------------------------------------------------------
-
-
-def first_layers_hf(hf_model: torch.nn.Module, n_layers: int) -> torch.nn.Module:
-    """A GPT2LMHeadModel made of ``hf_model``'s embeddings, its first ``n_layers`` blocks, ln_f and head."""
-    from transformers import GPT2LMHeadModel
-
-    config = hf_model.config.__class__.from_dict({**hf_model.config.to_dict(), "n_layer": n_layers})
-    draft = GPT2LMHeadModel(config)
-    state = {
-        k: v for k, v in hf_model.state_dict().items()
-        if not k.startswith("transformer.h.") or int(k.split(".")[2]) < n_layers
-    }
-    draft.load_state_dict(state, strict=True)
-    return draft.eval()
-
-
-def _demo(hf_model: torch.nn.Module, transformer_module) -> torch.nn.Module:
-    from sampling_course.config import Config
-    from sampling_course.weights import demo_state_dict
-
-    demo = transformer_module.DemoTransformer(Config.from_hf(hf_model.config))
-    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
-    return demo.eval()
-
-
-def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pair:
-    """The story pair when it loads, else the stand-in pair (``quick``: tiny random models)."""
-    from sampling_course.reference import ReferenceUnavailable, load_reference
-
-    transformer = importlib.import_module(f"{impl}.transformer")
-    if quick:
-        from sampling_course.apps.bench import random_gpt2
-
-        hf_target = random_gpt2(QUICK_DIMS, seed)
-        hf_draft = first_layers_hf(hf_target, 1)
-        generator = torch.Generator().manual_seed(seed)
-        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator).tolist()]
-        label = "smoke run: random 2-layer GPT-2 (d_model 64, vocab 256), draft = its first layer"
-        return Pair(
-            label, True, _demo(hf_target, transformer), _demo(hf_draft, transformer), hf_target, hf_draft, prompts, impl,
-            IdTokenizer(),
-        )
-    try:
-        target_ref, draft_ref = load_reference("story", quiet=True), load_reference("story-draft", quiet=True)
-    except (ReferenceUnavailable, ValueError) as exc:  # not built here, or a version of the course without them
-        reason = str(exc).split(";")[0]
-    else:
-        tokenizer = target_ref.tokenizer
-        # Every story starts after an end-of-text token: a prompt of that token alone starts a new story.
-        prompts = [[tokenizer.eos_token_id]] * 3
-        cfg_t, cfg_d = target_ref.cfg, draft_ref.cfg
-        label = (
-            f"story ({cfg_t.n_layers} layers, d_model {cfg_t.d_model}) drafted by story-draft "
-            f"({cfg_d.n_layers} layers, d_model {cfg_d.d_model})"
-        )
-        return Pair(
-            label, False, _demo(target_ref.hf_model, transformer), _demo(draft_ref.hf_model, transformer),
-            target_ref.hf_model, draft_ref.hf_model, prompts, impl, tokenizer,
-        )
-    tiny = load_reference("tiny")
-    hf_draft = first_layers_hf(tiny.hf_model, 1)
-    prompts = [tiny.tokenizer.encode(text) for text in STAND_IN_PROMPTS]
-    label = (
-        f"STAND-IN PAIR (the story models are not available: {reason}): target 'tiny' "
-        f"({tiny.cfg.n_layers} layers, d_model {tiny.cfg.d_model}, random weights), draft = its first layer"
-    )
-    return Pair(
-        label, True, _demo(tiny.hf_model, transformer), _demo(hf_draft, transformer), tiny.hf_model, hf_draft, prompts,
-        impl, tiny.tokenizer,
-    )
-
-
-# ---------------------------------------------------------------------------------------
-# The methods
-# ---------------------------------------------------------------------------------------
-
-
-def ours_speculative(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
-    speculative = importlib.import_module(f"{pair.impl}.speculative")
-    tokenizer = IdTokenizer()
-    text, stats = speculative.speculative_generate(
-        pair.target, pair.draft, tokenizer, tokenizer.decode(prompt), n,
-        gamma=gamma, temperature=temperature, seed=seed, return_stats=True,
-    )
-    return tokenizer.encode(text), stats
-
-
-def ours_cached(pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
-    """Target-only (or draft-only) cached generation with TransformerSampler.sample."""
-    sampling = importlib.import_module(f"{pair.impl}.sampling")
-    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
-    tokenizer = IdTokenizer()
-    sampler = sampling.TransformerSampler(model, tokenizer)
-    text = sampler.sample(
-        tokenizer.decode(prompt), n, temperature=temperature, seed=seed, kv_cache=KeyValueCache.new_empty(model.cfg)
-    )
-    return tokenizer.encode(text)
-
-
-class ForwardCounter:
-    """Counts the forward calls of a Hugging Face model while active."""
-
-    def __init__(self, model: torch.nn.Module):
-        self.model, self.calls = model, 0
-
-    def __enter__(self):
-        self.handle = self.model.register_forward_pre_hook(self._count)
-        return self
-
-    def _count(self, *_):
-        self.calls += 1
-
-    def __exit__(self, *exc):
-        self.handle.remove()
-
-
-@contextmanager
-def generation_configs_without_eos(pair: Pair):
-    """Give both Hugging Face models, for the duration, a copy of their generation config with no EOS.
-
-    ``generate`` fills every setting left at None in the config it is given from the
-    model's own ``generation_config``, so ``eos_token_id=None`` alone still stops at the
-    story models' end-of-text token; assisted generation also lets the draft stop at it.
-    The copies go, and the shared reference models' configs come back, on exit.
-    """
-    models = (pair.hf_target, pair.hf_draft)
-    saved = [model.generation_config for model in models]
-    try:
-        for model, config in zip(models, saved):
-            model.generation_config = copy.deepcopy(config)
-            model.generation_config.eos_token_id = None
-        yield
-    finally:
-        for model, config in zip(models, saved):
-            model.generation_config = config
-
-
-def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
-    """Plain or assisted ``hf_target.generate`` of exactly ``n`` tokens; returns (ids, number of target forwards)."""
-    from transformers import GenerationConfig
-
-    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
-    config = GenerationConfig(max_new_tokens=n, eos_token_id=None, pad_token_id=0, use_cache=True, **sampling)
-    input_ids = torch.tensor([prompt])
-    with generation_configs_without_eos(pair):
-        extra = {}
-        if gamma is not None:
-            assistant = pair.hf_draft.generation_config  # the copy: the settings go with it
-            assistant.num_assistant_tokens = gamma
-            assistant.num_assistant_tokens_schedule = "constant"
-            assistant.assistant_confidence_threshold = 0.0  # draft exactly gamma tokens, like the textbook rule
-            extra["assistant_model"] = pair.hf_draft
-        torch.manual_seed(seed)
-        with torch.inference_mode(), ForwardCounter(pair.hf_target) as counter:
-            out = pair.hf_target.generate(input_ids, attention_mask=torch.ones_like(input_ids), generation_config=config, **extra)
-    return out[0].tolist(), counter.calls
-
-
-@torch.inference_mode()
-def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, float]:
-    """Time of one cached target forward over gamma + 1 new positions, over the time of one over 1 position."""
-    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
-    prompt = pair.prompts[0]
-    length = min(pair.n_ctx, len(prompt) + 64)
-    tokens = torch.tensor([(prompt * length)[:length]])
-
-    def best(new: int) -> float:
-        past = length - new
-        _, cache = pair.target(tokens[:, :past], KeyValueCache.new_empty(pair.target.cfg))
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            pair.target(tokens, cache)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    one = best(1)
-    return {gamma: best(gamma + 1) / one for gamma in gammas}
-
-
-# ---------------------------------------------------------------------------------------
 # Measuring
 # ---------------------------------------------------------------------------------------
 
@@ -335,17 +141,20 @@ def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None
         )
 
 
-def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
-    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
+def check_greedy(pair: Pair, gammas: list[int], n: int, caches: tuple[str, ...] = ("dynamic",)) -> None:
+    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma and cache)."""
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
         check_length("target-only cached greedy generation", plain, prompt, n)
         hf_plain, _ = hf_generate(pair, prompt, n, 0.0, 0)
         check_length("plain Hugging Face greedy generate", hf_plain, prompt, n)
         for gamma in gammas:
-            ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0)
-            if ours != plain:
-                raise BenchCheckError(f"gamma={gamma}: speculative greedy text differs from the target's cached greedy text")
+            for cache in caches:
+                ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0, cache)
+                if ours != plain:
+                    raise BenchCheckError(
+                        f"gamma={gamma}: speculative greedy text ({cache} caches) differs from the target's cached greedy text"
+                    )
             assisted, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma)
             if assisted != hf_plain:
                 raise BenchCheckError(f"gamma={gamma}: HF assisted greedy text differs from HF greedy text")
@@ -360,22 +169,29 @@ def measure(
     hf: bool = True,
     check: bool = True,
     progress: bool = False,
+    static: bool = False,
 ) -> Results:
-    """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt."""
+    """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt.
+
+    ``static``: also run ours with part 6's StaticKeyValueCache (speculative and target-only).
+    """
     from tqdm.auto import tqdm
 
     longest = max(len(p) for p in pair.prompts)
     if longest + new_tokens > pair.n_ctx:
         raise ValueError(f"prompt ({longest} tokens) + new_tokens={new_tokens} is more than n_ctx={pair.n_ctx}")
     results = Results(pair, temperature, new_tokens, [Row(gamma) for gamma in gammas])
+    caches = ("dynamic", "static") if static else ("dynamic",)
     if check:
-        check_greedy(pair, gammas, min(24, new_tokens))
+        check_greedy(pair, gammas, min(24, new_tokens), caches)
     prompt = pair.prompts[0]
     for gamma in gammas:  # first calls pay for lazy initialisation: keep them out of the timings
-        ours_speculative(pair, prompt, 4, gamma, temperature, 0)
+        for cache in caches:
+            ours_speculative(pair, prompt, 4, gamma, temperature, 0, cache)
         if hf:
             hf_generate(pair, prompt, 4, temperature, 0, gamma=gamma)
-    results.verify_cost = verify_cost(pair, gammas, repeats=10 if repeats > 1 else 2)
+    # Best of 20 timings each: a verifying pass takes milliseconds, and single timings scatter on a busy machine.
+    results.verify_cost = verify_cost(pair, gammas, repeats=20)
 
     def timed(fn):
         start = time.perf_counter()
@@ -388,6 +204,10 @@ def measure(
         ids, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed))
         check_length("target-only cached generation", ids, prompt, new_tokens)
         results.baseline.append(seconds)
+        if static:
+            ids, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed, "static"))
+            check_length("target-only generation on a static cache", ids, prompt, new_tokens)
+            results.static_baseline.append(seconds)
         ids, seconds = timed(lambda: ours_cached(pair, pair.draft, prompt, new_tokens, temperature, seed))
         check_length("draft-only cached generation", ids, prompt, new_tokens)
         results.draft_only.append(seconds)
@@ -408,6 +228,12 @@ def measure(
             row.judged += stats.judged
             row.new_tokens += stats.new_tokens
             row.target_forwards += stats.target_forwards
+            if static:
+                (ids, _), seconds = timed(
+                    lambda: ours_speculative(pair, prompt, new_tokens, row.gamma, temperature, seed, "static")
+                )
+                check_length(f"speculative_generate on static caches (gamma={row.gamma})", ids, prompt, new_tokens)
+                row.static_seconds.append(seconds)
             if hf:
                 (ids, forwards), seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma))
                 check_length(f"Hugging Face assisted generation (gamma={row.gamma})", ids, prompt, new_tokens)
@@ -426,9 +252,11 @@ def table(results: Results):
     """The results as a rich Table, one row per gamma."""
     from rich.table import Table
 
-    hf = bool(results.hf_baseline)
+    hf, static = bool(results.hf_baseline), bool(results.static_baseline)
     base = results.ms_per_token(results.baseline)
     columns = ["gamma", "alpha", "tok/fwd", "theory", "ms/tok", "speedup", "theory"]
+    if static:
+        columns += ["static\nms/tok", "static\nspeedup"]
     if hf:
         columns += ["HF tok/fwd", "HF ms/tok", "HF speedup"]
     out = Table(
@@ -448,6 +276,9 @@ def table(results: Results):
             f"{base / ms:.2f}x",
             f"{expected_speedup(row.alpha, row.gamma, c, results.verify_cost[row.gamma]):.2f}x",
         ]
+        if static:
+            static_ms = results.ms_per_token(row.static_seconds)
+            cells += [f"{static_ms:.2f}", f"{results.ms_per_token(results.static_baseline) / static_ms:.2f}x"]
         if hf:
             hf_ms = results.ms_per_token(row.hf_seconds)
             cells += [f"{row.hf_tokens_per_forward:.2f}", f"{hf_ms:.2f}", f"{results.ms_per_token(results.hf_baseline) / hf_ms:.2f}x"]
@@ -463,6 +294,9 @@ def baselines_text(results: Results) -> str:
         "target forward over gamma + 1 new positions / over 1: "
         + ", ".join(f"gamma {g}: {v:.2f}" for g, v in results.verify_cost.items()),
     ]
+    if results.static_baseline:
+        lines.insert(1, f"target-only generation on part 6's StaticKeyValueCache: "
+                        f"{results.ms_per_token(results.static_baseline):.2f} ms/token")
     if results.hf_baseline:
         lines.insert(1, f"plain Hugging Face generate: {results.ms_per_token(results.hf_baseline):.2f} ms/token")
     return "\n".join(lines)
@@ -479,6 +313,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 is greedy)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the prompts (default 3)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    parser.add_argument("--no-static", action="store_true", help="skip the runs on part 6's StaticKeyValueCache")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -513,18 +348,22 @@ def _run(args: argparse.Namespace) -> int:
     new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))
     try:
         results = measure(
-            pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf, progress=not args.no_progress
+            pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf,
+            progress=not args.no_progress, static=not args.no_static,
         )
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] at temperature 0 every gamma gives the plain greedy text (ours and Hugging Face's)")
+    ours = "ours on both caches" if not args.no_static else "ours"
+    console.print(f"[green]checked:[/] at temperature 0 every gamma gives the plain greedy text ({ours} and Hugging Face's)")
     console.print(table(results))
     console.print(baselines_text(results))
     console.print(
-        "tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / (1 - alpha). speedup: over "
-        "target-only cached generation; theory: tok/fwd theory / (gamma c + v), with c and v above. "
-        "HF: assisted generation, speedup over plain HF generate"
+        "alpha: accepted / judged proposals. tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / "
+        "(1 - alpha). speedup: over target-only cached generation; theory: tok/fwd theory / (gamma c + v), with c and "
+        "v above. static: both models on StaticKeyValueCaches, speedup over target-only generation on one. HF: "
+        "assisted generation (num_assistant_tokens=gamma, constant schedule, assistant_confidence_threshold=0), "
+        "speedup over plain HF generate"
     )
     if load_before is not None:
         console.print(

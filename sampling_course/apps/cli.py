@@ -25,16 +25,19 @@ def download_gpt2_main(argv: list[str]) -> int:
 # Imported only when the command runs, so `sampling-course hint` does not load torch.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sampling_course.apps.demo:main", "run the finished solutions next to the reference model"),
-    "check": ("sampling_course.grading.checking:cli_check", "check one exercise (or all) in exercises/"),
-    "progress": ("sampling_course.grading.checking:cli_progress", "list every exercise with done / not yet / failing"),
-    "hint": ("sampling_course.grading.checking:cli_hint", "print a graded hint for an exercise"),
-    "make-exercises": ("sampling_course.grading.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
-    "plant-mistakes": ("sampling_course.grading.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
+    "check": ("sampling_course.apps.course_commands:check_main", "check one exercise (or all) in exercises/"),
+    "progress": ("sampling_course.apps.course_commands:progress_main", "list every exercise with done / not yet / failing"),
+    "hint": ("sampling_course.apps.course_commands:hint_main", "print a graded hint for an exercise"),
+    "make-exercises": ("sampling_course.apps.course_commands:make_exercises_main", "regenerate exercises/ from solutions/ (instructors)"),
+    "plant-mistakes": ("sampling_course.apps.course_commands:plant_mistakes_main", "check that the tests catch each classic mistake (instructors)"),
     "generate": ("sampling_course.apps.generate:main", "continue a prompt with the part-5 engine; --interactive for a REPL"),
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
     "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),
     "bench-structured": ("sampling_course.apps.bench_structured:main", "race part 8's constrained decoding against outlines-core and xgrammar"),
     "long-text": ("sampling_course.apps.long_text:main", "the long-text experiment: full attention, sliding window, window and sink caches past n_ctx"),
+    "release": ("sampling_course.apps.classroom:release_main", "write the student copy: no solutions, no hidden tests (instructors)"),
+    "grade": ("sampling_course.apps.classroom:grade_main", "grade a class's submissions, each in a confined process (instructors)"),
+    "autograder": ("sampling_course.apps.classroom:autograder_main", "write a Gradescope autograder bundle (instructors)"),
     "download-gpt2": ("sampling_course.apps.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
 }
 

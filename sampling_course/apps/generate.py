@@ -20,6 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sampling_course.sampling_settings import check_sampling_settings
+
 MODELS = ("auto", "story", "gpt2", "tiny")
 IMPLS = ("solutions", "exercises")
 
@@ -29,14 +31,9 @@ IMPLS = ("solutions", "exercises")
 # ---------------------------------------------------------------------------------------
 
 
-def _number(kind: type, name: str, low: float | None = None, high: float | None = None, low_open: bool = False):
+def _number(kind: type, name: str, low: float | None = None, low_open: bool = False):
     """A parser from text to ``kind`` that raises ValueError("<name> must be ...") when out of range."""
-    if low is not None and high is not None:
-        allowed = f"in [{low:g}, {high:g}]"
-    elif low is not None:
-        allowed = f"{'>' if low_open else '>='} {low:g}"
-    else:
-        allowed = "a number"
+    allowed = f"{'>' if low_open else '>='} {low:g}" if low is not None else "a number"
     word = "an integer" if kind is int else "a number"
 
     def parse(text: str):
@@ -45,8 +42,24 @@ def _number(kind: type, name: str, low: float | None = None, high: float | None 
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be {word} {allowed}, got {text!r}") from None
         too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high) or value != value:  # NaN fails too
+        if too_low or value != value:  # NaN fails too
             raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _sampling_setting(kind: type, name: str):
+    """A parser for ``temperature``, ``top_k``, ``top_p`` or ``min_p``, judged by the check that part 5's
+    ``generate`` and part 7's ``speculative_generate`` use, so the command refuses what they refuse, saying
+    the same."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            value = text  # not a number at all: the check says what is allowed
+        check_sampling_settings(**{name: value})
         return value
 
     return parse
@@ -71,13 +84,13 @@ def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 # name -> (parser, default, help). The REPL's /set uses the same names and parsers.
 SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "max_new_tokens": (_number(int, "max_new_tokens", 0), 50, "new tokens at most"),
-    "temperature": (_number(float, "temperature", 0), 1.0, "0 is greedy"),
-    "top_k": (_number(int, "top_k", 0), 0, "keep the k most likely tokens (0 is off)"),
-    "top_p": (_number(float, "top_p", 0, 1), 1.0, "nucleus: smallest set with this mass (1 is off)"),
-    "min_p": (_number(float, "min_p", 0, 1), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
+    "temperature": (_sampling_setting(float, "temperature"), 1.0, "0 is greedy"),
+    "top_k": (_sampling_setting(int, "top_k"), 0, "keep the k most likely tokens (0 is off)"),
+    "top_p": (_sampling_setting(float, "top_p"), 1.0, "nucleus: smallest set with this mass, in (0, 1] (1 is off)"),
+    "min_p": (_sampling_setting(float, "min_p"), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
     "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
-    "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token seen (0 is off)"),
-    "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence (0 is off)"),
+    "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token generated so far (0 is off)"),
+    "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence in the generated text (0 is off)"),
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
     "seed": (_optional(_number(int, "seed")), None, "seed of the draws (none: random)"),

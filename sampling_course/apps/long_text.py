@@ -19,6 +19,11 @@ what the model sees when it predicts token ``t + 1``:
   ``0 .. W - 1``, as if the text started there. The quality reference for a budget of
   ``W`` tokens, but O(W) work per token, so only every ``stride``-th position is scored
   (and the table compares every method on those positions).
+* **window re-prefilled**: a ``StaticKeyValueCache`` of ``W`` slots, one token per step at
+  its position in the window; when the window is full it starts afresh with one prefill of
+  the last ``W / 2`` tokens at positions ``0 .. W/2 - 1``. Every token then sees between
+  ``W / 2`` and ``W`` tokens at true positions counted from the window's start, for one
+  prefill of ``W / 2`` tokens per ``W / 2`` or so tokens read.
 * **window cache**: a ``SinkCache`` without sinks (``num_sink_tokens=0``): each token is
   computed once and its key stays at the position it was computed at; the oldest is evicted.
 * **sink cache**: the same with the first ``num_sink_tokens`` tokens kept forever.
@@ -28,12 +33,13 @@ Both caches run with each position rule (``"cache"``: positions stop at ``W - 1`
 whole prefix at its true positions, so every method must give full attention's NLL there:
 the experiment checks that and prints the largest difference.
 
-``attention_mass_on_first`` measures, by another route (Hugging Face's eager attention),
-how much attention each layer and head puts on the first few tokens of a text: the
-"attention sinks" that the sink cache keeps.
+``sampling_course.apps.attention_sinks.attention_mass_on_first`` measures, by another
+route (Hugging Face's eager attention), how much attention each layer and head puts on the
+first few tokens of a text: the "attention sinks" that the sink cache keeps. The command
+prints that table too.
 
 The computing functions are importable (the part 6 notebook uses them) and print nothing;
-``table`` and ``attention_table`` turn their results into rich tables.
+``table`` (and ``attention_sinks.attention_table``) turn their results into rich tables.
 """
 
 from __future__ import annotations
@@ -47,7 +53,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.apps.threads import torch_threads
@@ -56,6 +62,7 @@ from sampling_course.stories import HELDOUT_SEED, sample_stories
 POSITION_RULES = ("cache", "absolute")
 FULL = "full attention"
 SLIDING = "sliding window, recomputed"
+REPREFILL = "window, re-prefilled when full"
 
 
 def cache_method(num_sink_tokens: int, position_rule: str) -> str:
@@ -159,6 +166,43 @@ def sliding_window_nll(
         seconds += time.perf_counter() - start
         nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0]
     return nll, seconds
+
+
+def reprefill_starts(length: int, window: int) -> list[int]:
+    """For each position ``t < length``: the first token of the window that reads token ``t``
+    in ``reprefill_nll`` (0 until the window first fills)."""
+    keep = max(1, window // 2)
+    starts, start = [], 0
+    for t in range(length):
+        if t - start == window:  # the window holds tokens start .. t - 1: full
+            start = t + 1 - keep
+        starts.append(start)
+    return starts
+
+
+@torch.inference_mode()
+def reprefill_nll(model, tokens: Int[Tensor, "text pos"], cache, window: int) -> tuple[Tensor, float, int]:
+    """NLL at every position from a window of ``window`` tokens that is re-prefilled whenever it is full.
+
+    ``cache`` is an empty ``StaticKeyValueCache`` with at least ``window`` slots, one row per
+    text. Tokens run one per call, each at its position in the window. When a token arrives
+    and the window is full, the cache is emptied (``crop(0)``) and one prefill runs the last
+    ``window // 2`` tokens, the new one included, at positions ``0 .. window // 2 - 1``; one
+    token at a time again from there. Returns the NLL, the seconds spent in the model, and
+    the number of prefills.
+    """
+    nll = _empty_nll(tokens)
+    seconds, prefills = 0.0, 0
+    starts = reprefill_starts(tokens.shape[1] - 1, window)
+    for t, start in enumerate(starts):
+        if start > 0 and start != starts[t - 1]:  # a new window: forget the old one
+            cache.crop(0)
+            prefills += 1
+        begin = time.perf_counter()
+        logits, cache = model(tokens[:, start : t + 1], cache)  # token t alone, or the prefill that ends with it
+        seconds += time.perf_counter() - begin
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+    return nll, seconds, prefills
 
 
 # ---------------------------------------------------------------------------------------
@@ -299,6 +343,13 @@ def run_experiment(
     every = "" if stride == 1 else f"; scored every {stride}th t"
     results.methods[SLIDING] = MethodResult(SLIDING, nll, seconds, 0, f"W tokens rerun per token{every}")
 
+    say(REPREFILL)
+    static = caches.StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=window)
+    nll, seconds, prefills = reprefill_nll(model, tokens, static, window)
+    results.methods[REPREFILL] = MethodResult(
+        REPREFILL, nll, seconds, cache_bytes(static), f"last {max(1, window // 2)} rerun when full ({prefills} prefills)"
+    )
+
     for sinks in sorted({0, num_sink_tokens}):
         for rule in POSITION_RULES:
             name = cache_method(sinks, rule)
@@ -332,63 +383,6 @@ def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tenso
 
 
 # ---------------------------------------------------------------------------------------
-# Attention on the first tokens (by another route: Hugging Face's eager attention)
-# ---------------------------------------------------------------------------------------
-
-
-def eager_hf_model(reference):
-    """A fresh copy of the reference's Hugging Face model whose attention can return its patterns."""
-    from transformers import GPT2LMHeadModel
-
-    from sampling_course.reference import _quiet_transformers
-
-    _quiet_transformers()
-    # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
-    return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
-
-
-@torch.inference_mode()
-def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[Tensor, "text n_heads query_pos key_pos"]]:
-    """Every layer's attention pattern on ``tokens`` (at most n_ctx of them): softmax over keys, per query."""
-    if tokens.shape[1] > hf_model.config.n_positions:
-        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={hf_model.config.n_positions}")
-    return list(hf_model(tokens, output_attentions=True).attentions)
-
-
-def attention_mass(
-    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"], from_position: int = 64
-) -> Float[Tensor, "n_layers n_heads"]:
-    """The share of attention each head puts on the key positions marked in ``keys``, averaged over
-    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
-    n = min(tokens.shape[1], hf_model.config.n_positions)
-    if not 0 <= from_position < n:
-        raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
-    if keys.shape != tokens.shape:
-        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
-    total = 0.0
-    for row, marked in zip(tokens[:, :n], keys[:, :n]):
-        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0]  # (layer, head, query, key)
-        total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
-    return total / len(tokens)
-
-
-def attention_mass_on_first(
-    hf_model, tokens: Int[Tensor, "text pos"], k: int = 4, from_position: int = 64
-) -> Float[Tensor, "n_layers n_heads"]:
-    """The share of attention each head puts on the first ``k`` tokens of the text (see ``attention_mass``)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    first = torch.zeros(tokens.shape, dtype=torch.bool)
-    first[:, :k] = True
-    return attention_mass(hf_model, tokens, first, from_position)
-
-
-def uniform_mass_on_first(k: int, from_position: int, n_positions: int) -> float:
-    """The same share for a head that spread its attention evenly over every key it may see."""
-    return sum(min(k, q + 1) / (q + 1) for q in range(from_position, n_positions)) / (n_positions - from_position)
-
-
-# ---------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------
 
@@ -418,28 +412,14 @@ def table(results: LongTextResults):
         caption=(
             "NLL: mean negative log-likelihood of the true next token in nats, ppl = exp(NLL), over the positions "
             f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
-            f"one text. ms per token: time in the model per token scored; every method but the sliding window "
-            f"runs 1 token per step; {n_texts} texts per step, CPU, {torch.get_num_threads()} torch thread(s)."
+            f"one text. ms per token: time in the model per token scored; every method but the recomputed sliding "
+            f"window runs 1 token per step (the re-prefilled window adds its prefills); {n_texts} texts per step, "
+            f"CPU, {torch.get_num_threads()} torch thread(s)."
         ),
     )
     for name, result in results.methods.items():
         cells = [_nll_cell(results.mean_nll(name, start, end)) for _, start, end in ranges]
         out.add_row(f"{name}\n[dim]{result.how}[/]", _size(result.cache_bytes), f"{result.ms_per_token:.2f}", *cells)
-    return out
-
-
-def attention_table(mass: Tensor, k: int, from_position: int, n_positions: int, model_name: str = ""):
-    """Per layer: the mean share of attention on the first ``k`` tokens, its largest head, and uniform's."""
-    from rich.table import Table
-
-    uniform = uniform_mass_on_first(k, from_position, n_positions)
-    out = Table(
-        "layer", "mean over heads", "largest head", "uniform attention",
-        title=f"Share of attention on the first {k} tokens{' of ' + model_name if model_name else ''} "
-        f"(queries {from_position}-{n_positions - 1})",
-    )
-    for layer, heads in enumerate(mass):
-        out.add_row(str(layer), f"{heads.mean():.3f}", f"{heads.max():.3f}", f"{uniform:.3f}")
     return out
 
 
@@ -488,6 +468,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from sampling_course.apps.attention_sinks import attention_mass_on_first, attention_table, eager_hf_model
     from sampling_course.implementation import impl_module, load_demo
     from sampling_course.reference import ReferenceUnavailable, load_reference
 

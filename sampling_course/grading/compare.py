@@ -12,7 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from sampling_course.implementation import IMPLS, load_demo, resolve_impl
-from sampling_course.grading.runner import isolated_package
+from sampling_course.grading.sandbox import isolated_package
 
 
 @dataclass

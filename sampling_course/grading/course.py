@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import difflib
 
-from sampling_course.grading.catalogue import Exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant
 from sampling_course.grading.parts import (
     part1_transformer,
     part2_sampling,
@@ -28,7 +28,10 @@ from sampling_course.grading.parts import (
     part8_structured,
 )
 
-__all__ = ["Exercise", "EXERCISES", "PARTS", "UnknownExerciseError", "get_exercise", "exercise_names"]
+__all__ = [
+    "EXERCISES", "MISTAKES", "PARTS", "PART_MODULES", "VARIANTS", "Exercise", "UnknownExerciseError", "exercise_names",
+    "get_exercise",
+]
 
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
 PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation, part6_caches,
@@ -37,6 +40,10 @@ PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, 
 PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
 
 EXERCISES: tuple[Exercise, ...] = tuple(exercise for module in PART_MODULES for exercise in module.EXERCISES)
+
+# The planted classic mistakes and correct variants, in course order (see grading/planting.py).
+MISTAKES: tuple[Mistake, ...] = tuple(mistake for module in PART_MODULES for mistake in module.MISTAKES)
+VARIANTS: tuple[Variant, ...] = tuple(variant for module in PART_MODULES for variant in module.VARIANTS)
 
 _BY_NAME: dict[str, Exercise] = {exercise.name.lower(): exercise for exercise in EXERCISES}
 

@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.grading.course import Exercise
+from sampling_course.grading.course import PARTS, Exercise
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -76,7 +76,7 @@ def render_result(result: Result) -> Panel:
         body.append(Text("· No tests for this exercise yet.", style="bold blue"))
         if result.message:
             body.append(Text(f"(all {result.total} tests skipped: {result.message})", style="dim"))
-    title = f"[bold]{ex.name}[/]  [dim]part {ex.part}: {ex.part_title}[/]"
+    title = f"[bold]{ex.name}[/]  [dim]part {ex.part}: {PARTS[ex.part]}[/]"
     return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[result.status], expand=False)
 
 
@@ -95,7 +95,7 @@ def render_table(results: Sequence[Result], title: str | None = None) -> Table:
     for result in results:
         if result.exercise.part != part:
             part = result.exercise.part
-            table.add_row("", Text(f"Part {part}: {result.exercise.part_title}", style="bold"), "", "")
+            table.add_row("", Text(f"Part {part}: {PARTS[result.exercise.part]}", style="bold"), "", "")
         style = _STYLE[result.status]
         table.add_row(
             Text(f"  {_SYMBOL[result.status]}", style=style),

@@ -13,16 +13,11 @@ are put back afterwards, so a check never disturbs the caller's own imports.
 from __future__ import annotations
 
 import dataclasses
-import importlib
-import inspect
 import io
 import os
-import pkgutil
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -35,6 +30,7 @@ from sampling_course.implementation import IMPLS, StaleInstallError, find_checko
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
 from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
 from sampling_course.grading.pytest_plugin import resolve_test_timeout
+from sampling_course.grading.sandbox import isolated_package, isolated_tests, substituted, terminal_like
 from sampling_course.grading.results import FAILING, CheckReport, Result, TestOutcome, summarize
 
 # A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
@@ -52,16 +48,15 @@ class TestsNotFoundError(FileNotFoundError):
 def tests_dir() -> Path:
     """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``).
 
-    Next to the imported ``sampling_course`` in a checkout (an editable install), else in
+    Next to the ``sampling_course`` package in a checkout (an editable install), else in
     the checkout the working directory lies in (after ``pip install .``, which copies the
     package but not the tests).
     """
-    import sampling_course
-
     candidates = []
     if os.environ.get("SAMPLING_COURSE_TESTS"):
         candidates.append(Path(os.environ["SAMPLING_COURSE_TESTS"]))
-    candidates.append(Path(sampling_course.__file__).resolve().parent.parent / "tests")
+    # This file is sampling_course/grading/runner.py: the package's folder is two levels up.
+    candidates.append(Path(__file__).resolve().parents[2] / "tests")
     checkout = find_checkout()
     if checkout is not None:
         candidates.append(checkout / "tests")
@@ -166,121 +161,6 @@ class _Collector:
 
 
 @contextmanager
-def _isolated_modules(ours: Callable[[str, ModuleType], bool]) -> Iterator[None]:
-    """Inside the block, modules for which ``ours(name, module)`` holds are imported afresh;
-    afterwards the caller's own modules are put back and the fresh ones dropped."""
-    saved = {name: module for name, module in list(sys.modules.items()) if module is not None and ours(name, module)}
-    for name in saved:
-        del sys.modules[name]
-    importlib.invalidate_caches()
-    try:
-        yield
-    finally:
-        for name, module in list(sys.modules.items()):
-            if module is not None and ours(name, module):
-                del sys.modules[name]
-        sys.modules.update(saved)
-
-
-def isolated_package(package: str):
-    """Import ``package`` afresh inside the block; put the caller's modules back afterwards.
-
-    Fresh: a learner's edits to exercises/*.py count without restarting the kernel.
-    Put back: objects the caller already holds (a model, a class) keep working, and an
-    outer pytest session that imported ``solutions`` is not disturbed by a nested check.
-    """
-    return _isolated_modules(lambda name, _: name == package or name.startswith(package + "."))
-
-
-def _isolated_tests(tests: Path):
-    """The same for conftest.py and the test modules: each check runs the tests on disk,
-    and a nested run never touches the module objects of an outer pytest session."""
-
-    def ours(name: str, module: ModuleType) -> bool:
-        file = getattr(module, "__file__", None)
-        if not file or not os.path.basename(file).startswith(("test_", "conftest")):
-            return False  # cheap test first: sys.modules holds thousands of modules
-        return Path(file).resolve().parent == tests
-
-    return _isolated_modules(ours)
-
-
-def _import_all(package: str) -> list[ModuleType]:
-    """Every module of ``package`` that imports; broken ones are left for the tests to report."""
-    root = importlib.import_module(package)
-    modules = [root]
-    for info in pkgutil.iter_modules(root.__path__):
-        try:
-            modules.append(importlib.import_module(f"{package}.{info.name}"))
-        except Exception:  # a learner's syntax error: the tests will say so, with a message
-            continue
-    return modules
-
-
-def resolve_target(exercise: Exercise, package: str) -> tuple[Any, str]:
-    """``(owner, attribute)`` of the object an exercise asks for, in ``package``.
-
-    ``owner`` is the module (for ``LayerNorm``) or the class (for
-    ``TransformerSampler.sample_top_p``) whose attribute ``check(obj=...)`` replaces.
-    """
-    owner: Any = importlib.import_module(f"{package}.{exercise.module}")
-    *path, attr = exercise.target.split(".")
-    for part in path:
-        owner = getattr(owner, part)
-    if attr not in vars(owner):
-        raise LookupError(f"{package}.{exercise.module} has no {exercise.target} (needed by exercise {exercise.name})")
-    return owner, attr
-
-
-def _replacement(obj: Any, owner: Any, attr: str) -> Any:
-    """``obj`` in the form ``owner.attr`` needs: a staticmethod for a static method, and so on."""
-    original = vars(owner)[attr]
-    if isinstance(owner, ModuleType):
-        return obj
-    if inspect.ismethod(obj):  # a bound method: use the function underneath
-        obj = obj.__func__
-    if isinstance(obj, type) and not isinstance(original, type):
-        # The learner passed their whole class for one method: take that method from it.
-        try:
-            obj = inspect.getattr_static(obj, attr)
-        except AttributeError:
-            raise TypeError(f"{obj.__name__} has no attribute {attr!r} to check") from None
-    if isinstance(original, staticmethod) and not isinstance(obj, staticmethod):
-        return staticmethod(obj)
-    if isinstance(original, classmethod) and not isinstance(obj, (classmethod, staticmethod)):
-        return classmethod(obj)
-    return obj
-
-
-@contextmanager
-def substituted(package: str, exercise: Exercise | str, obj: Any) -> Iterator[None]:
-    """Inside the block, ``package`` uses ``obj`` for the exercise's object.
-
-    A module-level object (a class such as ``LayerNorm``) is replaced in every module
-    of the package that holds it, so ``DemoTransformer`` builds its blocks from ``obj``.
-    A method (``Beams.generate``, the static ``TransformerSampler.sample_top_p``) is
-    replaced on its class, wrapped in ``staticmethod`` when the original was one.
-    Everything is restored on exit.
-    """
-    exercise = get_exercise(exercise)
-    modules = _import_all(package)
-    owner, attr = resolve_target(exercise, package)
-    original = vars(owner)[attr]
-    replacement = _replacement(obj, owner, attr)
-    owners = [m for m in modules if vars(m).get(attr, None) is original] if isinstance(owner, ModuleType) else [owner]
-    if owner not in owners:
-        owners.append(owner)
-    saved = [(o, vars(o)[attr]) for o in owners]
-    try:
-        for o in owners:
-            setattr(o, attr, replacement)
-        yield
-    finally:
-        for o, value in saved:
-            setattr(o, attr, value)
-
-
-@contextmanager
 def _scoped_env(**values: str | None) -> Iterator[None]:
     """Set (or, for None, remove) environment variables inside the block only."""
     # patch.dict restores the whole environment on exit, whatever the block changed.
@@ -291,42 +171,6 @@ def _scoped_env(**values: str | None) -> Iterator[None]:
             else:
                 os.environ[key] = value
         yield
-
-
-@contextmanager
-def _terminal_like() -> Iterator[None]:
-    """Inside the block, libraries that detect Jupyter behave as in a terminal.
-
-    The nested test session runs inside the notebook's kernel, where ``tqdm.auto`` would
-    draw widgets and rich would render HTML: both bypass pytest's capture, so they would
-    leak into the cell and hide output from the tests that check it. Restored on exit.
-    """
-    patches: list[tuple[Any, str, Any]] = []
-    try:
-        import tqdm.asyncio
-        import tqdm.auto
-        import tqdm.autonotebook
-        import tqdm.std
-
-        patches += [
-            (tqdm.auto, "tqdm", tqdm.asyncio.tqdm), (tqdm.auto, "trange", tqdm.asyncio.trange),
-            (tqdm.autonotebook, "tqdm", tqdm.std.tqdm), (tqdm.autonotebook, "trange", tqdm.std.trange),
-        ]
-    except ImportError:
-        pass
-    import rich.console
-
-    if hasattr(rich.console, "_is_jupyter"):
-        patches.append((rich.console, "_is_jupyter", lambda: False))
-    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patches if hasattr(owner, name)]
-    try:
-        for owner, name, value in patches:
-            if hasattr(owner, name):
-                setattr(owner, name, value)
-        yield
-    finally:
-        for owner, name, value in saved:
-            setattr(owner, name, value)
 
 
 def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exercise]:
@@ -376,7 +220,7 @@ def run_report(
     # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
     # session's last teardown and belongs to an outer session, if any: put it back.
     env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
-    with isolated_package(impl), _isolated_tests(tests), env, _terminal_like():
+    with isolated_package(impl), isolated_tests(tests), env, terminal_like():
         with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
             # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.
             with redirect_stdout(output), redirect_stderr(output):

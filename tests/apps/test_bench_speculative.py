@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from sampling_course.apps import bench_speculative as bench
+from sampling_course.apps.speculative_pair import hf_generate, load_pair
 
 
 @pytest.fixture(scope="module")
 def quick_pair():
-    return bench.load_pair("solutions", quick=True)
+    return load_pair("solutions", quick=True)
 
 
 def test_theory_formulas():
@@ -41,8 +42,8 @@ def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
     """A speculative greedy text that differs from plain greedy is a BenchCheckError."""
     real = bench.ours_speculative
 
-    def off_by_one(pair, prompt, n, gamma, temperature, seed):
-        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+    def off_by_one(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
         return ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab], stats
 
     bench.check_greedy(quick_pair, [2], 6)
@@ -54,7 +55,7 @@ def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
 def with_early_eos(pair, temperature: float, gamma: int | None):
     """Make the first token Hugging Face generates (seed 0) the EOS of both its models, as the story models'
     end-of-text token is at the end of every story; returns that token."""
-    ids, _ = bench.hf_generate(pair, pair.prompts[0], 1, temperature, 0, gamma)
+    ids, _ = hf_generate(pair, pair.prompts[0], 1, temperature, 0, gamma)
     eos = ids[len(pair.prompts[0])]
     for model in (pair.hf_target, pair.hf_draft):
         model.generation_config.eos_token_id = eos
@@ -68,11 +69,11 @@ def test_hugging_face_generates_every_token_asked_for_past_its_eos(temperature, 
     Greedy text, and a seeded sample's first token, are the same whether EOS stops
     generation or not, so EOS is certain to come first here.
     """
-    pair = bench.load_pair("solutions", quick=True)
+    pair = load_pair("solutions", quick=True)
     eos = with_early_eos(pair, temperature, gamma)
     prompt = pair.prompts[0]
     configs = [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)]
-    ids, _ = bench.hf_generate(pair, prompt, 6, temperature, 0, gamma)
+    ids, _ = hf_generate(pair, prompt, 6, temperature, 0, gamma)
     assert len(ids) == len(prompt) + 6 and ids[len(prompt)] == eos
     # The models' own configs (shared, read-only references in a real run) come back unchanged.
     assert [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)] == configs
@@ -80,7 +81,7 @@ def test_hugging_face_generates_every_token_asked_for_past_its_eos(temperature, 
 
 def test_measure_times_equal_work_when_eos_comes_first():
     """Every method of a timed round generates the tokens asked for, with an EOS at the first new position."""
-    pair = bench.load_pair("solutions", quick=True)
+    pair = load_pair("solutions", quick=True)
     with_early_eos(pair, 0.0, None)
     results = bench.measure(pair, [1, 2], 6, temperature=0.0, repeats=1)
     for row in results.rows:
@@ -91,13 +92,31 @@ def test_a_short_run_is_a_bench_check_error(quick_pair, monkeypatch):
     """A method that stops early fails with BenchCheckError naming it (not a bare assert, which -O removes)."""
     real = bench.ours_speculative
 
-    def stops_early(pair, prompt, n, gamma, temperature, seed):
-        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+    def stops_early(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
         return ids[:-1], stats
 
     monkeypatch.setattr(bench, "ours_speculative", stops_early)
     with pytest.raises(bench.BenchCheckError, match=r"speculative_generate \(gamma=1\) generated 5 new tokens"):
         bench.measure(quick_pair, [1], 6, temperature=1.0, repeats=1, hf=False, check=False)
+
+
+def test_static_caches_are_checked_and_timed(quick_pair, monkeypatch):
+    """With static=True the greedy check runs on StaticKeyValueCaches too (and fails on a wrong text there), and
+    every round times speculative and target-only generation on them."""
+    results = bench.measure(quick_pair, [1, 2], 5, temperature=1.0, repeats=1, hf=False, static=True)
+    assert len(results.static_baseline) == len(quick_pair.prompts)
+    assert all(len(row.static_seconds) == len(quick_pair.prompts) for row in results.rows)
+    assert "static" in "".join(str(column.header) for column in bench.table(results).columns)
+    real = bench.ours_speculative
+
+    def wrong_on_static(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
+        return (ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab] if cache == "static" else ids), stats
+
+    monkeypatch.setattr(bench, "ours_speculative", wrong_on_static)
+    with pytest.raises(bench.BenchCheckError, match="static caches"):
+        bench.check_greedy(quick_pair, [2], 6, ("dynamic", "static"))
 
 
 def test_main_quick_prints_the_table(capsys):

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from sampling_course.grading import checking, runner
 from sampling_course.grading import compare as compare_module
-from sampling_course.grading.checking import check, cli_check, cli_hint, hint
+from sampling_course.apps.course_commands import check_main, hint_main
+from sampling_course.grading.checking import check, hint
 from sampling_course.grading.compare import compare
 from sampling_course.grading.render import render_progress
 from sampling_course.grading.results import (
@@ -32,7 +33,8 @@ from sampling_course.grading.results import (
     TestOutcome,
     summarize,
 )
-from sampling_course.grading.runner import resolve_target, run_checks, substituted
+from sampling_course.grading.runner import run_checks
+from sampling_course.grading.sandbox import resolve_target, substituted, terminal_like
 from sampling_course.grading.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
 from sampling_course.grading.stubs import is_learner_edited
 
@@ -47,7 +49,8 @@ COURSE_ORDER = [
     "Beams.generate", "Beams.get_topk_non_repeating", "Beams.filter", "beam_search",
     "KeyValueCache", "cached_forward", "cached_sample", "cached_beam_search",
     "top_k_filter", "top_p_filter", "min_p_filter", "warp_logits", "batched_sample", "apply_repetition_penalty",
-    "apply_presence_and_frequency_penalty", "padded_forward", "generate", "StopStringCriteria", "TextStreamer",
+    "apply_presence_and_frequency_penalty", "left_pad", "position_ids_from_mask", "masked_forward", "padded_forward",
+    "generate", "StopStringCriteria", "TextStreamer",
     "fuse_qkv", "StaticKeyValueCache.update", "StaticKeyValueCache.reorder", "fast_forward", "SinkCache.positions",
     "SinkCache.update",
     "filtered_probs", "draft_tokens", "residual_probs", "accept_or_resample", "crop_cache", "speculative_round",
@@ -120,7 +123,7 @@ def test_every_exercise_has_planted_correct_variants_that_apply():
     """Each exercise has at least two planted correct variants (other styles that
     `sampling-course plant-mistakes --variants` runs its tests on), and every planted variant
     and mistake rewrites text found exactly once in the solutions."""
-    from sampling_course.grading.mistakes import MISTAKES, VARIANTS
+    from sampling_course.grading.course import MISTAKES, VARIANTS
 
     registered = {e.name for e in EXERCISES}
     assert {v.exercise for v in VARIANTS} <= registered
@@ -215,14 +218,14 @@ def test_layer_norm_stub_is_not_implemented_and_cli_fails():
     [result] = run_checks(["layernorm"], impl="exercises")
     assert result.status == NOT_IMPLEMENTED_YET, result
     assert result.stubs == ("LayerNorm.forward",) and result.passed == 0
-    assert cli_check(["LayerNorm", "--impl", "exercises"]) != 0
-    assert cli_check(["LayerNorm", "--impl", "solutions"]) == 0
+    assert check_main(["LayerNorm", "--impl", "exercises"]) != 0
+    assert check_main(["LayerNorm", "--impl", "solutions"]) == 0
 
 
 def test_cli_check_rejects_unknown_names():
     """An unknown exercise or --impl is a usage error (exit code 2), not a crash."""
-    assert cli_check(["NoSuchExercise"]) == 2
-    assert cli_check(["LayerNorm", "--impl", "mine"]) == 2
+    assert check_main(["NoSuchExercise"]) == 2
+    assert check_main(["LayerNorm", "--impl", "mine"]) == 2
 
 
 class WrongLayerNorm(torch.nn.Module):
@@ -317,7 +320,7 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 
     monkeypatch.setattr(rich.console, "_is_jupyter", lambda: True)
     monkeypatch.setattr(tqdm.auto, "tqdm", NotebookBar)
-    with runner._terminal_like():
+    with terminal_like():
         assert tqdm.auto.tqdm is tqdm.asyncio.tqdm
         assert not Console(file=io.StringIO()).is_jupyter
     assert tqdm.auto.tqdm is NotebookBar and rich.console._is_jupyter()
@@ -331,17 +334,17 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 def test_cli_hint_levels(capsys):
     """The CLI shows level 1 by default, one chosen level with --level, all with --all; 2 for unknown names."""
     ex = get_exercise("LayerNorm")
-    assert cli_hint(["layernorm"]) == 0
+    assert hint_main(["layernorm"]) == 0
     out = capsys.readouterr().out
     assert "Hint 1/3" in out and "Hint 2/3" not in out
-    assert cli_hint(["LayerNorm", "--level", "3"]) == 0
+    assert hint_main(["LayerNorm", "--level", "3"]) == 0
     out = capsys.readouterr().out
     assert "Hint 3/3" in out and "Hint 1/3" not in out and "biased" not in out.split("Hint 3/3")[0]
     assert "layer_norm_eps" in out
-    assert cli_hint(["LayerNorm", "--all"]) == 0
+    assert hint_main(["LayerNorm", "--all"]) == 0
     out = capsys.readouterr().out
     assert all(f"Hint {i}/3" in out for i in (1, 2, 3)) and ex.task[:30] in out
-    assert cli_hint(["NoSuchExercise"]) == 2
+    assert hint_main(["NoSuchExercise"]) == 2
 
 
 def test_hint_reveals_one_more_level_per_call(monkeypatch):

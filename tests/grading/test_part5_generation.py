@@ -7,7 +7,8 @@ How the tests judge:
   ``TopPLogitsWarper``, ``MinPLogitsWarper``, ``RepetitionPenaltyLogitsProcessor``, and
   the whole chain in Hugging Face's order): the same kept set, the same values. The
   presence and frequency penalties have no Hugging Face processor; their oracle is a
-  plain loop over the tokens written here.
+  plain loop over the tokens written here, and in ``generate`` a transcription of OpenAI's
+  definition (they count the generated tokens only, as vLLM's do).
 * Ties at the k-th value: Hugging Face keeps every tied token; a filter that keeps
   exactly k of them (torch.topk and a scatter) is also accepted.
 * ``sample`` is random, so it is tested statistically: which tokens can appear (exact),
@@ -21,23 +22,18 @@ How the tests judge:
   full forwards. Per-row stopping runs on a toy model whose rows end at known steps.
 * Stop strings are compared with Hugging Face's ``StopStringCriteria`` on the same
   sequences; the streamer's printed text with the final decode, on multi-byte text.
-* The ``sampling-course generate`` command: in-process for its modes, plus two
-  subprocesses (bad flags, and the REPL reading real stdin).
 
 Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any seed must pass.
 """
 
 from __future__ import annotations
 
+import copy
 import io
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from scipy import stats
-from torch import nn
 from transformers import (
     LogitsProcessorList,
     MinPLogitsWarper,
@@ -48,10 +44,8 @@ from transformers import (
     TopPLogitsWarper,
 )
 
-from sampling_course.config import Config
-from sampling_course.implementation import load_demo
+from doubles import IdTokenizer, RecordingFile, SuccessorModel
 
-REPO = Path(__file__).resolve().parents[2]
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
 TOL = dict(atol=1e-4, rtol=1e-4)
 # Filters only mask: kept values are the input's, up to one rounding of the temperature division.
@@ -76,12 +70,6 @@ PROMPTS = [
 def gen(impl):
     """The generate module under test."""
     return impl.generate
-
-
-@pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
 
 
 def random_logits(seed: int, batch: int, d_vocab: int, scale: float = 2.0) -> torch.Tensor:
@@ -160,47 +148,6 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     total = sum(wanted)  # scipy wants the sums to agree to ~1e-8
     wanted = [w * n / total for w in wanted]
     return float(stats.chisquare(observed, wanted).pvalue)
-
-
-class IdsTokenizer:
-    """Text is token ids: "5 6 7" <-> [5, 6, 7]. All ``generate`` needs from a tokenizer."""
-
-    pad_token_id = None
-
-    def __init__(self, eos_token_id: int):
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return [int(t) for t in text.split()]
-
-    def decode(self, ids, **kwargs) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return " ".join(str(i) for i in ids)
-
-
-class CountingModel(nn.Module):
-    """A toy model: the next token is always the last token + 1 (mod d_vocab), with certainty.
-
-    Rows whose prompts end at different distances below the EOS id reach it at known
-    steps. It records each call as (positions passed, positions already cached).
-    """
-
-    def __init__(self, KeyValueCache, d_vocab: int = 64, n_ctx: int = 64):
-        super().__init__()
-        self.cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=d_vocab, n_ctx=n_ctx)
-        self.KeyValueCache = KeyValueCache
-        self.calls: list[tuple[int, int]] = []
-
-    def forward(self, tokens, kv_cache=None, *, attention_mask=None):
-        past = 0 if kv_cache is None else kv_cache.seq_len
-        self.calls.append((tokens.shape[1], past))
-        new = tokens[:, past:]
-        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
-        logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
-        if kv_cache is None:
-            return logits
-        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
-        return logits, self.KeyValueCache(cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -476,7 +423,21 @@ def random_rows(seed: int, lengths: list[int], d_vocab: int) -> list[list[int]]:
     return [torch.randint(0, d_vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
-@pytest.mark.exercise("padded_forward")
+@pytest.mark.exercise("left_pad")
+def test_left_pad_matches_the_tokenizers_left_padding(gen, reference):
+    """left_pad gives what Hugging Face's tokenizer gives with padding_side="left" (pad = EOS): every row's last
+    real token in the last column, pads before it, the mask 1 at real tokens and 0 at pads."""
+    tok = copy.deepcopy(reference.tokenizer)
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    for prompts in (PROMPTS, PROMPTS[1:2], ["same length", "same length"]):
+        expected = tok(prompts, padding=True, return_tensors="pt")
+        ids, mask = gen.left_pad([tok.encode(p) for p in prompts], tok.eos_token_id)
+        assert not ids.is_floating_point() and not mask.is_floating_point(), "input_ids and attention_mask hold integers"
+        assert_same_tokens(ids, expected.input_ids, f"left_pad({len(prompts)} prompts): input_ids")
+        assert_same_tokens(mask, expected.attention_mask, f"left_pad({len(prompts)} prompts): attention_mask")
+
+
+@pytest.mark.exercise("position_ids_from_mask")
 def test_position_ids_count_real_tokens_only(impl):
     """position_ids_from_mask numbers each row's real tokens 0, 1, 2, ... (what pads get is not checked)."""
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 0, 0]])
@@ -485,6 +446,52 @@ def test_position_ids_count_real_tokens_only(impl):
     for row in range(mask.shape[0]):
         real = positions[row][mask[row].bool()].tolist()
         assert real == list(range(len(real))), f"row {row} (mask {mask[row].tolist()}): real tokens at positions {real}"
+
+
+def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int = 0):
+    """Hugging Face's input to a block's attention (its ln_1 output) and that attention's output, on a padded
+    batch with the positions Hugging Face's generate gives it (real tokens counted from 0, pads at 0)."""
+    seen = {}
+    block = reference.hf_model.transformer.h[layer]
+    hooks = [block.ln_1.register_forward_hook(lambda module, args, out: seen.__setitem__("x", out)),
+             block.attn.register_forward_hook(lambda module, args, out: seen.__setitem__("out", out[0]))]
+    try:
+        with torch.no_grad():
+            reference.hf_model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen["x"], seen["out"]
+
+
+@pytest.mark.exercise("masked_forward")
+@pytest.mark.parametrize("layer", [0, -1], ids=["first layer", "last layer"])
+def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, seed, layer):
+    """Attention.masked_forward, fed Hugging Face's own attention input for a left-padded batch, gives Hugging
+    Face's attention output at every real token: all positions new (kv all empty slots), and with a cache (the
+    first positions, then the last two on top, their keys and values written into kv's last slots). kv starts
+    as NaN, so a slot read before it is written shows."""
+    cfg = reference.cfg
+    layer = layer % cfg.n_layers
+    rows = random_rows(seed + 3, [7, 2, 5], cfg.d_vocab)
+    ids, mask = left_padded(rows, reference.tokenizer.eos_token_id)
+    x, expected = hf_attention_io(reference, ids, mask, layer)
+    attn, real, n = demo.blocks[layer].attn, mask.bool(), ids.shape[1]
+
+    def empty_kv() -> torch.Tensor:
+        return torch.full((2, len(rows), n, cfg.n_heads, cfg.d_head), float("nan"))
+
+    with torch.no_grad():
+        out = attn.masked_forward(x, empty_kv(), mask)
+        kv = empty_kv()
+        first = attn.masked_forward(x[:, : n - 2], kv[:, :, : n - 2], mask[:, : n - 2])
+        last = attn.masked_forward(x[:, n - 2 :], kv, mask)
+    for what, got, want, keep in (("all positions new", out, expected, real),
+                                  ("cached: the first positions", first, expected[:, : n - 2], real[:, : n - 2]),
+                                  ("cached: the last two on top", last, expected[:, n - 2 :], real[:, n - 2 :])):
+        assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        torch.testing.assert_close(got[keep], want[keep], **TOL,
+                                   msg=lambda m: f"layer {layer}, {what}: attention output at real tokens.\n{m}")
 
 
 @pytest.mark.exercise("padded_forward")
@@ -685,26 +692,73 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
             assert mine.tolist() == expected.tolist(), f"greedy with repetition_penalty={penalty}, prompt {r}"
 
 
+def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, frequency: float):
+    """Greedy decoding of one prompt under OpenAI's definition of the two penalties, transcribed:
+
+        mu[j] <- mu[j] - c[j] * frequency_penalty - float(c[j] > 0) * presence_penalty
+
+    where c[j] is how often token j was sampled before the current position (the prompt's tokens
+    are not counted). Returns the new tokens and each one's log-prob under the penalised logits;
+    the logits come from Hugging Face, the row alone."""
+    tok = reference.tokenizer
+    ids = tok.encode(prompt)
+    sampled: list[int] = []
+    scores: list[float] = []
+    for _ in range(new):
+        mu = hf_logits_alone(reference, ids + sampled)[-1].clone()
+        for j in set(sampled):
+            c = sampled.count(j)
+            mu[j] = mu[j] - c * frequency - float(c > 0) * presence
+        token = int(mu.argmax())
+        scores.append(float(mu.log_softmax(-1)[token]))
+        sampled.append(token)
+        if token == tok.eos_token_id:
+            break
+    return sampled, scores
+
+
+@pytest.mark.exercise("generate")
+def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference):
+    """generate's presence and frequency penalties follow OpenAI's definition (also vLLM's): they count the tokens
+    sampled so far, never the prompt's. Greedy tokens and their scores equal a transcription of that definition
+    on Hugging Face's logits, each prompt alone. (The repetition penalty, Hugging Face's, counts the prompt too:
+    see the scores test above.)"""
+    tok, new = reference.tokenizer, 10
+    for presence, frequency in ((0.0, 1.5), (2.0, 0.0), (0.7, 0.9)):
+        out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, presence_penalty=presence,
+                           frequency_penalty=frequency, return_dict_in_generate=True)
+        width = out.sequences.shape[1] - out.scores.shape[1]
+        for r, prompt in enumerate(PROMPTS):
+            tokens, scores = openai_penalised_greedy(reference, prompt, new, presence, frequency)
+            what = f"presence_penalty={presence}, frequency_penalty={frequency}, prompt {r}"
+            mine = out.sequences[r, width : width + len(tokens)].tolist()
+            assert mine == tokens, f"{what}: generated {mine}, OpenAI's definition gives {tokens}"
+            torch.testing.assert_close(
+                out.scores[r, : len(scores)], torch.tensor(scores), **TOL,
+                msg=lambda m: f"{what}: scores differ from OpenAI's definition (do the penalties count the prompt?)\n{m}",
+            )
+
+
 # ---------------------------------------------------------------------------------------
 # generate: per-row stopping, on a toy model
 # ---------------------------------------------------------------------------------------
 
 
 @pytest.fixture()
-def counting(impl):
-    model = CountingModel(impl.transformer.KeyValueCache)
+def successor_batch(impl):
+    model = SuccessorModel(impl.transformer.KeyValueCache)
     eos = model.cfg.d_vocab - 1
     # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
     prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]
-    return model, IdsTokenizer(eos), prompts, eos
+    return model, IdTokenizer(eos), prompts, eos
 
 
 @pytest.mark.exercise("generate")
-def test_rows_finish_at_their_own_step(gen, counting):
+def test_rows_finish_at_their_own_step(gen, successor_batch):
     """Each row stops at its own EOS, then receives pads (the EOS id) and never changes; the loop ends when the last
     row finishes, not at max_new_tokens. One prefill over the prompts, then one new position per step. Scores are
     finite up to and including the EOS step and NaN after it."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
     out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, return_dict_in_generate=True)
     width = 5
     expected = [
@@ -728,10 +782,10 @@ def test_rows_finish_at_their_own_step(gen, counting):
 
 
 @pytest.mark.exercise("generate")
-def test_a_criterion_stops_only_its_rows(gen, counting):
+def test_a_criterion_stops_only_its_rows(gen, successor_batch):
     """A stopping criterion that stops row 1 only (at 7 tokens) pads row 1; the others run on to their EOS.
     MaxLengthCriteria(7) stops every row at 7 tokens."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
 
     def stop_row_1(input_ids, scores):
         stop = torch.zeros(input_ids.shape[0], dtype=torch.bool)
@@ -836,21 +890,6 @@ def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
 STREAM_TEXT = "Grüße aus Köln ☃ — naïve café, 東京 and emoji 🙂 end.\nNew line: über.   spaced"
 
 
-class Recorder:
-    """A file that keeps every write separately."""
-
-    def __init__(self):
-        self.chunks: list[str] = []
-
-    def write(self, text: str) -> int:
-        if text:
-            self.chunks.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 @pytest.mark.exercise("TextStreamer")
 def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     """Fed one token at a time on text with multi-byte characters, TextStreamer's writes put together are the
@@ -859,7 +898,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     tok = tiny.tokenizer
     ids = tok.encode(STREAM_TEXT)
     assert any(tok.decode(ids[i : i + 1]) == "\ufffd" for i in range(len(ids))), "the text must split a character"
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, file=out)
     streamer.put(torch.tensor([ids[:3]]))
     for token in ids[3:]:
@@ -870,7 +909,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     assert all(chunk[-1] in " \n" for chunk in out.chunks[:-1]), f"writes that end mid-word: {out.chunks}"
     assert len(out.chunks) >= 8, f"expected the text a word at a time, got {len(out.chunks)} writes"
 
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, skip_prompt=True, file=out)
     streamer.put(torch.tensor([ids[:4]]))
     for token in ids[4:]:
@@ -883,144 +922,8 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
 def test_generate_streams_what_it_returns(gen, demo, reference, seed):
     """generate(..., streamer=TextStreamer(...)) prints the prompt and then exactly the text it returns."""
     tok = reference.tokenizer
-    out = Recorder()
+    out = RecordingFile()
     sequences = gen.generate(demo, tok, ["Grüße aus Köln, said the"], 25, seed=seed, temperature=1.5,
                              streamer=gen.TextStreamer(tok, file=out))
     assert "".join(out.chunks) == tok.decode(sequences[0], clean_up_tokenization_spaces=False)
     assert len(out.chunks) >= 2
-
-
-# ---------------------------------------------------------------------------------------
-# The `sampling-course generate` command
-# ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cli():
-    from sampling_course.apps import generate as cli_module
-
-    return cli_module
-
-
-def run_cli(cli, argv, monkeypatch, capsys, tty: bool = False, stdin: str | None = None):
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    code = cli.main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def expected_text(prompt: str, new: int, **settings) -> str:
-    from sampling_course.reference import load_reference
-    from solutions import transformer
-    from solutions.generate import generate
-
-    ref = load_reference("tiny")
-    out = generate(load_demo(ref, transformer), ref.tokenizer, [prompt], new, **settings)
-    return ref.tokenizer.decode(out[0], skip_special_tokens=True)
-
-
-def test_cli_piped_prints_the_text_once(cli, monkeypatch, capsys):
-    """Piped, `sampling-course generate` prints the prompt and its continuation once, as generate() makes it."""
-    argv = ["--model", "tiny", "--impl", "solutions", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "3",
-            "--temperature", "0.8", "--top-p", "0.9", "--stop", "zzz"]
-    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
-    assert code == 0, err
-    assert out == expected_text("The cat", 12, seed=3, temperature=0.8, top_p=0.9, stop_strings=["zzz"]) + "\n"
-
-
-def test_cli_streams_on_a_terminal(cli, monkeypatch, capsys):
-    """On a terminal the same text arrives in several writes (streamed), ending with a newline."""
-    writes = []
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    real_write = sys.stdout.write
-    monkeypatch.setattr(sys.stdout, "write", lambda s: (writes.append(s), real_write(s))[1], raising=False)
-    code = cli.main(["--model", "tiny", "--prompt", "Once upon", "--max-new-tokens", "20", "--temperature", "0"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert out == expected_text("Once upon", 20, temperature=0.0) + "\n"
-    assert len([w for w in writes if w]) >= 3, f"expected streamed writes, got {writes}"
-
-
-def test_cli_beam_search(cli, monkeypatch, capsys):
-    """--num-beams runs part 3's beam search and prints its best continuation."""
-    from sampling_course.reference import load_reference
-    from solutions import sampling, transformer
-
-    ref = load_reference("tiny")
-    sampler = sampling.TransformerSampler(load_demo(ref, transformer), ref.tokenizer)
-    [(_, best)] = sampler.beam_search("The cat", 1, 3, 6, no_repeat_ngram_size=2)
-    code, out, err = run_cli(cli, ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3",
-                                   "--no-repeat-ngram-size", "2"], monkeypatch, capsys)
-    assert code == 0, err
-    assert out == best + "\n"
-
-
-def test_cli_static_cache_gives_the_same_text(cli, monkeypatch, capsys):
-    """--cache static (part 6's fast path) prints what the default cache does, sampling and beam search alike."""
-    sampling = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "5", "--top-k", "20"]
-    beams = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3"]
-    for argv in (sampling, beams):
-        code, expected, err = run_cli(cli, argv, monkeypatch, capsys)
-        assert code == 0, err
-        code, out, err = run_cli(cli, argv + ["--cache", "static"], monkeypatch, capsys)
-        assert code == 0, err
-        assert out == expected
-    code, _, err = run_cli(cli, sampling + ["--cache", "paged"], monkeypatch, capsys)
-    assert code == 2 and "cache must be one of dynamic, static" in err
-
-
-def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
-    """In the REPL, /set changes a setting (and rejects a bad one), /show shows it, Ctrl-C during a generation stops
-    that generation only, and the next prompt still runs; end of input leaves with status 0."""
-    real_generate = cli.load_engine
-
-    calls = []
-
-    def engine_that_is_interrupted_once(*args, **kwargs):
-        engine = real_generate(*args, **kwargs)
-        original = engine.generate
-
-        def generate(*a, **k):
-            calls.append(k)
-            if len(calls) == 1:
-                raise KeyboardInterrupt
-            return original(*a, **k)
-
-        engine.generate = generate
-        return engine
-
-    monkeypatch.setattr(cli, "load_engine", engine_that_is_interrupted_once)
-    stdin = "/set temperature 0\n/set top_p 7\n/set colour blue\n/show\nfirst prompt\nThe cat\n/help\n"
-    code, out, err = run_cli(cli, ["--model", "tiny", "--interactive", "--max-new-tokens", "8"], monkeypatch, capsys, stdin=stdin)
-    assert code == 0, err
-    assert "temperature = 0" in out and "top_p must be in [0, 1]" in out and "unknown setting 'colour'" in out
-    assert "stopped" in out
-    assert expected_text("The cat", 8, temperature=0.0) in out
-    assert "/quit" in out  # from /help
-    assert len(calls) == 2 and calls[1]["temperature"] == 0.0
-
-
-CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
-
-
-def test_cli_bad_flags_exit_2_with_one_line():
-    """Unknown flags, bad values and a missing prompt give a one-line error on stderr and exit status 2."""
-    for argv in (["--bogus"], ["--prompt", "x", "--temperature", "-1"], ["--prompt", "x", "--top-p", "abc"], [],
-                 ["--prompt", "x", "--model", "nope"]):
-        proc = subprocess.run(CLI + argv, capture_output=True, text=True, cwd=REPO, timeout=120)
-        assert proc.returncode == 2, (argv, proc.returncode, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "error" in lines[0], (argv, proc.stderr)
-
-
-def test_cli_repl_reads_stdin():
-    """The REPL in a real process: prompts and commands from stdin, /quit leaves with status 0."""
-    stdin = "/set temperature 0\n/show\nThe cat\n/quit\nnever reached\n"
-    proc = subprocess.run(CLI + ["--model", "tiny", "--interactive", "--max-new-tokens", "6"], input=stdin,
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "temperature = 0" in proc.stdout
-    assert expected_text("The cat", 6, temperature=0.0) in proc.stdout
-    assert "never reached" not in proc.stdout

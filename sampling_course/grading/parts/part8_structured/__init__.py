@@ -139,7 +139,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_S, _G, _T = "structured.py", "generate.py", "grading/test_part8_structured.py"
+_S, _G = "structured.py", "generate.py"
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the named test file catches it.
@@ -147,38 +147,38 @@ MISTAKES: list[Mistake] = [
     Mistake(8, "tokens decoded as text instead of bytes (a split character becomes U+FFFD)", _S,
             "    return [None if token_id in special else bytes(byte_of_char[c] for c in name) for token_id, name in enumerate(names)]",
             "    return [None if token_id in special else tokenizer.decode([token_id]).encode(\"utf-8\") for token_id in range(len(names))]",
-            _T, why="each token decoded as text and encoded again, which turns a token holding part of a character into the replacement character's bytes"),
+            why="each token decoded as text and encoded again, which turns a token holding part of a character into the replacement character's bytes."),
     Mistake(8, "special tokens read as text", _S,
             "    return [None if token_id in special else bytes(byte_of_char[c] for c in name) for token_id, name in enumerate(names)]",
             "    return [bytes(byte_of_char[c] for c in name) for name in names]",
-            _T, why="the end-of-text token read as the text '<|endoftext|>' instead of None"),
+            why="the end-of-text token read as the text '<|endoftext|>' instead of None."),
     Mistake(8, "non-printable bytes shifted by their own value, not counted in order", _S,
             "        char_of_byte[b] = chr(256 + shifted)", "        char_of_byte[b] = chr(256 + b)",
-            _T, why="the 68 non-printable bytes written as chr(256 + byte) instead of chr(256), chr(257), ... in order"),
+            why="the 68 non-printable bytes written as chr(256 + byte) instead of chr(256), chr(257), ... in order."),
     Mistake(8, "only a token's first byte checked", _S,
             "    for byte in token:\n        state = automaton.step(state, byte)\n        if state is None:\n            return None\n    return state\n",
             "    return automaton.step(state, token[0])\n",
-            _T, why="only the first byte of the token is checked, so a token may start right and then leave the language"),
+            why="only the first byte of the token is checked, so a token may start right and then leave the language."),
     Mistake(8, "EOS allowed in non-accepting states", _S,
             "        if automaton.is_accepting(state):\n            row[eos_token_id] = DONE\n",
             "        row[eos_token_id] = DONE\n",
-            _T, why="the end-of-text token allowed in every state, so a text can end before it is a member"),
+            why="the end-of-text token allowed in every state, so a text can end before it is a member."),
     Mistake(8, "only the start state explored", _S,
             "                number[target] = len(queue)\n                queue.append(target)\n",
             "                number[target] = len(queue)\n",
-            _T, why="states reached from the start are numbered but never explored, so they get no row"),
+            why="states reached from the start are numbered but never explored, so they get no row."),
     Mistake(8, "forbidden tokens multiplied by zero instead of set to -inf", _S,
             "        return logits.masked_fill(~allowed[states], float(\"-inf\"))",
             "        return logits * allowed[states]",
-            _T, why="forbidden logits set to 0, which leaves them a probability of their own"),
+            why="forbidden logits set to 0, which leaves them a probability of their own."),
     Mistake(8, "finished rows' state not advanced (a row that read EOS keeps its state)", _S,
             "            next_states.append(row[token])",
             "            next_states.append(state if token == self.eos_token_id else row[token])",
-            _T, why="a row that reads the end-of-text token keeps its state instead of moving to DONE, so it never finishes"),
+            why="a row that reads the end-of-text token keeps its state instead of moving to DONE, so it never finishes."),
     Mistake(8, "a finished row's pads read through the index", _S,
             "            if state == DONE:\n                next_states.append(DONE)\n                continue\n",
             "",
-            _T, why="a finished (DONE) row looks its pad up in the index instead of staying DONE"),
+            why="a finished (DONE) row looks its pad up in the index instead of staying DONE."),
     Mistake(8, "masking after the temperature-scaled softmax and the filters instead of the logits", _G,
             "            processed = constraint.mask_logits(processed, states)\n"
             "        next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
@@ -187,35 +187,35 @@ MISTAKES: list[Mistake] = [
             "            next_tokens = torch.multinomial(probs / probs.sum(dim=-1, keepdim=True), 1, generator=generator)[:, 0]\n"
             "        else:\n"
             "            next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
-            _T, why="the mask applied to the probabilities after the temperature and the filters, so top-k and top-p choose among all tokens"),
+            why="the mask applied to the probabilities after the temperature and the filters, so top-k and top-p choose among all tokens."),
     Mistake(8, "the constraint never ends a row", _G,
             "            finished |= constraint.finished(states)\n", "",
-            _T, why="rows that read the end-of-text token are not marked finished by the constraint"),
+            why="rows that read the end-of-text token are not marked finished by the constraint."),
     Mistake(8, "enum values not escaped", _S,
             "        return \"(?:\" + \"|\".join(re.escape(json.dumps(value, ensure_ascii=False)) for value in schema[\"enum\"]) + \")\"",
             "        return \"(?:\" + \"|\".join(json.dumps(value, ensure_ascii=False) for value in schema[\"enum\"]) + \")\"",
-            _T, why="enum values put into the expression unescaped, so '.' and '*' in them act as wildcards"),
+            why="enum values put into the expression unescaped, so '.' and '*' in them act as wildcards."),
     Mistake(8, "strings allow any character but a quote", _S,
             "        return f'\"{JSON_CHAR}{{{low},{\"\" if high is None else high}}}\"'",
             "        return f'\"[^\"]{{{low},{\"\" if high is None else high}}}\"'",
-            _T, why="string characters written as [^\"], which lets a bare backslash or a control character in"),
+            why="string characters written as [^\"], which lets a bare backslash or a control character in."),
     Mistake(8, "integers with leading zeros", _S,
             "        return JSON_INTEGER\n", "        return r\"-?[0-9]+\"\n",
-            _T, why="integers as -?[0-9]+, which allows 007, not JSON"),
+            why="integers as -?[0-9]+, which allows 007, not JSON."),
     Mistake(8, "q taken as the model's probability (no renormalisation)", _S,
             "        log_q[path.text].append(sum(lp - mass for lp, mass in zip(path.logprobs, path.allowed_logmass)))",
             "        log_q[path.text].append(sum(path.logprobs))",
-            _T, why="the masked law computed without dividing by the allowed mass at each step"),
+            why="the masked law computed without dividing by the allowed mass at each step."),
     Mistake(8, "a member's tokenizations not added together", _S,
             "    p_text = torch.tensor([torch.logsumexp(torch.tensor(log_p[t], dtype=torch.float64), 0).item() for t in texts], dtype=torch.float64)",
             "    p_text = torch.tensor([log_p[t][-1] for t in texts], dtype=torch.float64)",
-            _T, why="only one path per member counted, where every tokenization of the text adds to its probability"),
+            why="only one path per member counted, where every tokenization of the text adds to its probability."),
     Mistake(8, "KL with its arguments swapped", _S,
             "        total += px * math.log(px / qx)", "        total += qx * math.log(qx / px)",
-            _T, why="KL(q || p) computed where KL(p || q) is asked for"),
+            why="KL(q || p) computed where KL(p || q) is asked for."),
     Mistake(8, "KL in bits", _S,
             "        total += px * math.log(px / qx)", "        total += px * math.log2(px / qx)",
-            _T, why="base-2 logarithms, where nats (natural logarithms) are asked for"),
+            why="base-2 logarithms, where nats (natural logarithms) are asked for."),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
@@ -338,14 +338,14 @@ VARIANTS: list[Variant] = [
             "        return states.new_tensor([follow(s, t) for s, t in zip(states.tolist(), tokens.tolist())])\n"),
     Variant(8, "constrained_generate", "the mask applied to the raw logits, before the penalties (they leave -inf alone)", _G,
             "        processed = apply_penalties(\n"
-            "            logits, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty\n"
+            "            logits, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty, n_prompt\n"
             "        )\n"
             "        if constraint is not None:\n"
             "            # Before the temperature and the filters, so that they choose among allowed tokens only.\n"
             "            processed = constraint.mask_logits(processed, states)\n",
             "        masked = logits if constraint is None else constraint.mask_logits(logits, states)\n"
             "        processed = apply_penalties(\n"
-            "            masked, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty\n"
+            "            masked, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty, n_prompt\n"
             "        )\n"),
     Variant(8, "constrained_generate", "finished rows' states set with torch.where", _G,
             "            finished |= constraint.finished(states)\n"

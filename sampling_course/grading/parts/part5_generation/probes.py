@@ -1,0 +1,222 @@
+"""Part 5's probes: hand-made batches of logits for the filters and penalties, a small random
+DemoTransformer for the padded forward pass, and a cached toy language model for ``generate``.
+
+The filters' outputs are compared with every removed logit written as -inf, whatever the
+learner wrote there (-inf, -1e10, the dtype's lowest value).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import torch
+
+from sampling_course.grading.matching import frequencies, plain
+from sampling_course.grading.probing import (
+    CachedToyLM, Impl, attn_params, demo_params, generator, loaded, probe, randn, small_config, tokenizer, word_ids,
+    word_table,
+)
+
+
+def logits_of(*rows: tuple[float, ...]) -> torch.Tensor:
+    """A ``(batch, d_vocab)`` tensor of logits with the given probabilities per row."""
+    return torch.tensor(rows).log()
+
+
+def removed_as_inf(logits: Any) -> torch.Tensor:
+    """A filter's output with every removed logit (-inf, -1e10, ...) written as -inf."""
+    logits = plain(logits)
+    return logits.masked_fill(logits < -1e4, float("-inf"))
+
+
+@probe("top_k_filter")
+def _probe_top_k(impl: Impl) -> Any:
+    # Distinct values (no ties at the k-th largest), so keeping ties or exactly k agree.
+    logits = randn(generator(80), 3, 10, std=2.0)
+    return [removed_as_inf(impl.generate.top_k_filter(logits.clone(), k)) for k in (1, 3)]
+
+
+@probe("top_p_filter")
+def _probe_top_p(impl: Impl) -> Any:
+    # Sorted, row 0 is .40 .25 .15 .10 .05 .05: top_p = 0.6 keeps .40 and .25 (the token that
+    # crosses 0.6 stays); an exclusive cutoff keeps .40 only. Row 1's top token alone reaches
+    # both cutoffs; row 2 is nearly flat. No running total lands on a cutoff, and no two
+    # probabilities tie (a threshold at the last kept logit would keep both).
+    logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.7, 0.1, 0.08, 0.06, 0.04, 0.02),
+                       (0.2, 0.18, 0.17, 0.16, 0.15, 0.14))
+    return [removed_as_inf(impl.generate.top_p_filter(logits.clone(), p)) for p in (0.6, 0.3)]
+
+
+@probe("min_p_filter")
+def _probe_min_p(impl: Impl) -> Any:
+    # min_p = 0.3: row 0's bar is 0.3 x .40 = .12, keeping .40 .25 .15 (a bar of 0.3 itself
+    # keeps .40 only); row 1's top token is .9, whose bar .27 is near the unscaled one.
+    logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.9, 0.04, 0.03, 0.01, 0.01, 0.01))
+    return [removed_as_inf(impl.generate.min_p_filter(logits.clone(), m)) for m in (0.3, 0.05)]
+
+
+@probe("warp_logits")
+def _probe_warp(impl: Impl) -> Any:
+    # Raw probabilities .61 .22 .08 .05 .03 .01; at temperature 2 they are .38 .23 .14 .11
+    # .09 .05. top_p = 0.7 keeps two tokens of the raw ones, three of the tempered ones.
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.5, 0.0, -1.0], [-1.0, 0.5, 2.0, 0.0, 3.0, 1.0]])
+    warp = impl.generate.warp_logits
+    return [
+        removed_as_inf(warp(logits.clone(), 2.0, 0, 0.7, 0.0)),
+        removed_as_inf(warp(logits.clone(), 2.0, 4, 0.9, 0.1)),
+        removed_as_inf(warp(logits.clone(), 0.5)),
+    ]
+
+
+@probe("batched_sample")
+def _probe_batched_sample(impl: Impl) -> Any:
+    sample = impl.generate.sample
+    # Temperature 0: each row's argmax.
+    greedy = plain(sample(randn(generator(81), 3, 10, std=2.0), 0.0))
+    # Each row drawn from its own top 3 (row 0: .5 .3 .2 on tokens 0 1 2, row 1: .6 .2 .2 on
+    # tokens 0 2 4). Ignoring the generator changes no distribution (the reproducibility check
+    # below tells it apart), so the gap only sets the tolerance.
+    logits = logits_of((0.5, 0.3, 0.2, 0.0001, 0.0), (0.6, 0.0001, 0.2, 0.0, 0.2))
+    g = torch.Generator()
+    rows = frequencies(lambda: sample(logits.clone(), 1.0, 3, generator=g), 5, gap=0.3, seed=82, rows=2, generator=g)
+
+    # The same seeded generator gives the same tokens, whatever torch's global generator did
+    # in between. 16 rows of 8 equally likely tokens: code that draws from the global
+    # generator instead repeats itself with probability 8^-16.
+    flat = torch.zeros(16, 8)
+
+    def seeded() -> torch.Tensor:
+        return plain(sample(flat.clone(), 1.0, generator=torch.Generator().manual_seed(83)))
+
+    first = seeded()
+    torch.rand(1)
+    reproducible = bool(torch.equal(first, seeded()))
+    return [greedy, rows, reproducible]
+
+
+@probe("apply_repetition_penalty")
+def _probe_repetition_penalty(impl: Impl) -> Any:
+    logits = randn(generator(84), 2, 8, std=2.0)  # both signs
+    input_ids = torch.tensor([[1, 3, 3, 5, 0], [2, 2, 6, 7, 4]])
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # row 1's first two are padding
+    penalise = impl.generate.apply_repetition_penalty
+    return [plain(penalise(logits.clone(), input_ids, 1.5)), plain(penalise(logits.clone(), input_ids, 1.5, mask))]
+
+
+@probe("apply_presence_and_frequency_penalty")
+def _probe_presence_frequency(impl: Impl) -> Any:
+    logits = randn(generator(85), 2, 8, std=2.0)
+    input_ids = torch.tensor([[1, 3, 3, 5, 5, 5], [2, 2, 6, 7, 4, 4]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
+    penalise = impl.generate.apply_presence_and_frequency_penalty
+    return [plain(penalise(logits.clone(), input_ids, 0.5, 0.3)), plain(penalise(logits.clone(), input_ids, 0.7, 0.0, mask))]
+
+
+@probe("left_pad")
+def _probe_left_pad(impl: Impl) -> Any:
+    # Three prompts of different lengths, one of them the longest, and a pad id that is also a token.
+    ids, mask = impl.generate.left_pad([[5, 6, 7], [8], [9, 10]], 0)
+    return [plain(ids), plain(mask)]
+
+
+@probe("position_ids_from_mask")
+def _probe_position_ids(impl: Impl) -> Any:
+    # Left padding, none, nearly all, and pads after real tokens (a finished row).
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 0, 0]])
+    positions = plain(impl.transformer.position_ids_from_mask(mask))
+    # Only the real tokens' positions: a pad's is never read (0 or a clamped count are both fine).
+    return [positions[mask.bool()]]
+
+
+@probe("masked_forward")
+def _probe_masked_forward(impl: Impl) -> Any:
+    cfg, g = small_config(), generator(88)
+    attn = loaded(impl.transformer.Attention(cfg), attn_params(cfg, g))
+    x = randn(g, 2, 5, cfg.d_model)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    real = mask.bool()
+
+    def empty_kv(n: int) -> torch.Tensor:
+        return torch.zeros(2, 2, n, cfg.n_heads, cfg.d_head)
+
+    # Every position new; then with a cache: three positions, and the last two on top of them.
+    whole = attn.masked_forward(x, empty_kv(5), mask)
+    kv = empty_kv(5)
+    first = attn.masked_forward(x[:, :3], kv[:, :, :3], mask[:, :3])
+    rest = attn.masked_forward(x[:, 3:], kv, mask)
+    # Only the real tokens' outputs: what a pad query sees is no one's business.
+    return [plain(whole)[real], plain(first)[real[:, :3]], plain(rest)[real[:, 3:]]]
+
+
+@probe("padded_forward")
+def _probe_padded_forward(impl: Impl) -> Any:
+    cfg, g = small_config(), generator(86)
+    model = loaded(impl.transformer.DemoTransformer(cfg), demo_params(cfg, g))
+    tokens = torch.randint(0, cfg.d_vocab, (2, 6), generator=g)
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1]])
+    real = mask.bool()
+    # Only the real tokens' logits: what a pad query sees is no one's business.
+    whole = plain(model(tokens, attention_mask=mask))[real]
+    # With a cache: the first four positions, then the last two on top.
+    cache = impl.transformer.KeyValueCache.new_empty(cfg, batch=2)
+    first, cache = model(tokens[:, :4], cache, attention_mask=mask[:, :4])
+    rest, cache = model(tokens, cache, attention_mask=mask)
+    return [whole, plain(first)[real[:, :4]], plain(rest)[real[:, 4:]]]
+
+
+@probe("generate")
+def _probe_generate(impl: Impl) -> Any:
+    tok, words = tokenizer(), word_ids()
+    eos = tok.eos_token_id
+    g = generator(87)
+    table, row_of = word_table(g)
+    # End-of-text is forced after the token at real position 3: the long prompt's row (its last
+    # prompt token sits at position 2) ends after two new tokens, the short one's after four.
+    by_position = torch.zeros(64, len(tok))
+    by_position[:, list(words)] = randn(g, 64, len(words), std=1.0)
+    by_position[3, eos] = 100.0
+    model = CachedToyLM(small_config(d_vocab=len(tok), n_ctx=32), table, row_of, by_position)
+    prompts = [tok.decode(words[:3]), tok.decode(words[3:4])]
+    # Greedy with a repetition penalty: the scores (after the penalty) differ from the raw log-probs.
+    out = impl.generate.generate(model, tok, prompts, 6, temperature=0.0, repetition_penalty=1.3,
+                                 return_dict_in_generate=True)
+    calls = list(model.calls)
+    # The presence and frequency penalties count the generated tokens only, never the prompt's.
+    penalised = impl.generate.generate(model, tok, prompts, 6, temperature=0.0, presence_penalty=0.8,
+                                       frequency_penalty=0.5, return_dict_in_generate=True)
+    return [plain(out.sequences), plain(out.scores), plain(out.logprobs), calls, plain(penalised.scores)]
+
+
+@probe("StopStringCriteria")
+def _probe_stop_strings(impl: Impl) -> Any:
+    tok = tokenizer()
+    cases = [
+        (" the cat was", "t w"),  # spans the last two tokens
+        (" the cat was", " was"),  # the newest token alone
+        (" the cat was", "the"),  # ended before the newest token: not looked at again
+        (" the caf\u00e9", "\u00e9"),  # a character whose two bytes are two tokens
+        (" the cat was", "dog"),  # nowhere
+    ]
+    verdicts = []
+    for text, stop in cases:
+        ids = torch.tensor([tok.encode(text)])
+        criterion = impl.generate.StopStringCriteria(tok, stop)
+        verdicts.append(plain(torch.as_tensor(criterion(ids, torch.zeros(1, len(tok))))).bool())
+    return verdicts
+
+
+@probe("TextStreamer")
+def _probe_streamer(impl: Impl) -> Any:
+    tok = tokenizer()
+    printed = io.StringIO()
+    streamer = impl.generate.TextStreamer(tok, file=printed)
+    # A prompt, then one token at a time: words, a character split over two tokens, a newline.
+    streamer.put(torch.tensor(tok.encode(" the cat")))
+    seen = [printed.getvalue()]
+    for token in tok.encode(" was caf\u00e9 au\nlait and"):
+        streamer.put(torch.tensor([token]))
+        seen.append(printed.getvalue())
+    streamer.end()
+    seen.append(printed.getvalue())
+    return seen
