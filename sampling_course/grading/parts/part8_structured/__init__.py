@@ -182,9 +182,12 @@ MISTAKES: list[Mistake] = [
     Mistake(8, "masking after the temperature-scaled softmax and the filters instead of the logits", _G,
             "            processed = constraint.mask_logits(processed, states)\n"
             "        next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
-            "            probs = warp_logits(processed, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
-            "            probs = constraint.mask_logits(probs.log(), states).exp()\n"
-            "            next_tokens = torch.multinomial(probs / probs.sum(dim=-1, keepdim=True), 1, generator=generator)[:, 0]\n"
+            "            if temperature > 0:\n"
+            "                probs = warp_logits(processed, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "                probs = constraint.mask_logits(probs.log(), states).exp()\n"
+            "                next_tokens = torch.multinomial(probs / probs.sum(dim=-1, keepdim=True), 1, generator=generator)[:, 0]\n"
+            "            else:\n"
+            "                next_tokens = sample(constraint.mask_logits(processed, states), temperature, top_k, top_p, min_p, generator)\n"
             "        else:\n"
             "            next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
             why="the mask applied to the probabilities after the temperature and the filters, so top-k and top-p choose among all tokens."),
