@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: df0dfbd827e8cf9b2715eebbaedd26ae2a8ae428351c72d093b576b9a314cad1
+# stub-checksum: 1a6f4f17f83f7122dfbfa1866b12c68ff9714100baa7ba61b33b01a865537d4e
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -19,9 +19,11 @@ Everything works on a whole batch, ``(batch, d_vocab)`` logits at a time:
   ``min_p=0.0`` are off, temperature 0 is greedy (``sampling_course.sampling_settings``
   checks them, for part 7 too). Part 2's classic sampler used ``top_p=0.0`` for off.
 * Penalties see each row's tokens so far: ``apply_repetition_penalty`` (Hugging Face's
-  rule) and ``apply_presence_and_frequency_penalty`` (OpenAI's rules). They run before
-  the temperature, as in Hugging Face. (Part 2's sampler applies its frequency penalty
-  after the temperature; the order matters whenever the temperature is not 1.)
+  rule, over the prompt and the generated tokens) and ``apply_presence_and_frequency_penalty``
+  (OpenAI's rules, over the generated tokens only, as OpenAI and vLLM define them). They run
+  before the temperature, as in Hugging Face. (Part 2's sampler applies its frequency
+  penalty after the temperature and counts the prompt too; the order matters whenever the
+  temperature is not 1.)
 * ``generate`` runs the loop with per-row stopping; ``StoppingCriteria`` and the
   streamer protocol have Hugging Face's shapes, so your own criteria and streamers plug in.
 """
@@ -103,7 +105,7 @@ def warp_logits(
     check_sampling_settings(temperature, top_k, top_p, min_p)
     if temperature == 0:
         raise ValueError("warp_logits needs temperature > 0; temperature 0 is greedy decoding (see sample)")
-    # Hint: the temperature comes first, so the filters see the distribution you will draw from.
+    # Hint: call a filter only when its setting is on, each on the output of the one before.
     raise NotImplementedError()
 
 
@@ -177,8 +179,12 @@ def apply_presence_and_frequency_penalty(
     frequency_penalty: float,
     attention_mask: Int[Tensor, "batch seq"] | None = None,
 ) -> Float[Tensor, "batch d_vocab"]:
-    """OpenAI's penalties: subtract ``presence_penalty`` once from every token already in the row,
-    and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count."""
+    """OpenAI's penalties: subtract ``presence_penalty`` once from every token that occurs in
+    ``input_ids``, and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count.
+
+    OpenAI and vLLM count the tokens generated so far, not the prompt's: pass only the
+    generated columns (``generate`` does, through ``apply_penalties``).
+    """
     check_logits(logits)
     for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
         if not isinstance(value, (int, float)) or math.isnan(value):
@@ -387,12 +393,20 @@ def apply_penalties(
     repetition_penalty: float = 1.0,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
+    n_prompt: int = 0,
 ) -> Float[Tensor, "batch d_vocab"]:
-    """The repetition penalty, then the presence and frequency penalties (those switched on)."""
+    """The repetition penalty, then the presence and frequency penalties (those switched on).
+
+    The first ``n_prompt`` columns of ``input_ids`` are the (left-padded) prompts. The
+    repetition penalty counts them, as Hugging Face's does; the presence and frequency
+    penalties count only the columns after them, the generated tokens, as OpenAI and vLLM do.
+    """
     if repetition_penalty != 1.0:
         logits = apply_repetition_penalty(logits, input_ids, repetition_penalty, attention_mask)
     if presence_penalty != 0.0 or frequency_penalty != 0.0:
-        logits = apply_presence_and_frequency_penalty(logits, input_ids, presence_penalty, frequency_penalty, attention_mask)
+        logits = apply_presence_and_frequency_penalty(
+            logits, input_ids[:, n_prompt:], presence_penalty, frequency_penalty, attention_mask[:, n_prompt:]
+        )
     return logits
 
 
@@ -430,13 +444,16 @@ def generate(
     seed: int | None = None,
     return_dict_in_generate: bool = False,
     kv_cache=None,
+    constraint=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
     The prompts are left-padded into one batch with one KV cache: a prefill runs them all,
     then each step runs one new token per row. Each step applies the penalties to the
-    logits, then ``sample`` (temperature, top-k, top-p, min-p, draw) for the whole batch,
-    once, finished rows included, so a seed gives the same tokens however the rows end.
+    logits (``apply_penalties``: the repetition penalty counts the prompt and the new
+    tokens, the presence and frequency penalties the new tokens only), then ``sample``
+    (temperature, top-k, top-p, min-p, draw) for the whole batch, once, finished rows
+    included, so a seed gives the same tokens however the rows end.
 
     A row that emits ``eos_token_id`` (the tokenizer's by default; an id outside the
     vocabulary turns it off), or that a criterion of ``stopping_criteria`` or
@@ -452,6 +469,14 @@ def generate(
     generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
     fill, one row per prompt (part 6's ``StaticKeyValueCache`` takes the fast path); None
     starts a ``KeyValueCache``.
+
+    ``constraint`` (part 8's ``TokenConstraint``) keeps each row inside a language: every
+    row starts at ``constraint.start``; each step, after the penalties and before the
+    temperature and filters, ``constraint.mask_logits`` sets the tokens its state forbids
+    to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
+    row whose state reads the end-of-text token (``constraint.finished``) is finished, even
+    when ``eos_token_id`` is switched off; a row finished otherwise is done for the
+    constraint too (its state becomes ``constraint.DONE``).
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     if kv_cache is not None and kv_cache.seq_len != 0:
@@ -483,12 +508,17 @@ def generate(
         generator = torch.Generator(device=device).manual_seed(seed)
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
+    check_constraint(constraint)
+    states = constraint.start(input_ids.shape[0], device) if constraint is not None else None
 
+    # The presence and frequency penalties count the columns from n_prompt on: the generated tokens.
+    n_prompt = input_ids.shape[1]
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=device)
     scores: list[Tensor] = []
     logprobs: list[Tensor] = []
     cache = None
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
+    # Hint: (part 8) with a constraint, mask the logits before sample, then advance every row's state along its token.
     raise NotImplementedError()
     if streamer is not None:
         streamer.end()
@@ -527,6 +557,17 @@ def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) ->
             raise TypeError(
                 f"each stopping criterion must be callable as criterion(input_ids, scores), got {type(criterion).__name__}"
             )
+
+
+def check_constraint(constraint) -> None:
+    if constraint is None:
+        return
+    missing = [name for name in ("start", "mask_logits", "advance", "finished", "DONE") if not hasattr(constraint, name)]
+    if missing:
+        raise TypeError(
+            f"constraint must be a TokenConstraint (part 8: regex_constraint or json_schema_constraint), "
+            f"got {type(constraint).__name__}, which lacks {', '.join(missing)}"
+        )
 
 
 def choose_pad_token_id(tokenizer, eos_token_id: int | None, d_vocab: int) -> int:
