@@ -137,6 +137,17 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=False)
 
+    @property
+    def all_special_tokens(self) -> list[str]:
+        """Every special token once: BOS, EOS, UNK, pad (those set), then any other special added token."""
+        named = [self.bos_token, self.eos_token, self.unk_token, self.pad_token]
+        added = [t.content for _, t in sorted(self.backend_tokenizer.get_added_tokens_decoder().items()) if t.special]
+        return list(dict.fromkeys(t for t in named + added if t is not None))
+
+    @property
+    def all_special_ids(self) -> list[int]:
+        return [self.backend_tokenizer.token_to_id(t) for t in self.all_special_tokens]
+
     def __len__(self) -> int:
         return self.backend_tokenizer.get_vocab_size(with_added_tokens=True)
 

@@ -36,12 +36,15 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from sampling_course.apps.options import OneLineParser, add_impl_option, add_threads_option, command, integer
 
-from sampling_course.apps.threads import torch_threads
+if TYPE_CHECKING:  # torch loads once the arguments are known to be good
+    import torch
 
 GPT2_VOCAB_SIZE = 50_257
 EXPRESSIONS = {
@@ -184,6 +187,8 @@ class OursStepper:
         self.constraint, self.states = constraint, constraint.start(1)
 
     def step(self, logits: torch.Tensor, token: int) -> torch.Tensor:
+        import torch
+
         masked = self.constraint.mask_logits(logits, self.states)
         self.states = self.constraint.advance(self.states, torch.tensor([token]))
         return masked
@@ -191,6 +196,8 @@ class OursStepper:
 
 class OutlinesStepper:
     def __init__(self, index, d_vocab: int):
+        import torch
+
         import outlines_core
         import xgrammar
 
@@ -251,6 +258,8 @@ def token_path(constraint, seed: int, max_tokens: int = 64) -> list[int]:
 
 def per_token(stepper_class, built, d_vocab: int, path: list[int], repeats: int) -> float:
     """Median seconds per token to mask one row of logits and advance, along ``path``."""
+    import torch
+
     logits = torch.randn(len(path), 1, d_vocab, generator=torch.Generator().manual_seed(0))
     times = []
     for _ in range(repeats):
@@ -267,6 +276,8 @@ def per_token(stepper_class, built, d_vocab: int, path: list[int], repeats: int)
 
 def decode_step_seconds(impl: str, quick: bool, repeats: int) -> tuple[float, str]:
     """Median seconds of one cached decode step (batch 1, 64 cached positions) of a random DemoTransformer."""
+    import torch
+
     from sampling_course.config import Config
 
     transformer = importlib.import_module(f"{impl}.transformer")
@@ -347,24 +358,31 @@ def report(results: dict, console) -> None:
             console.print(f"{row.name}: {note}")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="sampling-course bench-structured", description=__doc__.splitlines()[0])
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    parser = OneLineParser(prog="sampling-course bench-structured", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run on the story model's vocabulary (timings meaningless)")
-    parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions", help="whose structured.py to race")
-    parser.add_argument("--repeats", type=int, default=3, help="repeats of each peer's build and of each masking run (median)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the token paths")
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error("--repeats must be at least 1")
-    return args
+    add_impl_option(parser, "solutions", "whose structured.py to race")
+    parser.add_argument("--repeats", type=integer("--repeats", 1), default=3,
+                        help="repeats of each peer's build and of each masking run (median)")
+    add_threads_option(parser)
+    parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the token paths")
+    try:
+        return parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
 
 
-def main(argv: list[str] | None = None) -> int:
+@command("sampling-course bench-structured")
+def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
 
     args = parse_args(argv)
-    with torch_threads(args.threads):
+    if isinstance(args, int):
+        return args
+    from sampling_course.apps.threads import course_threads, torch_threads
+
+    # The race masks logits over the story model's vocabulary: small operations, one thread (apps.threads).
+    with torch_threads(course_threads(args.threads, 192)):
         results = measure(args.impl, args.quick, args.repeats, args.seed)
     report(results, Console())
     return 0

@@ -18,14 +18,19 @@ import sys
 import time
 from pathlib import Path
 
+from sampling_course.apps.options import OneLineParser, command, integer, parse
 
+
+@command("sampling-course release")
 def release_main(argv: list[str]) -> int:
     """`sampling-course release OUT`."""
-    parser = argparse.ArgumentParser(prog="sampling-course release",
+    parser = OneLineParser(prog="sampling-course release",
                                      description="Write the student copy of the course: stubs, notebooks, public tests "
                                                  "and the package, without solutions/ and without hidden tests.")
     parser.add_argument("out", type=Path, help="a new (or empty) folder for the release")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
     from sampling_course.grading.classroom.release import ReleaseError, make_release
 
     try:
@@ -40,22 +45,16 @@ def release_main(argv: list[str]) -> int:
     return 0
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
+@command("sampling-course grade")
 def grade_main(argv: list[str]) -> int:
     """`sampling-course grade SUBMISSIONS --out REPORT --jobs N`."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="sampling-course grade",
         description="Grade a class: every submission (a folder or .zip holding exercises/, in SUBMISSIONS) in a "
                     "confined process of its own, checked by the course's tests in the grader's process.")
     parser.add_argument("submissions", type=Path, help="a folder with one folder or .zip per student, or one submission")
     parser.add_argument("--out", type=Path, help="folder for grades.csv, feedback/, class_report.html, results.json")
-    parser.add_argument("--jobs", type=_positive_int, default=1, help="submissions graded at once on this machine")
+    parser.add_argument("--jobs", type=integer("--jobs", 1), default=1, help="submissions graded at once on this machine")
     parser.add_argument("--scheduler", metavar="ADDRESS", help="grade on a Dask cluster (needs the grading extra)")
     parser.add_argument("--config", type=Path, help="a TOML file with points, partial credit and limits")
     parser.add_argument("--exercise", action="append", metavar="NAME", help="grade only this exercise (repeatable)")
@@ -63,7 +62,13 @@ def grade_main(argv: list[str]) -> int:
                         help="also write the (single) submission's Gradescope results.json to PATH")
     parser.add_argument("--title", default="Class report", help="title of the class report")
     parser.add_argument("--quiet", action="store_true", help="no line per graded submission")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    if not args.submissions.exists():
+        parser.error(f"no submissions at {str(args.submissions)!r}: give a folder with one folder or .zip per student")
+    if args.config is not None and not args.config.is_file():
+        parser.error(f"--config must be an existing TOML file, got {str(args.config)!r}")
     if args.out is None and args.gradescope is None:
         parser.error("give --out REPORT (or --gradescope PATH for one submission)")
     if args.scheduler and args.jobs != 1:
@@ -108,14 +113,19 @@ def grade_main(argv: list[str]) -> int:
     return 0
 
 
+@command("sampling-course autograder")
 def autograder_main(argv: list[str]) -> int:
     """`sampling-course autograder OUT.zip`."""
-    parser = argparse.ArgumentParser(prog="sampling-course autograder",
+    parser = OneLineParser(prog="sampling-course autograder",
                                      description="Write a Gradescope autograder bundle (setup.sh, run_autograder and "
                                                  "the course) that grades each submission with `sampling-course grade`.")
     parser.add_argument("out", type=Path, help="the .zip to write")
     parser.add_argument("--config", type=Path, help="a grading TOML file to bundle as grading.toml")
-    args = parser.parse_args(argv)
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    if args.config is not None and not args.config.is_file():
+        parser.error(f"--config must be an existing TOML file, got {str(args.config)!r}")
     from sampling_course.grading.classroom.gradescope import make_autograder
     from sampling_course.grading.classroom.settings import load_settings
 

@@ -208,7 +208,7 @@ def reprefill_starts(length: int, window: int) -> list[int]:
     return starts
 
 
-@torch.inference_mode()
+@_inference_mode
 def reprefill_nll(model, tokens: Int[Tensor, "text pos"], cache, window: int) -> tuple[Tensor, float, int]:
     """NLL at every position from a window of ``window`` tokens that is re-prefilled whenever it is full.
 

@@ -108,8 +108,13 @@ def describe(value: Any) -> Any:
         return value
     if isinstance(value, float):
         return {"float": value.hex()}  # exact, and NaN/inf included
-    if isinstance(value, (list, tuple)):
-        return {type(value).__name__: [describe(v) for v in value]}
+    if isinstance(value, bytes):
+        return {"bytes": value.hex()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [describe(v) for v in value]
+        if isinstance(value, (set, frozenset)):  # no order of their own: sort by description
+            items.sort(key=lambda item: json.dumps(item, sort_keys=True))
+        return {type(value).__name__: items}
     if isinstance(value, dict):
         if not all(isinstance(k, str) for k in value):
             raise TypeError("an oracle argument's dict keys must be strings")
@@ -134,7 +139,7 @@ def _detached(value: Any) -> Any:
         return tuple(_detached(v) for v in value)
     if isinstance(value, dict):
         return {k: _detached(v) for k, v in value.items()}
-    if value is None or isinstance(value, (bool, int, float, str)):
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
         return value
     raise TypeError(f"an oracle function must return tensors and plain values, not a {type(value).__name__}")
 

@@ -109,13 +109,13 @@ def test_static_caches_are_checked_and_timed(quick_pair, monkeypatch):
     assert len(results.static_baseline) == len(quick_pair.prompts)
     assert all(len(row.static_seconds) == len(quick_pair.prompts) for row in results.rows)
     assert "static" in "".join(str(column.header) for column in bench.table(results).columns)
-    real = bench.ours_speculative
+    real = speculative_pair.ours_speculative
 
     def wrong_on_static(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
         ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
         return (ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab] if cache == "static" else ids), stats
 
-    monkeypatch.setattr(bench, "ours_speculative", wrong_on_static)
+    monkeypatch.setattr(speculative_pair, "ours_speculative", wrong_on_static)
     with pytest.raises(bench.BenchCheckError, match="static caches"):
         bench.check_greedy(quick_pair, [2], 6, ("dynamic", "static"))
 

@@ -64,6 +64,12 @@ BAD_INPUTS = [
     (["bench-speculative", "--temperature", "inf"], "--temperature must be a finite number >= 0"),
     (["long-text", "--model", "story", "--window", "1000"], "window must be an integer in [2, n_ctx=512]"),
     (["long-text", "--texts", "0"], "--texts must be an integer >= 1"),
+    (["bench-structured", "--repeats", "0"], "--repeats must be an integer >= 1"),
+    (["bench-structured", "--impl", "mine"], "invalid choice"),
+    (["release"], "the following arguments are required: out"),
+    (["grade", "/no/such/submissions", "--out", "report"], "no submissions at"),
+    (["grade", ".", "--out", "report", "--jobs", "0"], "--jobs must be an integer >= 1"),
+    (["autograder", "out.zip", "--config", "/no/such.toml"], "--config must be an existing TOML file"),
     (["download-gpt2", "extra"], "unrecognized arguments"),
     (["no-such-command"], "unknown command 'no-such-command'"),
 ]

@@ -199,7 +199,7 @@ def test_course_tokenizer_equals_gpt2_tokenizer_fast(which: str) -> None:
     assert ours.batch_decode(ids[None]) == hf.batch_decode(ids[None])
     assert torch.equal(ours("Hello there", return_tensors="pt").input_ids, hf("Hello there", return_tensors="pt").input_ids)
     for name in ("eos_token", "bos_token", "unk_token", "pad_token", "eos_token_id", "bos_token_id", "unk_token_id",
-                 "pad_token_id", "vocab_size"):
+                 "pad_token_id", "vocab_size", "all_special_tokens", "all_special_ids"):
         assert getattr(ours, name) == getattr(hf, name), name
     assert len(ours) == len(hf) and ours.get_vocab() == hf.get_vocab()
     assert ours.convert_ids_to_tokens([0, 1, 71]) == hf.convert_ids_to_tokens([0, 1, 71])

@@ -435,18 +435,25 @@ def random_rows(seed: int, lengths: list[int], d_vocab: int) -> list[list[int]]:
     return [torch.randint(0, d_vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
+def hf_left_padded(reference, prompts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Oracle: Hugging Face's tokenizer on ``prompts`` with padding_side="left" and pad = EOS: (input_ids, attention_mask)."""
+    tok = copy.deepcopy(reference.hf_tokenizer)
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    expected = tok(prompts, padding=True, return_tensors="pt")
+    return expected.input_ids, expected.attention_mask
+
+
 @pytest.mark.exercise("left_pad")
-def test_left_pad_matches_the_tokenizers_left_padding(gen, reference):
+def test_left_pad_matches_the_tokenizers_left_padding(gen, reference, oracle):
     """left_pad gives what Hugging Face's tokenizer gives with padding_side="left" (pad = EOS): every row's last
     real token in the last column, pads before it, the mask 1 at real tokens and 0 at pads."""
-    tok = copy.deepcopy(reference.tokenizer)
-    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    tok = reference.tokenizer
     for prompts in (PROMPTS, PROMPTS[1:2], ["same length", "same length"]):
-        expected = tok(prompts, padding=True, return_tensors="pt")
+        expected_ids, expected_mask = oracle(hf_left_padded, reference, prompts)
         ids, mask = gen.left_pad([tok.encode(p) for p in prompts], tok.eos_token_id)
         assert not ids.is_floating_point() and not mask.is_floating_point(), "input_ids and attention_mask hold integers"
-        assert_same_tokens(ids, expected.input_ids, f"left_pad({len(prompts)} prompts): input_ids")
-        assert_same_tokens(mask, expected.attention_mask, f"left_pad({len(prompts)} prompts): attention_mask")
+        assert_same_tokens(ids, expected_ids, f"left_pad({len(prompts)} prompts): input_ids")
+        assert_same_tokens(mask, expected_mask, f"left_pad({len(prompts)} prompts): attention_mask")
 
 
 @pytest.mark.exercise("position_ids_from_mask")
@@ -461,7 +468,7 @@ def test_position_ids_count_real_tokens_only(impl):
 
 
 def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int = 0):
-    """Hugging Face's input to a block's attention (its ln_1 output) and that attention's output, on a padded
+    """Oracle: Hugging Face's input to a block's attention (its ln_1 output) and that attention's output, on a padded
     batch with the positions Hugging Face's generate gives it (real tokens counted from 0, pads at 0)."""
     seen = {}
     block = reference.hf_model.transformer.h[layer]
@@ -478,7 +485,7 @@ def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int
 
 @pytest.mark.exercise("masked_forward")
 @pytest.mark.parametrize("layer", [0, -1], ids=["first layer", "last layer"])
-def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, seed, layer):
+def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, oracle, seed, layer):
     """Attention.masked_forward, fed Hugging Face's own attention input for a left-padded batch, gives Hugging
     Face's attention output at every real token: all positions new (kv all empty slots), and with a cache (the
     first positions, then the last two on top, their keys and values written into kv's last slots). kv starts
@@ -487,7 +494,7 @@ def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, 
     layer = layer % cfg.n_layers
     rows = random_rows(seed + 3, [7, 2, 5], cfg.d_vocab)
     ids, mask = left_padded(rows, reference.tokenizer.eos_token_id)
-    x, expected = hf_attention_io(reference, ids, mask, layer)
+    x, expected = oracle(hf_attention_io, reference, ids, mask, layer)
     attn, real, n = demo.blocks[layer].attn, mask.bool(), ids.shape[1]
 
     def empty_kv() -> torch.Tensor:
@@ -709,7 +716,7 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, oracle,
 
 
 def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, frequency: float):
-    """Greedy decoding of one prompt under OpenAI's definition of the two penalties, transcribed:
+    """Oracle: greedy decoding of one prompt under OpenAI's definition of the two penalties, transcribed:
 
         mu[j] <- mu[j] - c[j] * frequency_penalty - float(c[j] > 0) * presence_penalty
 
@@ -734,7 +741,7 @@ def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, f
 
 
 @pytest.mark.exercise("generate")
-def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference):
+def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference, oracle):
     """generate's presence and frequency penalties follow OpenAI's definition (also vLLM's): they count the tokens
     sampled so far, never the prompt's. Greedy tokens and their scores equal a transcription of that definition
     on Hugging Face's logits, each prompt alone. (The repetition penalty, Hugging Face's, counts the prompt too:
@@ -745,7 +752,7 @@ def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo,
                            frequency_penalty=frequency, return_dict_in_generate=True)
         width = out.sequences.shape[1] - out.scores.shape[1]
         for r, prompt in enumerate(PROMPTS):
-            tokens, scores = openai_penalised_greedy(reference, prompt, new, presence, frequency)
+            tokens, scores = oracle(openai_penalised_greedy, reference, prompt, new, presence, frequency)
             what = f"presence_penalty={presence}, frequency_penalty={frequency}, prompt {r}"
             mine = out.sequences[r, width : width + len(tokens)].tolist()
             assert mine == tokens, f"{what}: generated {mine}, OpenAI's definition gives {tokens}"

@@ -47,8 +47,6 @@ import regex
 import torch
 from interegular import parse_pattern
 from interegular.fsm import anything_else
-from scipy.stats import chi2, ncx2
-from transformers import LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from sampling_course.implementation import load_demo
 
@@ -433,8 +431,13 @@ def test_every_generated_text_matches(st, gen, tiny, tiny_model, pattern, seed):
             assert all(t == eos for t in after), f"{settings}, row {r}: tokens after EOS must be pads, got {after}"
 
 
+def hf_last_logits(reference, ids: list[int]) -> torch.Tensor:
+    """Oracle: Hugging Face's logits for the token after ``ids``."""
+    return reference.hf_model(torch.tensor([ids])).logits[0, -1]
+
+
 @pytest.mark.exercise("constrained_generate")
-def test_greedy_takes_the_best_allowed_token(st, gen, tiny, tiny_model):
+def test_greedy_takes_the_best_allowed_token(st, gen, tiny, tiny_model, oracle):
     """Temperature 0: every token is the argmax of the model's logits over the allowed tokens (oracle:
     Hugging Face's logits and the allowed sets of a brute-force walk over the members)."""
     tokenizer, eos = tiny.tokenizer, tiny.tokenizer.eos_token_id
@@ -450,8 +453,7 @@ def test_greedy_takes_the_best_allowed_token(st, gen, tiny, tiny_model):
         text = b""
         for i, token in enumerate(new):
             allowed = sorted(allowed_by_oracle(vocabulary, eos, text, prefixes, full))
-            with torch.no_grad():
-                logits = tiny.hf_model(torch.tensor([ids + new[:i]])).logits[0, -1]
+            logits = oracle(hf_last_logits, tiny, ids + new[:i])
             best = allowed[int(logits[allowed].argmax())]
             assert token == best or abs(logits[token] - logits[best]) < 1e-4, (
                 f"prompt {prompt!r}, step {i}: generated {vocabulary[token]!r}, the best allowed token is {vocabulary[best]!r}"
@@ -481,12 +483,16 @@ def test_the_constraint_ends_rows_without_the_eos_criterion(st, gen, tiny, tiny_
 
 
 def chi2_threshold(df: int) -> float:
+    from scipy.stats import chi2  # scipy loads only for the statistical tests
+
     return chi2.isf(ALPHA / TAIL_SAFETY, df)
 
 
 def sample_size(df: int) -> int:
     threshold = chi2_threshold(df)
     n = 1
+    from scipy.stats import ncx2
+
     while ncx2.sf(threshold, df, n * DETECT_DISTANCE) < POWER:
         n = math.ceil(n * 1.05) + 1
     return n
@@ -516,9 +522,13 @@ def assert_frequencies_match(observed: Counter, expected: dict, n: int, what: st
         )
 
 
-def exact_masked_law(hf_model, prompt_ids, vocabulary, eos, members, settings) -> dict[tuple[int, ...], float]:
-    """The probability of every token sequence (EOS included) that masked sampling can produce, by enumeration:
-    Hugging Face's logits, its repetition penalty, the mask of allowed tokens, then its warpers."""
+def exact_masked_law(reference, prompt_ids, vocabulary, eos, members, settings) -> dict[tuple[int, ...], float]:
+    """Oracle: the probability of every token sequence (EOS included) that masked sampling can produce, by
+    enumeration: Hugging Face's logits, its repetition penalty, the mask of allowed tokens, then its warpers."""
+    from transformers import (LogitsProcessorList, RepetitionPenaltyLogitsProcessor, TemperatureLogitsWarper,
+                              TopKLogitsWarper, TopPLogitsWarper)
+
+    hf_model = reference.hf_model
     prefixes, full = byte_prefixes(members)
     processors = LogitsProcessorList()
     if settings.get("repetition_penalty", 1.0) != 1.0:
@@ -561,7 +571,7 @@ LAW_SETTINGS = [
 
 @pytest.mark.exercise("constrained_generate")
 @pytest.mark.parametrize("settings", LAW_SETTINGS)
-def test_sampled_sequences_follow_the_exact_masked_law(st, gen, tiny, tiny_model, settings, seed):
+def test_sampled_sequences_follow_the_exact_masked_law(st, gen, tiny, tiny_model, oracle, settings, seed):
     """The law of the generated token sequences equals mask-and-renormalise's, computed exactly by enumeration
     (mask before temperature and filters). Chi-square: false-failure probability <= 1e-6."""
     tokenizer, eos = tiny.tokenizer, tiny.tokenizer.eos_token_id
@@ -569,7 +579,7 @@ def test_sampled_sequences_follow_the_exact_masked_law(st, gen, tiny, tiny_model
     pattern = r" (cat|dog|the) (sat|ran)| cat"
     prompt = "Once upon a time"
     prompt_ids = tokenizer.encode(prompt)
-    expected = exact_masked_law(tiny.hf_model, prompt_ids, oracle_vocabulary(tokenizer), eos, members, settings)
+    expected = oracle(exact_masked_law, tiny, prompt_ids, oracle_vocabulary(tokenizer), eos, members, settings)
     n = sample_size(sum(p > 0 for p in expected.values()) - 1)
     constraint = st.regex_constraint(pattern, tokenizer)
     out = gen.generate(tiny_model, tokenizer, [prompt] * n, 12, constraint=constraint, seed=seed, **settings)
@@ -781,8 +791,10 @@ def test_exact_laws_keep_tiny_probabilities(st):
     assert p["x"] == pytest.approx(0.25, rel=1e-9) and p["y"] == pytest.approx(0.75, rel=1e-9)
 
 
-def brute_force_laws(hf_model, prompt_ids, vocabulary, members) -> tuple[dict[str, float], dict[str, float]]:
-    """Both laws by enumerating every token sequence that spells a member (prefix-free language)."""
+def brute_force_laws(reference, prompt_ids, vocabulary, members) -> tuple[dict[str, float], dict[str, float]]:
+    """Oracle: both laws by enumerating every token sequence that spells a member (prefix-free language), on
+    Hugging Face's logits."""
+    hf_model = reference.hf_model
     prefixes, full = byte_prefixes(members)
     p: dict[str, float] = Counter()
     q: dict[str, float] = Counter()
@@ -808,7 +820,7 @@ def brute_force_laws(hf_model, prompt_ids, vocabulary, members) -> tuple[dict[st
 
 
 @pytest.mark.exercise("exact_laws")
-def test_enumerated_laws_equal_a_brute_force_computation(st, impl, tiny, tiny_model):
+def test_enumerated_laws_equal_a_brute_force_computation(st, impl, tiny, tiny_model, oracle):
     """enumerate_language + exact_laws on the stand-in model equal both laws computed here by brute force over
     every tokenization of every member (Hugging Face's logits), to 1e-4 relative; the KL agrees too."""
     members = [f" {a} {b}." for a in ("cat", "dog", "the door") for b in ("sat", "ran", "is é")]
@@ -819,7 +831,7 @@ def test_enumerated_laws_equal_a_brute_force_computation(st, impl, tiny, tiny_mo
     language = st.enumerate_language(tiny_model, tokenizer, prompt, constraint, skip_below=1e-30)
     assert language.skipped_q_mass == 0.0
     p, q = st.exact_laws(language.paths)
-    p_true, q_true = brute_force_laws(tiny.hf_model, tokenizer.encode(prompt), oracle_vocabulary(tokenizer), members)
+    p_true, q_true = oracle(brute_force_laws, tiny, tokenizer.encode(prompt), oracle_vocabulary(tokenizer), members)
     assert set(p) == set(p_true) == set(members)
     for x in members:
         assert p[x] == pytest.approx(p_true[x], rel=1e-4), f"p({x!r} | L)"
