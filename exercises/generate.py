@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: df0dfbd827e8cf9b2715eebbaedd26ae2a8ae428351c72d093b576b9a314cad1
+# stub-checksum: 8d224311877644b8a2dcefee94935da7a8054b9f0dbe7e2dbe5139a11858dc21
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -37,6 +37,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sampling_course.devices import check_generator
 from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import DemoTransformer, KeyValueCache
@@ -123,6 +124,7 @@ def sample(
     """
     check_logits(logits)
     check_sampling_settings(temperature, top_k, top_p, min_p)
+    check_generator(generator, logits.device)  # a generator draws on its own device only
     raise NotImplementedError()
 
 

@@ -1,6 +1,6 @@
 # GENERATED from solutions/speculative.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 389fc4fbc09395257ada5fc9d229e3508d203cf52fe9df0dfb8599c5682dfe0c
+# stub-checksum: be54e803e7770e0dfe313dedec1a7a68a7687e208966d1dab142640b0d6aa876
 """Part 7: speculative decoding.
 
 A forward pass of a large model over several new positions costs little more than over
@@ -45,6 +45,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sampling_course.devices import check_generator, check_same_device
 from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import KeyValueCache
@@ -102,6 +103,9 @@ def draft_tokens(
     but the last proposal's.
     """
     check_proposal_args(tokens, gamma)
+    where = device_and_dtype(draft)[0]
+    check_same_device("the tokens", tokens.device, where)
+    check_generator(generator, where)
     # Hint: the model wants a batch dimension: draft(sequence[None], kv_cache).
     raise NotImplementedError()
 
@@ -138,6 +142,7 @@ def accept_or_resample(
     from ``p[-1]``. So a round adds between 1 and ``len(proposals) + 1`` tokens.
     """
     check_judge_args(p, q, proposals)
+    check_generator(generator, p.device)
     raise NotImplementedError()
 
 

@@ -21,6 +21,9 @@ The checkpoints:
 
 All of them load through the same code as the hub checkpoint. ``"auto"`` picks the real
 GPT-2 when it is available and the story model otherwise.
+
+Each loads on a device and in a dtype: by default the course's device
+(``sampling_course.devices.pick_device``: a GPU when there is one) and float32.
 """
 
 from __future__ import annotations
@@ -78,6 +81,8 @@ class Reference:
     tokenizer: "object"  # transformers.GPT2TokenizerFast
     cfg: Config
     path: Path
+    device: torch.device = torch.device("cpu")  # where both models' weights live
+    dtype: torch.dtype = torch.float32
     # Builds the bridge on first access to ``model``; not part of the value.
     _build_model: Callable[[], object] = field(repr=False, compare=False, default=None)  # type: ignore[assignment]
     _lock: threading.Lock = field(repr=False, compare=False, default_factory=threading.Lock)
@@ -252,18 +257,20 @@ def quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _bridge(path: Path, tokenizer: object) -> object:
-    """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``."""
+def _bridge(path: Path, tokenizer: object, device: torch.device, dtype: torch.dtype) -> object:
+    """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``, on ``device`` in ``dtype``."""
     from transformers import GPT2LMHeadModel
     from transformer_lens.model_bridge import TransformerBridge
 
     quiet_transformers()
     # The bridge rewires the module it is given in place, so it gets a copy of its own and
     # hf_model stays a plain GPT2LMHeadModel.
-    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=dtype).to(device).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        bridge = TransformerBridge.boot_transformers(str(path), hf_model=bridged, tokenizer=tokenizer)
+        bridge = TransformerBridge.boot_transformers(
+            str(path), hf_model=bridged, tokenizer=tokenizer, device=device, dtype=dtype
+        )
         # no_processing: keep LayerNorm unfolded and the weights uncentred, exactly as
         # DemoTransformer holds them, so activations can be compared one for one.
         bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
@@ -272,13 +279,13 @@ def _bridge(path: Path, tokenizer: object) -> object:
 
 
 @cache
-def _load(name: str, path: Path) -> Reference:
+def _load(name: str, path: Path, device: torch.device, dtype: torch.dtype) -> Reference:
     from transformers import GPT2LMHeadModel, GPT2TokenizerFast
 
     quiet_transformers()
-    # float32 always: the story checkpoints are stored in float16 to keep the package
-    # small, and from_pretrained would otherwise keep the stored dtype.
-    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+    # The dtype always explicit: the story checkpoints are stored in float16 to keep the
+    # package small, and from_pretrained would otherwise keep the stored dtype.
+    hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=dtype).to(device).eval()
     tokenizer = GPT2TokenizerFast.from_pretrained(path, local_files_only=True)
     return Reference(
         name=name,
@@ -286,8 +293,24 @@ def _load(name: str, path: Path) -> Reference:
         tokenizer=tokenizer,
         cfg=Config.from_hf(hf_model.config),
         path=path,
-        _build_model=lambda: _bridge(path, tokenizer),
+        device=device,
+        dtype=dtype,
+        _build_model=lambda: _bridge(path, tokenizer, device, dtype),
     )
+
+
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _dtype(dtype: torch.dtype | str | None) -> torch.dtype:
+    """``dtype`` as a floating torch.dtype the models can run in (float32 when None)."""
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(str(d) for d in DTYPES)} (float32 by default), got {dtype!r}")
+    return dtype
 
 
 STORY_MODELS = ("story", "story-draft")
@@ -309,7 +332,11 @@ def story_model_dir(name: str) -> Path:
 
 
 def load_reference(
-    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto", *, quiet: bool = False
+    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto",
+    device: str | torch.device | None = None,
+    dtype: torch.dtype | str | None = None,
+    *,
+    quiet: bool = False,
 ) -> Reference:
     """Load a reference checkpoint by name: ``"gpt2"``, ``"story"``, ``"story-draft"``, ``"tiny"`` or ``"auto"``.
 
@@ -319,16 +346,24 @@ def load_reference(
     story source, shipped with the course. ``"auto"`` falls back to ``"story"`` with a
     visible notice. The result is cached per process and shared: treat its models as
     read-only.
+
+    ``device``: where both models compute; None or ``"auto"`` is the course's device
+    (``sampling_course.devices.pick_device``: the test session's, else
+    $SAMPLING_COURSE_DEVICE, else cuda, then mps, then cpu). ``dtype``: float32 (the
+    default), bfloat16 or float16.
     """
+    from sampling_course.devices import pick_device
+
+    where, dtype = pick_device(device), _dtype(dtype)
     if name == "tiny":
-        return _load("tiny", tiny_dir())
+        return _load("tiny", tiny_dir(), where, dtype)
     if name in STORY_MODELS:
-        return _load(name, story_model_dir(name))
+        return _load(name, story_model_dir(name), where, dtype)
     if name == "gpt2":
-        return _load("gpt2", _gpt2_dir(allow_download=True))
+        return _load("gpt2", _gpt2_dir(allow_download=True), where, dtype)
     if name == "auto":
         try:
-            return load_reference("gpt2")
+            return load_reference("gpt2", where, dtype)
         except ReferenceUnavailable as exc:
             if not quiet:
                 from rich.console import Console
@@ -337,7 +372,7 @@ def load_reference(
                     f"[yellow]Notice:[/] real GPT-2 unavailable ({exc}). "
                     "Using the offline story model 'story' instead."
                 )
-            return load_reference("story")
+            return load_reference("story", where, dtype)
     raise ValueError(
         f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
     )

@@ -34,6 +34,7 @@ import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
+from sampling_course.devices import check_generator
 from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import DemoTransformer, KeyValueCache
@@ -145,6 +146,7 @@ def sample(
     """
     check_logits(logits)
     check_sampling_settings(temperature, top_k, top_p, min_p)
+    check_generator(generator, logits.device)  # a generator draws on its own device only
     ### BEGIN SOLUTION
     if temperature == 0:
         return logits.argmax(dim=-1)

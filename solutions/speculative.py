@@ -42,6 +42,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sampling_course.devices import check_generator, check_same_device
 from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import KeyValueCache
@@ -115,6 +116,9 @@ def draft_tokens(
     but the last proposal's.
     """
     check_proposal_args(tokens, gamma)
+    where = device_and_dtype(draft)[0]
+    check_same_device("the tokens", tokens.device, where)
+    check_generator(generator, where)
     ### BEGIN SOLUTION
     # Hint: the model wants a batch dimension: draft(sequence[None], kv_cache).
     sequence = tokens
@@ -165,6 +169,7 @@ def accept_or_resample(
     from ``p[-1]``. So a round adds between 1 and ``len(proposals) + 1`` tokens.
     """
     check_judge_args(p, q, proposals)
+    check_generator(generator, p.device)
     ### BEGIN SOLUTION
     for i, x in enumerate(proposals.tolist()):
         r = torch.rand((), generator=generator, device=p.device)

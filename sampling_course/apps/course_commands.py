@@ -16,6 +16,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from sampling_course.apps.options import add_device_option, device_from
+
 __all__ = ["check_main", "hint_main", "make_exercises_main", "plant_mistakes_main", "progress_main"]
 
 
@@ -32,9 +34,16 @@ def _add_impl(parser: argparse.ArgumentParser) -> None:
     )
 
 
+GRADE_DEVICE_HELP = ("the device the checks grade on: cpu (the default, or $SAMPLING_COURSE_DEVICE), "
+                     "cuda (or cuda:N), mps, or auto (a GPU when there is one)")
+
+
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
     try:
-        return parser.parse_args(argv)
+        args = parser.parse_args(argv)
+        if getattr(args, "device", None) is not None:
+            args.device = str(device_from(parser, args))  # a device this machine lacks: one line, before any test runs
+        return args
     except SystemExit as exc:  # --help (0) or a usage error (2)
         return int(exc.code or 0)
 
@@ -61,10 +70,11 @@ def check_main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("exercise", nargs="*", help="exercise names, e.g. LayerNorm sample_top_p (case-insensitive)")
     _add_impl(parser)
+    add_device_option(parser, default=None, help=GRADE_DEVICE_HELP)
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    return _exit_code(lambda console: check(args.exercise or None, impl=args.impl, console=console))
+    return _exit_code(lambda console: check(args.exercise or None, impl=args.impl, device=args.device, console=console))
 
 
 def progress_main(argv: Sequence[str] | None = None) -> int:
@@ -73,10 +83,11 @@ def progress_main(argv: Sequence[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="sampling-course progress", description="Show every exercise and its status.")
     _add_impl(parser)
+    add_device_option(parser, default=None, help=GRADE_DEVICE_HELP)
     args = _parse(parser, argv)
     if isinstance(args, int):
         return args
-    return _exit_code(lambda console: progress(impl=args.impl, console=console))
+    return _exit_code(lambda console: progress(impl=args.impl, device=args.device, console=console))
 
 
 def hint_main(argv: Sequence[str] | None = None) -> int:
@@ -218,10 +229,14 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
     which.add_argument("--mistakes", action="store_true", help="only plant the mistakes")
     which.add_argument("--variants", action="store_true", help="only plant the correct variants")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (default: one per core)")
+    add_device_option(parser, default=None, help=GRADE_DEVICE_HELP)
     args = parser.parse_args(argv)
     console = Console()
     # One torch thread per run: the runs themselves are the parallelism.
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.device is not None:
+        # The workers' pytest runs read it (pytest --device defaults to $SAMPLING_COURSE_DEVICE).
+        os.environ["SAMPLING_COURSE_DEVICE"] = str(device_from(parser, args))
     mistakes = [] if args.variants else [m for m in MISTAKES if not args.part or m.part in args.part]
     variants = [] if args.mistakes else [v for v in VARIANTS if not args.part or v.part in args.part]
     # One queue for both kinds: the workers (and the references they hold) serve them all.

@@ -34,6 +34,7 @@ def check(
     obj: Any = None,
     *,
     impl: str | None = None,
+    device: str | None = None,
     display: bool = True,
     console: Console | None = None,
 ) -> CheckReport:
@@ -44,18 +45,31 @@ def check(
     ``check("LayerNorm", obj=LayerNorm)`` or ``check("sample_top_p", obj=my_top_p)``.
     Returns a ``CheckReport``, true when every exercise checked is done.
 
+    ``device`` grades on that device (``"cuda"``, ``"mps"``, ``"cpu"`` or ``"auto"``): the
+    references and your model run there. By default the checks run on the CPU (or on
+    $SAMPLING_COURSE_DEVICE), whatever device the notebook computes on.
+
     A test still running after 60 s ($SAMPLING_COURSE_TEST_TIMEOUT) is stopped and the
     exercise shows "took longer than 60 s". When nothing can be checked (no tests/ found,
     or exercises/ imported from a stale ``pip install .``), one line says why and the
     report's ``error`` holds it.
     """
-    return _show(_run(name, resolve_impl(impl), obj), render_report, display, console)
+    return _show(_run(name, resolve_impl(impl), obj, device=device), render_report, display, console)
 
 
-def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True) -> CheckReport:
-    """``run_report``, with a problem of the setup (no tests, a stale install) as the report's one-line error."""
+def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True,
+         device: str | None = None) -> CheckReport:
+    """``run_report``, with a problem of the setup (no tests, a stale install, a device this
+    machine lacks) as the report's one-line error."""
+    if device is not None:
+        from sampling_course.devices import pick_device  # imports torch: only when a device is named
+
+        try:
+            device = str(pick_device(device))
+        except ValueError as exc:
+            return CheckReport([], impl=impl, error=str(exc))
     try:
-        return run_report(names, impl, obj, diagnose=diagnose)
+        return run_report(names, impl, obj, diagnose=diagnose, device=device)
     except (StaleInstallError, TestsNotFoundError) as exc:
         return CheckReport([], impl=impl, error=str(exc))
 
@@ -71,10 +85,12 @@ def _show(report: CheckReport, render: Callable, display: bool, console: Console
     return report
 
 
-def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None) -> CheckReport:
-    """Check every exercise and show a table of where you are, like ``rustlings list``."""
+def progress(
+    impl: str | None = None, *, device: str | None = None, display: bool = True, console: Console | None = None
+) -> CheckReport:
+    """Check every exercise and show a table of where you are, like ``rustlings list``; ``device`` as in ``check``."""
     # The table names no mistakes, so progress skips looking for them.
-    return _show(_run(None, resolve_impl(impl), diagnose=False), render_progress, display, console)
+    return _show(_run(None, resolve_impl(impl), diagnose=False, device=device), render_progress, display, console)
 
 
 # How many hints each exercise has revealed in this session, for hint(name) with no level.

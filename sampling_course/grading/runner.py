@@ -184,7 +184,8 @@ def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exer
 
 
 def run_report(
-    names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True
+    names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True,
+    device: str | None = None,
 ) -> CheckReport:
     """Run the selected exercises' tests once, in-process, and summarise them per exercise.
 
@@ -210,6 +211,8 @@ def run_report(
     args = [str(tests), "--impl", impl, "--test-timeout", str(resolve_test_timeout(None, "exercises"))]
     for exercise in exercises:
         args += ["--exercise", exercise.name]
+    if device is not None:
+        args += ["--device", str(device)]
     # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe
     # an outer pytest session) relies on: faulthandler and random reseeding are left off.
     args += ["-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
