@@ -57,8 +57,8 @@ def available_devices() -> list[str]:
 def _why_unavailable(kind: str) -> str:
     if kind == "cuda":
         build = "a CPU-only build" if torch.version.cuda is None else f"built for CUDA {torch.version.cuda}"
-        return f"torch {torch.__version__} ({build}) finds no CUDA GPU here"
-    return f"torch {torch.__version__} finds no Apple GPU (MPS) here"
+        return f"torch {torch.__version__} ({build}) finds no CUDA GPU"
+    return f"torch {torch.__version__} finds no Apple GPU (MPS)"
 
 
 def parse_device(device: str | torch.device) -> torch.device:
@@ -79,19 +79,21 @@ def parse_device(device: str | torch.device) -> torch.device:
     return parsed
 
 
-def _validated(device: torch.device, origin: str) -> torch.device:
-    """``device`` if this machine has it, else a DeviceUnavailable that says so and what there is."""
+def _validated(device: torch.device, origin: str = "") -> torch.device:
+    """``device`` if this machine has it, else a DeviceUnavailable that says so and what there is.
+    ``origin`` names where the request came from (an environment variable), if not the caller."""
+    where = f"{origin}: " if origin else ""
     if device.type == "cuda":
         if not cuda_available():
-            raise DeviceUnavailable(f"{origin} asks for {device}, but {_why_unavailable('cuda')}; "
+            raise DeviceUnavailable(f"{where}{device} is not available here: {_why_unavailable('cuda')}; "
                                     f"devices here: {', '.join(available_devices())}")
         index = torch.cuda.current_device() if device.index is None else device.index
         if index >= torch.cuda.device_count():
-            raise DeviceUnavailable(f"{origin} asks for {device}, but this machine has {torch.cuda.device_count()} "
-                                    "CUDA GPU(s), numbered from 0")
+            raise DeviceUnavailable(f"{where}{device} is not available here: this machine has "
+                                    f"{torch.cuda.device_count()} CUDA GPU(s), numbered from 0")
         return torch.device("cuda", index)
     if device.type == "mps" and not mps_available():
-        raise DeviceUnavailable(f"{origin} asks for mps, but {_why_unavailable('mps')}; "
+        raise DeviceUnavailable(f"{where}mps is not available here: {_why_unavailable('mps')}; "
                                 f"devices here: {', '.join(available_devices())}")
     return device
 
@@ -104,7 +106,7 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
     ValueError for a name that is no device.
     """
     if device is not None and not (isinstance(device, str) and device.strip().lower() == "auto"):
-        return _validated(parse_device(device), "device")
+        return _validated(parse_device(device))
     if _session_device is not None:
         return _session_device
     from_env = os.environ.get(DEVICE_ENV, "").strip()

@@ -52,6 +52,7 @@ from sampling_course.apps.speculative_pair import (
     ours_speculative,
     verify_cost,
 )
+from sampling_course.apps.options import add_device_option, device_from
 from sampling_course.apps.threads import torch_threads
 
 
@@ -280,7 +281,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_option(parser)
     args = parser.parse_args(argv)
+    args.device = device_from(parser, args)
     try:
         first, _, last = args.gammas.partition("-")
         args.gammas = list(range(int(first), int(last) + 1)) if last else [int(g) for g in args.gammas.split(",")]
@@ -307,7 +310,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     with console.status("loading the models"):
-        pair = load_pair(args.impl, quick=args.quick)
+        pair = load_pair(args.impl, quick=args.quick, device=args.device)
     new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))
     try:
         results = measure(

@@ -15,6 +15,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from sampling_course.apps.options import add_device_option, device_from
 from sampling_course.implementation import impl_module, load_demo
 from sampling_course.reference import Reference, load_reference
 
@@ -37,7 +38,7 @@ DECODING_SETTINGS: list[tuple[str, dict]] = [
 
 def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, top: int = 10) -> Table:
     """Part 1: the top next tokens from DemoTransformer and from the reference, side by side."""
-    tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids.to(reference.device)
     with torch.inference_mode():
         demo_logits = model(tokens)[0, -1]
         ref_logits = reference.hf_model(tokens).logits[0, -1]
@@ -138,14 +139,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="default: the start of a story for the story models, an everyday sentence otherwise")
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    add_device_option(parser)
     args = parser.parse_args(argv)
+    device = device_from(parser, args)
 
     sampling = impl_module("sampling", "solutions")
     console = Console()
     with progress_bars_on_a_terminal_only(sampling):
-        reference = load_reference(args.reference)
+        reference = load_reference(args.reference, device)
         console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
-                      f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
+                      f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab}), on {device}")
         model = load_demo(reference)
         sampler = sampling.TransformerSampler(model, reference.tokenizer)
         story = reference.name.startswith("story")

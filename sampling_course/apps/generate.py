@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sampling_course.apps.options import add_device_option
 from sampling_course.sampling_settings import check_sampling_settings
 
 MODELS = ("auto", "story", "gpt2", "tiny")
@@ -129,6 +130,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--interactive", action="store_true", help="a REPL: every line is a prompt; /help for commands")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
                         help="stop once the text ends with TEXT (repeatable)")
+    add_device_option(parser)
     for name, (parse, default, about) in SETTINGS.items():
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(parse), default=default,
                             help=f"{about} (default {default})")
@@ -139,6 +141,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--prompt must not be empty")
     if args.num_beams > 1 and args.stop:
         parser.error("--stop works with sampling, not with --num-beams")
+    from sampling_course.devices import pick_device
+
+    try:  # a device this machine lacks: one line, before the model loads
+        args.device = pick_device(args.device)
+    except (ValueError, TypeError) as exc:
+        parser.error(f"--device {args.device}: {exc}")
     return args
 
 
@@ -157,13 +165,14 @@ class Engine:
     static_cache: type  # part 6's StaticKeyValueCache, for --cache static
 
 
-def load_engine(model_name: str, impl: str | None) -> Engine:
-    """Load the reference weights into the chosen implementation's DemoTransformer."""
+def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
+    """Load the reference weights into the chosen implementation's DemoTransformer, on ``device``
+    (the course's device when None)."""
     from sampling_course.implementation import impl_module, load_demo, resolve_impl
     from sampling_course.reference import load_reference
 
     impl = resolve_impl(impl, default="solutions")
-    reference = load_reference(model_name)
+    reference = load_reference(model_name, device)
     generate = impl_module("generate", impl)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
@@ -305,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = {name: getattr(args, name) for name in SETTINGS}
     stop = list(args.stop or [])
     try:
-        engine = load_engine(args.model, args.impl)
+        engine = load_engine(args.model, args.impl, args.device)
     except (ValueError, ImportError) as exc:
         print(f"sampling-course generate: error: {exc}", file=sys.stderr)
         return 2

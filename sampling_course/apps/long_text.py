@@ -51,7 +51,9 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sampling_course.apps.options import add_device_option, device_from
 from sampling_course.apps.threads import torch_threads
+from sampling_course.devices import model_device, synchronize
 from sampling_course.stories import HELDOUT_SEED, sample_stories
 
 POSITION_RULES = ("cache", "absolute")
@@ -117,7 +119,7 @@ def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, 
     """
     n = min(tokens.shape[1] - 1, model.cfg.n_ctx)
     nll = _empty_nll(tokens)
-    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1])
+    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1]).cpu()
     return nll
 
 
@@ -135,8 +137,9 @@ def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int |
     for t in range(steps):
         start = time.perf_counter()
         logits, cache = model(tokens[:, : t + 1], cache)  # only token t is new to the cache
+        synchronize(tokens.device)  # on a GPU the step has only been queued until now
         seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0].cpu()
     return nll, seconds
 
 
@@ -157,8 +160,9 @@ def sliding_window_nll(
             raise ValueError(f"position {t} has no next token to predict in a text of {tokens.shape[1]} tokens")
         start = time.perf_counter()
         logits = model(tokens[:, max(0, t + 1 - window) : t + 1])[:, -1:]
+        synchronize(tokens.device)
         seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0]
+        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0].cpu()
     return nll, seconds
 
 
@@ -197,6 +201,7 @@ class LongTextResults:
     tokens: Int[Tensor, "text pos"]
     methods: dict[str, MethodResult] = field(default_factory=dict)
     uncached_full_nll: Tensor | None = None  # full attention from one uncached pass, for the checks
+    device: str = "cpu"  # where the model ran
 
     def ranges(self) -> list[tuple[str, int, int]]:
         """(label, start, end) of the position ranges the table averages over."""
@@ -280,13 +285,16 @@ def run_experiment(
 
     ``caches`` is the part 6 module (``solutions.caches`` or ``exercises.caches``) and
     ``model`` a DemoTransformer of the same implementation. ``progress(message)``, if
-    given, is called before each method.
+    given, is called before each method. The texts run on the model's device; the results
+    (NLLs, texts) are on the CPU.
     """
     cfg = model.cfg
     batch, length = tokens.shape
     check_settings(cfg.n_ctx, window, num_sink_tokens, stride, length)
     say = progress or (lambda message: None)
-    results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens)
+    results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens.cpu())
+    results.device = str(model_device(model))
+    tokens = tokens.to(results.device)
 
     say(FULL)
     results.uncached_full_nll = full_attention_nll(model, tokens)
@@ -350,6 +358,7 @@ def table(results: LongTextResults):
     from rich.table import Column, Table
 
     n_texts, length = results.tokens.shape
+    where = f"CPU, {torch.get_num_threads()} torch thread(s)" if results.device == "cpu" else results.device
     ranges = results.ranges()
     every = f" (every {results.stride}th)" if results.stride > 1 and SLIDING in results.methods else ""
     out = Table(
@@ -363,7 +372,7 @@ def table(results: LongTextResults):
             "NLL: mean negative log-likelihood of the true next token in nats, ppl = exp(NLL), over the positions "
             f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
             f"one text. ms per token: time in the model per token scored; every method but the sliding window "
-            f"runs 1 token per step; {n_texts} texts per step, CPU, {torch.get_num_threads()} torch thread(s)."
+            f"runs 1 token per step; {n_texts} texts per step, {where}."
         ),
     )
     for name, result in results.methods.items():
@@ -397,7 +406,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-attention", action="store_true", help="skip the attention-on-the-first-tokens table")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 2 texts of n_ctx + 32 tokens, window 32, stride 8 (a few seconds)")
+    add_device_option(parser)
     args = parser.parse_args(argv)
+    args.device = device_from(parser, args)
     if args.model is None:
         args.model = "story" if args.quick else "auto"
     if args.quick:
@@ -424,7 +435,7 @@ def _run(args: argparse.Namespace) -> int:
     console = Console()
     started = time.perf_counter()
     try:
-        reference = load_reference(args.model)
+        reference = load_reference(args.model, args.device)
     except ReferenceUnavailable as exc:
         console.print(f"[red]{exc}[/]")
         return 1

@@ -68,11 +68,11 @@ def test_a_session_device_comes_first_and_goes_away_after(machine, monkeypatch):
 def test_a_device_this_machine_lacks_is_refused_in_one_line(machine, monkeypatch):
     machine(cuda=False, mps=False)
     for name in ("cuda", "cuda:1", "mps"):
-        with pytest.raises(DeviceUnavailable, match=r"asks for .*devices here: cpu") as info:
+        with pytest.raises(DeviceUnavailable, match=r"is not available here: .*; devices here: cpu") as info:
             pick_device(name)
         assert "\n" not in str(info.value)
     monkeypatch.setenv(devices.DEVICE_ENV, "cuda")
-    with pytest.raises(DeviceUnavailable, match=r"\$SAMPLING_COURSE_DEVICE=cuda asks for cuda"):
+    with pytest.raises(DeviceUnavailable, match=r"\$SAMPLING_COURSE_DEVICE=cuda: cuda is not available here"):
         pick_device()
 
 
@@ -211,3 +211,56 @@ def test_on_a_gpu_the_reference_and_the_demo_agree_with_the_cpu():
         expected = cpu.hf_model(tokens).logits
         torch.testing.assert_close(load_demo(gpu)(tokens.cuda()).cpu(), expected, **parity("cuda"))
         torch.testing.assert_close(gpu.hf_model(tokens.cuda()).logits.cpu(), expected, **parity("cuda"))
+
+
+# ---------------------------------------------------------------------------------------
+# Grading on a device: pytest --device
+# ---------------------------------------------------------------------------------------
+
+
+class _Config:
+    """What the plugin's session setup reads from a pytest config: ``--device`` and a stash."""
+
+    def __init__(self, device: str | None):
+        self.device, self.stash = device, pytest.Stash()
+
+    def getoption(self, name: str):
+        assert name == "--device"
+        return self.device
+
+
+def test_pytest_refuses_a_device_this_machine_lacks_in_one_line(machine):
+    from sampling_course.grading.pytest_plugin import start_device_session
+
+    machine(cuda=False)
+    with pytest.raises(pytest.UsageError, match="^--device cuda: cuda is not available here: .*devices here: cpu$"):
+        start_device_session(_Config("cuda"))
+
+
+def test_a_session_on_a_device_is_undone_afterwards(machine, monkeypatch):
+    from sampling_course.grading import pytest_plugin
+
+    machine(cuda=False)
+    monkeypatch.setenv(devices.DEVICE_ENV, "cpu")
+    config = _Config(None)  # no --device: $SAMPLING_COURSE_DEVICE, else the CPU
+    pytest_plugin.start_device_session(config)
+    try:
+        assert pytest_plugin.session_device(config) == pick_device() == torch.device("cpu")
+    finally:
+        for context in reversed(config.stash[pytest_plugin._device_contexts_key]):
+            context.__exit__(None, None, None)
+    assert devices._session_device is None
+
+
+def test_tensors_a_test_makes_land_on_the_session_device_and_seeded_draws_stay_the_same():
+    from sampling_course.grading.pytest_plugin import DeviceSession
+
+    expected = torch.randn(3, generator=torch.Generator().manual_seed(4))
+    with DeviceSession(torch.device("meta")):
+        assert torch.zeros(2).device.type == torch.tensor([1, 2]).device.type == "meta"
+        assert torch.zeros(2, device="cpu").device.type == "cpu"  # a device named stays
+        drawn = torch.randn(3, generator=torch.Generator().manual_seed(4))  # drawn on the CPU, then moved
+    assert drawn.device.type == "meta" and drawn.shape == expected.shape
+    with DeviceSession(torch.device("cpu")):
+        torch.testing.assert_close(torch.randn(3, generator=torch.Generator().manual_seed(4)), expected, rtol=0, atol=0)
+    assert torch.zeros(1).device.type == "cpu"
