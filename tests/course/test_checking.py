@@ -51,7 +51,7 @@ COURSE_ORDER = [
     "top_k_filter", "top_p_filter", "min_p_filter", "warp_logits", "batched_sample", "apply_repetition_penalty",
     "apply_presence_and_frequency_penalty", "padded_forward", "generate", "StopStringCriteria", "TextStreamer",
     "fuse_qkv", "StaticKeyValueCache.update", "StaticKeyValueCache.reorder", "fast_forward", "SinkCache.positions",
-    "SinkCache.update",
+    "SinkCache.update", "fixed_shape_step", "race_sample", "decode_loop",
     "filtered_probs", "draft_tokens", "residual_probs", "accept_or_resample", "crop_cache", "speculative_round",
 ]
 
