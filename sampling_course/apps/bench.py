@@ -3,6 +3,7 @@
     sampling-course bench                  # GPT-2 small: real weights if cached, else random
     sampling-course bench --model random   # GPT-2 small's dimensions, random weights
     sampling-course bench --quick          # a smoke run on a tiny random model (timings meaningless)
+    sampling-course bench --device cuda    # on an NVIDIA GPU: see sampling_course/apps/bench_gpu.py
 
 What is timed (fp32, CPU, batch 1, ``torch.inference_mode``, all in one process):
 
@@ -59,6 +60,7 @@ import time
 import torch
 
 from sampling_course.apps.bench_setup import Method, Setup, build, methods
+from sampling_course.apps.options import add_device_option, device_from
 from sampling_course.apps.threads import torch_threads
 
 # Targets, as ratios of speeds (tokens/s): the dynamic cache (part 4), the engine (part 5), the fast path (part 6).
@@ -287,7 +289,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--impl", choices=["solutions", "exercises"], default="solutions",
                         help="whose code to time (default: solutions)")
     parser.add_argument("--prompt-tokens", type=int, default=32)
-    parser.add_argument("--new-tokens", type=int, default=64, help="new tokens of greedy decoding (default 64)")
+    parser.add_argument("--new-tokens", type=int, default=None,
+                        help="new tokens of greedy decoding (default 64; 128 on a GPU)")
     parser.add_argument("--beam-new-tokens", type=int, default=40, help="new tokens of beam search (default 40)")
     parser.add_argument("--num-beams", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8, help="prompts in the batched task (default 8)")
@@ -301,7 +304,25 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_option(parser, help="cpu (the CPU bench), cuda (or cuda:N: the GPU bench, see bench_gpu.py), or "
+                      "auto (the default: cuda when torch finds an NVIDIA GPU, else cpu)")
+    parser.add_argument("--dtypes", default="float32,bfloat16",
+                        help="GPU bench: the dtypes, from float32 and bfloat16 (default both)")
+    parser.add_argument("--batch-sizes", default="1,8", help="GPU bench: the batch sizes (default 1,8)")
     args = parser.parse_args(argv)
+    args.device = _bench_device(parser, args.device)
+    gpu = args.device.type == "cuda"
+    if args.new_tokens is None:
+        args.new_tokens = 128 if gpu else 64
+    try:
+        args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+        args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--batch-sizes must be integers separated by commas, got {args.batch_sizes!r}")
+    if not args.dtypes or any(d not in ("float32", "bfloat16") for d in args.dtypes):
+        parser.error(f"--dtypes must name float32 and/or bfloat16, got {args.dtypes!r}")
+    if not args.batch_sizes or min(args.batch_sizes) < 1:
+        parser.error("--batch-sizes must be integers >= 1")
     if args.quick:
         args.prompt_tokens, args.new_tokens, args.beam_new_tokens = 8, 8, 6
         args.num_beams, args.repeats, args.batch_new_tokens = 4, 1, 8
@@ -311,9 +332,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _bench_device(parser: argparse.ArgumentParser, name: str) -> torch.device:
+    """The bench's device: cpu, or a CUDA GPU (CUDA graphs and torch.compile's are what it measures there);
+    auto is cuda when there is one. Anything else ends the command with one line."""
+    from sampling_course.devices import cuda_available, pick_device
+
+    if name.strip().lower() == "auto":
+        return pick_device("cuda") if cuda_available() else torch.device("cpu")
+    device = device_from(parser, argparse.Namespace(device=name))
+    if device.type == "mps":
+        parser.exit(2, f"{parser.prog}: error: --device mps: the GPU bench measures CUDA graphs, which only NVIDIA "
+                       "GPUs have; run it with --device cuda on one, or --device cpu here\n")
+    return device
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with torch_threads(args.threads):
+        if args.device.type == "cuda":
+            from sampling_course.apps import bench_gpu
+
+            return bench_gpu.main(args, args.device)
         return _run(args)
 
 
