@@ -1,16 +1,16 @@
 # GENERATED from solutions/gpu_decoding.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: bf249e4b9f0698fae59529f31c2c72dcbace770c6282d8eb59a9fce94dccfe6e
+# stub-checksum: b390301d5fae5a98016c99352eecfd872730cb0672f51994617789587e496a95
 """Part 6b: fast decoding on a GPU.
 
 On a CPU, part 6 found the decode step bound by memory bandwidth: every weight is read once
 per step. A GPU reads GPT-2 small's weights many times faster, and then another cost shows:
 the host (Python, and torch's dispatch under it) must *launch* every kernel of the step, a
 few hundred of them, each taking the host some microseconds; and whenever Python reads a value
-back from the GPU (``if finished.all()``, ``int(token)``, ``.item()``, ``torch.multinomial``'s
-own checks), the host waits until the GPU has finished everything queued, and the GPU then
-waits for the host to launch the next kernels. For a model of this size both can cost more
-than the arithmetic. Three changes remove them, one exercise each:
+back from the GPU (``if finished.all()``, ``int(token)``, ``.item()``), the host waits until
+the GPU has finished everything queued, and the GPU then waits for the host to launch the
+next kernels. For a small model both can cost more than the arithmetic (notebook 06b
+measures it). Three changes remove them, one exercise each:
 
 * ``fixed_shape_step``: a decode step in which every shape, every memory address and every
   operation is the same at every position: the position lives in a tensor on the device, the
@@ -85,8 +85,10 @@ def race_sample(logits: Float[Tensor, "batch d_vocab"], generator: torch.Generat
     exponential time of rate p_i (its probability); the first clock to ring names the token.
     Clock i rings at E_i / p_i with E_i ~ Exp(1), so the token is argmax_i p_i / E_i, and it
     is token i with probability exactly p_i. It is a few element-wise kernels and an argmax on
-    the device. (``torch.multinomial`` checks its input on the host first, and waits for the
-    device to do it.)
+    the device, with no value read back to the host, in any version of PyTorch. Write it
+    without ``torch.multinomial``: ``torch.multinomial(probs, 1)`` draws by this same race,
+    but PyTorch has for years checked its input first with values read back to the host
+    (``aten/src/ATen/native/Distributions.cpp``), which makes the host wait for the device.
 
     Tokens with probability 0 (logit -inf) never win. The clocks come from ``generator``
     (torch's global generator when None), one per token and row, so rows are independent.

@@ -303,3 +303,87 @@ def main(args: argparse.Namespace, device: torch.device) -> int:
         return 1 if wrong else 0
     missed = [label for label, _, _, ok in outcomes if not ok]
     return 1 if wrong or (missed and args.strict) else 0
+
+
+# ---------------------------------------------------------------------------------------
+# What notebook 06b measures
+# ---------------------------------------------------------------------------------------
+
+
+def gpt2_sized_demo(transformer_module, device: torch.device, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """A DemoTransformer of GPT-2 small's size on ``device``: its real weights when cached, else random ones
+    (what a step costs does not depend on the weights' values)."""
+    from sampling_course.config import Config
+    from sampling_course.weights import demo_state_dict
+
+    hf_model, label = hf_model_for(None, seed)
+    demo = transformer_module.DemoTransformer(Config.from_hf(hf_model.config))
+    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    return demo.to(device, dtype).eval(), label
+
+
+@dataclass
+class StepCost:
+    batch: int
+    ms: float  # one eager decode step on the static cache
+    kernels: int | None  # GPU kernels it launches (None off a CUDA GPU)
+    weight_bytes: int
+
+
+def kernels_launched(fn: Callable[[], object], device: torch.device) -> int | None:
+    """How many GPU kernels ``fn()`` launches (torch.profiler's CUDA kernel events); None off a CUDA GPU."""
+    if device.type != "cuda":
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    synchronize(device)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        synchronize(device)
+    return sum(1 for event in prof.events() if event.device_type == torch.autograd.DeviceType.CUDA)
+
+
+@torch.inference_mode()
+def eager_step_costs(model, caches, batches=(1, 8), context: int = 64, repeats: int = 20, seed: int = 0) -> list[StepCost]:
+    """For each batch size: the best time of one eager decode step (part 6's static cache and fast path) with
+    ``context`` tokens cached, and the kernels it launches."""
+    from sampling_course.apps.bench import weight_bytes_per_token
+
+    device = model.embed.W_E.device
+    generator = torch.Generator().manual_seed(seed)
+    out = []
+    for batch in batches:
+        tokens = torch.randint(0, model.cfg.d_vocab, (batch, context + 1), generator=generator).to(device)
+        cache = caches.StaticKeyValueCache.new_empty(model.cfg, batch=batch, max_len=context + 1)
+        model(tokens[:, :context], cache)
+
+        def step():
+            cache.crop(context)  # forget the previous run of this step
+            model(tokens, cache)
+
+        step()
+        best = min(gpu_seconds(step, device) for _ in range(repeats))
+        out.append(StepCost(batch, 1000 * best, kernels_launched(step, device), weight_bytes_per_token(model)))
+    return out
+
+
+def step_cost_table(costs: list[StepCost], bandwidth: float | None, title: str = "One eager decode step"):
+    """The costs as a table: ms, kernels, and the time reading the weights would take at the measured bandwidth."""
+    from rich.table import Table
+
+    table = Table("batch", "ms per step", "kernels launched", "µs per kernel", "reading the weights takes",
+                  "tokens/s", title=title)
+    for cost in costs:
+        floor = f"{1000 * cost.weight_bytes / bandwidth:.3f} ms" if bandwidth else "-"
+        per_kernel = f"{1000 * cost.ms / cost.kernels:.1f}" if cost.kernels else "-"
+        table.add_row(str(cost.batch), f"{cost.ms:.3f}", str(cost.kernels or "-"), per_kernel, floor,
+                      f"{1000 * cost.batch / cost.ms:,.0f}")
+    return table
+
+
+@torch.inference_mode()
+def ms_per_token(decoder, prompts: torch.Tensor, new_tokens: int, repeats: int = 5) -> float:
+    """The best time per generated step of ``decoder.generate`` (prefill included), in milliseconds."""
+    decoder.generate(prompts, new_tokens)  # warm-up (and the capture, for a captured decoder)
+    best = min(gpu_seconds(lambda: decoder.generate(prompts, new_tokens), prompts.device) for _ in range(repeats))
+    return 1000 * best / new_tokens

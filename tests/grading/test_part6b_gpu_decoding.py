@@ -228,7 +228,8 @@ def test_race_sample_draws_from_the_generator_it_is_given(gpu, seed):
 
 @pytest.mark.exercise("race_sample")
 def test_race_sample_reads_nothing_back_to_the_host(gpu, seed):
-    """No .item(), no torch.multinomial (which checks its input on the host), no data-dependent shapes."""
+    """No .item(), no data-dependent shapes, and not torch.multinomial (the exercise is to draw without it: it has
+    checked its input with values read back to the host)."""
     with OpRecorder() as recorder:
         gpu.race_sample(LOGITS.expand(8, -1), generator=torch.Generator().manual_seed(seed))
     assert not recorder.host_reads(), (

@@ -308,7 +308,7 @@ EXERCISES += (
         "element-wise work and an argmax, all on the device.",
         "probs = softmax(logits); clocks = torch.empty_like(probs).exponential_(generator=generator) (one "
         "clock per token and row, from the generator given); the winner is (probs / clocks).argmax(-1). "
-        "torch.multinomial gives the same law but checks its input on the host.",
+        "Not torch.multinomial: it draws the same way, but PyTorch has long checked its input on the host first.",
         "probs = logits.float().softmax(dim=-1)\n"
         "clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
         "return (probs / clocks).argmax(dim=-1)",
@@ -382,8 +382,8 @@ MISTAKES += [
     Mistake(6, "race drawn with torch.multinomial", _G,
             "    return (probs / clocks).argmax(dim=-1)\n",
             "    return torch.multinomial(probs, 1, generator=generator)[:, 0]\n",
-            why=("torch.multinomial draws from the right law but checks its input on the host, which waits "
-                 "for the device at every token.")),
+            why=("torch.multinomial draws from the right law, but the exercise is to draw without it: PyTorch has "
+                 "long checked its input with values read back to the host, which waits for the device.")),
     Mistake(6, "decode loop looks after every step", _G,
             "        if (i + 1) % check_every == 0 and bool(all_done[-1]):\n",
             "        if bool(all_done[-1]):\n",
