@@ -57,3 +57,15 @@ def test_without_a_gpu_the_gpu_bench_refuses_in_one_line(capsys):
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and err.startswith("sampling-course bench: error: --device cuda: cuda is not available here")
+
+
+def test_the_notebooks_step_measurements_run_on_the_cpu(tiny_demo, impl):
+    """What notebook 06b measures on a GPU, run here: times, no kernel count off a GPU, and a table."""
+    costs = bench_gpu.eager_step_costs(tiny_demo, impl.caches, batches=(1, 2), context=8, repeats=2)
+    assert [c.batch for c in costs] == [1, 2] and all(c.ms > 0 and c.kernels is None for c in costs)
+    console = Console(file=io.StringIO(), width=200)
+    console.print(bench_gpu.step_cost_table(costs, bandwidth=1e10))
+    assert "ms per step" in console.file.getvalue()
+    prompts = torch.randint(0, tiny_demo.cfg.d_vocab, (2, 4), generator=torch.Generator().manual_seed(0))
+    decoder = impl.gpu_decoding.CapturedDecoder(tiny_demo, 2, 12)
+    assert bench_gpu.ms_per_token(decoder, prompts, 6, repeats=1) > 0
