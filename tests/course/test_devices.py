@@ -264,3 +264,18 @@ def test_tensors_a_test_makes_land_on_the_session_device_and_seeded_draws_stay_t
     with DeviceSession(torch.device("cpu")):
         torch.testing.assert_close(torch.randn(3, generator=torch.Generator().manual_seed(4)), expected, rtol=0, atol=0)
     assert torch.zeros(1).device.type == "cpu"
+
+
+def test_check_grades_on_the_device_it_is_given(monkeypatch):
+    """check(..., device=...) hands --device to the tests it runs; a device this machine lacks is one line, no tests."""
+    import pytest as pytest_module
+
+    from sampling_course.grading.checking import check
+
+    seen = []
+    monkeypatch.setattr(pytest_module, "main", lambda args, plugins: seen.append(args) or pytest_module.ExitCode.OK)
+    check("LayerNorm", impl="solutions", device="cpu", display=False)
+    assert seen and seen[0][seen[0].index("--device") + 1] == "cpu"
+    if not torch.cuda.is_available():
+        report = check("LayerNorm", impl="solutions", device="cuda", display=False)
+        assert report.error.startswith("cuda is not available here") and len(seen) == 1
