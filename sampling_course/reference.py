@@ -279,7 +279,7 @@ def _bridge(path: Path, tokenizer: object, device: torch.device, dtype: torch.dt
 
 
 @cache
-def _load(name: str, path: Path, device: torch.device, dtype: torch.dtype) -> Reference:
+def _load(name: str, path: Path, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32) -> Reference:
     from transformers import GPT2LMHeadModel, GPT2TokenizerFast
 
     quiet_transformers()
