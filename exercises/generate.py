@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 8d224311877644b8a2dcefee94935da7a8054b9f0dbe7e2dbe5139a11858dc21
+# stub-checksum: b26249d8e169d32ee1108afc2fe0b1136ffdfae20f10a2d17e07ac38650c74a0
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -19,9 +19,11 @@ Everything works on a whole batch, ``(batch, d_vocab)`` logits at a time:
   ``min_p=0.0`` are off, temperature 0 is greedy (``sampling_course.sampling_settings``
   checks them, for part 7 too). Part 2's classic sampler used ``top_p=0.0`` for off.
 * Penalties see each row's tokens so far: ``apply_repetition_penalty`` (Hugging Face's
-  rule) and ``apply_presence_and_frequency_penalty`` (OpenAI's rules). They run before
-  the temperature, as in Hugging Face. (Part 2's sampler applies its frequency penalty
-  after the temperature; the order matters whenever the temperature is not 1.)
+  rule, over the prompt and the generated tokens) and ``apply_presence_and_frequency_penalty``
+  (OpenAI's rules, over the generated tokens only, as OpenAI and vLLM define them). They run
+  before the temperature, as in Hugging Face. (Part 2's sampler applies its frequency
+  penalty after the temperature and counts the prompt too; the order matters whenever the
+  temperature is not 1.)
 * ``generate`` runs the loop with per-row stopping; ``StoppingCriteria`` and the
   streamer protocol have Hugging Face's shapes, so your own criteria and streamers plug in.
 """
@@ -104,7 +106,7 @@ def warp_logits(
     check_sampling_settings(temperature, top_k, top_p, min_p)
     if temperature == 0:
         raise ValueError("warp_logits needs temperature > 0; temperature 0 is greedy decoding (see sample)")
-    # Hint: the temperature comes first, so the filters see the distribution you will draw from.
+    # Hint: call a filter only when its setting is on, each on the output of the one before.
     raise NotImplementedError()
 
 
@@ -179,8 +181,12 @@ def apply_presence_and_frequency_penalty(
     frequency_penalty: float,
     attention_mask: Int[Tensor, "batch seq"] | None = None,
 ) -> Float[Tensor, "batch d_vocab"]:
-    """OpenAI's penalties: subtract ``presence_penalty`` once from every token already in the row,
-    and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count."""
+    """OpenAI's penalties: subtract ``presence_penalty`` once from every token that occurs in
+    ``input_ids``, and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count.
+
+    OpenAI and vLLM count the tokens generated so far, not the prompt's: pass only the
+    generated columns (``generate`` does, through ``apply_penalties``).
+    """
     check_logits(logits)
     for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
         if not isinstance(value, (int, float)) or math.isnan(value):
@@ -389,12 +395,20 @@ def apply_penalties(
     repetition_penalty: float = 1.0,
     presence_penalty: float = 0.0,
     frequency_penalty: float = 0.0,
+    n_prompt: int = 0,
 ) -> Float[Tensor, "batch d_vocab"]:
-    """The repetition penalty, then the presence and frequency penalties (those switched on)."""
+    """The repetition penalty, then the presence and frequency penalties (those switched on).
+
+    The first ``n_prompt`` columns of ``input_ids`` are the (left-padded) prompts. The
+    repetition penalty counts them, as Hugging Face's does; the presence and frequency
+    penalties count only the columns after them, the generated tokens, as OpenAI and vLLM do.
+    """
     if repetition_penalty != 1.0:
         logits = apply_repetition_penalty(logits, input_ids, repetition_penalty, attention_mask)
     if presence_penalty != 0.0 or frequency_penalty != 0.0:
-        logits = apply_presence_and_frequency_penalty(logits, input_ids, presence_penalty, frequency_penalty, attention_mask)
+        logits = apply_presence_and_frequency_penalty(
+            logits, input_ids[:, n_prompt:], presence_penalty, frequency_penalty, attention_mask[:, n_prompt:]
+        )
     return logits
 
 
@@ -437,8 +451,10 @@ def generate(
 
     The prompts are left-padded into one batch with one KV cache: a prefill runs them all,
     then each step runs one new token per row. Each step applies the penalties to the
-    logits, then ``sample`` (temperature, top-k, top-p, min-p, draw) for the whole batch,
-    once, finished rows included, so a seed gives the same tokens however the rows end.
+    logits (``apply_penalties``: the repetition penalty counts the prompt and the new
+    tokens, the presence and frequency penalties the new tokens only), then ``sample``
+    (temperature, top-k, top-p, min-p, draw) for the whole batch, once, finished rows
+    included, so a seed gives the same tokens however the rows end.
 
     A row that emits ``eos_token_id`` (the tokenizer's by default; an id outside the
     vocabulary turns it off), or that a criterion of ``stopping_criteria`` or
@@ -486,6 +502,8 @@ def generate(
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
 
+    # The presence and frequency penalties count the columns from n_prompt on: the generated tokens.
+    n_prompt = input_ids.shape[1]
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=device)
     scores: list[Tensor] = []
     logprobs: list[Tensor] = []

@@ -49,6 +49,7 @@ def planted_home(tmp_path, monkeypatch):
     return tmp_path
 
 
+@pytest.mark.planted
 def test_the_tests_catch_a_mistake_and_accept_the_solution(planted_home):
     caught = mistakes.judge(GREEDY_MISTAKE, planted_home, "planted_greedy_mistake")
     assert caught.ok and "test_part2_sampling.py::" in caught.detail and not caught.disturbed
@@ -57,6 +58,7 @@ def test_the_tests_catch_a_mistake_and_accept_the_solution(planted_home):
     assert not list(planted_home.iterdir()), "the planted copies are removed"
 
 
+@pytest.mark.planted
 def test_a_run_that_changes_the_shared_state_is_not_trusted(planted_home):
     # Planted code that turns gradients off for the whole process when it runs.
     rude = Variant(2, "greedy_search", "turns gradients off", "sampling.py", GREEDY_MISTAKE.old,
