@@ -187,7 +187,7 @@ def _perturb_(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         # Sorted names make the draw order, hence the weights, independent of module order.
         for name, param in sorted(model.named_parameters()):
-            noise = torch.randn(param.shape, generator=generator)
+            noise = torch.randn(param.shape, generator=generator, device="cpu")  # the generator's device, whatever torch's default
             if name.endswith("wte.weight"):
                 param.copy_(0.3 * noise)
             elif name.endswith("wpe.weight"):

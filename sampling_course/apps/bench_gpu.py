@@ -199,7 +199,7 @@ def build_cases(args: argparse.Namespace, device: torch.device, capture: bool = 
         demo.load_state_dict(demo_state_dict(base), strict=True)
         demo = demo.to(device, dtype).eval()
         for batch in args.batch_sizes:
-            prompts = torch.randint(0, base.config.vocab_size, (batch, args.prompt_tokens), generator=generator).to(device)
+            prompts = torch.randint(0, base.config.vocab_size, (batch, args.prompt_tokens), generator=generator, device="cpu").to(device)
             cases.append(Case(dtype_name, batch, methods(hf_model, demo, args.impl, prompts, args.new_tokens, capture, compile),
                               weight_bytes_per_token(demo)))
     return cases, label
@@ -353,7 +353,7 @@ def eager_step_costs(model, caches, batches=(1, 8), context: int = 64, repeats: 
     generator = torch.Generator().manual_seed(seed)
     out = []
     for batch in batches:
-        tokens = torch.randint(0, model.cfg.d_vocab, (batch, context + 1), generator=generator).to(device)
+        tokens = torch.randint(0, model.cfg.d_vocab, (batch, context + 1), generator=generator, device="cpu").to(device)
         cache = caches.StaticKeyValueCache.new_empty(model.cfg, batch=batch, max_len=context + 1)
         model(tokens[:, :context], cache)
 

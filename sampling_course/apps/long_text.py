@@ -380,9 +380,10 @@ def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tenso
         raise ValueError(f"width must be >= 1, got {width}")
     scored = ~nll.isnan()
     # Running sums make every window's total a difference of two entries.
-    sums = torch.cat([torch.zeros(1), torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
-    counts = torch.cat([torch.zeros(1), scored.sum(0).cumsum(0).float()])
-    end = torch.arange(1, nll.shape[1] + 1)
+    zero = torch.zeros(1, device=nll.device)
+    sums = torch.cat([zero, torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
+    counts = torch.cat([zero, scored.sum(0).cumsum(0).float()])
+    end = torch.arange(1, nll.shape[1] + 1, device=nll.device)
     start = (end - width).clamp(min=0)
     count = counts[end] - counts[start]
     curve = torch.where(count > 0, (sums[end] - sums[start]) / count.clamp(min=1), float("nan"))

@@ -104,7 +104,7 @@ def _load_pair(impl: str, quick: bool, seed: int, device: torch.device) -> Pair:
         hf_target = random_gpt2(QUICK_DIMS, seed)
         hf_draft = first_layers_hf(hf_target, 1)
         generator = torch.Generator().manual_seed(seed)
-        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator).tolist()]
+        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator, device="cpu").tolist()]
         label = "smoke run: random 2-layer GPT-2 (d_model 64, vocab 256), draft = its first layer"
         return Pair(
             label, True, _demo(hf_target, transformer), _demo(hf_draft, transformer), hf_target, hf_draft, prompts, impl,
