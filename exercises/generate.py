@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b26249d8e169d32ee1108afc2fe0b1136ffdfae20f10a2d17e07ac38650c74a0
+# stub-checksum: b0914dcb729d97aa2a35f771e2b64ff0e8db83d108bb0e99419d26c7b276a3ee
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -446,6 +446,7 @@ def generate(
     seed: int | None = None,
     return_dict_in_generate: bool = False,
     kv_cache=None,
+    constraint=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
@@ -470,6 +471,14 @@ def generate(
     generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
     fill, one row per prompt (part 6's ``StaticKeyValueCache`` takes the fast path); None
     starts a ``KeyValueCache``.
+
+    ``constraint`` (part 8's ``TokenConstraint``) keeps each row inside a language: every
+    row starts at ``constraint.start``; each step, after the penalties and before the
+    temperature and filters, ``constraint.mask_logits`` sets the tokens its state forbids
+    to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
+    row whose state reads the end-of-text token (``constraint.finished``) is finished, even
+    when ``eos_token_id`` is switched off; a row finished otherwise is done for the
+    constraint too (its state becomes ``constraint.DONE``).
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     if kv_cache is not None and kv_cache.seq_len != 0:
@@ -501,6 +510,8 @@ def generate(
         generator = torch.Generator(device=device).manual_seed(seed)
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
+    check_constraint(constraint)
+    states = constraint.start(input_ids.shape[0], device) if constraint is not None else None
 
     # The presence and frequency penalties count the columns from n_prompt on: the generated tokens.
     n_prompt = input_ids.shape[1]
@@ -509,6 +520,7 @@ def generate(
     logprobs: list[Tensor] = []
     cache = None
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
+    # Hint: (part 8) with a constraint, mask the logits before sample, then advance every row's state along its token.
     raise NotImplementedError()
     if streamer is not None:
         streamer.end()
@@ -547,6 +559,17 @@ def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) ->
             raise TypeError(
                 f"each stopping criterion must be callable as criterion(input_ids, scores), got {type(criterion).__name__}"
             )
+
+
+def check_constraint(constraint) -> None:
+    if constraint is None:
+        return
+    missing = [name for name in ("start", "mask_logits", "advance", "finished", "DONE") if not hasattr(constraint, name)]
+    if missing:
+        raise TypeError(
+            f"constraint must be a TokenConstraint (part 8: regex_constraint or json_schema_constraint), "
+            f"got {type(constraint).__name__}, which lacks {', '.join(missing)}"
+        )
 
 
 def choose_pad_token_id(tokenizer, eos_token_id: int | None, d_vocab: int) -> int:

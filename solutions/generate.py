@@ -504,6 +504,7 @@ def generate(
     seed: int | None = None,
     return_dict_in_generate: bool = False,
     kv_cache=None,
+    constraint=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
@@ -528,6 +529,14 @@ def generate(
     generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
     fill, one row per prompt (part 6's ``StaticKeyValueCache`` takes the fast path); None
     starts a ``KeyValueCache``.
+
+    ``constraint`` (part 8's ``TokenConstraint``) keeps each row inside a language: every
+    row starts at ``constraint.start``; each step, after the penalties and before the
+    temperature and filters, ``constraint.mask_logits`` sets the tokens its state forbids
+    to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
+    row whose state reads the end-of-text token (``constraint.finished``) is finished, even
+    when ``eos_token_id`` is switched off; a row finished otherwise is done for the
+    constraint too (its state becomes ``constraint.DONE``).
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     if kv_cache is not None and kv_cache.seq_len != 0:
@@ -559,6 +568,8 @@ def generate(
         generator = torch.Generator(device=device).manual_seed(seed)
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
+    check_constraint(constraint)
+    states = constraint.start(input_ids.shape[0], device) if constraint is not None else None
 
     # The presence and frequency penalties count the columns from n_prompt on: the generated tokens.
     n_prompt = input_ids.shape[1]
@@ -568,6 +579,7 @@ def generate(
     cache = None
     ### BEGIN SOLUTION
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
+    # Hint: (part 8) with a constraint, mask the logits before sample, then advance every row's state along its token.
     for step in range(max_new_tokens):
         if cache is None:
             logits, cache = prefill(model, input_ids, attention_mask, kv_cache)
@@ -576,9 +588,14 @@ def generate(
         processed = apply_penalties(
             logits, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty, n_prompt
         )
+        if constraint is not None:
+            # Before the temperature and the filters, so that they choose among allowed tokens only.
+            processed = constraint.mask_logits(processed, states)
         next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)
         # A finished row gets a pad, masked out like the left padding: it never changes again.
         next_tokens = next_tokens.masked_fill(finished, pad_token_id)
+        if constraint is not None:
+            states = constraint.advance(states, next_tokens)
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)
         attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)
         if return_dict_in_generate:
@@ -589,6 +606,9 @@ def generate(
             streamer.put(next_tokens.cpu())
         # Each criterion stops only the rows it names; the batch ends when every row is done.
         finished |= stopped_rows(criteria, input_ids, processed)
+        if constraint is not None:
+            finished |= constraint.finished(states)
+            states = states.masked_fill(finished, constraint.DONE)
         if finished.all():
             break
     ### END SOLUTION
@@ -629,6 +649,17 @@ def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) ->
             raise TypeError(
                 f"each stopping criterion must be callable as criterion(input_ids, scores), got {type(criterion).__name__}"
             )
+
+
+def check_constraint(constraint) -> None:
+    if constraint is None:
+        return
+    missing = [name for name in ("start", "mask_logits", "advance", "finished", "DONE") if not hasattr(constraint, name)]
+    if missing:
+        raise TypeError(
+            f"constraint must be a TokenConstraint (part 8: regex_constraint or json_schema_constraint), "
+            f"got {type(constraint).__name__}, which lacks {', '.join(missing)}"
+        )
 
 
 def choose_pad_token_id(tokenizer, eos_token_id: int | None, d_vocab: int) -> int:

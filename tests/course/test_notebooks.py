@@ -34,6 +34,7 @@ NOTEBOOKS = {
     5: "05_generation_engine.ipynb",
     6: "06_caches.ipynb",
     7: "07_speculative_decoding.ipynb",
+    8: "08_structured_generation.ipynb",
 }
 # A part's exercises of one module may have a notebook of their own, after the part's:
 # notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
