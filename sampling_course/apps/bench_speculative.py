@@ -23,7 +23,11 @@ on the same prompts:
 * Hugging Face assisted generation as a peer: ``hf_target.generate(...,
   assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma`` and a constant schedule
   (no confidence-based early stop), against plain ``hf_target.generate``; its tokens per
-  target forward are counted with a forward hook.
+  target forward are counted with a forward hook;
+* prompt-lookup drafting, which needs no draft model: ``speculative_generate`` with
+  ``prompt_lookup_num_tokens=gamma`` (the tokens that followed the last earlier occurrence
+  of the text's final 2-gram), beside Hugging Face's ``generate(prompt_lookup_num_tokens=gamma)``
+  (which takes the first occurrence), with the same columns, in a second table.
 
 Every run generates exactly the requested number of tokens, and every run is checked for
 it: the end-of-text token does not stop generation here (token ids go through
@@ -94,10 +98,31 @@ class Row:
     hf_seconds: list[float] = field(default_factory=list)
     hf_new_tokens: int = 0
     hf_target_forwards: int = 0
+    # Prompt-lookup drafting: ours and Hugging Face's.
+    lookup_accepted: int = 0
+    lookup_judged: int = 0
+    lookup_new_tokens: int = 0
+    lookup_target_forwards: int = 0
+    lookup_seconds: list[float] = field(default_factory=list)
+    hf_lookup_seconds: list[float] = field(default_factory=list)
+    hf_lookup_new_tokens: int = 0
+    hf_lookup_target_forwards: int = 0
 
     @property
     def alpha(self) -> float:
         return self.accepted / self.judged if self.judged else float("nan")
+
+    @property
+    def lookup_alpha(self) -> float:
+        return self.lookup_accepted / self.lookup_judged if self.lookup_judged else float("nan")
+
+    @property
+    def lookup_tokens_per_forward(self) -> float:
+        return self.lookup_new_tokens / self.lookup_target_forwards if self.lookup_target_forwards else float("nan")
+
+    @property
+    def hf_lookup_tokens_per_forward(self) -> float:
+        return self.hf_lookup_new_tokens / self.hf_lookup_target_forwards if self.hf_lookup_target_forwards else float("nan")
 
     @property
     def tokens_per_forward(self) -> float:
@@ -228,6 +253,17 @@ def ours_speculative(pair: Pair, prompt: list[int], n: int, gamma: int, temperat
     return tokenizer.encode(text), stats
 
 
+def ours_lookup(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
+    """speculative_generate with prompt-lookup drafting (no draft model), gamma tokens at most per round."""
+    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    tokenizer = IdTokenizer()
+    text, stats = speculative.speculative_generate(
+        pair.target, None, tokenizer, tokenizer.decode(prompt), n,
+        prompt_lookup_num_tokens=gamma, temperature=temperature, seed=seed, return_stats=True,
+    )
+    return tokenizer.encode(text), stats
+
+
 def ours_cached(pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
     """Target-only (or draft-only) cached generation with TransformerSampler.sample."""
     sampling = importlib.import_module(f"{pair.impl}.sampling")
@@ -278,8 +314,10 @@ def generation_configs_without_eos(pair: Pair):
             model.generation_config = config
 
 
-def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
-    """Plain or assisted ``hf_target.generate`` of exactly ``n`` tokens; returns (ids, number of target forwards)."""
+def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None,
+                lookup: bool = False):
+    """Plain, assisted or (``lookup``) prompt-lookup ``hf_target.generate`` of exactly ``n`` tokens; returns (ids,
+    number of target forwards)."""
     from transformers import GenerationConfig
 
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
@@ -287,7 +325,9 @@ def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed:
     input_ids = torch.tensor([prompt])
     with generation_configs_without_eos(pair):
         extra = {}
-        if gamma is not None:
+        if lookup:
+            extra["prompt_lookup_num_tokens"] = gamma
+        elif gamma is not None:
             assistant = pair.hf_draft.generation_config  # the copy: the settings go with it
             assistant.num_assistant_tokens = gamma
             assistant.num_assistant_tokens_schedule = "constant"
@@ -335,7 +375,7 @@ def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None
         )
 
 
-def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
+def check_greedy(pair: Pair, gammas: list[int], n: int, lookup: bool = True) -> None:
     """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
@@ -349,6 +389,13 @@ def check_greedy(pair: Pair, gammas: list[int], n: int) -> None:
             assisted, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma)
             if assisted != hf_plain:
                 raise BenchCheckError(f"gamma={gamma}: HF assisted greedy text differs from HF greedy text")
+            if lookup:
+                ours, _ = ours_lookup(pair, prompt, n, gamma, 0.0, 0)
+                if ours != plain:
+                    raise BenchCheckError(f"gamma={gamma}: prompt-lookup greedy text differs from the target's greedy text")
+                looked_up, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma, lookup=True)
+                if looked_up != hf_plain:
+                    raise BenchCheckError(f"gamma={gamma}: HF prompt-lookup greedy text differs from HF greedy text")
 
 
 def measure(
@@ -360,6 +407,7 @@ def measure(
     hf: bool = True,
     check: bool = True,
     progress: bool = False,
+    lookup: bool = True,
 ) -> Results:
     """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt."""
     from tqdm.auto import tqdm
@@ -369,7 +417,7 @@ def measure(
         raise ValueError(f"prompt ({longest} tokens) + new_tokens={new_tokens} is more than n_ctx={pair.n_ctx}")
     results = Results(pair, temperature, new_tokens, [Row(gamma) for gamma in gammas])
     if check:
-        check_greedy(pair, gammas, min(24, new_tokens))
+        check_greedy(pair, gammas, min(24, new_tokens), lookup=lookup and hf)
     prompt = pair.prompts[0]
     for gamma in gammas:  # first calls pay for lazy initialisation: keep them out of the timings
         ours_speculative(pair, prompt, 4, gamma, temperature, 0)
@@ -414,6 +462,23 @@ def measure(
                 row.hf_seconds.append(seconds)
                 row.hf_new_tokens += new_tokens
                 row.hf_target_forwards += forwards
+            if not lookup:
+                continue
+            (ids, stats), seconds = timed(lambda: ours_lookup(pair, prompt, new_tokens, row.gamma, temperature, seed))
+            check_length(f"prompt-lookup speculative_generate (gamma={row.gamma})", ids, prompt, new_tokens)
+            row.lookup_seconds.append(seconds)
+            row.lookup_accepted += stats.accepted
+            row.lookup_judged += stats.judged
+            row.lookup_new_tokens += stats.new_tokens
+            row.lookup_target_forwards += stats.target_forwards
+            if hf:
+                (ids, forwards), seconds = timed(
+                    lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma, lookup=True)
+                )
+                check_length(f"Hugging Face prompt lookup (gamma={row.gamma})", ids, prompt, new_tokens)
+                row.hf_lookup_seconds.append(seconds)
+                row.hf_lookup_new_tokens += new_tokens
+                row.hf_lookup_target_forwards += forwards
     return results
 
 
@@ -455,6 +520,32 @@ def table(results: Results):
     return out
 
 
+def lookup_table(results: Results):
+    """Prompt-lookup drafting as a rich Table, one row per gamma (None when it was not measured)."""
+    from rich.table import Table
+
+    if not any(row.lookup_seconds for row in results.rows):
+        return None
+    hf = any(row.hf_lookup_seconds for row in results.rows)
+    base = results.ms_per_token(results.baseline)
+    columns = ["gamma", "alpha", "tok/fwd", "theory", "ms/tok", "speedup"]
+    if hf:
+        columns += ["HF tok/fwd", "HF ms/tok", "HF speedup"]
+    out = Table(*columns, title=f"Prompt-lookup drafting (no draft model), {results.pair.label}")
+    for row in results.rows:
+        ms = results.ms_per_token(row.lookup_seconds)
+        cells = [
+            str(row.gamma), f"{row.lookup_alpha:.3f}", f"{row.lookup_tokens_per_forward:.2f}",
+            f"{expected_tokens_per_forward(row.lookup_alpha, row.gamma):.2f}", f"{ms:.2f}", f"{base / ms:.2f}x",
+        ]
+        if hf:
+            hf_ms = results.ms_per_token(row.hf_lookup_seconds)
+            cells += [f"{row.hf_lookup_tokens_per_forward:.2f}", f"{hf_ms:.2f}",
+                      f"{results.ms_per_token(results.hf_baseline) / hf_ms:.2f}x"]
+        out.add_row(*cells)
+    return out
+
+
 def baselines_text(results: Results) -> str:
     lines = [
         f"target-only cached generation (TransformerSampler.sample): {results.ms_per_token(results.baseline):.2f} ms/token",
@@ -478,7 +569,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--new-tokens", type=int, default=96, help="new tokens per run (default 96)")
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 is greedy)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the prompts (default 3)")
-    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation and prompt lookup")
+    parser.add_argument("--no-lookup", action="store_true", help="skip prompt-lookup drafting")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -513,13 +605,20 @@ def _run(args: argparse.Namespace) -> int:
     new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))
     try:
         results = measure(
-            pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf, progress=not args.no_progress
+            pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf,
+            progress=not args.no_progress, lookup=not args.no_lookup,
         )
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] at temperature 0 every gamma gives the plain greedy text (ours and Hugging Face's)")
+    console.print("[green]checked:[/] at temperature 0 every gamma gives the plain greedy text (ours and Hugging Face's, "
+                  "draft model and prompt lookup)")
     console.print(table(results))
+    lookup = lookup_table(results)
+    if lookup is not None:
+        console.print(lookup)
+        console.print("prompt lookup: alpha counts only rounds where the lookup proposed; a round that finds no "
+                      "match is one plain target step. tok/fwd and speedup count every round.")
     console.print(baselines_text(results))
     console.print(
         "tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / (1 - alpha). speedup: over "
