@@ -45,13 +45,16 @@ COURSE_ORDER = [
     "DemoTransformer",
     "greedy_search", "sample_basic", "apply_temperature", "apply_frequency_penalty", "sample_top_k",
     "sample_top_p", "sample_next_token", "sample",
-    "Beams.generate", "Beams.get_topk_non_repeating", "Beams.filter", "beam_search",
+    "Beams.generate", "Beams.get_topk_non_repeating", "Beams.filter", "beam_search", "BeamHypotheses",
     "KeyValueCache", "cached_forward", "cached_sample", "cached_beam_search",
-    "top_k_filter", "top_p_filter", "min_p_filter", "warp_logits", "batched_sample", "apply_repetition_penalty",
-    "apply_presence_and_frequency_penalty", "padded_forward", "generate", "StopStringCriteria", "TextStreamer",
+    "top_k_filter", "top_p_filter", "min_p_filter", "typical_filter", "epsilon_filter", "eta_filter",
+    "top_n_sigma_filter", "xtc_filter", "warp_logits", "batched_sample", "mirostat_step", "apply_repetition_penalty",
+    "apply_presence_and_frequency_penalty", "apply_dry_penalty", "ban_bad_words", "padded_forward", "generate",
+    "StopStringCriteria", "TextStreamer",
     "fuse_qkv", "StaticKeyValueCache.update", "StaticKeyValueCache.reorder", "fast_forward", "SinkCache.positions",
     "SinkCache.update",
     "filtered_probs", "draft_tokens", "residual_probs", "accept_or_resample", "crop_cache", "speculative_round",
+    "prompt_lookup",
 ]
 
 

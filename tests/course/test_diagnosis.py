@@ -118,7 +118,7 @@ def test_every_probed_mistake_is_named_when_planted():
         if named != mistake and (named is None or named.name not in SAME_OUTPUT.get(mistake.name, ())):
             wrong.append(f"{exercise.name}: {mistake.name!r} named {named.name if named else None!r}")
     assert not wrong, "\n".join(wrong)
-    assert len(PROBED) == 65
+    assert len(PROBED) == 71
 
 
 def test_a_mistake_planted_on_disk_is_named(learner_package):

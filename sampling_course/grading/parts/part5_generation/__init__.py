@@ -46,29 +46,113 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(probs < bar, float("-inf"))',
     ),
     exercise(
+        "typical_filter", 5, "generate", "typical_filter",
+        "Typical sampling: keep the tokens whose surprise -log p is closest to the row's entropy, up to a mass of typical_p.",
+        "The entropy H is the average surprise, -sum(p log p). A token is typical when its own surprise "
+        "-log p is close to H, whether it is likely or not: on a flat row a very likely token is atypical.",
+        "Work like top-p, but rank by the gap |-log p - H| (smallest first) instead of by probability: "
+        "sort the gaps, keep a token while the probability ranked before it is below typical_p (so the "
+        "token that reaches typical_p stays), never remove the first, and scatter back. Removed tokens "
+        "have p = 0 and log p = -inf: sum p log p with nansum.",
+        "logprobs = logits.log_softmax(-1); probs = logprobs.exp()\n"
+        "entropy = -(probs * logprobs).nansum(-1, keepdim=True)\n"
+        "gap = (-logprobs - entropy).abs()\n"
+        "sorted_gap, order = gap.sort(dim=-1); sorted_probs = probs.gather(-1, order)\n"
+        "remove_sorted = sorted_probs.cumsum(-1) - sorted_probs >= typical_p; remove_sorted[:, 0] = False\n"
+        'return logits.masked_fill(remove_sorted.scatter(1, order, remove_sorted), float("-inf"))',
+    ),
+    exercise(
+        "epsilon_filter", 5, "generate", "epsilon_filter",
+        "Epsilon sampling: remove the tokens whose probability is below epsilon; the row's most likely token always stays.",
+        "The bar is a probability, so compare softmax(logits), not the logits, with it.",
+        "A flat row can have every token below the bar; removing them all would leave nothing to draw. "
+        "Keep every token whose logit equals the row's largest (logits.max(dim=-1, keepdim=True)).",
+        "probs = logits.softmax(dim=-1)\n"
+        "top = logits.max(dim=-1, keepdim=True).values\n"
+        'return logits.masked_fill((probs < epsilon) & (logits < top), float("-inf"))',
+    ),
+    exercise(
+        "eta_filter", 5, "generate", "eta_filter",
+        "Eta sampling: remove the tokens below min(eta, sqrt(eta) * exp(-entropy)); the top token always stays.",
+        "Like epsilon sampling, with a bar per row that falls as the row's entropy H (in nats) grows: a "
+        "flat, uncertain row keeps more of its many plausible tokens.",
+        "H = -sum(p log p) per row (nansum, keepdim=True). The bar is the smaller of eta and "
+        "sqrt(eta) * exp(-H) (torch.minimum, or clamp(max=eta)); compare the probabilities with it and "
+        "keep the row's top token, as in epsilon_filter.",
+        "logprobs = logits.log_softmax(-1); probs = logprobs.exp()\n"
+        "entropy = -(probs * logprobs).nansum(-1, keepdim=True)\n"
+        "bar = (math.sqrt(eta) * torch.exp(-entropy)).clamp(max=eta)\n"
+        "top = logits.max(dim=-1, keepdim=True).values\n"
+        'return logits.masked_fill((probs < bar) & (logits < top), float("-inf"))',
+    ),
+    exercise(
+        "top_n_sigma_filter", 5, "generate", "top_n_sigma_filter",
+        "Top-n-sigma (llama.cpp): keep the tokens whose logit is at least max - n * std of the row's logits.",
+        "It works on logits, not probabilities: the statistics are the largest logit and the standard "
+        "deviation of the logits still in the row.",
+        "Tokens an earlier filter removed hold -inf: leave them out of the mean and the standard deviation "
+        "(torch.isfinite gives the mask; sum only where it is True and divide by its count). The standard "
+        "deviation is the population one (divide by the count, as llama.cpp does).",
+        "finite = torch.isfinite(logits); count = finite.sum(-1, keepdim=True)\n"
+        "mean = torch.where(finite, logits, 0).sum(-1, keepdim=True) / count\n"
+        "std = (torch.where(finite, (logits - mean) ** 2, 0).sum(-1, keepdim=True) / count).sqrt()\n"
+        'return logits.masked_fill(logits < logits.max(-1, keepdim=True).values - n * std, float("-inf"))',
+    ),
+    exercise(
+        "xtc_filter", 5, "generate", "xtc_filter",
+        "XTC (llama.cpp): with probability xtc_probability per row, remove every token at or above the threshold but the least likely of them.",
+        "Two decisions per row: whether XTC applies this time (one uniform draw per row from the "
+        "generator), and which tokens are 'top choices' (probability >= threshold).",
+        "Draw torch.rand(batch, generator=generator) < probability first. Among the top choices keep the "
+        "least likely one (so a row with a single top choice is left alone): remove those whose probability "
+        "is above the smallest top-choice probability of the row.",
+        "applies = torch.rand(logits.shape[0], generator=generator) < probability\n"
+        "probs = logits.softmax(-1); above = probs >= threshold\n"
+        "least = torch.where(above, probs, 2.0).min(-1, keepdim=True).values\n"
+        'return logits.masked_fill(above & (probs > least) & applies[:, None], float("-inf"))',
+    ),
+    exercise(
         "warp_logits", 5, "generate", "warp_logits",
-        "Apply the temperature, then top-k, then top-p, then min-p, skipping the filters that are switched off.",
+        "Apply the steps of `order` one after the other: the temperature and each filter that is switched on.",
         "Order matters: Hugging Face applies the temperature first, so every filter judges the "
-        "distribution that will actually be sampled.",
-        "Divide by the temperature first. top_k=0, top_p=1.0 and min_p=0.0 mean off: call a filter "
-        "only when its setting is on, and feed each filter the output of the previous one.",
-        "logits = logits / temperature\n"
-        "if top_k > 0: logits = top_k_filter(logits, top_k)\n"
-        "if top_p < 1.0: logits = top_p_filter(logits, top_p)\n"
-        "if min_p > 0.0: logits = min_p_filter(logits, min_p)\n"
+        "distribution that will actually be sampled; llama.cpp applies it last. `order` (given) already "
+        "holds the steps to run, in the order asked for.",
+        "Walk `order`: \"temperature\" divides the logits by the temperature, every other name calls its "
+        "filter with its setting (\"xtc\" also takes the generator). Feed each step the output of the one "
+        "before, and return the last.",
+        "for name in order:\n"
+        "    if name == \"temperature\": logits = logits / temperature\n"
+        "    elif name == \"top_k\": logits = top_k_filter(logits, top_k)\n"
+        "    ... one branch per step ...\n"
+        "    elif name == \"xtc\": logits = xtc_filter(logits, xtc_threshold, xtc_probability, generator)\n"
         "return logits",
     ),
     exercise(
         "batched_sample", 5, "generate", "sample",
-        "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits.",
+        "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits (passing **chain on).",
         "Temperature 0 is greedy and skips every filter. Otherwise warp, turn into probabilities, "
         "and draw one index per row.",
         "torch.multinomial(probs, num_samples=1, generator=generator) draws one index per row of a "
         "2-D tensor; pass the generator, so that a seed gives the same tokens. Return shape (batch,).",
         "if temperature == 0:\n"
         "    return logits.argmax(dim=-1)\n"
-        "probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+        "probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
         "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
+    ),
+    exercise(
+        "mirostat_step", 5, "generate", "mirostat_step",
+        "Mirostat v2 (llama.cpp): keep the tokens with surprise at most mu (bits), draw, and move each row's mu towards the target tau.",
+        "Surprise is measured in bits: -log2 p. Each row has its own mu; a row keeps the tokens whose "
+        "surprise is at most its mu, and always its most likely token.",
+        "Cut with (surprise <= mu[:, None]) | (logits == row max), renormalise (softmax of the cut logits), "
+        "draw one token per row with the generator. The error is the drawn token's surprise under the "
+        "renormalised distribution minus tau; mu moves against it: mu - eta * error.",
+        "surprise = -logits.log_softmax(-1) / math.log(2)\n"
+        "keep = (surprise <= mu[:, None]) | (logits == logits.max(-1, keepdim=True).values)\n"
+        'kept = logits.masked_fill(~keep, float("-inf")); probs = kept.softmax(-1)\n'
+        "tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]\n"
+        "observed = -torch.log2(probs.gather(-1, tokens[:, None])[:, 0])\n"
+        "return tokens, mu - eta * (observed - tau), kept",
     ),
     exercise(
         "apply_repetition_penalty", 5, "generate", "apply_repetition_penalty",
@@ -88,6 +172,37 @@ EXERCISES: tuple[Exercise, ...] = (
         "Both are plain subtractions from the logits; convert counts to the logits' dtype first.",
         "present = (counts > 0).to(logits.dtype)\n"
         "return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)",
+    ),
+    exercise(
+        "apply_dry_penalty", 5, "generate", "apply_dry_penalty",
+        "DRY (llama.cpp): lower the logit of each token that would extend a repeat of at least allowed_length tokens, by multiplier * base ** (length - allowed_length).",
+        "For every earlier position, how many tokens ending there equal the tokens ending at the last "
+        "position (a common suffix)? The token right after that earlier position is the one that would "
+        "make the repeat longer.",
+        "Reverse the row (rev[0] is the last token): for a shift k the repeat length is the run of "
+        "rev[i] == rev[i + k] from i = 0 (cumprod of the matches, summed), and the token after it is "
+        "ids[n - k]. Cap every length at the number of tokens after the most recent sequence breaker; "
+        "per token keep the longest length (scatter_reduce with amax); never penalise a breaker.",
+        "rev = ids.flip(0); shifts = torch.arange(1, n)\n"
+        "index = torch.arange(n)[None, :] + shifts[:, None]\n"
+        "same = (index < n) & (rev[index.clamp(max=n - 1)] == rev[None, :])\n"
+        "lengths = same.long().cumprod(-1).sum(-1).clamp(max=limit)\n"
+        "longest.scatter_reduce_(0, ids[n - shifts[ok]], lengths[ok], reduce='amax')\n"
+        "logits[row] -= where(penalised, multiplier * base ** (longest - allowed_length), 0)",
+    ),
+    exercise(
+        "ban_bad_words", 5, "generate", "ban_bad_words",
+        "Hugging Face's bad_words_ids: ban a one-token sequence everywhere, and the last token of a longer one where the row ends with the rest of it.",
+        "Only the last token of a banned sequence is ever banned, and only where writing it would complete "
+        "the sequence: the row's last len - 1 tokens must be the sequence's first len - 1 tokens.",
+        "Compare input_ids[:, -(len - 1):] with the sequence's start for all rows at once (.all(dim=-1)); "
+        "a position with attention_mask 0 is padding and never matches. One-token sequences are banned in "
+        "every row.",
+        "*start, last = banned\n"
+        "if not start: ban[:, last] = True; continue\n"
+        "tail = input_ids[:, -len(start):]\n"
+        "real = attention_mask[:, -len(start):].bool().all(-1)\n"
+        "ban[(tail == torch.tensor(start)).all(-1) & real, last] = True",
     ),
     exercise(
         "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
@@ -112,12 +227,14 @@ EXERCISES: tuple[Exercise, ...] = (
         "Left-pad the prompts, prefill once, then one token per row per step, padding each row once it is finished.",
         "left_pad puts the pads before each prompt, so every row's next-token logits are at [:, -1]. "
         "In the loop, the first step is the prefill and every later step runs only the new tokens.",
-        "Per step: penalties, sample (whole batch, once), replace the tokens of finished rows by the "
-        "pad, append tokens and mask, record scores, then finished |= stopped_rows(...). Stop when "
-        "every row is finished, not when the first one is.",
+        "Per step: process_logits (the processors), choose_tokens (whole batch, once; it returns "
+        "mirostat's new state too: keep it for the next step), replace the tokens of finished rows by the "
+        "pad, append tokens and mask, record, then finished |= stopped_rows(...). Stop when every row is "
+        "finished, not when the first one is.",
         "logits, cache = prefill(...) if cache is None else decode_step(...)\n"
-        "processed = apply_penalties(logits, input_ids, attention_mask, ...)\n"
-        "next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator).masked_fill(finished, pad_token_id)\n"
+        "processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
+        "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n"
+        "next_tokens = next_tokens.masked_fill(finished, pad_token_id)\n"
         "input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)\n"
         "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)\n"
         "finished |= stopped_rows(criteria, input_ids, processed)\n"
@@ -152,19 +269,41 @@ EXERCISES: tuple[Exercise, ...] = (
 
 _TESTS = "grading/test_part5_generation.py"
 
+_CHAIN_LOOP = (
+    "    for name in order:\n"
+    "        if name == \"temperature\":\n"
+    "            logits = logits / temperature\n"
+    "        elif name == \"top_k\":\n"
+    "            logits = top_k_filter(logits, top_k)\n"
+    "        elif name == \"top_p\":\n"
+    "            logits = top_p_filter(logits, top_p)\n"
+    "        elif name == \"min_p\":\n"
+    "            logits = min_p_filter(logits, min_p)\n"
+    "        elif name == \"typical_p\":\n"
+    "            logits = typical_filter(logits, typical_p)\n"
+    "        elif name == \"epsilon_cutoff\":\n"
+    "            logits = epsilon_filter(logits, epsilon_cutoff)\n"
+    "        elif name == \"eta_cutoff\":\n"
+    "            logits = eta_filter(logits, eta_cutoff)\n"
+    "        elif name == \"top_n_sigma\":\n"
+    "            logits = top_n_sigma_filter(logits, top_n_sigma)\n"
+    "        elif name == \"xtc\":\n"
+    "            logits = xtc_filter(logits, xtc_threshold, xtc_probability, generator)\n"
+    "    return logits\n"
+)
+
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the tests catch it.
 MISTAKES: list[Mistake] = [
-    Mistake(5, "temperature applied after top-p", "generate.py",
-            "    logits = logits / temperature\n    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
-            "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n    logits = logits / temperature\n",
+    Mistake(5, "temperature applied after the filters", "generate.py",
+            "    for name in order:\n        if name == \"temperature\":\n",
+            "    for name in [n for n in order if n != \"temperature\"] + [n for n in order if n == \"temperature\"]:\n"
+            "        if name == \"temperature\":\n",
             _TESTS),
     Mistake(5, "top-p judged on the raw logits", "generate.py",
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n",
-            "    if top_p < 1.0:\n        raw = logits * temperature\n"
-            '        logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
+            "            logits = top_p_filter(logits, top_p)\n",
+            "            raw = logits * temperature\n"
+            '            logits = logits.masked_fill(top_p_filter(raw, top_p) == float("-inf"), float("-inf"))\n',
             _TESTS),
     Mistake(5, "top-k keeps one token too many", "generate.py",
             "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
@@ -174,7 +313,8 @@ MISTAKES: list[Mistake] = [
     Mistake(5, "min-p bar not scaled by the top probability", "generate.py",
             "bar = min_p * probs.max(dim=-1, keepdim=True).values", "bar = min_p", _TESTS),
     Mistake(5, "sample ignores its generator", "generate.py",
-            "torch.multinomial(probs, num_samples=1, generator=generator)", "torch.multinomial(probs, num_samples=1)",
+            "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
+            "return torch.multinomial(probs, num_samples=1)[:, 0]",
             _TESTS),
     Mistake(5, "repetition penalty multiplies positive logits", "generate.py",
             "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)",
@@ -204,8 +344,8 @@ MISTAKES: list[Mistake] = [
             "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
             "logits, cache = prefill(model, input_ids, attention_mask)", _TESTS),
     Mistake(5, "scores taken from the raw logits", "generate.py",
-            "drawn_from = processed if temperature == 0 else warp_logits(processed, temperature, top_k, top_p, min_p)",
-            "drawn_from = logits", _TESTS),
+            "record.step(logits, drawn_from, next_tokens, finished)",
+            "record.step(logits, logits, next_tokens, finished)", _TESTS),
     Mistake(5, "stop strings checked one token at a time", "generate.py",
             "        tail = ids[-self.tail_tokens :]\n        before, text = self.decode(tail[:-1]), self.decode(tail)\n",
             "        return any(s in self.decode(ids[-1:]) for s in self.stop_strings)\n"
@@ -213,6 +353,110 @@ MISTAKES: list[Mistake] = [
             _TESTS),
     Mistake(5, "streamer prints every token at once, half characters included", "generate.py",
             'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1', "safe_end = len(text)", _TESTS),
+    Mistake(5, "typical sampling ranks by probability, not by distance from the entropy", "generate.py",
+            "gap = (-logprobs - entropy).abs()", "gap = -logprobs", _TESTS,
+            why="ranking the tokens by their surprise alone (which is top-p) instead of by |surprise - entropy|"),
+    Mistake(5, "typical sampling without the absolute value", "generate.py",
+            "gap = (-logprobs - entropy).abs()", "gap = -logprobs - entropy", _TESTS,
+            why="ranking by surprise - entropy without the absolute value, so the likeliest tokens come first"),
+    Mistake(5, "typical cutoff exclusive", "generate.py",
+            "remove_sorted = mass_before >= typical_p", "remove_sorted = mass_before + sorted_probs > typical_p", _TESTS,
+            why="dropping the token that takes the typical set's mass to typical_p (the cutoff must be inclusive)"),
+    Mistake(5, "epsilon compared with the logits", "generate.py",
+            "return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))",
+            "return logits.masked_fill((logits < epsilon) & (logits < top), float(\"-inf\"))", _TESTS,
+            why="comparing the logits with epsilon instead of the probabilities"),
+    Mistake(5, "epsilon removes the top token of a flat row", "generate.py",
+            "return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))",
+            "return logits.masked_fill(probs < epsilon, float(\"-inf\"))", _TESTS,
+            why="removing every token below epsilon, even the row's most likely one"),
+    Mistake(5, "eta's bar not capped at eta", "generate.py",
+            "bar = torch.minimum(torch.full_like(entropy, eta), math.sqrt(eta) * torch.exp(-entropy))",
+            "bar = math.sqrt(eta) * torch.exp(-entropy)", _TESTS,
+            why="using sqrt(eta) * exp(-entropy) alone, without taking the smaller of it and eta"),
+    Mistake(5, "eta's bar without the square root", "generate.py",
+            "bar = torch.minimum(torch.full_like(entropy, eta), math.sqrt(eta) * torch.exp(-entropy))",
+            "bar = torch.minimum(torch.full_like(entropy, eta), eta * torch.exp(-entropy))", _TESTS,
+            why="scaling exp(-entropy) by eta instead of sqrt(eta)"),
+    Mistake(5, "top-n-sigma counts the removed tokens", "generate.py",
+            "    finite = torch.isfinite(logits)\n", "    finite = torch.ones_like(logits, dtype=torch.bool)\n", _TESTS,
+            why="computing the mean and standard deviation over every logit, the -inf of removed tokens included"),
+    Mistake(5, "top-n-sigma measured from the mean", "generate.py",
+            "return logits.masked_fill(logits < top - n * variance.sqrt(), float(\"-inf\"))",
+            "return logits.masked_fill(logits < mean - n * variance.sqrt(), float(\"-inf\"))", _TESTS,
+            why="measuring n standard deviations down from the mean logit instead of from the largest"),
+    Mistake(5, "top-n-sigma uses the variance", "generate.py",
+            "return logits.masked_fill(logits < top - n * variance.sqrt(), float(\"-inf\"))",
+            "return logits.masked_fill(logits < top - n * variance, float(\"-inf\"))", _TESTS,
+            why="using the variance where the standard deviation belongs"),
+    Mistake(5, "XTC removes every top choice", "generate.py",
+            "remove = above & (probs > least_above) & applies[:, None]", "remove = above & applies[:, None]", _TESTS,
+            why="removing all the tokens above the threshold instead of keeping the least likely of them"),
+    Mistake(5, "XTC applied every time", "generate.py",
+            "applies = torch.rand(logits.shape[0], generator=generator, device=logits.device) < probability",
+            "applies = torch.ones(logits.shape[0], dtype=torch.bool, device=logits.device)", _TESTS,
+            why="cutting every row instead of each row with probability xtc_probability"),
+    Mistake(5, "XTC threshold compared with the logits", "generate.py",
+            "above = probs >= threshold", "above = logits >= threshold", _TESTS,
+            why="comparing the logits with xtc_threshold instead of the probabilities"),
+    Mistake(5, "chain order ignored", "generate.py",
+            "    for name in order:\n        if name == \"temperature\":\n",
+            "    for name in [n for n in (\"temperature\", \"top_k\", \"top_p\", \"min_p\", \"typical_p\", \"epsilon_cutoff\",\n"
+            "                             \"eta_cutoff\", \"top_n_sigma\", \"xtc\") if n in order]:\n"
+            "        if name == \"temperature\":\n", _TESTS,
+            why="running the steps in Hugging Face's order whatever samplers asks for"),
+    Mistake(5, "chain settings not passed on by sample", "generate.py",
+            "probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)",
+            "probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator).softmax(dim=-1)", _TESTS,
+            why="not passing typical_p, eta_cutoff and the other settings of **chain on to warp_logits"),
+    Mistake(5, "mirostat surprise in nats", "generate.py",
+            "surprise = -logits.log_softmax(dim=-1) / math.log(2)", "surprise = -logits.log_softmax(dim=-1)", _TESTS,
+            why="measuring surprise in nats (-log p) where mirostat's mu and tau are in bits (-log2 p)"),
+    Mistake(5, "mirostat moves mu the wrong way", "generate.py",
+            "return tokens, mu - eta * (observed - tau), kept", "return tokens, mu + eta * (observed - tau), kept", _TESTS,
+            why="adding eta times the error to mu instead of subtracting it"),
+    Mistake(5, "mirostat error from the probability before the cut", "generate.py",
+            "observed = -torch.log2(probs.gather(-1, tokens[:, None])[:, 0])",
+            "observed = -torch.log2(logits.softmax(dim=-1).gather(-1, tokens[:, None])[:, 0])", _TESTS,
+            why="measuring the drawn token's surprise before renormalising the kept tokens"),
+    Mistake(5, "mirostat shares one mu across the batch", "generate.py",
+            "keep = (surprise <= mu[:, None]) | (logits == top)", "keep = (surprise <= mu.mean()) | (logits == top)", _TESTS,
+            why="cutting every row with the batch's average mu instead of its own"),
+    Mistake(5, "DRY ignores the sequence breakers", "generate.py",
+            "limit = int(behind[0]) if len(behind) else n", "limit = n", _TESTS,
+            why="letting repeats reach back across sequence breakers"),
+    Mistake(5, "DRY exponent off by one", "generate.py",
+            "exponent = (longest - allowed_length).clamp(min=0)", "exponent = (longest - allowed_length + 1).clamp(min=0)",
+            _TESTS, why="raising base to repeat length - allowed_length + 1 instead of repeat length - allowed_length"),
+    Mistake(5, "DRY penalises the token that ended the repeat", "generate.py",
+            "longest.scatter_reduce_(0, ids[n - shifts[counts]], lengths[counts], reduce=\"amax\")",
+            "longest.scatter_reduce_(0, ids[n - 1 - shifts[counts]], lengths[counts], reduce=\"amax\")", _TESTS,
+            why="penalising the last token of the earlier repeat instead of the token that followed it"),
+    Mistake(5, "DRY penalises the sequence breakers", "generate.py",
+            "penalised = (longest >= allowed_length) & ~breakers", "penalised = longest >= allowed_length", _TESTS,
+            why="penalising a sequence breaker token that would extend a repeat"),
+    Mistake(5, "banned sequence matched at the start of the row", "generate.py",
+            "tail = input_ids[:, -len(start) :]\n", "tail = input_ids[:, : len(start)]\n", _TESTS,
+            why="comparing the banned sequence's start with the row's first tokens instead of its last"),
+    Mistake(5, "one-token banned sequences ignored", "generate.py",
+            "        if not start:\n            ban[:, last] = True\n            continue\n",
+            "        if not start:\n            continue\n", _TESTS,
+            why="never banning a banned sequence of one token"),
+    Mistake(5, "banned sequences matched on padding", "generate.py",
+            "real = attention_mask[:, -len(start) :].bool().all(dim=-1)",
+            "real = torch.ones(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)", _TESTS,
+            why="letting left padding complete the start of a banned sequence"),
+    Mistake(5, "processors skipped in generate", "generate.py",
+            "processed = process_logits(logits, input_ids, attention_mask, step, settings)", "processed = logits", _TESTS,
+            why="drawing from the raw logits, without logit_bias, the penalties, the banned words and min_new_tokens"),
+    Mistake(5, "min_new_tokens counted from the start of the sequence", "generate.py",
+            "processed = process_logits(logits, input_ids, attention_mask, step, settings)",
+            "processed = process_logits(logits, input_ids, attention_mask, input_ids.shape[1], settings)", _TESTS,
+            why="counting the prompt's tokens as new tokens for min_new_tokens"),
+    Mistake(5, "mirostat state not carried from step to step", "generate.py",
+            "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)",
+            "next_tokens, drawn_from, _ = choose_tokens(processed, settings, generator, mu)", _TESTS,
+            why="dropping mirostat's new mu, so every step starts again from 2 tau"),
 ]
 
 # Correct implementations in other styles: every test of the exercise must accept them.
@@ -254,35 +498,22 @@ VARIANTS: list[Variant] = [
             '    return logits.masked_fill(probs < bar, float("-inf"))\n',
             "    ratio = (logits - logits.max(dim=-1, keepdim=True).values).exp()\n"
             '    return logits.masked_fill(ratio < min_p, float("-inf"))\n'),
-    Variant(5, "warp_logits", "a loop over (switched on, filter) pairs", "generate.py",
-            "    if top_k > 0:\n        logits = top_k_filter(logits, top_k)\n"
-            "    if top_p < 1.0:\n        logits = top_p_filter(logits, top_p)\n"
-            "    if min_p > 0.0:\n        logits = min_p_filter(logits, min_p)\n    return logits\n",
-            "    steps = [\n"
-            "        (top_k > 0, lambda x: top_k_filter(x, top_k)),\n"
-            "        (top_p < 1.0, lambda x: top_p_filter(x, top_p)),\n"
-            "        (min_p > 0.0, lambda x: min_p_filter(x, min_p)),\n"
-            "    ]\n"
-            "    for switched_on, apply in steps:\n"
-            "        if switched_on:\n"
-            "            logits = apply(logits)\n"
-            "    return logits\n"),
     Variant(5, "warp_logits", "temperature as a multiplication by its inverse", "generate.py",
-            "    logits = logits / temperature\n    if top_k > 0:",
-            "    logits = logits * (1.0 / temperature)\n    if top_k > 0:"),
+            "            logits = logits / temperature\n        elif name == \"top_k\":",
+            "            logits = logits * (1.0 / temperature)\n        elif name == \"top_k\":"),
     Variant(5, "batched_sample", "inverse CDF: one uniform per row and searchsorted", "generate.py",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
             "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
             "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
             "    cdf = probs.cumsum(dim=-1)\n"
             "    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype)\n"
             "    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[-1] - 1)[:, 0]\n"),
     Variant(5, "batched_sample", "the Gumbel-max trick", "generate.py",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
+            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
             "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
             "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
-            "    warped = warp_logits(logits, temperature, top_k, top_p, min_p)\n"
+            "    warped = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain)\n"
             "    u = torch.rand(warped.shape, generator=generator, device=warped.device)\n"
             "    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))\n"
             "    return (warped + gumbel).argmax(dim=-1)\n"),
@@ -358,4 +589,205 @@ VARIANTS: list[Variant] = [
     Variant(5, "TextStreamer", "Hugging Face's rule: everything at a newline, else up to the last space", "generate.py",
             '        safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n',
             '        safe_end = len(text) if text.endswith("\\n") else text.rfind(" ") + 1\n'),
+    Variant(5, "typical_filter", "Hugging Face's way: a bar on the gap at the last kept token (ties kept)", "generate.py",
+            "    remove_sorted = mass_before >= typical_p\n"
+            "    remove_sorted[:, 0] = False\n"
+            "    remove = remove_sorted.scatter(1, order, remove_sorted)\n"
+            "    return logits.masked_fill(remove, float(\"-inf\"))\n",
+            "    n_keep = (mass_before < typical_p).sum(dim=-1, keepdim=True).clamp(min=1)\n"
+            "    bar = sorted_gap.gather(1, n_keep - 1)\n"
+            "    return logits.masked_fill(gap > bar, float(\"-inf\"))\n"),
+    Variant(5, "typical_filter", "entropy from torch.distributions.Categorical", "generate.py",
+            "    entropy = -(probs * logprobs).nansum(dim=-1, keepdim=True)\n    gap = (-logprobs - entropy).abs()\n",
+            "    entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]\n"
+            "    gap = (logprobs + entropy).abs()\n"),
+    Variant(5, "epsilon_filter", "in log space, the top token found by argmax", "generate.py",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    top = logits.max(dim=-1, keepdim=True).values\n"
+            "    return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))\n",
+            "    below = logits.log_softmax(dim=-1) < torch.tensor(float(epsilon)).log()\n"
+            "    best = torch.zeros_like(below).scatter(1, logits.argmax(dim=-1, keepdim=True), True)\n"
+            "    return logits.masked_fill(below & ~best, float(\"-inf\"))\n"),
+    Variant(5, "epsilon_filter", "torch.where and a comparison with the row maximum", "generate.py",
+            "    return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))\n",
+            "    keep = (probs >= epsilon) | (logits == top)\n"
+            "    return torch.where(keep, logits, torch.full_like(logits, float(\"-inf\")))\n"),
+    Variant(5, "eta_filter", "Categorical's entropy and a clamped bar", "generate.py",
+            "    logprobs = logits.log_softmax(dim=-1)\n"
+            "    probs = logprobs.exp()\n"
+            "    entropy = -(probs * logprobs).nansum(dim=-1, keepdim=True)\n"
+            "    bar = torch.minimum(torch.full_like(entropy, eta), math.sqrt(eta) * torch.exp(-entropy))\n",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]\n"
+            "    bar = (eta**0.5 * torch.exp(-entropy)).clamp(max=eta)\n"),
+    Variant(5, "eta_filter", "the bar in log space", "generate.py",
+            "    bar = torch.minimum(torch.full_like(entropy, eta), math.sqrt(eta) * torch.exp(-entropy))\n"
+            "    top = logits.max(dim=-1, keepdim=True).values\n"
+            "    return logits.masked_fill((probs < bar) & (logits < top), float(\"-inf\"))\n",
+            "    log_bar = torch.clamp(0.5 * math.log(eta) - entropy, max=math.log(eta))\n"
+            "    top = logits.max(dim=-1, keepdim=True).values\n"
+            "    return logits.masked_fill((logprobs < log_bar) & (logits < top), float(\"-inf\"))\n"),
+    Variant(5, "top_n_sigma_filter", "nanmean over the logits with -inf turned into nan", "generate.py",
+            "    finite = torch.isfinite(logits)\n"
+            "    count = finite.sum(dim=-1, keepdim=True)\n"
+            "    values = torch.where(finite, logits, torch.zeros_like(logits))\n"
+            "    mean = values.sum(dim=-1, keepdim=True) / count\n"
+            "    variance = torch.where(finite, (logits - mean) ** 2, torch.zeros_like(logits)).sum(dim=-1, keepdim=True) / count\n",
+            "    values = logits.masked_fill(~torch.isfinite(logits), float(\"nan\"))\n"
+            "    mean = values.nanmean(dim=-1, keepdim=True)\n"
+            "    variance = ((values - mean) ** 2).nanmean(dim=-1, keepdim=True)\n"),
+    Variant(5, "top_n_sigma_filter", "a loop over the rows with torch.std(correction=0)", "generate.py",
+            "    finite = torch.isfinite(logits)\n"
+            "    count = finite.sum(dim=-1, keepdim=True)\n"
+            "    values = torch.where(finite, logits, torch.zeros_like(logits))\n"
+            "    mean = values.sum(dim=-1, keepdim=True) / count\n"
+            "    variance = torch.where(finite, (logits - mean) ** 2, torch.zeros_like(logits)).sum(dim=-1, keepdim=True) / count\n"
+            "    top = logits.max(dim=-1, keepdim=True).values\n"
+            "    return logits.masked_fill(logits < top - n * variance.sqrt(), float(\"-inf\"))\n",
+            "    out = logits.clone()\n"
+            "    for row in range(logits.shape[0]):\n"
+            "        kept = logits[row][torch.isfinite(logits[row])]\n"
+            "        bar = kept.max() - n * kept.std(correction=0)\n"
+            "        out[row][logits[row] < bar] = float(\"-inf\")\n"
+            "    return out\n"),
+    Variant(5, "xtc_filter", "llama.cpp's way: sort, and drop all but the last of the leading run", "generate.py",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    above = probs >= threshold\n"
+            "    least_above = torch.where(above, probs, torch.full_like(probs, 2.0)).min(dim=-1, keepdim=True).values\n"
+            "    remove = above & (probs > least_above) & applies[:, None]\n"
+            "    return logits.masked_fill(remove, float(\"-inf\"))\n",
+            "    sorted_probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)\n"
+            "    n_above = (sorted_probs >= threshold).sum(dim=-1, keepdim=True)\n"
+            "    ranks = torch.arange(logits.shape[-1], device=logits.device)\n"
+            "    drop_sorted = (ranks < n_above - 1) & applies[:, None]\n"
+            "    drop = drop_sorted.scatter(1, order, drop_sorted)\n"
+            "    return logits.masked_fill(drop, float(\"-inf\"))\n"),
+    Variant(5, "xtc_filter", "a loop over the rows", "generate.py",
+            "    probs = logits.softmax(dim=-1)\n"
+            "    above = probs >= threshold\n"
+            "    least_above = torch.where(above, probs, torch.full_like(probs, 2.0)).min(dim=-1, keepdim=True).values\n"
+            "    remove = above & (probs > least_above) & applies[:, None]\n"
+            "    return logits.masked_fill(remove, float(\"-inf\"))\n",
+            "    out = logits.clone()\n"
+            "    for row in range(logits.shape[0]):\n"
+            "        probs = logits[row].softmax(dim=-1)\n"
+            "        top = (probs >= threshold).nonzero().flatten()\n"
+            "        if applies[row] and len(top) >= 2:\n"
+            "            keep = top[probs[top].argmin()]\n"
+            "            out[row, top[top != keep]] = float(\"-inf\")\n"
+            "    return out\n"),
+    Variant(5, "mirostat_step", "llama.cpp's way: sort, count the leading tokens within mu", "generate.py",
+            "    surprise = -logits.log_softmax(dim=-1) / math.log(2)\n"
+            "    top = logits.max(dim=-1, keepdim=True).values\n"
+            "    keep = (surprise <= mu[:, None]) | (logits == top)\n"
+            "    kept = logits.masked_fill(~keep, float(\"-inf\"))\n",
+            "    sorted_logits, order = logits.sort(dim=-1, descending=True)\n"
+            "    sorted_surprise = -torch.log2(sorted_logits.softmax(dim=-1))\n"
+            "    n_keep = (sorted_surprise <= mu[:, None]).sum(dim=-1, keepdim=True).clamp(min=1)\n"
+            "    keep_sorted = torch.arange(logits.shape[-1], device=logits.device) < n_keep\n"
+            "    keep = keep_sorted.scatter(1, order, keep_sorted)\n"
+            "    kept = logits.masked_fill(~keep, float(\"-inf\"))\n"),
+    Variant(5, "mirostat_step", "probabilities and log2 throughout, Gumbel-max draws", "generate.py",
+            "    probs = kept.softmax(dim=-1)\n"
+            "    tokens = torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n"
+            "    observed = -torch.log2(probs.gather(-1, tokens[:, None])[:, 0])\n",
+            "    u = torch.rand(kept.shape, generator=generator, device=kept.device)\n"
+            "    tokens = (kept - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)\n"
+            "    observed = -kept.log_softmax(dim=-1).gather(-1, tokens[:, None])[:, 0] / math.log(2)\n"),
+    Variant(5, "apply_dry_penalty", "the definition as plain Python loops", "generate.py",
+            "        rev = ids.flip(0)\n"
+            "        shifts = torch.arange(1, n, device=ids.device)\n"
+            "        index = torch.arange(n, device=ids.device)[None, :] + shifts[:, None]\n"
+            "        same = (index < n) & (rev[index.clamp(max=n - 1)] == rev[None, :])\n"
+            "        lengths = same.long().cumprod(dim=-1).sum(dim=-1).clamp(max=limit)\n"
+            "        # Shift k: the repeat ends k tokens before the last one; the token after it is ids[n - k].\n"
+            "        counts = lengths >= allowed_length\n"
+            "        if not counts.any():\n"
+            "            continue\n"
+            "        longest = torch.zeros(logits.shape[-1], dtype=torch.long, device=ids.device)\n"
+            "        longest.scatter_reduce_(0, ids[n - shifts[counts]], lengths[counts], reduce=\"amax\")\n",
+            "        seq = ids.tolist()\n"
+            "        longest = torch.zeros(logits.shape[-1], dtype=torch.long, device=ids.device)\n"
+            "        for end in range(n - 1):\n"
+            "            length = 0\n"
+            "            while length <= end and seq[end - length] == seq[n - 1 - length]:\n"
+            "                length += 1\n"
+            "            length = min(length, limit)\n"
+            "            if length >= allowed_length:\n"
+            "                longest[seq[end + 1]] = max(int(longest[seq[end + 1]]), length)\n"),
+    Variant(5, "apply_dry_penalty", "one shift at a time, a dict of lengths, the penalty added token by token", "generate.py",
+            "        rev = ids.flip(0)\n"
+            "        shifts = torch.arange(1, n, device=ids.device)\n"
+            "        index = torch.arange(n, device=ids.device)[None, :] + shifts[:, None]\n"
+            "        same = (index < n) & (rev[index.clamp(max=n - 1)] == rev[None, :])\n"
+            "        lengths = same.long().cumprod(dim=-1).sum(dim=-1).clamp(max=limit)\n"
+            "        # Shift k: the repeat ends k tokens before the last one; the token after it is ids[n - k].\n"
+            "        counts = lengths >= allowed_length\n"
+            "        if not counts.any():\n"
+            "            continue\n"
+            "        longest = torch.zeros(logits.shape[-1], dtype=torch.long, device=ids.device)\n"
+            "        longest.scatter_reduce_(0, ids[n - shifts[counts]], lengths[counts], reduce=\"amax\")\n"
+            "        penalised = (longest >= allowed_length) & ~breakers\n"
+            "        exponent = (longest - allowed_length).clamp(min=0)\n"
+            "        if max_exponent is not None:\n"
+            "            exponent = exponent.clamp(max=max_exponent)\n"
+            "        penalty = multiplier * torch.pow(torch.tensor(float(base), device=logits.device), exponent.to(logits.dtype))\n"
+            "        logits[row] = logits[row] - torch.where(penalised, penalty, torch.zeros_like(penalty))\n",
+            "        rev = ids.flip(0)\n"
+            "        found: dict[int, int] = {}\n"
+            "        for k in range(1, n):\n"
+            "            run = int((rev[: n - k] == rev[k:]).long().cumprod(dim=0).sum())\n"
+            "            run = min(run, limit)\n"
+            "            token = int(ids[n - k])\n"
+            "            if run >= allowed_length and not breakers[token]:\n"
+            "                found[token] = max(found.get(token, 0), run)\n"
+            "        for token, run in found.items():\n"
+            "            exponent = run - allowed_length\n"
+            "            if max_exponent is not None:\n"
+            "                exponent = min(exponent, max_exponent)\n"
+            "            logits[row, token] -= multiplier * float(base) ** exponent\n"),
+    Variant(5, "ban_bad_words", "row by row with Python lists", "generate.py",
+            "    ban = torch.zeros_like(logits, dtype=torch.bool)\n"
+            "    for banned in bad_words_ids:\n"
+            "        *start, last = banned\n"
+            "        if not start:\n"
+            "            ban[:, last] = True\n"
+            "            continue\n"
+            "        if input_ids.shape[1] < len(start):\n"
+            "            continue\n"
+            "        tail = input_ids[:, -len(start) :]\n"
+            "        real = attention_mask[:, -len(start) :].bool().all(dim=-1)\n"
+            "        matches = (tail == torch.tensor(start, device=input_ids.device)).all(dim=-1) & real\n"
+            "        ban[matches, last] = True\n"
+            "    return logits.masked_fill(ban, float(\"-inf\"))\n",
+            "    out = logits.clone()\n"
+            "    for row in range(logits.shape[0]):\n"
+            "        history = input_ids[row][attention_mask[row].bool()].tolist()\n"
+            "        for banned in bad_words_ids:\n"
+            "            n = len(banned) - 1\n"
+            "            if n == 0 or (len(history) >= n and history[len(history) - n :] == list(banned[:-1])):\n"
+            "                out[row, banned[-1]] = float(\"-inf\")\n"
+            "    return out\n"),
+    Variant(5, "ban_bad_words", "padding replaced by -1 so that it never matches", "generate.py",
+            "        tail = input_ids[:, -len(start) :]\n"
+            "        real = attention_mask[:, -len(start) :].bool().all(dim=-1)\n"
+            "        matches = (tail == torch.tensor(start, device=input_ids.device)).all(dim=-1) & real\n",
+            "        visible = input_ids.masked_fill(attention_mask == 0, -1)\n"
+            "        matches = torch.stack([visible[:, -len(start) + i] == token for i, token in enumerate(start)]).all(dim=0)\n"),
+    Variant(5, "warp_logits", "a table of steps, looked up by name", "generate.py",
+            _CHAIN_LOOP,
+            "    steps = {\n"
+            "        \"temperature\": lambda x: x / temperature,\n"
+            "        \"top_k\": lambda x: top_k_filter(x, top_k),\n"
+            "        \"top_p\": lambda x: top_p_filter(x, top_p),\n"
+            "        \"min_p\": lambda x: min_p_filter(x, min_p),\n"
+            "        \"typical_p\": lambda x: typical_filter(x, typical_p),\n"
+            "        \"epsilon_cutoff\": lambda x: epsilon_filter(x, epsilon_cutoff),\n"
+            "        \"eta_cutoff\": lambda x: eta_filter(x, eta_cutoff),\n"
+            "        \"top_n_sigma\": lambda x: top_n_sigma_filter(x, top_n_sigma),\n"
+            "        \"xtc\": lambda x: xtc_filter(x, xtc_threshold, xtc_probability, generator),\n"
+            "    }\n"
+            "    for name in order:\n"
+            "        logits = steps[name](logits)\n"
+            "    return logits\n"),
 ]
