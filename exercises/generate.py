@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: cef2a1fc93edd4400a06db2af87e001462439a8599725faeabaa9ca001859e4b
+# stub-checksum: ca40dbf64721f2077da2b559e6e1944eb0acd25003912a13d00b311623f7e357
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -18,12 +18,17 @@ Everything works on a whole batch, ``(batch, d_vocab)`` logits at a time:
 * ``sample`` is the primitive: temperature 0 is argmax, otherwise ``warp_logits`` applies
   the temperature and the filters (Hugging Face's order unless ``samplers`` says otherwise,
   as llama.cpp's ``--samplers`` does) and one ``torch.multinomial`` draw is made per row.
-  Each filter is its own function that sets removed logits to -inf.
+  Each filter is its own function that sets removed logits to -inf. The settings mean what
+  they mean in Hugging Face: ``top_k=0``, ``top_p=1.0`` and ``min_p=0.0`` are off,
+  temperature 0 is greedy (``sampling_course.sampling_settings`` checks them, for part 7
+  too). Part 2's classic sampler used ``top_p=0.0`` for off.
 * Processors see each row's tokens so far: ``apply_repetition_penalty`` (Hugging Face's
-  rule), ``apply_presence_and_frequency_penalty`` (OpenAI's rules), ``apply_dry_penalty``
-  (llama.cpp's DRY), ``ban_bad_words`` (Hugging Face's ``bad_words_ids``). They run before
-  the temperature, as in Hugging Face. (Part 2's sampler applies its frequency penalty
-  after the temperature; the order matters whenever the temperature is not 1.)
+  rule, over the prompt and the generated tokens), ``apply_presence_and_frequency_penalty``
+  (OpenAI's rules, over the generated tokens only, as OpenAI and vLLM define them),
+  ``apply_dry_penalty`` (llama.cpp's DRY, over the prompt and the generated tokens),
+  ``ban_bad_words`` (Hugging Face's ``bad_words_ids``). They run before the temperature, as
+  in Hugging Face. (Part 2's sampler applies its frequency penalty after the temperature
+  and counts the prompt too; the order matters whenever the temperature is not 1.)
 * ``generate`` runs the loop with per-row stopping; ``StoppingCriteria`` and the
   streamer protocol have Hugging Face's shapes, so your own criteria and streamers plug in.
   With ``num_beams > 1`` it runs Hugging Face's beam search instead (``beam_generate``),
@@ -47,6 +52,8 @@ from typing import Protocol, TextIO, runtime_checkable
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
+
+from sampling_course.sampling_settings import check_sampling_settings
 
 from .beams import BeamHypotheses
 from .transformer import DemoTransformer, KeyValueCache
@@ -108,8 +115,8 @@ def typical_filter(logits: Float[Tensor, "batch d_vocab"], typical_p: float) -> 
     below the average. Hugging Face's ``TypicalLogitsWarper`` (``typical_p``).
     """
     check_logits(logits)
-    if isinstance(typical_p, bool) or not isinstance(typical_p, (int, float)) or not 0.0 <= typical_p <= 1.0:
-        raise ValueError(f"typical_p must be in [0, 1] (1 keeps everything), got {typical_p!r}")
+    if isinstance(typical_p, bool) or not isinstance(typical_p, (int, float)) or not 0.0 < typical_p <= 1.0:
+        raise ValueError(f"typical_p must be in (0, 1] (1.0 keeps everything), got {typical_p!r}")
     # Hint: entropy = -(p * log p) summed (nansum: removed tokens give 0 * -inf); then sort by the gap, as top-p sorts by probability.
     raise NotImplementedError()
 
@@ -272,7 +279,7 @@ def warp_logits(
     The temperature must be > 0 here (``sample`` handles 0 as argmax). XTC draws from
     ``generator``.
     """
-    check_sample_args(temperature, top_k, top_p, min_p)
+    check_sampling_settings(temperature, top_k, top_p, min_p)
     check_chain_args(typical_p, epsilon_cutoff, eta_cutoff, top_n_sigma, xtc_probability, xtc_threshold)
     if temperature == 0:
         raise ValueError("warp_logits needs temperature > 0; temperature 0 is greedy decoding (see sample)")
@@ -302,7 +309,7 @@ def sample(
     pass them on with ``**chain``.
     """
     check_logits(logits)
-    check_sample_args(temperature, top_k, top_p, min_p)
+    check_sampling_settings(temperature, top_k, top_p, min_p)
     check_chain_names(chain)
     raise NotImplementedError()
 
@@ -394,8 +401,12 @@ def apply_presence_and_frequency_penalty(
     frequency_penalty: float,
     attention_mask: Int[Tensor, "batch seq"] | None = None,
 ) -> Float[Tensor, "batch d_vocab"]:
-    """OpenAI's penalties: subtract ``presence_penalty`` once from every token already in the row,
-    and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count."""
+    """OpenAI's penalties: subtract ``presence_penalty`` once from every token that occurs in
+    ``input_ids``, and ``frequency_penalty`` once per occurrence. Padding (mask 0) does not count.
+
+    OpenAI and vLLM count the tokens generated so far, not the prompt's: pass only the
+    generated columns (``generate`` does, through ``process_logits``).
+    """
     check_logits(logits)
     for name, value in (("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)):
         if not isinstance(value, (int, float)) or math.isnan(value):
@@ -573,7 +584,7 @@ class SamplerSettings:
     dry_breakers: Tensor | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        check_sample_args(self.temperature, self.top_k, self.top_p, self.min_p)
+        check_sampling_settings(self.temperature, self.top_k, self.top_p, self.min_p)
         check_chain_args(**self.chain())
         chain_order(self.samplers, **self.switches())
         if isinstance(self.mirostat, bool) or self.mirostat not in (0, 2):
@@ -629,15 +640,20 @@ def process_logits(
 
     ``logit_bias``, then the repetition penalty, the presence and frequency penalties,
     DRY, the banned sequences, and, while fewer than ``min_new_tokens`` tokens are new,
-    the end-of-text token removed.
+    the end-of-text token removed. The last ``n_new`` columns of ``input_ids`` are the
+    generated tokens, the ones before them the (left-padded) prompts: the repetition
+    penalty and DRY count both, as Hugging Face and llama.cpp do; the presence and
+    frequency penalties count the generated tokens only, as OpenAI and vLLM do.
     """
     if settings.logit_bias:
         logits = apply_logit_bias(logits, settings.logit_bias)
     if settings.repetition_penalty != 1.0:
         logits = apply_repetition_penalty(logits, input_ids, settings.repetition_penalty, attention_mask)
     if settings.presence_penalty != 0.0 or settings.frequency_penalty != 0.0:
+        n_prompt = input_ids.shape[1] - n_new
         logits = apply_presence_and_frequency_penalty(
-            logits, input_ids, settings.presence_penalty, settings.frequency_penalty, attention_mask
+            logits, input_ids[:, n_prompt:], settings.presence_penalty, settings.frequency_penalty,
+            attention_mask[:, n_prompt:],
         )
     if settings.dry_multiplier > 0:
         logits = apply_dry_penalty(logits, input_ids, settings.dry_multiplier, settings.dry_base,
@@ -1196,17 +1212,6 @@ def check_logits(logits: Tensor) -> None:
         raise ValueError(f"logits must be a float tensor of shape (batch, d_vocab), got {shape}")
 
 
-def check_sample_args(temperature: float, top_k: int, top_p: float, min_p: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
-        raise ValueError(f"top_k must be an integer >= 0 (0 turns it off), got {top_k!r}")
-    if not isinstance(top_p, (int, float)) or not 0.0 <= top_p <= 1.0:
-        raise ValueError(f"top_p must be in [0, 1] (1 turns it off), got {top_p!r}")
-    if not isinstance(min_p, (int, float)) or not 0.0 <= min_p <= 1.0:
-        raise ValueError(f"min_p must be in [0, 1] (0 turns it off), got {min_p!r}")
-
-
 def check_chain_args(
     typical_p: float = 1.0,
     epsilon_cutoff: float = 0.0,
@@ -1221,8 +1226,8 @@ def check_chain_args(
     def number(value) -> bool:
         return not isinstance(value, bool) and isinstance(value, (int, float))
 
-    if not number(typical_p) or not 0.0 <= typical_p <= 1.0:
-        raise ValueError(f"typical_p must be in [0, 1] (1 turns it off), got {typical_p!r}")
+    if not number(typical_p) or not 0.0 < typical_p <= 1.0:
+        raise ValueError(f"typical_p must be in (0, 1] (1.0 turns it off), got {typical_p!r}")
     for name, value in (("epsilon_cutoff", epsilon_cutoff), ("eta_cutoff", eta_cutoff)):
         if not number(value) or not 0.0 <= value < 1.0:
             raise ValueError(f"{name} must be in [0, 1) (0 turns it off), got {value!r}")

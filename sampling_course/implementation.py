@@ -68,8 +68,8 @@ def stale_install_message(package: str, checkout: Path) -> str | None:
     """One line saying to reinstall when ``package`` would be imported from a copy that
     ``pip install .`` made, instead of from ``checkout/package``; None when all is well.
 
-    Only an installed copy counts: a copy put first on PYTHONPATH on purpose (as
-    ``plant-mistakes`` does) is what its caller wants graded.
+    Only an installed copy counts: a copy put first on PYTHONPATH on purpose is what its
+    caller wants graded.
     """
     local = (checkout / package).resolve()
     if not (local / "__init__.py").is_file():

@@ -203,7 +203,7 @@ def build_tiny_checkpoint(out_dir: Path) -> None:
 
     from sampling_course.tokenizer import load_tiny_tokenizer
 
-    _quiet_transformers()  # no "Writing model shards" bar: the build is a detail of the first run
+    quiet_transformers()  # no "Writing model shards" bar: the build is a detail of the first run
     tokenizer = load_tiny_tokenizer()
     config = GPT2Config(
         vocab_size=len(tokenizer),
@@ -244,7 +244,8 @@ def tiny_dir() -> Path:
 # ---------------------------------------------------------------------------------------
 
 
-def _quiet_transformers() -> None:
+def quiet_transformers() -> None:
+    """Silence transformers' info logs and progress bars (loading and saving are details here)."""
     import transformers
 
     transformers.utils.logging.set_verbosity_error()
@@ -256,7 +257,7 @@ def _bridge(path: Path, tokenizer: object) -> object:
     from transformers import GPT2LMHeadModel
     from transformer_lens.model_bridge import TransformerBridge
 
-    _quiet_transformers()
+    quiet_transformers()
     # The bridge rewires the module it is given in place, so it gets a copy of its own and
     # hf_model stays a plain GPT2LMHeadModel.
     bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
@@ -274,7 +275,7 @@ def _bridge(path: Path, tokenizer: object) -> object:
 def _load(name: str, path: Path) -> Reference:
     from transformers import GPT2LMHeadModel, GPT2TokenizerFast
 
-    _quiet_transformers()
+    quiet_transformers()
     # float32 always: the story checkpoints are stored in float16 to keep the package
     # small, and from_pretrained would otherwise keep the stored dtype.
     hf_model = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()

@@ -29,7 +29,7 @@ floating-point differences between machines and thread counts.
 
 The held-out loss is measured on ~20,000 tokens of stories drawn with a seed training
 never uses, each read from position 0; stories too long for the context are left out of
-both the loss and the floor (see ``sampling_course.stories.heldout_stories``).
+both the loss and the floor (see ``heldout_stories``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ import argparse
 import json
 import math
 import os
+import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -48,12 +50,7 @@ import torch
 # Let the script run from a plain checkout, without `pip install -e .`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sampling_course.stories import (  # noqa: E402
-    entropy_floor,
-    heldout_stories,
-    sample_stories,
-    story_loss,
-)
+from sampling_course.stories import HELDOUT_SEED, Story, entropy_floor, sample_stories  # noqa: E402
 from sampling_course.tokenizer import ASSETS_DIR, load_story_tokenizer  # noqa: E402
 
 TRAIN_SEED = 1000  # stories for training come from seeds TRAIN_SEED, TRAIN_SEED + 1, ...
@@ -86,6 +83,63 @@ RECIPES = {
     "story-draft": [Recipe(n_layer=1, n_embd=128, n_head=4, n_ctx=512, tokens=2_000_000, lr=3e-3)],
 }
 SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, lr=1e-2, batch=4, warmup=0.1)
+
+
+# ---------------------------------------------------------------------------------------
+# Held-out loss of a model against the floor
+# ---------------------------------------------------------------------------------------
+
+
+def heldout_stories(tokenizer, n_ctx: int, n_tokens: int = 20_000, seed: int = HELDOUT_SEED) -> list[Story]:
+    """Fresh stories that fit a model's context whole, about ``n_tokens`` tokens in all.
+
+    A model reads ``<|endoftext|>``, the story and a closing ``<|endoftext|>``, so a story
+    fits when it has at most ``n_ctx - 2`` tokens. Longer stories (a few percent) are
+    skipped, and the entropy floor is computed on the same stories, so that loss and
+    floor always count the same tokens.
+    """
+    rng = random.Random(seed)
+    chosen: list[Story] = []
+    total = 0
+    while total < n_tokens:
+        for story in sample_stories(64, rng.getrandbits(32)):
+            length = len(tokenizer(story.text).input_ids)
+            if length + 2 <= n_ctx and total < n_tokens:
+                chosen.append(story)
+                total += length + 1
+    return chosen
+
+
+def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 16) -> float:
+    """A causal LM's mean loss in nats per token on ``stories``, each read from position 0.
+
+    Each story is read as ``<|endoftext|>`` + story, and the model is scored on every
+    story token and the closing ``<|endoftext|>``: the tokens :func:`entropy_floor` counts.
+    """
+    eos = tokenizer.eos_token_id
+    rows = sorted(([eos] + tokenizer(s.text).input_ids + [eos] for s in stories), key=len)
+    device = next(hf_model.parameters()).device
+    nats = 0.0
+    count = 0
+    with torch.no_grad():
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start : start + batch_size]
+            width = len(batch[-1])
+            # Right padding needs no attention mask in a causal model: real tokens never
+            # look at the padding after them, and padded targets are masked out below.
+            ids = torch.tensor([r + [eos] * (width - len(r)) for r in batch], device=device)
+            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch], device=device)
+            logits = hf_model(ids).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+            keep = mask[:, 1:].bool()
+            nats -= logp[keep].sum().item()
+            count += int(keep.sum())
+    return nats / count
+
+
+# ---------------------------------------------------------------------------------------
+# Training
+# ---------------------------------------------------------------------------------------
 
 
 def windows(tokenizer, n_ctx: int, seed: int):

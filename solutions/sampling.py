@@ -9,6 +9,10 @@ each method is a small static function you can test on hand-made logits:
 Each method takes one position's logits, shape ``(d_vocab,)``, and returns the chosen
 token id as a Python ``int``. (Part 5 batches the same ideas over many sequences.)
 
+The settings follow the classic sampler's contract: ``top_k=0`` and ``top_p=0.0`` (the
+defaults) mean no filter, and at most one of them is set. Parts 5 and 7 follow Hugging
+Face instead, where ``top_p=1.0`` is off and ``top_p=0.0`` is refused.
+
 Part 3 adds ``beam_search`` and part 4 passes a KV cache through both loops.
 """
 
@@ -43,7 +47,8 @@ class TransformerSampler:
         """Continue ``prompt`` until ``max_tokens_generated`` tokens or the end-of-text token.
 
         ``kwargs`` go to ``sample_next_token`` (temperature, top_k, top_p,
-        frequency_penalty); ``seed`` seeds torch's generator once, before the first token.
+        frequency_penalty; in the classic contract, ``top_k=0`` and ``top_p=0.0`` are
+        off); ``seed`` seeds torch's generator once, before the first token.
         Returns the prompt plus the continuation, decoded (including a final EOS if one
         was generated). ``verbose=True`` prints the text as it grows.
 
@@ -107,6 +112,8 @@ class TransformerSampler:
         Temperature 0 is greedy decoding (the other settings are then ignored). Otherwise
         apply the temperature, then the frequency penalty, then top-k or top-p (at most
         one of them), then draw. ``seed`` reseeds torch's generator before the draw.
+        The classic contract: ``top_k=0`` and ``top_p=0.0`` (the defaults) are off. (Part
+        5's engine follows Hugging Face, where ``top_p=1.0`` is off.)
         """
         check_sampling_args(logits.shape[-1], temperature, top_k, top_p, frequency_penalty)
         if input_ids.ndim != 1 or logits.ndim != 1:
@@ -314,7 +321,11 @@ class TransformerSampler:
 def check_sampling_args(
     d_vocab: int, temperature: float = 1.0, top_k: int = 0, top_p: float = 0.0, frequency_penalty: float = 0.0
 ) -> None:
-    """Raise a ValueError saying what is allowed when a decoding setting is out of range."""
+    """Raise a ValueError saying what is allowed when a decoding setting is out of range.
+
+    The classic contract: 0 turns top-k and top-p off (``top_p=0.0`` is off here, unlike
+    in parts 5 and 7, which follow Hugging Face's ``top_p=1.0``).
+    """
     if not isinstance(temperature, (int, float)) or temperature < 0:
         raise ValueError(f"temperature must be >= 0 (0 means greedy), got {temperature!r}")
     if not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:

@@ -50,6 +50,8 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sampling_course.sampling_settings import check_sampling_settings
+
 from .transformer import KeyValueCache
 
 # ---------------------------------------------------------------------------------------
@@ -66,12 +68,14 @@ def filtered_probs(
     alike, and each exactly once. The order is Hugging Face's: temperature, then top-k
     (the ``top_k`` most likely tokens), then top-p (the smallest set of most likely
     tokens whose probability, after top-k, is at least ``top_p``; the token that reaches
-    ``top_p`` is kept). ``top_k=0`` and ``top_p=1.0`` turn those filters off.
+    ``top_p`` is kept). ``top_k=0`` and ``top_p=1.0`` turn those filters off, as in part 5
+    and in Hugging Face (``sampling_course.sampling_settings`` checks the settings for both).
 
     Temperature 0 means greedy: all the mass on the argmax (the first one, if several
     tie). The acceptance rule then needs no special case.
     """
-    check_filters(logits.shape[-1], temperature, top_k, top_p)
+    check_sampling_settings(temperature, top_k, top_p)
+    top_k = min(top_k, logits.shape[-1])  # more than the vocabulary keeps every token
     ### BEGIN SOLUTION
     # Hint: filtered-out tokens get a logit of -inf, so the final softmax gives them 0.
     if temperature == 0:
@@ -408,7 +412,7 @@ def speculative_generate(
         raise ValueError(f"gamma (the number of tokens the draft proposes per round) must be an integer >= 1, got {gamma!r}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
-    check_filters(target.cfg.d_vocab, temperature, top_k, top_p)
+    check_sampling_settings(temperature, top_k, top_p)
 
     device, dtype = device_and_dtype(target)
     tokens = tokenizer.encode(prompt, return_tensors="pt")[0].to(device)
@@ -457,15 +461,6 @@ def speculative_generate(
 # ---------------------------------------------------------------------------------------
 # Checks: bad input fails early, saying what is wrong and what is allowed
 # ---------------------------------------------------------------------------------------
-
-
-def check_filters(d_vocab: int, temperature: float, top_k: int, top_p: float) -> None:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or not 0 <= top_k <= d_vocab:
-        raise ValueError(f"top_k must be an integer in [0, d_vocab={d_vocab}] (0 turns it off), got {top_k!r}")
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1] (1.0 turns it off), got {top_p!r}")
 
 
 def check_proposal_args(tokens: Tensor, gamma: int) -> None:

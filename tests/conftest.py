@@ -1,4 +1,5 @@
-"""Shared fixtures: the implementation under test and the reference models.
+"""Shared fixtures: the implementation under test, the reference models, and the
+implementation's DemoTransformer loaded with each reference's weights.
 
 The command-line options (``--impl``, ``--exercise``) and the "not implemented yet"
 reporting live in ``sampling_course.grading.pytest_plugin``, which pyproject.toml loads for
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from sampling_course.implementation import Impl
+from sampling_course.implementation import Impl, load_demo
 from sampling_course.reference import Reference, gpt2_local_dir, load_reference
 
 # ---------------------------------------------------------------------------------------
@@ -77,3 +78,46 @@ def parity_reference(request: pytest.FixtureRequest) -> Reference:
     if request.param == "gpt2":
         return _require_gpt2()
     return load_reference(request.param)
+
+
+# ---------------------------------------------------------------------------------------
+# The DemoTransformer under test, with a reference's weights
+# ---------------------------------------------------------------------------------------
+# One fixture per reference fixture above, so that a suite picks the references it grades
+# on by name. Module scope: a test that changes its model cannot leak into another suite.
+
+
+@pytest.fixture(scope="module")
+def demo(reference, impl):
+    """The implementation under test's DemoTransformer with the weights of each ``reference``."""
+    return load_demo(reference, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def parity_demo(parity_reference, impl):
+    """The DemoTransformer under test with the weights of each ``parity_reference`` (story included)."""
+    return load_demo(parity_reference, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def tiny_demo(tiny, impl):
+    """The DemoTransformer under test with the stand-in's weights."""
+    return load_demo(tiny, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def gpt2_demo(gpt2, impl):
+    """The DemoTransformer under test with real GPT-2 weights (skipped when they are not cached)."""
+    return load_demo(gpt2, impl.transformer)
+
+
+@pytest.fixture(scope="module")
+def sampler(reference, demo, impl):
+    """The TransformerSampler under test around ``demo``, with the reference's tokenizer."""
+    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
+
+
+@pytest.fixture(scope="module")
+def tiny_sampler(tiny, tiny_demo, impl):
+    """The TransformerSampler under test around ``tiny_demo``, with the stand-in's tokenizer."""
+    return impl.sampling.TransformerSampler(tiny_demo, tiny.tokenizer)

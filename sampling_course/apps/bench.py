@@ -27,13 +27,13 @@ weight, so on a CPU it is bound by memory bandwidth. The bench measures the band
 best of a few streaming reads of a buffer larger than any cache) and reports greedy decoding's
 tokens per second as a fraction of the limit: bandwidth / bytes of weights read per token.
 
-Every variant generates exactly the same number of tokens: the model has no end-of-text
+Every method generates exactly the same number of tokens: the model has no end-of-text
 token during the benchmark (``IdTokenizer.eos_token_id`` is -1, and the Hugging Face model's
 own ``generation_config`` has no EOS, since ``generate`` falls back to it for every setting
-left at None). After a short untimed warm-up (2 new tokens each), the variants run
+left at None). After a short untimed warm-up (2 new tokens each), the methods run
 interleaved, A B C A B C ..., so that a change in machine load hits all of them alike, and
 the table reports medians. The first timed round also checks the answers: the three greedy
-variants must produce the same tokens, the three beam searches the same beams and summed
+methods must produce the same tokens, the three beam searches the same beams and summed
 log-probabilities (two beams whose scores tie within float noise may come out in either
 order), and the two batched runs the same padded sequences. ``--budget`` (default 270 s, model building included) skips the rounds that would end
 after it, so that the whole run stays under 5 minutes on a slow machine.
@@ -49,29 +49,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib
 import io
 import math
 import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
+from sampling_course.apps.bench_setup import Method, Setup, build, methods
 from sampling_course.apps.threads import torch_threads
 
-# A text for the real-GPT-2 prompt (its first 32 tokens are used).
-GPT2_PROMPT_TEXT = (
-    "The history of the city begins with a small settlement on the river, where traders from the "
-    "north and the south met every spring to exchange wool, salt and iron. Over the following "
-    "centuries the market grew into a town"
-)
-# The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
-QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=1024)
 # Targets, as ratios of speeds (tokens/s): the dynamic cache (part 4), the engine (part 5), the fast path (part 6).
 TARGETS = [
     ("cached greedy vs HF generate", "greedy", "cached", "hf", 1.0),
@@ -85,218 +74,24 @@ TARGETS = [
 SCORE_ATOL = 1e-3
 
 
-class IdTokenizer:
-    """A stand-in tokenizer whose text is token ids: "464 3290 318" <-> tensor([[464, 3290, 318]]).
-
-    ``eos_token_id`` is -1, an id no model produces, so generation never stops early and
-    every run generates exactly the number of tokens asked for.
-    """
-
-    eos_token_id = -1
-
-    def encode(self, text: str, return_tensors: str | None = None):
-        ids = [int(token) for token in text.split()]
-        return torch.tensor([ids]) if return_tensors == "pt" else ids
-
-    def decode(self, ids) -> str:
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
-        if isinstance(ids, int):
-            ids = [ids]
-        return " ".join(str(i) for i in ids)
-
-
-@dataclass
-class Variant:
-    """One way of decoding: ``run(new_tokens)`` returns the sequences it generated, as lists of ids."""
-
-    task: str  # "greedy", "beam" or "batched"
-    name: str  # "uncached", "cached", "static", "engine" or "hf"
-    label: str
-    run: Callable[[int], list]
-    times: list[float] = field(default_factory=list)
-
-
-@dataclass
-class Setup:
-    model_name: str
-    hf_model: torch.nn.Module
-    demo: torch.nn.Module
-    impl: str
-    prompt_ids: list[int]
-    new_tokens: int
-    beam_new_tokens: int
-    num_beams: int
-    batch_prompts: list[list[int]]  # the batched task's prompts, of different lengths
-    batch_new_tokens: int
-
-
 # ---------------------------------------------------------------------------------------
-# Models
-# ---------------------------------------------------------------------------------------
-
-
-def random_gpt2(dims: dict, seed: int) -> torch.nn.Module:
-    """A GPT2LMHeadModel with Hugging Face's own random initialisation (seeded)."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from sampling_course.reference import _quiet_transformers
-
-    _quiet_transformers()
-    config = GPT2Config(**dims)
-    # Keep the special ids inside the vocabulary (they are never used: see IdTokenizer).
-    config.bos_token_id = config.eos_token_id = config.vocab_size - 1
-    torch.manual_seed(seed)
-    return GPT2LMHeadModel(config).eval()
-
-
-def build(args: argparse.Namespace) -> Setup:
-    from sampling_course.config import Config
-    from sampling_course.reference import _quiet_transformers, gpt2_local_dir
-    from sampling_course.weights import demo_state_dict
-
-    generator = torch.Generator().manual_seed(args.seed)
-    local = None if args.quick or args.model == "random" else gpt2_local_dir()
-    if args.model == "gpt2" and local is None:
-        raise SystemExit(
-            "real GPT-2 small is not in the local Hugging Face cache; run `sampling-course download-gpt2` "
-            "or use --model random"
-        )
-    if local is not None:
-        from transformers import GPT2LMHeadModel, GPT2TokenizerFast
-
-        _quiet_transformers()
-        hf_model = GPT2LMHeadModel.from_pretrained(local, local_files_only=True).eval()
-        tokenizer = GPT2TokenizerFast.from_pretrained(local, local_files_only=True)
-        prompt_ids = tokenizer(GPT2_PROMPT_TEXT).input_ids[: args.prompt_tokens]
-        text_ids = tokenizer(GPT2_PROMPT_TEXT).input_ids
-        model_name = "GPT-2 small (real weights)"
-    else:
-        dims = QUICK_DIMS if args.quick else {}
-        hf_model = random_gpt2(dims, args.seed)
-        vocab = hf_model.config.vocab_size
-        prompt_ids = torch.randint(0, vocab, (args.prompt_tokens,), generator=generator).tolist()
-        text_ids = torch.randint(0, vocab, (4 * args.prompt_tokens,), generator=generator).tolist()
-        model_name = "tiny random GPT-2 (smoke run)" if args.quick else "GPT-2 small dimensions, random weights"
-    if len(prompt_ids) != args.prompt_tokens:
-        raise SystemExit(f"the prompt has {len(prompt_ids)} tokens, not {args.prompt_tokens}")
-    hf_model = hf_model.float()
-    # generate() fills every setting left at None from the model's own config: take its EOS away there.
-    hf_model.generation_config.eos_token_id = None
-    transformer = importlib.import_module(f"{args.impl}.transformer")
-    demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
-    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
-    batch_prompts = batch_of_prompts(text_ids, args.batch_size, args.prompt_tokens, generator)
-    total = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens, args.batch_new_tokens)
-    if total > demo.cfg.n_ctx:
-        raise SystemExit(f"prompt + new tokens = {total} is more than the model's n_ctx={demo.cfg.n_ctx}")
-    return Setup(
-        model_name, hf_model, demo.eval(), args.impl, prompt_ids, args.new_tokens, args.beam_new_tokens, args.num_beams,
-        batch_prompts, args.batch_new_tokens,
-    )
-
-
-def batch_of_prompts(text_ids: list[int], batch: int, longest: int, generator: torch.Generator) -> list[list[int]]:
-    """``batch`` windows of ``text_ids`` with lengths from ``longest // 2`` to ``longest``: the longest
-    first, so the batch is always exactly ``longest`` wide, the others at random lengths."""
-    lengths = [longest] + torch.randint(max(1, longest // 2), longest + 1, (batch - 1,), generator=generator).tolist()
-    starts = torch.randint(0, len(text_ids) - longest + 1, (batch,), generator=generator).tolist()
-    return [text_ids[start : start + n] for start, n in zip(starts, lengths)]
-
-
-def left_pad_ids(prompts: list[list[int]], pad: int) -> tuple[Tensor, Tensor]:
-    """Hugging Face's input for a batch: ids left-padded with ``pad``, and the attention mask."""
-    width = max(map(len, prompts))
-    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
-    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
-    return ids, mask
-
-
-# ---------------------------------------------------------------------------------------
-# The variants
-# ---------------------------------------------------------------------------------------
-
-
-def variants(setup: Setup) -> list[Variant]:
-    """The variants; each ``run(new_tokens)`` returns its sequences (prompt included) as id lists."""
-    from transformers import GenerationConfig
-
-    sampling = importlib.import_module(f"{setup.impl}.sampling")
-    engine = importlib.import_module(f"{setup.impl}.generate")
-    KeyValueCache = importlib.import_module(f"{setup.impl}.transformer").KeyValueCache
-    StaticKeyValueCache = importlib.import_module(f"{setup.impl}.caches").StaticKeyValueCache
-    cfg = setup.demo.cfg
-    tokenizer = IdTokenizer()
-    sampler = sampling.TransformerSampler(setup.demo, tokenizer)
-    prompt = tokenizer.decode(setup.prompt_ids)
-    input_ids = torch.tensor([setup.prompt_ids])
-    beams = setup.num_beams
-
-    def hf_generate(new_tokens: int, ids: Tensor = input_ids, mask: Tensor | None = None, **beam_settings) -> list:
-        # eos_token_id=None: no token ends a sequence, as with IdTokenizer.
-        config = GenerationConfig(
-            max_new_tokens=new_tokens, do_sample=False, use_cache=True, eos_token_id=None, pad_token_id=0,
-            **beam_settings,
-        )
-        mask = torch.ones_like(ids) if mask is None else mask
-        with torch.inference_mode():
-            out = setup.hf_model.generate(ids, attention_mask=mask, generation_config=config)
-        return out.tolist()
-
-    # The batched task: the engine left-pads with id 0 (IdTokenizer has no pad and no valid EOS), as HF is told to.
-    batch_texts = [tokenizer.decode(p) for p in setup.batch_prompts]
-    batch_ids, batch_mask = left_pad_ids(setup.batch_prompts, pad=0)
-
-    def engine_generate(new_tokens: int, kv_cache=None) -> list:
-        return engine.generate(setup.demo, tokenizer, batch_texts, new_tokens, temperature=0.0, kv_cache=kv_cache).tolist()
-
-    def static(new_tokens: int, batch: int = 1, prompt_len: int = len(setup.prompt_ids)):
-        """A static cache sized for exactly this run, as a generator that knows its lengths would allocate it."""
-        return StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=prompt_len + new_tokens)
-
-    def greedy(new_tokens: int, kv_cache=None) -> list:
-        return [tokenizer.encode(sampler.sample(prompt, new_tokens, temperature=0, kv_cache=kv_cache))]
-
-    def beam_search(new_tokens: int, kv_cache=None) -> list:
-        found = sampler.beam_search(prompt, beams, beams, new_tokens, kv_cache=kv_cache)
-        return [tokenizer.encode(text) for _, text in found]
-
-    # Summed log-probs for all beams, as in beam_search: no length penalty, and no early stop.
-    hf_beams = dict(num_beams=beams, num_return_sequences=beams, length_penalty=0.0, early_stopping="never")
-    return [
-        Variant("greedy", "uncached", "uncached", lambda n: greedy(n)),
-        Variant("greedy", "cached", "KV cache", lambda n: greedy(n, KeyValueCache.new_empty(cfg))),
-        Variant("greedy", "static", "static cache", lambda n: greedy(n, static(n))),
-        Variant("greedy", "hf", "HF generate", lambda n: hf_generate(n)),
-        Variant("beam", "uncached", "uncached", lambda n: beam_search(n)),
-        Variant("beam", "cached", "KV cache", lambda n: beam_search(n, KeyValueCache.new_empty(cfg))),
-        Variant("beam", "static", "static cache", lambda n: beam_search(n, static(n, batch=beams))),
-        Variant("beam", "hf", "HF generate", lambda n: hf_generate(n, **hf_beams)),
-        Variant("batched", "engine", "engine generate", engine_generate),
-        Variant("batched", "static", "engine, static cache",
-                lambda n: engine_generate(n, static(n, len(batch_texts), batch_ids.shape[1]))),
-        Variant("batched", "hf", "HF generate", lambda n: hf_generate(n, batch_ids, batch_mask)),
-    ]
-
-
-# ---------------------------------------------------------------------------------------
-# Checks: every variant answers the same, with exactly the requested number of tokens
+# Checks: every method answers the same, with exactly the requested number of tokens
 # ---------------------------------------------------------------------------------------
 
 
 class BenchCheckError(AssertionError):
-    """The variants disagree or generated the wrong number of tokens: the timings would mean nothing."""
+    """The methods disagree or generated the wrong number of tokens: the timings would mean nothing."""
 
 
-def check_lengths(variant: Variant, sequences: list, setup: Setup) -> None:
-    new = new_tokens_of(setup, variant.task)
-    count = {"greedy": 1, "beam": setup.num_beams, "batched": len(setup.batch_prompts)}[variant.task]
-    width = max(map(len, setup.batch_prompts)) if variant.task == "batched" else len(setup.prompt_ids)
+def check_lengths(method: Method, sequences: list, setup: Setup) -> None:
+    new = new_tokens_of(setup, method.task)
+    count = {"greedy": 1, "beam": setup.num_beams, "batched": len(setup.batch_prompts)}[method.task]
+    width = max(map(len, setup.batch_prompts)) if method.task == "batched" else len(setup.prompt_ids)
     expected = width + new
     lengths = [len(seq) for seq in sequences]
     if lengths != [expected] * count:
         raise BenchCheckError(
-            f"{variant.task}/{variant.name} returned sequences of lengths {lengths}, "
+            f"{method.task}/{method.name} returned sequences of lengths {lengths}, "
             f"expected {count} of {expected} tokens (prompt {width} + {new} new)"
         )
 
@@ -357,8 +152,8 @@ def quiet(progress: bool):
     return contextlib.nullcontext() if progress else contextlib.redirect_stderr(io.StringIO())
 
 
-def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Variant]:
-    """A short warm-up, then ``repeats`` timed rounds with the variants interleaved.
+def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | None = None) -> list[Method]:
+    """A short warm-up, then ``repeats`` timed rounds with the methods interleaved.
 
     The first timed round's answers are checked (BenchCheckError when they disagree). With
     ``budget_s``, no round starts that would probably end after ``budget_s`` seconds; at
@@ -367,33 +162,33 @@ def run(setup: Setup, repeats: int, progress: bool = True, budget_s: float | Non
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
-    all_variants = variants(setup)
-    bar = tqdm(total=len(all_variants) * (1 + repeats), desc="bench", disable=not progress, leave=False)
-    for variant in all_variants:  # first calls pay for lazy initialisation: keep them out of the timings
-        bar.set_postfix_str(f"warm-up: {variant.task} {variant.name}")
+    all_methods = methods(setup)
+    bar = tqdm(total=len(all_methods) * (1 + repeats), desc="bench", disable=not progress, leave=False)
+    for method in all_methods:  # first calls pay for lazy initialisation: keep them out of the timings
+        bar.set_postfix_str(f"warm-up: {method.task} {method.name}")
         with quiet(progress):
-            variant.run(2)
+            method.run(2)
         bar.update()
     for round_ in range(1, repeats + 1):
         elapsed = time.perf_counter() - started
         if budget_s is not None and round_ > 1 and elapsed * round_ / (round_ - 1) > budget_s:
             break  # one more round (as long as the average so far) would overrun the budget
         outputs: dict[str, dict[str, list]] = {"greedy": {}, "beam": {}, "batched": {}}
-        for variant in all_variants:
-            bar.set_postfix_str(f"round {round_}: {variant.task} {variant.name}")
+        for method in all_methods:
+            bar.set_postfix_str(f"round {round_}: {method.task} {method.name}")
             with quiet(progress):
                 start = time.perf_counter()
-                sequences = variant.run(new_tokens_of(setup, variant.task))
-                variant.times.append(time.perf_counter() - start)
-            check_lengths(variant, sequences, setup)
-            outputs[variant.task][variant.name] = sequences
+                sequences = method.run(new_tokens_of(setup, method.task))
+                method.times.append(time.perf_counter() - start)
+            check_lengths(method, sequences, setup)
+            outputs[method.task][method.name] = sequences
             bar.update()
         if round_ == 1:
             check_greedy(outputs["greedy"])
             check_beams(setup, outputs["beam"])
             check_batched(outputs["batched"])
     bar.close()
-    return all_variants
+    return all_methods
 
 
 # ---------------------------------------------------------------------------------------
@@ -427,7 +222,7 @@ def weight_bytes_per_token(model: torch.nn.Module) -> int:
     return total
 
 
-def bandwidth_report(setup: Setup, results: list[Variant], bandwidth: float, console) -> None:
+def bandwidth_report(setup: Setup, results: list[Method], bandwidth: float, console) -> None:
     """Greedy tokens per second beside the bandwidth limit: bandwidth / bytes read per token."""
     per_token = weight_bytes_per_token(setup.demo)
     limit = bandwidth / per_token
@@ -435,13 +230,13 @@ def bandwidth_report(setup: Setup, results: list[Variant], bandwidth: float, con
         f"memory bandwidth, measured: {bandwidth / 1e9:.1f} GB/s; a decode step reads {per_token / 1e6:.0f} MB "
         f"of weights, so greedy decoding is limited to {limit:.1f} tokens/s"
     )
-    for variant in results:
-        if variant.task == "greedy" and variant.name != "uncached":
-            tokens_per_s = setup.new_tokens / statistics.median(variant.times)
-            console.print(f"  greedy, {variant.label}: {tokens_per_s:.1f} tokens/s = {tokens_per_s / limit:.0%} of the limit")
+    for method in results:
+        if method.task == "greedy" and method.name != "uncached":
+            tokens_per_s = setup.new_tokens / statistics.median(method.times)
+            console.print(f"  greedy, {method.label}: {tokens_per_s:.1f} tokens/s = {tokens_per_s / limit:.0%} of the limit")
 
 
-def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, float, float, bool]]:
+def report(setup: Setup, results: list[Method], console) -> list[tuple[str, float, float, bool]]:
     from rich.table import Table
 
     by_key = {(v.task, v.name): v for v in results}
@@ -452,17 +247,17 @@ def report(setup: Setup, results: list[Variant], console) -> list[tuple[str, flo
     labels = {"greedy": "greedy", "beam": f"beam x{setup.num_beams}", "batched": f"batched greedy x{batch}"}
 
     table = Table(
-        "task", "variant", "median s", "new tokens/s", "speed vs HF", "speed vs uncached",
+        "task", "method", "median s", "new tokens/s", "speed vs HF", "speed vs uncached",
         title=f"{setup.model_name}: fp32, CPU ({torch.get_num_threads()} threads), batch 1 (batched: {batch}, "
         f"left-padded prompts of {min(map(len, setup.batch_prompts))}-{max(map(len, setup.batch_prompts))} tokens), "
         f"prompt {len(setup.prompt_ids)} tokens; medians of {len(results[0].times)} runs",
     )
-    for (task, name), variant in by_key.items():
+    for (task, name), method in by_key.items():
         seconds = median[task, name]
         uncached = median.get((task, "uncached"))
         table.add_row(
             labels[task],
-            variant.label,
+            method.label,
             f"{seconds:.3f}",
             f"{new[task] / seconds:.1f}",
             f"{median[task, 'hf'] / seconds:.2f}x",
@@ -542,7 +337,7 @@ def _run(args: argparse.Namespace) -> int:
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] every variant generated the same tokens (greedy, batched) and beams (beam search)")
+    console.print("[green]checked:[/] every method generated the same tokens (greedy, batched) and beams (beam search)")
     outcomes = report(setup, results, console)
     bandwidth_report(setup, results, measure_bandwidth(64 if args.quick else 512), console)
     console.print(f"total time {time.perf_counter() - started:.0f} s")

@@ -25,11 +25,11 @@ def download_gpt2_main(argv: list[str]) -> int:
 # Imported only when the command runs, so `sampling-course hint` does not load torch.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sampling_course.apps.demo:main", "run the finished solutions next to the reference model"),
-    "check": ("sampling_course.grading.checking:cli_check", "check one exercise (or all) in exercises/"),
-    "progress": ("sampling_course.grading.checking:cli_progress", "list every exercise with done / not yet / failing"),
-    "hint": ("sampling_course.grading.checking:cli_hint", "print a graded hint for an exercise"),
-    "make-exercises": ("sampling_course.grading.stubs:main", "regenerate exercises/ from solutions/ (instructors)"),
-    "plant-mistakes": ("sampling_course.grading.mistakes:main", "check that the tests catch each classic mistake (instructors)"),
+    "check": ("sampling_course.apps.course_commands:check_main", "check one exercise (or all) in exercises/"),
+    "progress": ("sampling_course.apps.course_commands:progress_main", "list every exercise with done / not yet / failing"),
+    "hint": ("sampling_course.apps.course_commands:hint_main", "print a graded hint for an exercise"),
+    "make-exercises": ("sampling_course.apps.course_commands:make_exercises_main", "regenerate exercises/ from solutions/ (instructors)"),
+    "plant-mistakes": ("sampling_course.apps.course_commands:plant_mistakes_main", "check that the tests catch each classic mistake (instructors)"),
     "generate": ("sampling_course.apps.generate:main", "continue a prompt with the part-5 engine; --interactive for a REPL"),
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
     "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),

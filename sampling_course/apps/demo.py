@@ -65,7 +65,7 @@ def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bo
     """Part 2: one continuation per decoding setting, all from the same seed.
 
     ``measure=True`` (for the story models) adds the share of the continuation's sentences
-    that the story grammar can write, from ``sampling_course.stories.decoding_report``.
+    that the story grammar can write, from ``sampling_course.report.decoding_report``.
     """
     columns = ["setting", "continuation"] + (["valid sentences"] if measure else [])
     table = Table(*columns, title=f"Part 2 · decoding settings (seed {seed})")
@@ -73,7 +73,8 @@ def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bo
         text = sampler.sample(prompt, max_tokens_generated=max_tokens, seed=seed, **kwargs)
         row = [label, repr(text[len(prompt):])]
         if measure:
-            from sampling_course.stories import EOS_TOKEN, decoding_report
+            from sampling_course.report import decoding_report
+            from sampling_course.stories import EOS_TOKEN
 
             valid = decoding_report([text[len(prompt):]], prompt=prompt.removeprefix(EOS_TOKEN)).valid
             row.append("-" if valid != valid else f"{valid:.0%}")  # nan: no complete sentence

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from sampling_course.sampling_settings import check_sampling_settings
+
 MODELS = ("auto", "story", "gpt2", "tiny")
 IMPLS = ("solutions", "exercises")
 
@@ -31,14 +33,9 @@ IMPLS = ("solutions", "exercises")
 # ---------------------------------------------------------------------------------------
 
 
-def _number(kind: type, name: str, low: float | None = None, high: float | None = None, low_open: bool = False):
+def _number(kind: type, name: str, low: float | None = None, low_open: bool = False):
     """A parser from text to ``kind`` that raises ValueError("<name> must be ...") when out of range."""
-    if low is not None and high is not None:
-        allowed = f"in [{low:g}, {high:g}]"
-    elif low is not None:
-        allowed = f"{'>' if low_open else '>='} {low:g}"
-    else:
-        allowed = "a number"
+    allowed = f"{'>' if low_open else '>='} {low:g}" if low is not None else "a number"
     word = "an integer" if kind is int else "a number"
 
     def parse(text: str):
@@ -47,8 +44,41 @@ def _number(kind: type, name: str, low: float | None = None, high: float | None 
         except (TypeError, ValueError):
             raise ValueError(f"{name} must be {word} {allowed}, got {text!r}") from None
         too_low = low is not None and (value <= low if low_open else value < low)
-        if too_low or (high is not None and value > high) or value != value:  # NaN fails too
+        if too_low or value != value:  # NaN fails too
             raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _in_range(name: str, low: float, high: float, low_open: bool = False, high_open: bool = False):
+    """A parser from text to a float in the interval from ``low`` to ``high`` (each end open or closed)."""
+    allowed = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number {allowed}, got {text!r}") from None
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not inside:  # NaN is never inside
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
+def _sampling_setting(kind: type, name: str):
+    """A parser for ``temperature``, ``top_k``, ``top_p`` or ``min_p``, judged by the check that part 5's
+    ``generate`` and part 7's ``speculative_generate`` use, so the command refuses what they refuse, saying
+    the same."""
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except (TypeError, ValueError):
+            value = text  # not a number at all: the check says what is allowed
+        check_sampling_settings(**{name: value})
         return value
 
     return parse
@@ -61,6 +91,21 @@ def _choice(name: str, options: tuple[str, ...]) -> Callable[[str], str]:
         if text not in options:
             raise ValueError(f"{name} must be one of {', '.join(options)}, got {text!r}")
         return text
+
+    return parse
+
+
+def _choice_int(name: str, options: tuple[int, ...]) -> Callable[[str], int]:
+    """A parser that accepts one of the integers ``options``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            value = None
+        if value not in options:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, options))}, got {text!r}")
+        return value
 
     return parse
 
@@ -111,21 +156,21 @@ def _words(text: str) -> list[str]:
 # name -> (parser, default, help). The REPL's /set uses the same names and parsers.
 SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "max_new_tokens": (_number(int, "max_new_tokens", 0), 50, "new tokens at most"),
-    "temperature": (_number(float, "temperature", 0), 1.0, "0 is greedy"),
-    "top_k": (_number(int, "top_k", 0), 0, "keep the k most likely tokens (0 is off)"),
-    "top_p": (_number(float, "top_p", 0, 1), 1.0, "nucleus: smallest set with this mass (1 is off)"),
-    "min_p": (_number(float, "min_p", 0, 1), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
+    "temperature": (_sampling_setting(float, "temperature"), 1.0, "0 is greedy"),
+    "top_k": (_sampling_setting(int, "top_k"), 0, "keep the k most likely tokens (0 is off)"),
+    "top_p": (_sampling_setting(float, "top_p"), 1.0, "nucleus: smallest set with this mass, in (0, 1] (1 is off)"),
+    "min_p": (_sampling_setting(float, "min_p"), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
     "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
     "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token seen (0 is off)"),
     "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence (0 is off)"),
-    "typical_p": (_number(float, "typical_p", 0, 1), 1.0, "typical sampling: the most typical tokens with this mass (1 is off)"),
-    "epsilon_cutoff": (_number(float, "epsilon_cutoff", 0, 1), 0.0, "drop tokens below this probability (0 is off)"),
-    "eta_cutoff": (_number(float, "eta_cutoff", 0, 1), 0.0, "eta sampling: a bar that falls with the entropy (0 is off)"),
+    "typical_p": (_in_range("typical_p", 0, 1, low_open=True), 1.0, "typical sampling: the most typical tokens with this mass (1 is off)"),
+    "epsilon_cutoff": (_in_range("epsilon_cutoff", 0, 1, high_open=True), 0.0, "drop tokens below this probability (0 is off)"),
+    "eta_cutoff": (_in_range("eta_cutoff", 0, 1, high_open=True), 0.0, "eta sampling: a bar that falls with the entropy (0 is off)"),
     "top_n_sigma": (_number(float, "top_n_sigma", 0), 0.0, "keep logits within n standard deviations of the top (0 is off)"),
-    "xtc_probability": (_number(float, "xtc_probability", 0, 1), 0.0, "XTC: how often to remove the top choices (0 is off)"),
-    "xtc_threshold": (_number(float, "xtc_threshold", 0, 1, low_open=True), 0.1, "XTC: tokens at or above this probability are top choices"),
+    "xtc_probability": (_in_range("xtc_probability", 0, 1), 0.0, "XTC: how often to remove the top choices (0 is off)"),
+    "xtc_threshold": (_in_range("xtc_threshold", 0, 1, low_open=True), 0.1, "XTC: tokens at or above this probability are top choices"),
     "samplers": (_optional(_samplers), None, "the chain's order, e.g. top_k;top_p;min_p;temperature (none: Hugging Face's)"),
-    "mirostat": (_number(int, "mirostat", 0, 2), 0, "2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)"),
+    "mirostat": (_choice_int("mirostat", (0, 2)), 0, "2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)"),
     "mirostat_tau": (_number(float, "mirostat_tau", 0), 5.0, "mirostat's target surprise, in bits"),
     "mirostat_eta": (_number(float, "mirostat_eta", 0), 0.1, "mirostat's learning rate"),
     "dry_multiplier": (_number(float, "dry_multiplier", 0), 0.0, "DRY: penalise tokens that extend a repeat (0 is off)"),

@@ -28,12 +28,13 @@ Both caches run with each position rule (``"cache"``: positions stop at ``W - 1`
 whole prefix at its true positions, so every method must give full attention's NLL there:
 the experiment checks that and prints the largest difference.
 
-``attention_mass_on_first`` measures, by another route (Hugging Face's eager attention),
-how much attention each layer and head puts on the first few tokens of a text: the
-"attention sinks" that the sink cache keeps.
+``sampling_course.apps.attention_sinks.attention_mass_on_first`` measures, by another
+route (Hugging Face's eager attention), how much attention each layer and head puts on the
+first few tokens of a text: the "attention sinks" that the sink cache keeps. The command
+prints that table too.
 
 The computing functions are importable (the part 6 notebook uses them) and print nothing;
-``table`` and ``attention_table`` turn their results into rich tables.
+``table`` (and ``attention_sinks.attention_table``) turn their results into rich tables.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from dataclasses import dataclass, field
 from types import ModuleType
 
 import torch
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.apps.threads import torch_threads
@@ -332,63 +333,6 @@ def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tenso
 
 
 # ---------------------------------------------------------------------------------------
-# Attention on the first tokens (by another route: Hugging Face's eager attention)
-# ---------------------------------------------------------------------------------------
-
-
-def eager_hf_model(reference):
-    """A fresh copy of the reference's Hugging Face model whose attention can return its patterns."""
-    from transformers import GPT2LMHeadModel
-
-    from sampling_course.reference import _quiet_transformers
-
-    _quiet_transformers()
-    # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
-    return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
-
-
-@torch.inference_mode()
-def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[Tensor, "text n_heads query_pos key_pos"]]:
-    """Every layer's attention pattern on ``tokens`` (at most n_ctx of them): softmax over keys, per query."""
-    if tokens.shape[1] > hf_model.config.n_positions:
-        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={hf_model.config.n_positions}")
-    return list(hf_model(tokens, output_attentions=True).attentions)
-
-
-def attention_mass(
-    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"], from_position: int = 64
-) -> Float[Tensor, "n_layers n_heads"]:
-    """The share of attention each head puts on the key positions marked in ``keys``, averaged over
-    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
-    n = min(tokens.shape[1], hf_model.config.n_positions)
-    if not 0 <= from_position < n:
-        raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
-    if keys.shape != tokens.shape:
-        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
-    total = 0.0
-    for row, marked in zip(tokens[:, :n], keys[:, :n]):
-        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0]  # (layer, head, query, key)
-        total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
-    return total / len(tokens)
-
-
-def attention_mass_on_first(
-    hf_model, tokens: Int[Tensor, "text pos"], k: int = 4, from_position: int = 64
-) -> Float[Tensor, "n_layers n_heads"]:
-    """The share of attention each head puts on the first ``k`` tokens of the text (see ``attention_mass``)."""
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    first = torch.zeros(tokens.shape, dtype=torch.bool)
-    first[:, :k] = True
-    return attention_mass(hf_model, tokens, first, from_position)
-
-
-def uniform_mass_on_first(k: int, from_position: int, n_positions: int) -> float:
-    """The same share for a head that spread its attention evenly over every key it may see."""
-    return sum(min(k, q + 1) / (q + 1) for q in range(from_position, n_positions)) / (n_positions - from_position)
-
-
-# ---------------------------------------------------------------------------------------
 # Tables
 # ---------------------------------------------------------------------------------------
 
@@ -425,21 +369,6 @@ def table(results: LongTextResults):
     for name, result in results.methods.items():
         cells = [_nll_cell(results.mean_nll(name, start, end)) for _, start, end in ranges]
         out.add_row(f"{name}\n[dim]{result.how}[/]", _size(result.cache_bytes), f"{result.ms_per_token:.2f}", *cells)
-    return out
-
-
-def attention_table(mass: Tensor, k: int, from_position: int, n_positions: int, model_name: str = ""):
-    """Per layer: the mean share of attention on the first ``k`` tokens, its largest head, and uniform's."""
-    from rich.table import Table
-
-    uniform = uniform_mass_on_first(k, from_position, n_positions)
-    out = Table(
-        "layer", "mean over heads", "largest head", "uniform attention",
-        title=f"Share of attention on the first {k} tokens{' of ' + model_name if model_name else ''} "
-        f"(queries {from_position}-{n_positions - 1})",
-    )
-    for layer, heads in enumerate(mass):
-        out.add_row(str(layer), f"{heads.mean():.3f}", f"{heads.max():.3f}", f"{uniform:.3f}")
     return out
 
 
@@ -488,6 +417,7 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from rich.console import Console
 
+    from sampling_course.apps.attention_sinks import attention_mass_on_first, attention_table, eager_hf_model
     from sampling_course.implementation import impl_module, load_demo
     from sampling_course.reference import ReferenceUnavailable, load_reference
 

@@ -45,17 +45,23 @@ def exercise(name: str, part: int, module: str, target: str, task: str, *hints: 
 
 @dataclass(frozen=True)
 class Mistake:
-    """A classic mistake, planted by replacing ``old`` (found exactly once in ``solutions/<file>``) with ``new``."""
+    """A classic mistake, planted by replacing ``old`` (found exactly once in ``solutions/<file>``) with ``new``.
+
+    The tests that must catch it are those marked with its exercise, which
+    ``grading.planting.exercises_of`` finds from the code the change rewrites; ``exercise``
+    names it instead, for a mistake in code that another exercise's tests reveal (part 1's
+    Attention, wrong only once a part-4 cache supplies earlier keys).
+    """
 
     part: int
     name: str
     file: str  # a file in solutions/
     old: str  # text that must occur exactly once in that file
     new: str
-    tests: str  # the test file expected to catch it
     # What the mistake is, in plain words, read after "This matches a classic mistake: "
     # when a learner's failing code behaves like it (see grading/diagnosis.py).
     why: str = ""
+    exercise: str | None = None  # as in @pytest.mark.exercise(...); None: the exercise whose code it rewrites
 
 
 @dataclass(frozen=True)

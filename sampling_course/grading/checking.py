@@ -8,26 +8,25 @@ In a notebook::
     hint("LayerNorm")                   # each call reveals the next hint
     progress()                          # every exercise and its status
 
-``sampling-course check|progress|hint ARGS`` call ``cli_check(ARGS)``,
-``cli_progress(ARGS)`` and ``cli_hint(ARGS)``.
+The commands ``sampling-course check|progress|hint`` (``sampling_course.apps.course_commands``)
+parse their arguments and call these same functions.
 """
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from rich.console import Console
 from rich.markup import escape
 
-from sampling_course.grading.course import UnknownExerciseError, get_exercise
+from sampling_course.grading.course import get_exercise
 from sampling_course.implementation import StaleInstallError, resolve_impl
 from sampling_course.grading.render import render_hints, render_progress, render_report
 from sampling_course.grading.results import CheckReport
 from sampling_course.grading.runner import TestsNotFoundError, run_report
 
-__all__ = ["check", "progress", "hint", "cli_check", "cli_progress", "cli_hint"]
+__all__ = ["check", "progress", "hint"]
 
 
 def check(
@@ -100,87 +99,3 @@ def hint(name: str, level: int | Literal["all"] | None = None, *, console: Conso
         raise ValueError(f'level must be 1 to {n} or "all", got {level!r}')
     _revealed[exercise.name] = max(_revealed.get(exercise.name, 0), levels[-1])
     (console or Console()).print(render_hints(exercise, levels))
-
-
-# ---------------------------------------------------------------------------------------
-# Command line: sampling-course check | progress | hint
-# ---------------------------------------------------------------------------------------
-
-
-def _add_impl(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--impl",
-        default=None,
-        help="implementation to check: exercises (default) or solutions; also settable with SAMPLING_COURSE_IMPL",
-    )
-
-
-def _impl_of(args: argparse.Namespace) -> str:
-    return resolve_impl(args.impl)
-
-
-def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace | int:
-    try:
-        return parser.parse_args(argv)
-    except SystemExit as exc:  # --help (0) or a usage error (2)
-        return int(exc.code or 0)
-
-
-def _run_and_render(names: Sequence[str] | None, args: argparse.Namespace, render: Callable) -> int:
-    """Check ``names`` (None: all), print ``render(report)``; exit 0 when all are done, 1 if not, 2 on bad input."""
-    console = Console()
-    try:
-        report = _run(names, _impl_of(args), diagnose=render is not render_progress)
-    except ValueError as exc:  # an unknown exercise or --impl
-        console.print(f"[red]error:[/] {escape(str(exc))}")
-        return 2
-    _show(report, render, True, console)
-    if report.error:
-        return 2
-    return 0 if report.ok else 1
-
-
-def cli_check(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course check [EXERCISE ...] [--impl ...]``: 0 when nothing checked fails or is unimplemented."""
-    parser = argparse.ArgumentParser(
-        prog="sampling-course check", description="Run the tests of some exercises (all by default) and show the verdict."
-    )
-    parser.add_argument("exercise", nargs="*", help="exercise names, e.g. LayerNorm sample_top_p (case-insensitive)")
-    _add_impl(parser)
-    args = _parse(parser, argv)
-    if isinstance(args, int):
-        return args
-    return _run_and_render(args.exercise or None, args, render_report)
-
-
-def cli_progress(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course progress [--impl ...]``: the table of every exercise; 0 when none fails or is unimplemented."""
-    parser = argparse.ArgumentParser(prog="sampling-course progress", description="Show every exercise and its status.")
-    _add_impl(parser)
-    args = _parse(parser, argv)
-    if isinstance(args, int):
-        return args
-    return _run_and_render(None, args, render_progress)
-
-
-def cli_hint(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course hint EXERCISE [--level N | --all]``: 0, or 2 for an unknown exercise."""
-    parser = argparse.ArgumentParser(
-        prog="sampling-course hint", description="Show a hint for an exercise: level 1 nudges, level 3 nearly solves it."
-    )
-    parser.add_argument("exercise", help="exercise name, e.g. LayerNorm (case-insensitive)")
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--level", type=int, choices=[1, 2, 3], default=1, help="which hint (default 1)")
-    group.add_argument("--all", action="store_true", help="show every hint")
-    args = _parse(parser, argv)
-    if isinstance(args, int):
-        return args
-    console = Console()
-    try:
-        exercise = get_exercise(args.exercise)
-    except UnknownExerciseError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    levels = list(range(1, len(exercise.hints) + 1)) if args.all else [args.level]
-    console.print(render_hints(exercise, levels))
-    return 0

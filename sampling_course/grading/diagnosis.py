@@ -38,7 +38,7 @@ from sampling_course.grading.probing import Impl, load_probes
 from sampling_course.grading.sandbox import isolated_package, substituted, terminal_like
 from sampling_course.grading.time_limit import TookTooLong, time_limit
 
-__all__ = ["TIME_LIMIT_S", "coverage", "describe_match", "explain", "name_mistake", "planted_output"]
+__all__ = ["TIME_LIMIT_S", "coverage", "describe_match", "explain", "name_mistake", "name_mistakes", "planted_output"]
 
 # A learner's probe that runs longer than this is stopped (a loop that never ends).
 TIME_LIMIT_S = 5.0
@@ -103,44 +103,63 @@ def _learner_output(exercise: Exercise, package: str, obj: Any) -> Any:
                 return probe(Impl(package))
 
 
-def name_mistake(exercise: Exercise | str, package: str, obj: Any = None) -> Mistake | None:
-    """The planted mistake of ``exercise`` whose output ``package``'s code reproduces, or None.
+def name_mistakes(exercise: Exercise | str, package: str, obj: Any = None) -> list[Mistake]:
+    """Every planted mistake of ``exercise`` whose output ``package``'s code reproduces, in catalogue order.
 
     ``package`` is an implementation (``"exercises"``, ``"solutions"`` or any importable
     copy); with ``obj``, that object replaces the exercise's own, as in ``check(name, obj=...)``.
-    None when the exercise has no probe or no mistakes, when the learner's probe raises or
-    runs too long, when its output is the solution's, or when no mistake matches.
+    Empty when the exercise has no probe or no mistakes, when the learner's probe raises or
+    runs too long, when its output is the solution's, or when no mistake matches. More than
+    one when two mistakes behave the same on every input (the same error written two ways).
     """
     exercise = get_exercise(exercise)
     candidates = mistakes_of(exercise)
     if exercise.name not in load_probes() or not candidates:
-        return None
+        return []
+    # The solution's output first: it also loads what the probe shares (the tokenizer), which
+    # must not count against the learner's time limit.
+    solution = planted_output(exercise, None)
+    if solution is _NOTHING:
+        return []
     try:
         learner = _learner_output(exercise, package, obj)
     except (Exception, TookTooLong):  # noqa: BLE001 - a learner's error is the tests' to report
-        return None
+        return []
     if isinstance(learner, (list, tuple)) and learner and all(isinstance(step, Raised) for step in learner):
-        return None
-    solution = planted_output(exercise, None)
-    if solution is _NOTHING or same(learner, solution):
-        return None
+        return []
+    if same(learner, solution):
+        return []
+    matches = []
     for mistake in candidates:
         output = planted_output(exercise, mistake)
         if output is not _NOTHING and same(learner, output):
-            return mistake
-    return None
+            matches.append(mistake)
+    return matches
+
+
+def name_mistake(exercise: Exercise | str, package: str, obj: Any = None) -> Mistake | None:
+    """The first planted mistake of ``exercise`` whose output ``package``'s code reproduces, or None
+    (see ``name_mistakes``)."""
+    matches = name_mistakes(exercise, package, obj)
+    return matches[0] if matches else None
 
 
 def describe_match(exercise: Exercise | str, package: str, obj: Any = None) -> str | None:
     """The sentence a failing check shows first, or None when no classic mistake matches.
 
-    Never raises: a diagnosis that goes wrong must not hide the test's own message.
+    When two mistakes behave the same, both are named. Never raises: a diagnosis that goes
+    wrong must not hide the test's own message.
     """
     try:
-        mistake = name_mistake(exercise, package, obj)
+        matches = name_mistakes(exercise, package, obj)
     except Exception:  # noqa: BLE001
         return None
-    return None if mistake is None else f"This matches a classic mistake: {explain(mistake)}"
+    if not matches:
+        return None
+    sentence = f"This matches a classic mistake: {explain(matches[0])}"
+    for other in matches[1:]:
+        sentence += f" It behaves exactly like another one: {explain(other)}"
+    return sentence
 
 
 def coverage(parts: tuple[int, ...]) -> tuple[list[tuple[Mistake, Exercise]], list[tuple[Mistake, str]]]:

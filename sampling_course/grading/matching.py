@@ -21,12 +21,24 @@ the same distribution as a mistake matches it with probability at least 1 - 1e-6
 (all K tokens within the tolerance), and code whose distribution differs from a mistake's by
 at least ``gap`` in some token matches it with probability at most 1e-6 / K (false-match
 probability).
+
+Batched draws (part 5's ``sample``: one ``torch.multinomial`` call on ``(rows, K)``
+probabilities, one token per row, the rows independent) are compared row by row:
+``frequencies(..., rows=R)`` gives one result per row, the frequencies of that row's token
+over the same ``N`` calls. For planted code the stand-in enumerates every joint choice of
+the rows (the product of the rows' supports, small on the probes' inputs) and sums each
+row's marginal. The bound above then runs over ``R K`` frequencies instead of ``K``:
+``N = ceil(2 / gap^2 * ln(2 R K / 1e-6))``, so the probability that any of them strays by
+``gap / 2`` or more is again at most 1e-6 per setting (a union bound; the rows need not be
+independent of each other for it). The draws may come from a ``torch.Generator`` the probe
+passes in: the learner's side seeds it (and torch's global generator) before counting.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -163,48 +175,58 @@ class _Branch(BaseException):
         self.probs = probs
 
 
-def exact_distribution(draw: Callable[[], Any], categories: int, tolerance: float) -> Distribution:
+def exact_distribution(
+    draw: Callable[[], Any], categories: int, tolerance: float, rows: int | None = None
+) -> Distribution | tuple[Distribution, ...]:
     """The exact distribution of ``draw()``, for code that draws with ``torch.multinomial(probs, 1)``.
 
     torch.multinomial is replaced, while ``draw`` runs, by a stand-in that returns scripted
     choices; at the first unscripted call it reports the probabilities, and every possible
     choice is then replayed (depth first), each leaf weighted by the product of its choices'
-    probabilities. Code that never draws is a single leaf.
+    probabilities. Code that never draws is a single leaf. A call on 2-D ``(rows, K)``
+    probabilities (one token per row) branches over every joint choice of the rows.
+
+    With ``rows``, ``draw()`` returns one token per row, and the result is each row's
+    distribution (its marginal over the leaves).
     """
     real = torch.multinomial
-    leaves: Counter[int] = Counter()
+    leaves: Counter[tuple[int, ...]] = Counter()
 
-    def run(script: list[int], weight: float) -> None:
+    def run(script: list[Any], weight: float) -> None:
         calls = 0
 
         def multinomial(input: torch.Tensor, num_samples: int, replacement: bool = False, **kwargs: Any) -> torch.Tensor:
             nonlocal calls
-            if input.ndim != 1 or num_samples != 1 or kwargs.get("out") is not None:
-                raise TypeError("the exact enumeration handles torch.multinomial(probs, 1) on a 1-D probs only")
+            if input.ndim not in (1, 2) or num_samples != 1 or kwargs.get("out") is not None:
+                raise TypeError("the exact enumeration handles torch.multinomial(probs, 1) on 1-D or 2-D probs only")
             calls += 1
             if calls <= len(script):
-                return torch.tensor([script[calls - 1]], device=input.device)
+                return torch.tensor(script[calls - 1], device=input.device).view(*input.shape[:-1], 1)
             probs = input.detach().double().cpu()
-            raise _Branch((probs / probs.sum()).tolist())
+            raise _Branch((probs / probs.sum(dim=-1, keepdim=True)).tolist())
 
         torch.multinomial = multinomial
         try:
-            token = as_int(draw())
+            outcome = draw()
         except _Branch as branch:
             torch.multinomial = real
-            for choice, p in enumerate(branch.probs):
-                if p > 0:
-                    run(script + [choice], weight * p)
+            if isinstance(branch.probs[0], list):  # one list per row: every joint choice
+                supports = [[(c, p) for c, p in enumerate(row) if p > 0] for row in branch.probs]
+                for joint in itertools.product(*supports):
+                    run(script + [[c for c, _ in joint]], weight * math.prod(p for _, p in joint))
+            else:
+                for choice, p in enumerate(branch.probs):
+                    if p > 0:
+                        run(script + [choice], weight * p)
             return
         finally:
             torch.multinomial = real
-        leaves[token] += weight
+        leaves[_tokens(outcome, rows)] += weight
 
     run([], 1.0)
-    if min(leaves) < 0:
-        raise ValueError("a negative token id")
-    size = max(categories, max(leaves) + 1)
-    return Distribution(tuple(leaves.get(i, 0.0) for i in range(size)), tolerance)
+    marginals = _marginals(leaves, rows)
+    dists = tuple(Distribution(_padded(row, categories), tolerance) for row in marginals)
+    return dists[0] if rows is None else dists
 
 
 def seed_cpu(seed: int) -> None:
@@ -213,15 +235,58 @@ def seed_cpu(seed: int) -> None:
     torch.random.default_generator.manual_seed(seed)
 
 
-def frequencies(draw: Callable[[], Any], categories: int, gap: float, seed: int) -> Frequencies | Distribution:
-    """The learner's side: the frequency of every token over ``draws_for(gap, categories)``
-    draws after ``torch.manual_seed(seed)``. Planted solutions: the exact distribution."""
-    if _exact.get():
-        return exact_distribution(draw, categories, gap / 2)
-    n = draws_for(gap, categories)
-    seed_cpu(seed)
-    counts = Counter(as_int(draw()) for _ in range(n))
-    if min(counts) < 0:
+def _tokens(outcome: Any, rows: int | None) -> tuple[int, ...]:
+    """``draw()``'s outcome as a tuple of token ids: one, or one per row when ``rows`` is given."""
+    if rows is None:
+        tokens = (as_int(outcome),)
+    else:
+        if isinstance(outcome, torch.Tensor):
+            if outcome.is_floating_point() or outcome.ndim != 1:
+                raise TypeError(f"expected one token id per row, got a tensor of shape {tuple(outcome.shape)}")
+            outcome = outcome.tolist()
+        tokens = tuple(as_int(t) for t in outcome)
+        if len(tokens) != rows:
+            raise ValueError(f"expected {rows} tokens (one per row), got {len(tokens)}")
+    if min(tokens) < 0:
         raise ValueError("a negative token id")
+    return tokens
+
+
+def _marginals(outcomes: Counter[tuple[int, ...]], rows: int | None) -> list[Counter[int]]:
+    """Each row's total weight (or count) per token."""
+    marginals: list[Counter[int]] = [Counter() for _ in range(rows or 1)]
+    for tokens, weight in outcomes.items():
+        for row, token in enumerate(tokens):
+            marginals[row][token] += weight
+    return marginals
+
+
+def _padded(counts: Counter[int], categories: int) -> tuple[Any, ...]:
     size = max(categories, max(counts) + 1)
-    return Frequencies(tuple(counts.get(i, 0) for i in range(size)), n, gap / 2)
+    return tuple(counts.get(i, 0) for i in range(size))
+
+
+def frequencies(
+    draw: Callable[[], Any],
+    categories: int,
+    gap: float,
+    seed: int,
+    rows: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Frequencies | Distribution | tuple[Frequencies | Distribution, ...]:
+    """The learner's side: the frequency of every token over ``draws_for(gap, categories)``
+    draws after ``torch.manual_seed(seed)``. Planted solutions: the exact distribution.
+
+    With ``rows``, each ``draw()`` returns one token per row and the result has one entry
+    per row, over ``draws_for(gap, rows * categories)`` draws (see the module docstring).
+    ``generator``, when the draws use one, is seeded with ``seed`` too.
+    """
+    if _exact.get():
+        return exact_distribution(draw, categories, gap / 2, rows)
+    n = draws_for(gap, categories * (rows or 1))
+    seed_cpu(seed)
+    if generator is not None:
+        generator.manual_seed(seed)
+    outcomes = Counter(_tokens(draw(), rows) for _ in range(n))
+    counts = tuple(Frequencies(_padded(row, categories), n, gap / 2) for row in _marginals(outcomes, rows))
+    return counts[0] if rows is None else counts

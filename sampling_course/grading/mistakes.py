@@ -4,119 +4,348 @@ plant correct variants in other styles and check that the tests accept every one
 A grading test is only worth something if it fails on wrong code. Each ``Mistake`` (listed
 per part in ``grading/parts/``) rewrites one line of the solutions the way a learner might
 get it wrong (temperature multiplied instead of divided, an exclusive top-p cutoff, a mask
-off by one, ...). The
-runner copies ``solutions/`` into a scratch package named ``exercises``, plants one
-mistake, runs that part's test file with ``--impl exercises`` and expects it to fail.
-
-The mirror image: each ``Variant`` rewrites an exercise in another correct style
-(``Categorical(...).sample()``, top-p through ``searchsorted``, a ``-1e10`` mask, ...),
+off by one, ...); the tests of its exercise (``--exercise``, see ``planting.exercises_of``)
+must then fail. The mirror image: each ``Variant`` rewrites an exercise in another correct
+style (``Categorical(...).sample()``, top-p through ``searchsorted``, a ``-1e10`` mask, ...),
 and then every test of that exercise must pass.
 
-    sampling-course plant-mistakes               # mistakes and variants (several minutes)
-    sampling-course plant-mistakes --part 2      # one part
-    sampling-course plant-mistakes --variants    # only the correct variants
-    sampling-course plant-mistakes --mistakes    # only the mistakes
+How a change is judged. A worker process writes the planted copy of the solutions as a
+package of its own name (``planting.write_package``) and runs the exercise's tests on it
+with pytest *in the worker*, imported afresh (``sandbox.isolated_package``), as a learner's
+``exercises`` would be graded. One worker judges change after change, so Python, torch and
+the reference models load once per worker instead of once per change. Sharing a process is
+safe as long as no run disturbs what the next one relies on: after each run the worker
+compares the shared reference models' weights and torch's global settings with what they
+were; when they changed, or the worker died, the change is judged again in a fresh worker
+of its own, and the disturbed worker is replaced.
+
+``plant_mistakes`` and ``plant_variants`` judge many changes, ``jobs`` workers at a time;
+``sampling-course plant-mistakes`` (``sampling_course.apps.course_commands``) prints the tables.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
 import os
+import queue
+import shutil
 import subprocess
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable, Sequence
+from itertools import count
 from pathlib import Path
+from typing import Any
 
 from sampling_course.grading.catalogue import Mistake, Variant
-from sampling_course.grading.course import MISTAKES, VARIANTS
-from sampling_course.grading.planting import write_package
+from sampling_course.grading.planting import exercises_of, mistake_target, write_package
+
+__all__ = ["Verdict", "judge", "plant_mistakes", "plant_variants", "serve"]
 
 REPO = Path(__file__).resolve().parents[2]
+TESTS = REPO / "tests"
+
+Change = Mistake | Variant
+
+# A test of a planted copy that runs longer than this is stopped, as a learner's would be
+# (the pytest plugin's DEFAULT_TEST_TIMEOUT; not imported from there, which would load torch here).
+TEST_TIMEOUT_S = 60.0
+# A worker that gives no verdict for this long is stopped (a hang outside any test's time limit).
+CHANGE_TIMEOUT_S = 1800.0
+# The shipped references the tests load; the worker loads them once and watches their weights.
+SHARED_REFERENCES = ("tiny", "story", "story-draft")
 
 
-def _pytest_on_planted(change: Mistake | Variant, selection: list[str]) -> subprocess.CompletedProcess:
-    """Run pytest on ``selection`` with ``--impl=exercises`` pointing at a planted copy of the solutions."""
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """What the tests said about one planted change.
+
+    ``ok``: the mistake was caught, or the variant accepted. ``detail``: the test that caught
+    the mistake, or the summary of the run. ``disturbed``: the run changed state the worker
+    shares between runs (then its verdict is not trusted and the change is judged again alone).
+    """
+
+    ok: bool
+    detail: str
+    disturbed: bool = False
+
+
+# ---------------------------------------------------------------------------------------
+# In the worker: one change, one in-process pytest run
+# ---------------------------------------------------------------------------------------
+
+
+class _Reports:
+    """A pytest plugin that keeps what a verdict needs: failures, errors and counts."""
+
+    def __init__(self) -> None:
+        self.failed: list[str] = []  # a test's own failure, in its call
+        self.stopped: list[str] = []  # a test stopped by the time limit
+        self.errors: list[str] = []  # a fixture or collection that broke
+        self.passed = 0
+        self.skipped = 0
+
+    def pytest_collectreport(self, report: Any) -> None:
+        if report.failed:
+            self.errors.append(f"{report.nodeid or 'collection'} (collection error)")
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED, TOOK_TOO_LONG
+
+        keys = {key for key, _ in report.user_properties}
+        if report.failed and report.when == "call":
+            if TOOK_TOO_LONG in keys:
+                self.stopped.append(f"{report.nodeid}: took longer than {TEST_TIMEOUT_S:g} s")
+            elif NOT_IMPLEMENTED in keys:
+                self.errors.append(f"{report.nodeid}: not implemented")
+            else:
+                self.failed.append(f"{report.nodeid} - {_first_line(report)}")
+        elif report.failed:
+            self.errors.append(f"{report.nodeid} (error in {report.when}) - {_first_line(report)}")
+        elif report.passed and report.when == "call":
+            self.passed += 1
+        elif report.skipped:
+            self.skipped += 1
+
+    def summary(self) -> str:
+        parts = [f"{self.passed} passed"]
+        parts += [f"{n} {what}" for n, what in ((len(self.failed), "failed"), (len(self.errors), "errors"),
+                                                (self.skipped, "skipped")) if n]
+        return ", ".join(parts)
+
+
+def _first_line(report: Any) -> str:
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr or "")
+    return (text.strip().splitlines() or [""])[0][:200]
+
+
+def _selection(change: Change) -> list[str] | str:
+    """The pytest arguments that select the tests of the change's exercises, or why there are none."""
+    if isinstance(change, Variant):
+        return ["--exercise", change.exercise]
+    exercises = exercises_of(change)
+    if not exercises:
+        return f"its code ({mistake_target(change)}) belongs to no part-{change.part} exercise"
+    # A mistake is caught by its first failing test: stop there.
+    return [arg for e in exercises for arg in ("--exercise", e.name)] + ["-x"]
+
+
+def _run_tests(change: Change, package: str, selection: list[str]) -> tuple[int, _Reports, str]:
+    """pytest on the tests of ``selection``, in this process, grading the planted ``package``."""
+    from sampling_course.grading.sandbox import isolated_package, isolated_tests
+
+    args = [str(TESTS), *selection, "--planted-impl", package, "--test-timeout", str(TEST_TIMEOUT_S),
+            "-q", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
+            "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly"]
+    reports = _Reports()
+    output = io.StringIO()
+    with isolated_package(package), isolated_tests(TESTS), \
+            contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
+        import pytest
+
+        code = pytest.main(args, plugins=[reports])
+    return int(code), reports, output.getvalue()
+
+
+def _shared_state() -> dict[str, str]:
+    """Fingerprints of what the runs in one worker share: torch's settings and each loaded
+    reference model's weights (the TransformerLens model only once a test has built it)."""
+    import torch
+
+    from sampling_course.reference import load_reference
+
+    state = {"torch": repr((torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_num_threads()))}
+    for name in SHARED_REFERENCES:
+        reference = load_reference(name)
+        models = {"hf": reference.hf_model, **({"tl": reference.model} if reference.model_loaded else {})}
+        for kind, model in models.items():
+            digest = hashlib.blake2b(repr(model.training).encode(), digest_size=16)
+            for key, tensor in model.state_dict().items():
+                digest.update(key.encode())
+                digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+            state[f"{name}/{kind}"] = digest.hexdigest()
+    return state
+
+
+def judge(change: Change, directory: Path, package: str) -> Verdict:
+    """Plant ``change`` as ``directory/package`` and run its exercise's tests on it, in this process.
+
+    ``directory`` must be on ``sys.path``. The package is removed again afterwards.
+    """
+    selection = _selection(change)
+    if isinstance(selection, str):
+        return Verdict(False, selection)
+    before = _shared_state()
+    write_package(directory, change, name=package)
+    try:
+        code, reports, output = _run_tests(change, package, selection)
+    finally:
+        shutil.rmtree(directory / package, ignore_errors=True)
+    after = _shared_state()
+    disturbed = any(before[key] != after[key] for key in before.keys() & after.keys())
+    if code in (3, 4):  # pytest's internal error, usage error: the run said nothing about the change
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        return Verdict(False, f"pytest could not run (exit code {code}): {tail}", disturbed)
+    if isinstance(change, Mistake):
+        # Caught: a test failed in its own code or was stopped for never returning; not a
+        # fixture error, a collection error or a stub.
+        if reports.failed or reports.stopped:
+            return Verdict(True, (reports.failed + reports.stopped)[0].split(" - ")[0], disturbed)
+        return Verdict(False, (reports.errors[:1] or [reports.summary()])[0], disturbed)
+    if code == 0 and reports.passed and not (reports.failed or reports.stopped or reports.errors):
+        return Verdict(True, reports.summary(), disturbed)
+    return Verdict(False, (reports.failed + reports.stopped + reports.errors + [reports.summary()])[0], disturbed)
+
+
+def _to_json(change: Change) -> str:
+    return json.dumps({"kind": type(change).__name__, **dataclasses.asdict(change)})
+
+
+def _from_json(line: str) -> Change:
+    fields = json.loads(line)
+    kind = fields.pop("kind")
+    return {"Mistake": Mistake, "Variant": Variant}[kind](**fields)
+
+
+def serve() -> None:
+    """The worker's loop: one change per line of stdin (JSON), one verdict per line of stdout (JSON).
+
+    Whatever else writes to stdout (a test's print, a library's warning) goes to stderr, so
+    the verdicts channel carries verdicts only.
+    """
+    channel = os.fdopen(os.dup(sys.stdout.fileno()), "w", buffering=1)
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    names = (f"planted_{os.getpid()}_{i}" for i in count())
     with tempfile.TemporaryDirectory(prefix="planted-") as tmp:
-        workdir = Path(tmp)
-        write_package(workdir, change)
-        env = {**os.environ, "PYTHONPATH": f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        env.pop("SAMPLING_COURSE_IMPL", None)
-        return subprocess.run(
-            [sys.executable, "-m", "pytest", *selection, "--impl=exercises",
-             "-q", "-rf", "-p", "no:cacheprovider", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml")],
-            cwd=workdir, env=env, capture_output=True, text=True,
+        sys.path.insert(0, tmp)
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            verdict = judge(_from_json(line), Path(tmp), next(names))
+            channel.write(json.dumps(dataclasses.asdict(verdict)) + "\n")
+
+
+# ---------------------------------------------------------------------------------------
+# In the caller: workers, a queue of changes, verdicts in order
+# ---------------------------------------------------------------------------------------
+
+
+class _Worker:
+    """A worker process (``serve``) and a thread that reads its verdicts."""
+
+    def __init__(self) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+        for key in ("SAMPLING_COURSE_IMPL", "PYTEST_ADDOPTS"):
+            env.pop(key, None)
+        self.log = tempfile.TemporaryFile(mode="w+")
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", "from sampling_course.grading.mistakes import serve; serve()"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+            cwd=tempfile.gettempdir(),
         )
+        self.verdicts: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self.verdicts.put(line)
+        self.verdicts.put(None)  # the worker ended
+
+    def ask(self, change: Change, timeout: float = CHANGE_TIMEOUT_S) -> Verdict | None:
+        """The worker's verdict on ``change``; None when it died or gave none in time."""
+        assert self.process.stdin is not None
+        try:
+            self.process.stdin.write(_to_json(change) + "\n")
+            self.process.stdin.flush()
+            line = self.verdicts.get(timeout=timeout)
+        except (OSError, queue.Empty):
+            return None
+        return None if line is None else Verdict(**json.loads(line))
+
+    def last_words(self) -> str:
+        self.log.seek(0)
+        return " | ".join(self.log.read().strip().splitlines()[-3:])[-300:]
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.process.stdin:
+                self.process.stdin.close()
+        try:
+            self.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.log.close()
 
 
-def caught(mistake: Mistake) -> tuple[bool, str]:
-    """Run the mistake's test file against the planted copy; True when the tests fail."""
-    proc = _pytest_on_planted(mistake, [str(REPO / "tests" / mistake.tests), "-x"])
-    # Caught means a test failed on an assertion (or was stopped for never returning): not a
-    # crash, not an import error.
-    failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED")]
-    if failed:
-        return True, failed[0].removeprefix("FAILED ").split(" - ")[0]
-    stopped = [line for line in proc.stdout.splitlines() if ": took longer than " in line]
-    if stopped:
-        return True, stopped[0].split(", stopped")[0]
-    last = proc.stdout.strip().splitlines()[-1:] or [proc.stderr.strip()[-200:]]
-    return False, last[0]
+def _judge_alone(change: Change) -> Verdict:
+    """Judge ``change`` in a fresh worker of its own."""
+    worker = _Worker()
+    try:
+        verdict = worker.ask(change)
+        if verdict is None:
+            try:
+                code = worker.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                code = None
+            how = "hung" if code is None else f"died (exit code {code})"
+            return Verdict(False, f"the test run {how}: {worker.last_words() or 'no output'}")
+        return dataclasses.replace(verdict, disturbed=False)  # alone, there was nothing to disturb
+    finally:
+        worker.close()
 
 
-def accepted(variant: Variant) -> tuple[bool, str]:
-    """Run every test of the variant's exercise against the planted copy; True when all pass."""
-    proc = _pytest_on_planted(variant, [str(REPO / "tests"), "--exercise", variant.exercise])
-    summary = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-200:]])[-1]
-    if proc.returncode == 0 and " passed" in summary:
-        return True, summary.strip("= ")
-    failed = [line for line in proc.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
-    return False, (failed[0].removeprefix("FAILED ") if failed else summary)
+def judge_all(changes: Sequence[Change], jobs: int, on_verdict: Callable[[int, Verdict], None] | None = None
+              ) -> list[Verdict]:
+    """A verdict on every change, ``jobs`` workers at a time, in the changes' order."""
+    todo: queue.Queue[int] = queue.Queue()
+    for i in range(len(changes)):
+        todo.put(i)
+    verdicts: list[Verdict | None] = [None] * len(changes)
+
+    def drive() -> None:
+        worker: _Worker | None = None
+        try:
+            while True:
+                try:
+                    i = todo.get_nowait()
+                except queue.Empty:
+                    return
+                worker = worker or _Worker()
+                verdict = worker.ask(changes[i])
+                if verdict is None or verdict.disturbed:
+                    # Died, hung, or left the shared state changed: start afresh, and judge
+                    # this change again in a process of its own.
+                    worker.close()
+                    worker = None
+                    verdict = _judge_alone(changes[i])
+                verdicts[i] = verdict
+                if on_verdict is not None:
+                    on_verdict(i, verdict)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    threads = [threading.Thread(target=drive) for _ in range(max(1, min(jobs, len(changes))))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return [v if v is not None else Verdict(False, "not judged") for v in verdicts]
 
 
-def _run_all(items: list, check, jobs: int) -> list[tuple[bool, str]]:
-    """``check`` on every item, ``jobs`` subprocesses at a time, results in the items' order."""
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(check, items))
+def plant_mistakes(mistakes: Sequence[Mistake], jobs: int = 1) -> list[Verdict]:
+    """Whether the tests catch each mistake: ``Verdict.ok`` when one of its exercise's tests fails."""
+    return judge_all(mistakes, jobs)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from rich.console import Console
-    from rich.table import Table
-
-    parser = argparse.ArgumentParser(prog="sampling-course plant-mistakes", description=__doc__.splitlines()[0])
-    parser.add_argument("--part", type=int, action="append", help="only this part (repeatable)")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument("--mistakes", action="store_true", help="only plant the mistakes")
-    which.add_argument("--variants", action="store_true", help="only plant the correct variants")
-    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="test runs at once (default: one per core)")
-    args = parser.parse_args(argv)
-    console = Console()
-    # One torch thread per run: the runs themselves are the parallelism.
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    failures = 0
-    if not args.variants:
-        selected = [m for m in MISTAKES if not args.part or m.part in args.part]
-        results = _run_all(selected, caught, args.jobs)
-        table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
-        for mistake, (ok, detail) in zip(selected, results):
-            table.add_row(str(mistake.part), mistake.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:90])
-        console.print(table)
-        n_caught = sum(ok for ok, _ in results)
-        failures += len(results) - n_caught
-        console.print(f"{n_caught}/{len(selected)} planted mistakes caught")
-    if not args.mistakes:
-        selected_v = [v for v in VARIANTS if not args.part or v.part in args.part]
-        results = _run_all(selected_v, accepted, args.jobs)
-        table = Table("part", "exercise", "correct variant", "accepted", "result", title="Correct variants")
-        for variant, (ok, detail) in zip(selected_v, results):
-            table.add_row(str(variant.part), variant.exercise, variant.name, "[green]yes[/]" if ok else "[red]NO[/]", detail[:70])
-        console.print(table)
-        n_accepted = sum(ok for ok, _ in results)
-        failures += len(results) - n_accepted
-        console.print(f"{n_accepted}/{len(selected_v)} planted correct variants accepted")
-    return 1 if failures else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+def plant_variants(variants: Sequence[Variant], jobs: int = 1) -> list[Verdict]:
+    """Whether the tests accept each variant: ``Verdict.ok`` when every test of its exercise passes."""
+    return judge_all(variants, jobs)

@@ -12,8 +12,10 @@ qualified name, found with ``ast``) names the code it breaks, e.g. ``LayerNorm.f
 ``TransformerSampler.sample_top_p``. The change belongs to every exercise of the same part
 whose module is that file and whose target is that name or contains it (``LayerNorm`` covers
 ``LayerNorm.forward``; ``Attention`` covers ``Attention.apply_causal_mask`` as well as
-``apply_causal_mask`` does). The tests that must catch a mistake are then simply the tests
-marked with those exercises.
+``apply_causal_mask`` does). A mistake may name its exercise instead (``Mistake.exercise``),
+when the code it rewrites belongs to an earlier part but only a later exercise's tests
+reveal it. The tests that must catch a mistake are then simply the tests marked with its
+exercises.
 """
 
 from __future__ import annotations
@@ -181,7 +183,10 @@ def mistake_target(change: Change) -> str | None:
 
 @lru_cache(maxsize=None)
 def exercises_of(change: Change) -> tuple[Exercise, ...]:
-    """The exercises of the change's part whose code the change rewrites."""
+    """The exercises a change belongs to: the one a mistake names (``Mistake.exercise``), else
+    those of the change's part whose code the change rewrites."""
+    if isinstance(change, Mistake) and change.exercise is not None:
+        return (get_exercise(change.exercise),)
     target = mistake_target(change)
     if target is None:
         return ()

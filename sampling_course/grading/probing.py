@@ -27,7 +27,7 @@ from sampling_course.grading.course import PART_MODULES, get_exercise
 from sampling_course.implementation import Impl
 
 __all__ = [
-    "PROBES", "Impl", "Probe", "ToyLM", "attn_params", "demo_params", "generator", "ln_params", "load_probes",
+    "PROBES", "CachedToyLM", "Impl", "Probe", "ToyLM", "attn_params", "demo_params", "generator", "ln_params", "load_probes",
     "loaded", "mlp_params", "probe", "randn", "small_config", "tokenizer", "unembed_params", "word_ids", "word_table",
 ]
 
@@ -151,6 +151,38 @@ class ToyLM(torch.nn.Module):
         self.longest_input = max(self.longest_input, tokens.shape[1])
         rows = self.row_of.index_select(0, tokens.flatten()).view_as(tokens)
         return torch.nn.functional.embedding(rows, self.table) + self.by_position[: tokens.shape[1]]
+
+
+class CachedToyLM(ToyLM):
+    """A ``ToyLM`` that also runs as a cached model, the way parts 5 and 7 call one.
+
+    ``model(tokens, kv_cache, attention_mask=...)`` returns the logits of the positions the
+    cache does not hold yet and the cache grown by them (zeros of the cache's own class: only
+    its length matters here); without a cache, the logits of every position. With an
+    attention mask, a token's position counts the real tokens before it (pads: 0), as in
+    part 5's padded model, so left padding changes nothing and right padding shows. It
+    records every call as (positions passed, positions already cached or None).
+    """
+
+    def __init__(self, cfg: Config, table: torch.Tensor, row_of: torch.Tensor, by_position: torch.Tensor | None = None):
+        super().__init__(cfg, table, row_of, by_position)
+        self.calls: list[tuple[int, int | None]] = []
+
+    def forward(self, tokens: torch.Tensor, kv_cache: Any = None, *, attention_mask: torch.Tensor | None = None) -> Any:
+        past = 0 if kv_cache is None else int(kv_cache.shape[3])
+        self.calls.append((tokens.shape[1], None if kv_cache is None else past))
+        self.longest_input = max(self.longest_input, tokens.shape[1])
+        if attention_mask is None:
+            positions = torch.arange(tokens.shape[1]).expand(tokens.shape)
+        else:
+            positions = (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+        rows = self.row_of.index_select(0, tokens[:, past:].flatten()).view(tokens.shape[0], -1)
+        logits = torch.nn.functional.embedding(rows, self.table) + self.by_position[positions[:, past:]]
+        if kv_cache is None:
+            return logits
+        n_layers, two, batch, _, n_heads, d_head = kv_cache.shape
+        room = torch.zeros(n_layers, two, batch, tokens.shape[1] - past, n_heads, d_head, dtype=kv_cache.dtype)
+        return logits, type(kv_cache)(torch.cat([kv_cache.as_subclass(torch.Tensor), room], dim=3))
 
 
 def word_table(g: torch.Generator, std: float = 2.0,

@@ -19,6 +19,7 @@ pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 from collections import defaultdict
@@ -67,6 +68,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="implementation under test: solutions (default) or exercises "
         "(also settable with SAMPLING_COURSE_IMPL)",
     )
+    # For `plant-mistakes` only: grade a planted copy of the solutions imported under a name of
+    # its own (so that one process can grade copy after copy), like a learner's exercises.
+    group.addoption("--planted-impl", default=None, metavar="PACKAGE", help=argparse.SUPPRESS)
     group.addoption(
         "--exercise",
         action="append",
@@ -92,8 +96,13 @@ def pytest_configure(config: pytest.Config) -> None:
     stale = stale_install_message(impl, checkout) if checkout is not None else None
     if stale:
         raise pytest.UsageError(stale)
+    planted = config.getoption("--planted-impl")
+    if planted:
+        config.option.impl = planted  # what the `impl` fixture and the report header read
     try:
-        config.stash[_timeout_key] = resolve_test_timeout(config.getoption("--test-timeout"), impl)
+        # A planted copy is timed like the learner's code it stands for.
+        config.stash[_timeout_key] = resolve_test_timeout(config.getoption("--test-timeout"),
+                                                          "exercises" if planted else impl)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_slow_exercises_key] = set()

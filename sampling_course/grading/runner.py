@@ -18,7 +18,6 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 from unittest import mock
 
@@ -31,7 +30,7 @@ from sampling_course.implementation import IMPLS, StaleInstallError, find_checko
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
 from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
 from sampling_course.grading.pytest_plugin import resolve_test_timeout
-from sampling_course.grading.sandbox import isolated_modules, isolated_package, substituted, terminal_like
+from sampling_course.grading.sandbox import isolated_package, isolated_tests, substituted, terminal_like
 from sampling_course.grading.results import FAILING, CheckReport, Result, TestOutcome, summarize
 
 # A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
@@ -49,16 +48,15 @@ class TestsNotFoundError(FileNotFoundError):
 def tests_dir() -> Path:
     """The course's ``tests/`` directory (override with ``SAMPLING_COURSE_TESTS``).
 
-    Next to the imported ``sampling_course`` in a checkout (an editable install), else in
+    Next to the ``sampling_course`` package in a checkout (an editable install), else in
     the checkout the working directory lies in (after ``pip install .``, which copies the
     package but not the tests).
     """
-    import sampling_course
-
     candidates = []
     if os.environ.get("SAMPLING_COURSE_TESTS"):
         candidates.append(Path(os.environ["SAMPLING_COURSE_TESTS"]))
-    candidates.append(Path(sampling_course.__file__).resolve().parent.parent / "tests")
+    # This file is sampling_course/grading/runner.py: the package's folder is two levels up.
+    candidates.append(Path(__file__).resolve().parents[2] / "tests")
     checkout = find_checkout()
     if checkout is not None:
         candidates.append(checkout / "tests")
@@ -162,19 +160,6 @@ class _Collector:
             self.outcomes[report.nodeid] = TestOutcome(report.nodeid, names, "passed")
 
 
-def _isolated_tests(tests: Path):
-    """The same for conftest.py and the test modules: each check runs the tests on disk,
-    and a nested run never touches the module objects of an outer pytest session."""
-
-    def ours(name: str, module: ModuleType) -> bool:
-        file = getattr(module, "__file__", None)
-        if not file or not os.path.basename(file).startswith(("test_", "conftest")):
-            return False  # cheap test first: sys.modules holds thousands of modules
-        return Path(file).resolve().parent == tests
-
-    return isolated_modules(ours)
-
-
 @contextmanager
 def _scoped_env(**values: str | None) -> Iterator[None]:
     """Set (or, for None, remove) environment variables inside the block only."""
@@ -235,7 +220,7 @@ def run_report(
     # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
     # session's last teardown and belongs to an outer session, if any: put it back.
     env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
-    with isolated_package(impl), _isolated_tests(tests), env, terminal_like():
+    with isolated_package(impl), isolated_tests(tests), env, terminal_like():
         with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
             # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.
             with redirect_stdout(output), redirect_stderr(output):

@@ -11,17 +11,22 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import pkgutil
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from sampling_course.grading.catalogue import Exercise
 from sampling_course.grading.course import get_exercise
 
-__all__ = ["import_all", "isolated_modules", "isolated_package", "resolve_target", "substituted", "terminal_like"]
+__all__ = [
+    "import_all", "isolated_modules", "isolated_package", "isolated_tests", "resolve_target", "substituted",
+    "terminal_like",
+]
 
 
 @contextmanager
@@ -49,6 +54,20 @@ def isolated_package(package: str):
     outer pytest session that imported ``solutions`` is not disturbed by a nested check.
     """
     return isolated_modules(lambda name, _: name == package or name.startswith(package + "."))
+
+
+def isolated_tests(tests: Path):
+    """The same for conftest.py and the test modules under ``tests``: each run imports the
+    tests on disk, and a nested run never touches the module objects of an outer pytest session."""
+    tests = Path(tests).resolve()
+
+    def ours(name: str, module: ModuleType) -> bool:
+        file = getattr(module, "__file__", None)
+        if not file or not os.path.basename(file).startswith(("test_", "conftest")):
+            return False  # cheap test first: sys.modules holds thousands of modules
+        return tests in Path(file).resolve().parents
+
+    return isolated_modules(ours)
 
 
 def import_all(package: str) -> list[ModuleType]:

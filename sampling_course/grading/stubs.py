@@ -23,19 +23,18 @@ body below it. That lets ``make-exercises`` tell an untouched exercise (safe to
 regenerate) from one the learner has worked on (never overwritten without
 ``--force``).
 
-Wire-up: ``sampling-course make-exercises [ARGS]`` calls :func:`main` with ``ARGS``.
+``sampling-course make-exercises`` (``sampling_course.apps.course_commands``) calls
+:func:`make_exercises` and prints its ``Report``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 __all__ = [
     "StubError",
@@ -45,7 +44,6 @@ __all__ = [
     "body_checksum",
     "is_learner_edited",
     "make_exercises",
-    "main",
     "DEFAULT_SOLUTIONS_DIR",
     "DEFAULT_EXERCISES_DIR",
 ]
@@ -314,89 +312,3 @@ def make_exercises(
             p for p in exercises_dir.glob("*.py") if p.is_file() and p.name not in generated
         )
     return report
-
-
-# --------------------------------------------------------------------------- #
-# Command line
-# --------------------------------------------------------------------------- #
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="sampling-course make-exercises",
-        description="Generate exercises/ (stubs for learners) from solutions/.",
-    )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="also overwrite exercises you have edited (your work in them is lost)",
-    )
-    parser.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing; exit 1 if exercises/ is out of date with solutions/",
-    )
-    parser.add_argument(
-        "--solutions", type=Path, default=DEFAULT_SOLUTIONS_DIR, metavar="DIR",
-        help=f"solutions directory (default: {DEFAULT_SOLUTIONS_DIR})",
-    )
-    parser.add_argument(
-        "--exercises", type=Path, default=DEFAULT_EXERCISES_DIR, metavar="DIR",
-        help=f"exercises directory (default: {DEFAULT_EXERCISES_DIR})",
-    )
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``sampling-course make-exercises``; returns the process exit code.
-
-    0 on success; 1 when ``--check`` finds stale files, when learner-edited files
-    were skipped, or when a solution has malformed markers.
-    """
-    # Imported here so the pure functions above work without rich installed.
-    from rich.console import Console
-    from rich.markup import escape
-
-    args = _build_parser().parse_args(argv)
-    console = Console()
-    err = Console(stderr=True)
-
-    def show(path: Path) -> str:
-        return escape(f"{path.parent.name}/{path.name}")
-
-    try:
-        report = make_exercises(
-            args.solutions, args.exercises, force=args.force, check=args.check
-        )
-    except (StubError, FileNotFoundError) as exc:
-        err.print(f"[bold red]error:[/] {escape(str(exc))}")
-        return 1
-
-    for path in report.written:
-        console.print(f"[green]wrote[/]     {show(path)}")
-    for path in report.skipped_edited:
-        err.print(
-            f"[yellow]skipped[/]   {show(path)}: you have edited it, so it was not "
-            "regenerated. Use --force to overwrite it, losing your work in that file."
-        )
-    for path in report.stale:
-        what = "differs from" if path.exists() else "missing for"
-        console.print(f"[red]stale[/]     {show(path)} ({what} its solution)")
-    for path in report.orphans:
-        console.print(f"[dim]orphan[/]    {show(path)} has no solution (left alone)")
-
-    summary = f"{len(report.unchanged)} unchanged"
-    if not args.check:
-        summary = f"{len(report.written)} written, " + summary
-    if report.skipped_edited:
-        summary += f", {len(report.skipped_edited)} skipped (edited)"
-    if report.stale:
-        summary += f", {len(report.stale)} stale"
-    console.print(f"make-exercises: {summary}")
-
-    if report.stale:
-        err.print(f"[bold red]{escape(OUT_OF_DATE_MESSAGE)}[/]")
-        return 1
-    if report.skipped_edited:
-        return 1
-    return 0

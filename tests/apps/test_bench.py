@@ -1,6 +1,6 @@
 """The benchmark (``sampling-course bench``) runs, and its built-in checks hold and can fail.
 
-No timing is asserted here: only that every variant runs, generates exactly the requested
+No timing is asserted here: only that every method runs, generates exactly the requested
 number of tokens and agrees with the others (the bench's own checks), on a tiny random
 model (``--quick``).
 """
@@ -10,17 +10,17 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.apps import bench
+from sampling_course.apps import bench, bench_setup
 
 
 @pytest.fixture(scope="module")
 def quick_setup():
-    return bench.build(bench.parse_args(["--quick"]))
+    return bench_setup.build(bench.parse_args(["--quick"]))
 
 
 def test_id_tokenizer_round_trip():
     """IdTokenizer reads and writes space-separated ids and has an EOS id no model produces."""
-    tok = bench.IdTokenizer()
+    tok = bench_setup.IdTokenizer()
     assert torch.equal(tok.encode("5 17 3", return_tensors="pt"), torch.tensor([[5, 17, 3]]))
     assert tok.encode("5 17 3") == [5, 17, 3]
     assert tok.decode(torch.tensor([5, 17, 3])) == "5 17 3" and tok.decode(7) == "7"
@@ -28,7 +28,7 @@ def test_id_tokenizer_round_trip():
 
 
 def test_quick_bench_runs_and_its_checks_pass(quick_setup):
-    """Every variant runs (warm-up, then one timed round); greedy and beam answers agree (run() raises otherwise)."""
+    """Every method runs (warm-up, then one timed round); greedy and beam answers agree (run() raises otherwise)."""
     results = bench.run(quick_setup, repeats=1, progress=False)
     assert {(v.task, v.name) for v in results} == {
         (task, name) for task in ("greedy", "beam") for name in ("uncached", "cached", "static", "hf")
@@ -38,8 +38,8 @@ def test_quick_bench_runs_and_its_checks_pass(quick_setup):
 
 def test_checks_catch_a_wrong_answer(quick_setup):
     """A greedy or batched answer that differs from HF's, a beam with another score, or a wrong length is an error."""
-    variants = {(v.task, v.name): v for v in bench.variants(quick_setup)}
-    greedy = {name: variants["greedy", name].run(quick_setup.new_tokens) for name in ("uncached", "cached", "hf")}
+    methods = {(m.task, m.name): m for m in bench_setup.methods(quick_setup)}
+    greedy = {name: methods["greedy", name].run(quick_setup.new_tokens) for name in ("uncached", "cached", "hf")}
     bench.check_greedy(greedy)
     wrong = [list(greedy["cached"][0])]
     wrong[0][-1] = (wrong[0][-1] + 1) % quick_setup.demo.cfg.d_vocab
@@ -48,11 +48,11 @@ def test_checks_catch_a_wrong_answer(quick_setup):
     with pytest.raises(bench.BenchCheckError, match="static differs"):
         bench.check_greedy({**greedy, "static": wrong})
     with pytest.raises(bench.BenchCheckError, match="lengths"):
-        bench.check_lengths(variants["greedy", "cached"], [wrong[0][:-1]], quick_setup)
+        bench.check_lengths(methods["greedy", "cached"], [wrong[0][:-1]], quick_setup)
 
-    batched = {name: variants["batched", name].run(quick_setup.batch_new_tokens) for name in ("engine", "hf")}
+    batched = {name: methods["batched", name].run(quick_setup.batch_new_tokens) for name in ("engine", "hf")}
     bench.check_batched(batched)
-    bench.check_lengths(variants["batched", "engine"], batched["engine"], quick_setup)
+    bench.check_lengths(methods["batched", "engine"], batched["engine"], quick_setup)
     shifted = [list(row) for row in batched["engine"]]
     shifted[3][-1] = (shifted[3][-1] + 1) % quick_setup.demo.cfg.d_vocab
     with pytest.raises(bench.BenchCheckError, match="row 3 differs"):
@@ -60,9 +60,9 @@ def test_checks_catch_a_wrong_answer(quick_setup):
     with pytest.raises(bench.BenchCheckError, match="static: row 3 differs"):
         bench.check_batched({**batched, "static": shifted})
     with pytest.raises(bench.BenchCheckError, match="lengths"):
-        bench.check_lengths(variants["batched", "engine"], batched["engine"][:-1], quick_setup)
+        bench.check_lengths(methods["batched", "engine"], batched["engine"][:-1], quick_setup)
 
-    beams = {name: variants["beam", name].run(quick_setup.beam_new_tokens) for name in ("uncached", "cached", "hf")}
+    beams = {name: methods["beam", name].run(quick_setup.beam_new_tokens) for name in ("uncached", "cached", "hf")}
     bench.check_beams(quick_setup, beams)
     reversed_beams = beams["cached"][::-1]
     with pytest.raises(bench.BenchCheckError, match="summed log-probs"):

@@ -13,11 +13,12 @@ import pytest
 import torch
 
 from sampling_course.apps import bench_speculative as bench
+from sampling_course.apps.speculative_pair import hf_generate, load_pair
 
 
 @pytest.fixture(scope="module")
 def quick_pair():
-    return bench.load_pair("solutions", quick=True)
+    return load_pair("solutions", quick=True)
 
 
 def test_theory_formulas():
@@ -54,7 +55,7 @@ def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
 def with_early_eos(pair, temperature: float, gamma: int | None):
     """Make the first token Hugging Face generates (seed 0) the EOS of both its models, as the story models'
     end-of-text token is at the end of every story; returns that token."""
-    ids, _ = bench.hf_generate(pair, pair.prompts[0], 1, temperature, 0, gamma)
+    ids, _ = hf_generate(pair, pair.prompts[0], 1, temperature, 0, gamma)
     eos = ids[len(pair.prompts[0])]
     for model in (pair.hf_target, pair.hf_draft):
         model.generation_config.eos_token_id = eos
@@ -68,11 +69,11 @@ def test_hugging_face_generates_every_token_asked_for_past_its_eos(temperature, 
     Greedy text, and a seeded sample's first token, are the same whether EOS stops
     generation or not, so EOS is certain to come first here.
     """
-    pair = bench.load_pair("solutions", quick=True)
+    pair = load_pair("solutions", quick=True)
     eos = with_early_eos(pair, temperature, gamma)
     prompt = pair.prompts[0]
     configs = [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)]
-    ids, _ = bench.hf_generate(pair, prompt, 6, temperature, 0, gamma)
+    ids, _ = hf_generate(pair, prompt, 6, temperature, 0, gamma)
     assert len(ids) == len(prompt) + 6 and ids[len(prompt)] == eos
     # The models' own configs (shared, read-only references in a real run) come back unchanged.
     assert [model.generation_config.to_dict() for model in (pair.hf_target, pair.hf_draft)] == configs
@@ -80,7 +81,7 @@ def test_hugging_face_generates_every_token_asked_for_past_its_eos(temperature, 
 
 def test_measure_times_equal_work_when_eos_comes_first():
     """Every method of a timed round generates the tokens asked for, with an EOS at the first new position."""
-    pair = bench.load_pair("solutions", quick=True)
+    pair = load_pair("solutions", quick=True)
     with_early_eos(pair, 0.0, None)
     results = bench.measure(pair, [1, 2], 6, temperature=0.0, repeats=1)
     for row in results.rows:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.apps import long_text
+from sampling_course.apps import attention_sinks, long_text
 from sampling_course.implementation import impl_module, load_demo
 from sampling_course.stories import parse_story
 
@@ -126,26 +126,26 @@ def test_sliding_window_equals_hugging_face_on_the_same_window(tiny, model, toke
 
 
 def test_attention_patterns_are_distributions_and_the_mass_is_read_from_them(tiny, tokens):
-    hf = long_text.eager_hf_model(tiny)
+    hf = attention_sinks.eager_hf_model(tiny)
     n = tiny.cfg.n_ctx
-    patterns = long_text.attention_patterns(hf, tokens[:, :n])
+    patterns = attention_sinks.attention_patterns(hf, tokens[:, :n])
     assert len(patterns) == tiny.cfg.n_layers
     for pattern in patterns:
         assert pattern.shape == (tokens.shape[0], tiny.cfg.n_heads, n, n)
         torch.testing.assert_close(pattern.sum(-1), torch.ones(pattern.shape[:-1]), atol=1e-5, rtol=0)
         assert pattern.triu(diagonal=1).abs().max() == 0, "a query attends to a later key"
-    mass = long_text.attention_mass_on_first(hf, tokens, k=3, from_position=10)
+    mass = attention_sinks.attention_mass_on_first(hf, tokens, k=3, from_position=10)
     assert mass.shape == (tiny.cfg.n_layers, tiny.cfg.n_heads)
     assert ((mass >= 0) & (mass <= 1)).all()
     expected = torch.stack([p[:, :, 10:, :3].sum(-1).mean(dim=(0, 2)) for p in patterns])
     torch.testing.assert_close(mass, expected, atol=1e-5, rtol=0)
-    everything = long_text.attention_mass_on_first(hf, tokens, k=n, from_position=10)
+    everything = attention_sinks.attention_mass_on_first(hf, tokens, k=n, from_position=10)
     torch.testing.assert_close(everything, torch.ones_like(everything), atol=1e-5, rtol=0)
     eos = tokens == tiny.tokenizer.eos_token_id
-    on_eos = long_text.attention_mass(hf, tokens, eos, from_position=10)
+    on_eos = attention_sinks.attention_mass(hf, tokens, eos, from_position=10)
     expected = torch.stack([(p[:, :, 10:] * eos[:, None, None, :n]).sum(-1).mean(dim=(0, 2)) for p in patterns])
     torch.testing.assert_close(on_eos, expected, atol=1e-5, rtol=0)
-    assert long_text.uniform_mass_on_first(1, 0, 2) == pytest.approx(0.75)  # queries 0 and 1: 1/1 and 1/2
+    assert attention_sinks.uniform_mass_on_first(1, 0, 2) == pytest.approx(0.75)  # queries 0 and 1: 1/1 and 1/2
 
 
 def test_bad_settings_fail_with_a_message(model, tokens, tiny):

@@ -17,6 +17,7 @@ import pytest
 from rich.console import Console
 
 from sampling_course import implementation as impl
+from sampling_course.apps import course_commands
 from sampling_course.grading import checking, pytest_plugin, runner
 from sampling_course.grading.results import NOT_IMPLEMENTED_YET, TOOK_TOO_LONG
 from sampling_course.reference import _load, tiny_dir
@@ -184,7 +185,7 @@ def test_stale_install_is_detected(stale_install):
 
 
 def test_a_copy_on_pythonpath_is_not_stale(stale_install, tmp_path):
-    """A copy that pip did not install (plant-mistakes puts one first on PYTHONPATH) is graded as asked."""
+    """A copy that pip did not install (one put first on PYTHONPATH on purpose) is graded as asked."""
     (tmp_path / "site-packages" / "sampling_course-0.1.0.dist-info" / "RECORD").write_text("")
     assert impl.stale_install_message("exercises", stale_install) is None
 
@@ -197,7 +198,7 @@ def test_check_cli_and_pytest_stop_on_a_stale_install(stale_install, monkeypatch
     assert not report and report.error and not report.results
     lines = console.export_text().strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and "pip install -e ." in lines[0]
-    assert checking.cli_progress(["--impl", "exercises"]) == 2
+    assert course_commands.progress_main(["--impl", "exercises"]) == 2
     assert "pip install -e ." in capsys.readouterr().out
 
     class Config:

@@ -20,7 +20,8 @@ from rich.console import Console
 
 from sampling_course.grading import checking, runner
 from sampling_course.grading import compare as compare_module
-from sampling_course.grading.checking import check, cli_check, cli_hint, hint
+from sampling_course.apps.course_commands import check_main, hint_main
+from sampling_course.grading.checking import check, hint
 from sampling_course.grading.compare import compare
 from sampling_course.grading.render import render_progress
 from sampling_course.grading.results import (
@@ -217,14 +218,14 @@ def test_layer_norm_stub_is_not_implemented_and_cli_fails():
     [result] = run_checks(["layernorm"], impl="exercises")
     assert result.status == NOT_IMPLEMENTED_YET, result
     assert result.stubs == ("LayerNorm.forward",) and result.passed == 0
-    assert cli_check(["LayerNorm", "--impl", "exercises"]) != 0
-    assert cli_check(["LayerNorm", "--impl", "solutions"]) == 0
+    assert check_main(["LayerNorm", "--impl", "exercises"]) != 0
+    assert check_main(["LayerNorm", "--impl", "solutions"]) == 0
 
 
 def test_cli_check_rejects_unknown_names():
     """An unknown exercise or --impl is a usage error (exit code 2), not a crash."""
-    assert cli_check(["NoSuchExercise"]) == 2
-    assert cli_check(["LayerNorm", "--impl", "mine"]) == 2
+    assert check_main(["NoSuchExercise"]) == 2
+    assert check_main(["LayerNorm", "--impl", "mine"]) == 2
 
 
 class WrongLayerNorm(torch.nn.Module):
@@ -333,17 +334,17 @@ def test_nested_session_sees_a_terminal_not_jupyter(monkeypatch):
 def test_cli_hint_levels(capsys):
     """The CLI shows level 1 by default, one chosen level with --level, all with --all; 2 for unknown names."""
     ex = get_exercise("LayerNorm")
-    assert cli_hint(["layernorm"]) == 0
+    assert hint_main(["layernorm"]) == 0
     out = capsys.readouterr().out
     assert "Hint 1/3" in out and "Hint 2/3" not in out
-    assert cli_hint(["LayerNorm", "--level", "3"]) == 0
+    assert hint_main(["LayerNorm", "--level", "3"]) == 0
     out = capsys.readouterr().out
     assert "Hint 3/3" in out and "Hint 1/3" not in out and "biased" not in out.split("Hint 3/3")[0]
     assert "layer_norm_eps" in out
-    assert cli_hint(["LayerNorm", "--all"]) == 0
+    assert hint_main(["LayerNorm", "--all"]) == 0
     out = capsys.readouterr().out
     assert all(f"Hint {i}/3" in out for i in (1, 2, 3)) and ex.task[:30] in out
-    assert cli_hint(["NoSuchExercise"]) == 2
+    assert hint_main(["NoSuchExercise"]) == 2
 
 
 def test_hint_reveals_one_more_level_per_call(monkeypatch):

@@ -1,4 +1,4 @@
-"""Tests for the story source (sampling_course.stories) and the story models trained on it."""
+"""Tests for the story source (sampling_course.stories), its decoding report and the story models trained on it."""
 
 from __future__ import annotations
 
@@ -16,24 +16,20 @@ import torch
 
 from sampling_course.implementation import load_demo
 from sampling_course.reference import load_reference
+from sampling_course.report import DecodingReport, decoding_report, report_table
 from sampling_course.stories import (
     EOS_TOKEN,
-    PRONOUNS,
-    WORDS,
-    DecodingReport,
     Story,
-    decoding_report,
     entropy_floor,
-    heldout_stories,
     parse_story,
     prefix_logprob,
-    report_table,
     sample_stories,
     sentence_is_valid,
     split_sentences,
-    story_loss,
     validity,
+    whole_sentences,
 )
+from sampling_course.story_tables import PRONOUNS, WORDS
 from sampling_course.tokenizer import load_story_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -258,6 +254,13 @@ def test_validity_counts_whole_sentences() -> None:
     assert math.isnan(validity("no sentence here"))
 
 
+def test_whole_sentences_drops_only_a_trailing_partial_sentence() -> None:
+    assert whole_sentences(OPENING + " Purple monkeys da") == OPENING
+    assert whole_sentences(OPENING + " Mia was happy.") == OPENING + " Mia was happy."
+    assert whole_sentences("no sentence here") == ""
+    assert whole_sentences('The fox asked, "Will you be my friend?" And') == 'The fox asked, "Will you be my friend?"'
+
+
 @pytest.mark.parametrize(
     "sentence, valid",
     [
@@ -321,12 +324,17 @@ def test_report_scores_continuations_against_the_source(stories, tokenizer) -> N
 # ---------------------------------------------------------------------------------------
 
 
-def test_training_smoke_run_lowers_the_loss(tmp_path) -> None:
-    spec = importlib.util.spec_from_file_location("train_story_models", ROOT / "scripts" / "train_story_models.py")
-    script = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, script)  # dataclasses look their module up there
-    spec.loader.exec_module(sys.modules[spec.name])
-    script = sys.modules[spec.name]
+@pytest.fixture(scope="module")
+def script():
+    """scripts/train_story_models.py, imported as a module (it also measures held-out loss)."""
+    if "train_story_models" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("train_story_models", ROOT / "scripts" / "train_story_models.py")
+        sys.modules[spec.name] = importlib.util.module_from_spec(spec)  # dataclasses look their module up there
+        spec.loader.exec_module(sys.modules[spec.name])
+    return sys.modules["train_story_models"]
+
+
+def test_training_smoke_run_lowers_the_loss(script, tmp_path) -> None:
     # Every window starts with <|endoftext|> and the beginning of a story.
     tok = load_story_tokenizer()
     window = next(script.windows(tok, 128, seed=0))
@@ -394,18 +402,18 @@ def test_demo_transformer_matches_hf_logits(name: str) -> None:
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
-def test_heldout_loss_is_near_the_entropy_floor(story, draft, tokenizer) -> None:
+def test_heldout_loss_is_near_the_entropy_floor(script, story, draft, tokenizer) -> None:
     """"story" is within 0.1 nats/token of the floor; the draft within its looser bound, and not the tighter one.
 
     The loss and the floor are computed on the same ~20,000 tokens of stories sampled
     with a seed that training never used. The draft failing the tighter bound shows the
     check can tell a weaker model from the target.
     """
-    stories = heldout_stories(tokenizer, n_ctx=512)
+    stories = script.heldout_stories(tokenizer, n_ctx=512)
     floor = entropy_floor(stories, tokenizer)
     gaps = {}
     for ref in (story, draft):
-        loss = story_loss(ref.hf_model, ref.tokenizer, stories)
+        loss = script.story_loss(ref.hf_model, ref.tokenizer, stories)
         assert loss > floor - 0.02, "a loss below the floor means the loss or the floor is miscounted"
         gaps[ref.name] = loss - floor
     assert gaps["story"] < STORY_GAP, gaps

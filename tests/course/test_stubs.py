@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from sampling_course.apps.course_commands import make_exercises_main
 from sampling_course.grading.stubs import (
     OUT_OF_DATE_MESSAGE,
     StubError,
     body_checksum,
     is_learner_edited,
-    main,
     make_exercise_file,
     make_exercises,
     make_stub_source,
@@ -421,41 +421,41 @@ def test_bad_solution_writes_nothing(tmp_path):
 
 
 # --------------------------------------------------------------------------- #
-# main()
+# make_exercises_main()
 # --------------------------------------------------------------------------- #
 
 
 def test_main_exit_codes_and_messages(tmp_path, capsys):
-    """main() returns 0 when in sync, 1 with the advice message when stale or edited."""
+    """make_exercises_main() returns 0 when in sync, 1 with the advice message when stale or edited."""
     solutions = write_solutions(tmp_path, {"a.py": SOLUTION})
     exercises = tmp_path / "exercises"
     dirs = ["--solutions", str(solutions), "--exercises", str(exercises)]
 
-    assert main(["--check", *dirs]) == 1
+    assert make_exercises_main(["--check", *dirs]) == 1
     out = capsys.readouterr()
     assert "sampling-course make-exercises" in " ".join((out.out + out.err).split())
     assert not exercises.exists()
 
-    assert main(dirs) == 0
-    assert main(["--check", *dirs]) == 0
+    assert make_exercises_main(dirs) == 0
+    assert make_exercises_main(["--check", *dirs]) == 0
 
     (exercises / "a.py").write_text("MINE = 1\n")
     (solutions / "a.py").write_text(SOLUTION + "\nEXTRA = 1\n")
     capsys.readouterr()
-    assert main(dirs) == 1
+    assert make_exercises_main(dirs) == 1
     out = capsys.readouterr()
     combined = " ".join((out.out + out.err).split())
     assert "a.py" in combined and "--force" in combined
     assert (exercises / "a.py").read_text() == "MINE = 1\n"
 
-    assert main(["--force", *dirs]) == 0
+    assert make_exercises_main(["--force", *dirs]) == 0
     assert "EXTRA = 1" in (exercises / "a.py").read_text()
 
 
 def test_main_reports_stub_error(tmp_path, capsys):
-    """main() turns a StubError into an error message and exit code 1."""
+    """make_exercises_main() turns a StubError into an error message and exit code 1."""
     solutions = write_solutions(tmp_path, {"b.py": "    ### END SOLUTION\n"})
-    assert main(["--solutions", str(solutions), "--exercises", str(tmp_path / "ex")]) == 1
+    assert make_exercises_main(["--solutions", str(solutions), "--exercises", str(tmp_path / "ex")]) == 1
     assert "b.py:1" in capsys.readouterr().err
 
 

@@ -1,20 +1,19 @@
-"""Tests for the offline stand-in's tiny byte-level BPE tokenizer."""
+"""Tests for the course's byte-level BPE tokenizers: the shipped files and the script that builds them."""
 
 from __future__ import annotations
 
+import runpy
 from functools import lru_cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import GPT2TokenizerFast
 
-from sampling_course.tokenizer import (
-    CORPUS_PATH,
-    EOS_TOKEN,
-    TINY_VOCAB_SIZE,
-    load_tiny_tokenizer,
-    train_tokenizer,
-)
+from sampling_course.tokenizer import EOS_TOKEN, load_story_tokenizer, load_tiny_tokenizer
+
+# The build script (training is a build step, outside the package), run as a module of its own.
+BUILD = SimpleNamespace(**runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "build_tokenizer.py")))
 
 # Prompts the course's other tests feed to the stand-in model.
 COURSE_PROMPTS = [
@@ -48,12 +47,12 @@ def shipped() -> GPT2TokenizerFast:
 
 def test_shipped_tokenizer_matches_retraining() -> None:
     """Retraining on the shipped corpus reproduces the shipped files exactly (they are in sync)."""
-    retrained = train_tokenizer(CORPUS_PATH)
+    retrained = BUILD.train_tokenizer(BUILD.CORPUS_PATH)
     tok = shipped()
     assert retrained.get_vocab() == tok.get_vocab()
     # Same merges, in the same order, is what makes the ids agree on any text.
     assert retrained.backend_tokenizer.to_str() == tok.backend_tokenizer.to_str()
-    sample = CORPUS_PATH.read_text(encoding="utf-8")[:2000] + " Ünïcödé 😀 " + EOS_TOKEN
+    sample = BUILD.CORPUS_PATH.read_text(encoding="utf-8")[:2000] + " Ünïcödé 😀 " + EOS_TOKEN
     assert retrained.encode(sample) == tok.encode(sample)
 
 
@@ -61,7 +60,7 @@ def test_is_gpt2_style_tokenizer_with_eos() -> None:
     """It is a GPT2TokenizerFast of 1024 tokens, EOS/BOS/UNK = <|endoftext|>, no pad token."""
     tok = shipped()
     assert isinstance(tok, GPT2TokenizerFast)
-    assert len(tok) == TINY_VOCAB_SIZE == 1024
+    assert len(tok) == BUILD.TINY_VOCAB_SIZE == 1024
     assert tok.eos_token == tok.bos_token == tok.unk_token == EOS_TOKEN
     assert 0 <= tok.eos_token_id < len(tok)
     # Like GPT-2 (id 50256), EOS is the last id.
@@ -136,10 +135,8 @@ def test_course_prompts_tokenize_compactly(prompt: str) -> None:
 
 def test_shipped_story_tokenizer_matches_retraining() -> None:
     """Retraining on the seeded story corpus reproduces the shipped story tokenizer exactly."""
-    from sampling_course.tokenizer import load_story_tokenizer, train_story_tokenizer
-
     shipped_story = load_story_tokenizer()
-    retrained = train_story_tokenizer()
+    retrained = BUILD.train_story_tokenizer()
     assert retrained.get_vocab() == shipped_story.get_vocab()
     assert retrained.backend_tokenizer.to_str() == shipped_story.backend_tokenizer.to_str()
 
@@ -147,11 +144,10 @@ def test_shipped_story_tokenizer_matches_retraining() -> None:
 def test_story_tokenizer_is_gpt2_style_and_word_level_on_stories() -> None:
     """1,000 tokens, EOS last; story words are mostly single tokens; stories round-trip."""
     from sampling_course.stories import sample_stories
-    from sampling_course.tokenizer import STORY_VOCAB_SIZE, load_story_tokenizer
 
     tok = load_story_tokenizer()
     assert isinstance(tok, GPT2TokenizerFast)
-    assert len(tok) == STORY_VOCAB_SIZE == 1000
+    assert len(tok) == BUILD.STORY_VOCAB_SIZE == 1000
     assert tok.eos_token == tok.bos_token == EOS_TOKEN and tok.eos_token_id == len(tok) - 1
     texts = [s.text for s in sample_stories(50, seed=123)]
     for text in texts:

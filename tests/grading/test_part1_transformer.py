@@ -18,8 +18,6 @@ from transformers import GPT2Config, GPT2LMHeadModel
 from transformers.initialization import no_init_weights
 
 from sampling_course.config import Config
-from sampling_course.implementation import load_demo
-from sampling_course.reference import _perturb_
 from sampling_course.weights import demo_state_dict, load_weights
 
 # fp32 activations of a 12-layer model drift by ~1e-5 between two correct implementations;
@@ -42,12 +40,6 @@ def run(parity_reference):
     with torch.no_grad():
         logits, cache = parity_reference.model.run_with_cache(tokens)
     return tokens, logits, cache
-
-
-@pytest.fixture(scope="module")
-def demo(parity_reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(parity_reference, impl.transformer)
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
@@ -91,94 +83,94 @@ def test_config_rejects_nonsense():
 
 
 @pytest.mark.exercise("LayerNorm")
-def test_layer_norm_matches_reference(demo, run):
+def test_layer_norm_matches_reference(parity_demo, run):
     """LayerNorm reproduces ln1 and ln2 of every block and ln_final."""
     _, _, cache = run
-    for layer, block in enumerate(demo.blocks):
+    for layer, block in enumerate(parity_demo.blocks):
         assert_close(block.ln1(cache["resid_pre", layer]), cache[f"blocks.{layer}.ln1.hook_out"], f"blocks.{layer}.ln1")
         assert_close(block.ln2(cache["resid_mid", layer]), cache[f"blocks.{layer}.ln2.hook_out"], f"blocks.{layer}.ln2")
-    last = len(demo.blocks) - 1
-    assert_close(demo.ln_final(cache["resid_post", last]), cache["ln_final.hook_out"], "ln_final")
+    last = len(parity_demo.blocks) - 1
+    assert_close(parity_demo.ln_final(cache["resid_post", last]), cache["ln_final.hook_out"], "ln_final")
 
 
 @pytest.mark.exercise("LayerNorm")
-def test_layer_norm_eps_inside_sqrt(demo, parity_reference):
+def test_layer_norm_eps_inside_sqrt(parity_demo, parity_reference):
     """On inputs with variance far below eps, only sqrt(var + eps) matches the reference."""
     generator = torch.Generator().manual_seed(0)
     tiny_residual = 1e-4 * torch.randn(2, 5, parity_reference.cfg.d_model, generator=generator)
     expected = parity_reference.hf_model.transformer.h[0].ln_1(tiny_residual)
-    assert_close(demo.blocks[0].ln1(tiny_residual), expected, "LayerNorm on a low-variance input")
+    assert_close(parity_demo.blocks[0].ln1(tiny_residual), expected, "LayerNorm on a low-variance input")
 
 
 @pytest.mark.exercise("Embed")
-def test_embed_matches_reference(demo, run):
+def test_embed_matches_reference(parity_demo, run):
     """Embed returns each token's row of W_E."""
     tokens, _, cache = run
-    assert_close(demo.embed(tokens), cache["hook_embed"], "embed")
+    assert_close(parity_demo.embed(tokens), cache["hook_embed"], "embed")
 
 
 @pytest.mark.exercise("PosEmbed")
-def test_pos_embed_matches_reference(demo, run):
+def test_pos_embed_matches_reference(parity_demo, run):
     """PosEmbed returns the embedding of positions 0..pos-1 for every sequence in the batch."""
     tokens, _, cache = run
-    assert_close(demo.pos_embed(tokens), cache["hook_pos_embed"], "pos_embed")
+    assert_close(parity_demo.pos_embed(tokens), cache["hook_pos_embed"], "pos_embed")
 
 
 @pytest.mark.exercise("apply_causal_mask")
-def test_causal_mask_gives_reference_pattern(demo, run, parity_reference):
+def test_causal_mask_gives_reference_pattern(parity_demo, run, parity_reference):
     """softmax(apply_causal_mask(q.k / sqrt(d_head))) equals the reference attention pattern."""
     _, _, cache = run
     q, k = cache["q", 0], cache["k", 0]
     scores = torch.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(parity_reference.cfg.d_head)
-    pattern = demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)
+    pattern = parity_demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)
     assert_close(pattern, cache["pattern", 0], "attention pattern")
 
 
 @pytest.mark.exercise("apply_causal_mask")
-def test_causal_mask_keeps_the_diagonal_and_hides_the_future(demo):
+def test_causal_mask_keeps_the_diagonal_and_hides_the_future(parity_demo):
     """Each query sees itself and the past (never an empty row), and nothing after it."""
     scores = torch.zeros(1, 1, 4, 4)
-    pattern = demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)[0, 0]
+    pattern = parity_demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)[0, 0]
     expected = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1]]) / torch.arange(1, 5)[:, None]
     assert_close(pattern, expected.float(), "pattern of all-zero scores")
 
 
 @pytest.mark.exercise("Attention")
-def test_attention_matches_reference(demo, run):
+def test_attention_matches_reference(parity_demo, run):
     """Attention maps ln1's output to the reference's attention output, in every layer."""
     _, _, cache = run
-    for layer, block in enumerate(demo.blocks):
+    for layer, block in enumerate(parity_demo.blocks):
         assert_close(block.attn(cache[f"blocks.{layer}.ln1.hook_out"]), cache["attn_out", layer], f"blocks.{layer}.attn")
 
 
 @pytest.mark.exercise("MLP")
-def test_mlp_matches_reference(demo, run):
+def test_mlp_matches_reference(parity_demo, run):
     """MLP (with GPT-2's tanh-approximated gelu_new) maps ln2's output to the reference's MLP output."""
     _, _, cache = run
-    for layer, block in enumerate(demo.blocks):
+    for layer, block in enumerate(parity_demo.blocks):
         assert_close(block.mlp(cache[f"blocks.{layer}.ln2.hook_out"]), cache["mlp_out", layer], f"blocks.{layer}.mlp")
 
 
 @pytest.mark.exercise("TransformerBlock")
-def test_block_matches_reference(demo, run):
+def test_block_matches_reference(parity_demo, run):
     """A whole block maps resid_pre to resid_post (both residual additions included)."""
     _, _, cache = run
-    for layer, block in enumerate(demo.blocks):
+    for layer, block in enumerate(parity_demo.blocks):
         assert_close(block(cache["resid_pre", layer]), cache["resid_post", layer], f"blocks.{layer}")
 
 
 @pytest.mark.exercise("Unembed")
-def test_unembed_matches_reference(demo, run):
+def test_unembed_matches_reference(parity_demo, run):
     """Unembed maps ln_final's output to the reference logits."""
     _, logits, cache = run
-    assert_close(demo.unembed(cache["ln_final.hook_out"]), logits, "unembed")
+    assert_close(parity_demo.unembed(cache["ln_final.hook_out"]), logits, "unembed")
 
 
 @pytest.mark.exercise("Unembed")
-def test_unembed_adds_its_bias(demo, run):
+def test_unembed_adds_its_bias(parity_demo, run):
     """A non-zero b_U shifts every logit by b_U (GPT-2's own b_U is zero, so this needs its own test)."""
     _, logits, cache = run
-    unembed = demo.unembed
+    unembed = parity_demo.unembed
     bias = torch.linspace(-1, 1, unembed.b_U.shape[0])
     saved = unembed.b_U.detach().clone()
     try:
@@ -191,23 +183,23 @@ def test_unembed_adds_its_bias(demo, run):
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_matches_hf_logits(demo, run, parity_reference):
+def test_demo_transformer_matches_hf_logits(parity_demo, run, parity_reference):
     """The full model's logits equal Hugging Face's GPT2LMHeadModel on the same weights."""
     tokens, _, _ = run
     with torch.no_grad():
         expected = parity_reference.hf_model(tokens).logits
-        actual = demo(tokens)
+        actual = parity_demo(tokens)
     assert_close(actual, expected, "DemoTransformer logits")
 
 
 @pytest.mark.exercise("DemoTransformer")
-def test_demo_transformer_single_token_and_batch_independence(demo, parity_reference):
+def test_demo_transformer_single_token_and_batch_independence(parity_demo, parity_reference):
     """A one-token input works, and each sequence's logits do not depend on the rest of the batch."""
     tokens = torch.tensor([[5], [7]])
     with torch.no_grad():
         expected = parity_reference.hf_model(tokens).logits
-        assert_close(demo(tokens), expected, "logits of one-token sequences")
-        assert_close(demo(tokens[1:]), expected[1:], "logits of a batch of one")
+        assert_close(parity_demo(tokens), expected, "logits of one-token sequences")
+        assert_close(parity_demo(tokens[1:]), expected[1:], "logits of a batch of one")
 
 
 # ---------------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
-from sampling_course.implementation import load_demo
+from doubles import NeverEOSModel
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 
@@ -82,18 +82,6 @@ NUCLEUS_LOGITS = NUCLEUS_PROBS.log().float()
 def Sampler(impl):
     """The TransformerSampler class under test (its static methods need no model)."""
     return impl.sampling.TransformerSampler
-
-
-@pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
-
-
-@pytest.fixture(scope="module")
-def parity_demo(parity_reference, impl):
-    """The DemoTransformer under test with the weights of each parity reference (story included)."""
-    return load_demo(parity_reference, impl.transformer)
 
 
 def softmax64(logits: torch.Tensor) -> torch.Tensor:
@@ -517,7 +505,7 @@ def test_sample_next_token_rejects_bad_settings(Sampler, settings, message):
 def test_sample_rejects_bad_input(Sampler, tiny, kwargs, message):
     """sample() validates everything before generating anything."""
     kwargs = {"prompt": "Hello", "max_tokens_generated": 3, **kwargs}
-    sampler = Sampler(CountingModel(tiny.cfg, tiny.tokenizer.eos_token_id), tiny.tokenizer)
+    sampler = Sampler(NeverEOSModel(tiny.cfg, tiny.tokenizer.eos_token_id), tiny.tokenizer)
     with pytest.raises(ValueError, match=message):
         sampler.sample(**kwargs)
 
@@ -725,35 +713,6 @@ def test_sample_stops_right_after_eos(Sampler, demo, reference, settings):
     assert model.calls == generated, f"the model was called {model.calls} times for {generated} generated tokens"
 
 
-class CountingModel(torch.nn.Module):
-    """A fake model whose next token is always (last token * 7 + 3) mod (d_vocab - 1), skipping EOS.
-
-    All other logits are -inf, so greedy and sampling agree. It records every input, so the
-    number of steps and the context window the sampler uses are observable.
-    """
-
-    def __init__(self, cfg, eos: int):
-        super().__init__()
-        self.cfg, self.eos = cfg, eos
-        self.inputs: list[torch.Tensor] = []
-
-    def successor(self, token: int) -> int:
-        nxt = (token * 7 + 3) % (self.cfg.d_vocab - 1)
-        return nxt + 1 if nxt >= self.eos else nxt
-
-    def forward(self, tokens: torch.Tensor, *args, **kwargs):
-        self.inputs.append(tokens.detach().clone())
-        nxt = tokens.clone().apply_(self.successor)
-        return torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf")).scatter(-1, nxt[..., None], 0.0)
-
-
-def counting_continuation(model: CountingModel, prompt_ids: list[int], n: int) -> list[int]:
-    ids = list(prompt_ids)
-    for _ in range(n):
-        ids.append(model.successor(ids[-1]))
-    return ids
-
-
 @pytest.mark.exercise("sample")
 @pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=1.0)], ids=["greedy", "sampling"])
 def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
@@ -761,9 +720,9 @@ def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
     tokenizer = tiny.tokenizer
     prompt_ids = tokenizer(PROMPTS[0]).input_ids
     for max_tokens_generated in (7, 1, 0):
-        model = CountingModel(tiny.cfg, tokenizer.eos_token_id)
+        model = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)
         actual = Sampler(model, tokenizer).sample(PROMPTS[0], max_tokens_generated=max_tokens_generated, **settings)
-        expected = tokenizer.decode(counting_continuation(model, prompt_ids, max_tokens_generated))
+        expected = tokenizer.decode(model.continuation(prompt_ids, max_tokens_generated))
         assert actual == expected, f"max_tokens_generated={max_tokens_generated}"
         assert len(model.inputs) == max_tokens_generated, (
             f"the model was called {len(model.inputs)} times for {max_tokens_generated} tokens"
@@ -779,9 +738,9 @@ def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
     prompt = " ".join(["the cat sat on the mat"] * 40)
     prompt_ids = tokenizer(prompt).input_ids
     assert len(prompt_ids) > n_ctx + 10
-    model = CountingModel(tiny.cfg, tokenizer.eos_token_id)
+    model = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=4, temperature=0.0)
-    full = counting_continuation(model, prompt_ids, 4)
+    full = model.continuation(prompt_ids, 4)
     assert actual == tokenizer.decode(full)
     assert len(model.inputs) == 4
     for step, seen in enumerate(model.inputs):
@@ -869,12 +828,6 @@ def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, se
 # ---------------------------------------------------------------------------------------
 # Real GPT-2: the published expectations
 # ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def gpt2_demo(gpt2, impl):
-    """The DemoTransformer under test with real GPT-2 weights."""
-    return load_demo(gpt2, impl.transformer)
 
 
 @pytest.mark.gpt2

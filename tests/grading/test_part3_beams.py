@@ -11,9 +11,9 @@
   hand-made beams against a transcription of HF's rule, and ``beam_search`` with
   ``length_penalty``/``early_stopping`` against ``generate(num_beams=...)`` for every
   combination, on the stand-in and the story model, where beams end at different lengths.
-* Toy models whose next-token distribution depends on the last token only give exact
-  answers: beam search beating greedy, and EOS handling (early return, finished beams
-  never extended).
+* Toy models whose next-token distribution depends on the last token only (``BigramModel``
+  in tests/doubles.py) give exact answers: beam search beating greedy, and EOS handling
+  (early return, finished beams never extended).
 
 Nothing here is random except the token histories of the n-gram tests, which are drawn
 from ``SAMPLING_COURSE_TEST_SEED`` (default 0) and compared exactly with Hugging Face,
@@ -26,9 +26,9 @@ import math
 
 import pytest
 import torch
-from torch import nn
 from transformers import NoRepeatNGramLogitsProcessor
 
+from doubles import BigramModel
 from sampling_course.implementation import load_demo
 from sampling_course.reference import load_reference
 
@@ -39,17 +39,6 @@ def assert_close(actual, expected, **kwargs):
 
 # Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
 ATOL = 1e-4
-
-
-@pytest.fixture(scope="module")
-def demo(tiny, impl):
-    """The implementation under test's DemoTransformer with the stand-in's weights."""
-    return load_demo(tiny, impl.transformer)
-
-
-@pytest.fixture(scope="module")
-def sampler(tiny, demo, impl):
-    return impl.sampling.TransformerSampler(demo, tiny.tokenizer)
 
 
 def hf_logprobs(hf_model, tokens: torch.Tensor) -> torch.Tensor:
@@ -144,12 +133,12 @@ def _three_histories(tiny):
 
 @pytest.mark.exercise("Beams.generate")
 @pytest.mark.parametrize("k", [1, 3])
-def test_generate_shape_grouping_and_sums(impl, tiny, demo, k):
+def test_generate_shape_grouping_and_sums(impl, tiny, tiny_demo, k):
     """generate(k) gives len*k beams grouped by parent in parent order, each group best first,
     with logprob_sums = parent sum + log_softmax of the child token (log-probs, not logits)."""
     tokens = _three_histories(tiny)
     parent_sums = torch.tensor([-1.5, -0.25, -4.0])
-    beams = impl.beams.Beams(demo, tiny.tokenizer, parent_sums, tokens)
+    beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, parent_sums, tokens)
     with torch.no_grad():
         children = beams.generate(k=k)
 
@@ -176,10 +165,10 @@ def test_generate_shape_grouping_and_sums(impl, tiny, demo, k):
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_from_a_prompt_then_again(impl, tiny, demo):
+def test_generate_from_a_prompt_then_again(impl, tiny, tiny_demo):
     """Two generate steps from a one-beam prompt give k*k beams whose sums are two-token log-probs."""
     tokens = torch.tensor([tiny.tokenizer.encode("Once upon a time")])
-    beams = impl.beams.Beams(demo, tiny.tokenizer, torch.zeros(1), tokens)
+    beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, torch.zeros(1), tokens)
     with torch.no_grad():
         twice = beams.generate(k=2).generate(k=2)
     assert twice.tokens.shape == (4, tokens.shape[1] + 2)
@@ -196,7 +185,7 @@ def test_generate_from_a_prompt_then_again(impl, tiny, demo):
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_applies_ngram_blocking(impl, tiny, demo):
+def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo):
     """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking."""
     start = torch.tensor([tiny.tokenizer.encode("When I was")])
     # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
@@ -211,7 +200,7 @@ def test_generate_applies_ngram_blocking(impl, tiny, demo):
     expected_lp, expected_tok = blocked.topk(k)
     assert not torch.equal(plain, expected_tok), "precondition: blocking should change some beam's top-k"
 
-    beams = impl.beams.Beams(demo, tiny.tokenizer, torch.zeros(len(tokens)), tokens)
+    beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, torch.zeros(len(tokens)), tokens)
     with torch.no_grad():
         children = beams.generate(k=k, no_repeat_ngram_size=2)
     assert torch.equal(children.tokens[:, -1].view(-1, k), expected_tok)
@@ -246,11 +235,11 @@ def test_filter_keeps_the_k_best_and_splits_off_eos(impl, tiny, k):
 
 
 @pytest.mark.exercise("Beams.filter")
-def test_filter_after_generate_matches_hf_ranking(impl, tiny, demo):
+def test_filter_after_generate_matches_hf_ranking(impl, tiny, tiny_demo):
     """generate then filter keeps the k best of all children: HF's top-k of the flattened sums."""
     tokens = _three_histories(tiny)
     parent_sums = torch.tensor([-0.5, -1.0, -0.75])
-    beams = impl.beams.Beams(demo, tiny.tokenizer, parent_sums, tokens)
+    beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, parent_sums, tokens)
     k = 4
     with torch.no_grad():
         best, ended = beams.generate(k=k).filter(k)
@@ -367,34 +356,6 @@ def test_ngram_blocking_none_is_plain_topk(impl, tiny, seed):
 # ---------------------------------------------------------------------------------------
 
 
-class LastTokenModel(nn.Module):
-    """A toy language model: the next-token distribution depends on the last token only.
-
-    ``table[a]`` maps next tokens to probabilities; unlisted tokens get a negligible share
-    and unlisted last tokens a uniform distribution. Each row's logits carry its own
-    offset, so ranking by logits instead of log-probabilities gives a different answer.
-    It records the longest input it was given.
-    """
-
-    def __init__(self, cfg, table: dict[int, dict[int, float]], offsets: dict[int, float] | None = None):
-        super().__init__()
-        self.cfg = cfg
-        logits = torch.zeros(cfg.d_vocab, cfg.d_vocab)
-        for last, row in table.items():
-            logits[last] = -40.0
-            for nxt, p in row.items():
-                logits[last, nxt] = math.log(p)
-            logits[last] += (offsets or {}).get(last, 0.0)
-        self.register_buffer("logits", logits)
-        self.longest_input = 0
-
-    def forward(self, tokens, kv_cache=None):
-        if kv_cache is not None:
-            raise NotImplementedError("the toy model runs uncached")
-        self.longest_input = max(self.longest_input, tokens.shape[1])
-        return self.logits[tokens]
-
-
 def _word_ids(tokenizer, *words):
     ids = [tokenizer.encode(w) for w in words]
     assert all(len(i) == 1 for i in ids), "each toy word must be one token"
@@ -414,7 +375,7 @@ def test_beam_search_beats_greedy_on_a_toy_model(impl, tiny):
         c: {d: 0.9, e: 0.1},
     }
     # b's logits sit 5 higher: ranking by raw logits would prefer " cat big".
-    model = LastTokenModel(tiny.cfg, table, offsets={b: 5.0})
+    model = BigramModel(tiny.cfg, table, offsets={b: 5.0})
     sampler = impl.sampling.TransformerSampler(model, tok)
 
     prompt = tok.decode([a])
@@ -444,7 +405,7 @@ def test_beam_search_returns_finished_beams_first_and_never_extends_them(impl, t
         c: {e: 0.6, d: 0.4},
         eos: {z: 0.99, d: 0.01},  # what a beam kept alive after EOS would grow into
     }
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=3, num_beams=3, max_new_tokens=2)
     texts = [text for _, text in out]
@@ -467,7 +428,7 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
     a, b, d = _word_ids(tok, " the", " cat", " sat")
     table = {a: {eos: 0.5, b: 0.3, d: 0.2}, b: {eos: 0.6, d: 0.4}, d: {b: 1.0}}
 
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=1, num_beams=3, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos])]
@@ -476,7 +437,7 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
 
     # Two beams: " the<eos>" finishes at step 1, " the cat<eos>" at step 2 (0.3 * 0.6 beats
     # " the cat sat" at 0.12), then it must stop.
-    model = LastTokenModel(tiny.cfg, table)
+    model = BigramModel(tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=2, num_beams=2, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos]), tok.decode([a, b, eos])]
@@ -534,7 +495,7 @@ def assert_same_beams(actual, expected):
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
 @pytest.mark.parametrize("prompt_seed", [0, 1, 2, 3])
-def test_beam_search_matches_hf_generate(tiny, sampler, prompt_seed, num_beams, ngram):
+def test_beam_search_matches_hf_generate(tiny, tiny_sampler, prompt_seed, num_beams, ngram):
     """beam_search returns HF generate(num_beams=nb, num_return_sequences=nb) beams, in HF's order,
     with HF's summed log-probs, on prompts where no beam reaches EOS."""
     prompt = random_prompt(tiny.tokenizer, prompt_seed)
@@ -544,40 +505,48 @@ def test_beam_search_matches_hf_generate(tiny, sampler, prompt_seed, num_beams, 
         assert expected != hf_beam_search(tiny, prompt, num_beams, steps, None), (
             "precondition: n-gram blocking should change Hugging Face's answer on this prompt"
         )
-    actual = sampler.beam_search(prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram)
+    actual = tiny_sampler.beam_search(prompt, num_beams, num_beams, steps, no_repeat_ngram_size=ngram)
     assert_same_beams(actual, expected)
 
 
 @pytest.mark.exercise("beam_search")
-def test_beam_search_fewer_return_sequences_are_hfs_best(tiny, sampler):
+def test_beam_search_fewer_return_sequences_are_hfs_best(tiny, tiny_sampler):
     """num_return_sequences < num_beams returns the best of HF's beams, best first."""
     prompt = random_prompt(tiny.tokenizer, 4)
     expected = hf_beam_search(tiny, prompt, 4, 12, 2)
-    assert_same_beams(sampler.beam_search(prompt, 2, 4, 12, no_repeat_ngram_size=2), expected[:2])
+    assert_same_beams(tiny_sampler.beam_search(prompt, 2, 4, 12, no_repeat_ngram_size=2), expected[:2])
+
+
+# The classic method checks its one precondition with `assert num_return_sequences <= num_beams`:
+# an AssertionError there (with or without a message) is as right as a ValueError.
+CLASSIC_ASSERT = (ValueError, AssertionError)
 
 
 @pytest.mark.exercise("beam_search")
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "kwargs, match, errors",
     [
-        (dict(num_return_sequences=3, num_beams=2), "num_return_sequences"),
-        (dict(num_return_sequences=0, num_beams=2), "num_return_sequences"),
-        (dict(num_return_sequences=1, num_beams=0), "num_beams"),
-        (dict(max_new_tokens=-1), "max_new_tokens"),
-        (dict(prompt=""), "prompt"),
-        (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size"),
-        (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size"),
-        (dict(max_new_tokens=200), "n_ctx"),
+        (dict(num_return_sequences=3, num_beams=2), "num_return_sequences", CLASSIC_ASSERT),
+        (dict(num_return_sequences=0, num_beams=2), "num_return_sequences", ValueError),
+        (dict(num_return_sequences=1, num_beams=0), "num_beams", ValueError),
+        (dict(max_new_tokens=-1), "max_new_tokens", ValueError),
+        (dict(prompt=""), "prompt", ValueError),
+        (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size", ValueError),
+        (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size", ValueError),
+        (dict(max_new_tokens=200), "n_ctx", ValueError),
     ],
     ids=["more-returns-than-beams", "zero-returns", "zero-beams", "negative-steps", "empty-prompt", "ngram-0",
          "ngram-negative", "past-n_ctx"],
 )
-def test_beam_search_rejects_bad_arguments(sampler, kwargs, match):
-    """Bad arguments raise a ValueError naming the argument."""
+def test_beam_search_rejects_bad_arguments(tiny_sampler, kwargs, match, errors):
+    """Bad arguments raise a ValueError naming the argument; more returns than beams may also
+    fail the classic way, on ``assert num_return_sequences <= num_beams``."""
     args = dict(prompt="When I was", num_return_sequences=1, num_beams=2, max_new_tokens=3)
     args.update(kwargs)
-    with pytest.raises(ValueError, match=match):
-        sampler.beam_search(**args)
+    with pytest.raises(errors) as raised:
+        tiny_sampler.beam_search(**args)
+    if raised.type is not AssertionError:  # a bare assert has no message to name the argument
+        raised.match(match)
 
 
 # ---------------------------------------------------------------------------------------
@@ -718,11 +687,10 @@ def test_length_normalised_beam_search_matches_hf(impl, reference_name):
 
 
 @pytest.fixture(scope="module")
-def gpt2_prompt_beam(gpt2, impl):
+def gpt2_prompt_beam(gpt2, gpt2_demo, impl):
     """One beam holding "When I was", on the implementation under test's DemoTransformer."""
-    model = load_demo(gpt2, impl.transformer)
     tokens = gpt2.tokenizer.encode("When I was", return_tensors="pt")
-    return impl.beams.Beams(model, gpt2.tokenizer, torch.zeros(1), tokens)
+    return impl.beams.Beams(gpt2_demo, gpt2.tokenizer, torch.zeros(1), tokens)
 
 
 @torch.no_grad()
@@ -783,9 +751,9 @@ def test_gpt2_when_i_was_ngram_blocking(gpt2_prompt_beam):
 @pytest.mark.exercise("beam_search")
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
-def test_gpt2_beam_search_matches_hf_generate(gpt2, impl, num_beams, ngram):
+def test_gpt2_beam_search_matches_hf_generate(gpt2, gpt2_demo, impl, num_beams, ngram):
     """On real GPT-2, beam_search equals HF generate's beams and summed log-probs."""
-    sampler = impl.sampling.TransformerSampler(load_demo(gpt2, impl.transformer), gpt2.tokenizer)
+    sampler = impl.sampling.TransformerSampler(gpt2_demo, gpt2.tokenizer)
     for prompt in ["When I was", "The ships hung in the sky in much the same way that"]:
         expected = hf_beam_search(gpt2, prompt, num_beams, 10, ngram)
         actual = sampler.beam_search(prompt, num_beams, num_beams, 10, no_repeat_ngram_size=ngram)

@@ -11,8 +11,8 @@ How the tests judge:
   must equal Hugging Face's full forward over the whole sequence (and the uncached
   DemoTransformer), and the cache must hold TransformerLens' keys and values.
 * Cached ``sample`` must draw exactly the tokens of uncached ``sample`` and of Hugging
-  Face ``generate`` (greedy, and seeded sampling), and must really use the cache: a spy
-  model checks that each step after the prompt runs one new position.
+  Face ``generate`` (greedy, and seeded sampling), and must really use the cache: a recording
+  model (``RecordingModel``) checks that each step after the prompt runs one new position.
 * Cached ``beam_search`` must return Hugging Face's beams and summed log-probs (and the
   uncached ones), and every beam's cache row must hold the keys of that beam's own tokens.
 
@@ -28,9 +28,8 @@ import dataclasses
 
 import pytest
 import torch
-from torch import nn
 
-from sampling_course.implementation import load_demo
+from doubles import RecordingModel
 
 # fp32 logits of two correct implementations agree to ~1e-5 (as in test_transformer.py);
 # every classic mistake of part 4 moves them by far more than 1e-3 on the stand-in.
@@ -58,20 +57,9 @@ SCHEDULES = {
 
 
 @pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
-
-
-@pytest.fixture(scope="module")
 def KVC(impl):
     """The KeyValueCache class under test."""
     return impl.transformer.KeyValueCache
-
-
-@pytest.fixture(scope="module")
-def sampler(reference, demo, impl):
-    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
@@ -100,20 +88,6 @@ def zeros_cache(KVC, cfg, batch: int, seq_len: int):
 def hf_logits(reference, tokens: torch.Tensor) -> torch.Tensor:
     with torch.no_grad():
         return reference.hf_model(tokens).logits
-
-
-class Spy(nn.Module):
-    """Wraps a DemoTransformer and records, for every call, (positions passed, positions cached)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
-        self.cfg = model.cfg
-        self.calls: list[tuple[int, int | None]] = []
-
-    def forward(self, tokens, kv_cache=None):
-        self.calls.append((tokens.shape[1], None if kv_cache is None else kv_cache.seq_len))
-        return self.model(tokens) if kv_cache is None else self.model(tokens, kv_cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -389,7 +363,7 @@ def test_cached_and_uncached_sampling_agree(KVC, sampler, reference, seed, kwarg
 def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl):
     """With a cache, the first call runs the whole prompt from an empty cache and every later call
     passes a cache holding all but the newest position."""
-    spy = Spy(demo)
+    spy = RecordingModel(demo)
     sampler = impl.sampling.TransformerSampler(spy, reference.tokenizer)
     prompt = PROMPTS[0]
     n_prompt = len(reference.tokenizer(prompt).input_ids)
@@ -405,10 +379,9 @@ def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl
 
 
 @pytest.mark.exercise("cached_sample")
-def test_cached_sample_past_n_ctx_raises(KVC, tiny, impl):
+def test_cached_sample_past_n_ctx_raises(KVC, tiny, tiny_sampler):
     """Cached sampling past n_ctx raises a ValueError naming n_ctx (uncached sampling slides instead)."""
-    demo = load_demo(tiny, impl.transformer)
-    sampler = impl.sampling.TransformerSampler(demo, tiny.tokenizer)
+    sampler = tiny_sampler
     n_ctx = tiny.cfg.n_ctx
     # A prompt a few tokens short of n_ctx (decoded random ids re-encode to a different length).
     length = n_ctx - 8

@@ -21,8 +21,6 @@ How the tests judge:
   full forwards. Per-row stopping runs on a toy model whose rows end at known steps.
 * Stop strings are compared with Hugging Face's ``StopStringCriteria`` on the same
   sequences; the streamer's printed text with the final decode, on multi-byte text.
-* The ``sampling-course generate`` command: in-process for its modes, plus two
-  subprocesses (bad flags, and the REPL reading real stdin).
 
 Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any seed must pass.
 """
@@ -31,14 +29,10 @@ from __future__ import annotations
 
 import io
 import math
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
 from scipy import stats
-from torch import nn
 from transformers import (
     EpsilonLogitsWarper,
     EtaLogitsWarper,
@@ -54,10 +48,9 @@ from transformers import (
     TypicalLogitsWarper,
 )
 
-from sampling_course.config import Config
+from doubles import IdTokenizer, RecordingFile, SuccessorModel
 from sampling_course.implementation import load_demo
 
-REPO = Path(__file__).resolve().parents[2]
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
 TOL = dict(atol=1e-4, rtol=1e-4)
 # Filters only mask: kept values are the input's, up to one rounding of the temperature division.
@@ -82,12 +75,6 @@ PROMPTS = [
 def gen(impl):
     """The generate module under test."""
     return impl.generate
-
-
-@pytest.fixture(scope="module")
-def demo(reference, impl):
-    """The implementation under test's DemoTransformer with the reference's weights."""
-    return load_demo(reference, impl.transformer)
 
 
 def random_logits(seed: int, batch: int, d_vocab: int, scale: float = 2.0) -> torch.Tensor:
@@ -166,47 +153,6 @@ def chi_square_p_value(counts: torch.Tensor, probs: torch.Tensor) -> float:
     total = sum(wanted)  # scipy wants the sums to agree to ~1e-8
     wanted = [w * n / total for w in wanted]
     return float(stats.chisquare(observed, wanted).pvalue)
-
-
-class IdsTokenizer:
-    """Text is token ids: "5 6 7" <-> [5, 6, 7]. All ``generate`` needs from a tokenizer."""
-
-    pad_token_id = None
-
-    def __init__(self, eos_token_id: int):
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str) -> list[int]:
-        return [int(t) for t in text.split()]
-
-    def decode(self, ids, **kwargs) -> str:
-        ids = ids.tolist() if isinstance(ids, torch.Tensor) else ids
-        return " ".join(str(i) for i in ids)
-
-
-class CountingModel(nn.Module):
-    """A toy model: the next token is always the last token + 1 (mod d_vocab), with certainty.
-
-    Rows whose prompts end at different distances below the EOS id reach it at known
-    steps. It records each call as (positions passed, positions already cached).
-    """
-
-    def __init__(self, KeyValueCache, d_vocab: int = 64, n_ctx: int = 64):
-        super().__init__()
-        self.cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=d_vocab, n_ctx=n_ctx)
-        self.KeyValueCache = KeyValueCache
-        self.calls: list[tuple[int, int]] = []
-
-    def forward(self, tokens, kv_cache=None, *, attention_mask=None):
-        past = 0 if kv_cache is None else kv_cache.seq_len
-        self.calls.append((tokens.shape[1], past))
-        new = tokens[:, past:]
-        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
-        logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
-        if kv_cache is None:
-            return logits
-        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
-        return logits, self.KeyValueCache(cache)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1159,20 +1105,20 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
 
 
 @pytest.fixture()
-def counting(impl):
-    model = CountingModel(impl.transformer.KeyValueCache)
+def successor_batch(impl):
+    model = SuccessorModel(impl.transformer.KeyValueCache)
     eos = model.cfg.d_vocab - 1
     # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
     prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]
-    return model, IdsTokenizer(eos), prompts, eos
+    return model, IdTokenizer(eos), prompts, eos
 
 
 @pytest.mark.exercise("generate")
-def test_rows_finish_at_their_own_step(gen, counting):
+def test_rows_finish_at_their_own_step(gen, successor_batch):
     """Each row stops at its own EOS, then receives pads (the EOS id) and never changes; the loop ends when the last
     row finishes, not at max_new_tokens. One prefill over the prompts, then one new position per step. Scores are
     finite up to and including the EOS step and NaN after it."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
     out = gen.generate(model, tokenizer, prompts, 20, temperature=0.0, return_dict_in_generate=True)
     width = 5
     expected = [
@@ -1196,10 +1142,10 @@ def test_rows_finish_at_their_own_step(gen, counting):
 
 
 @pytest.mark.exercise("generate")
-def test_a_criterion_stops_only_its_rows(gen, counting):
+def test_a_criterion_stops_only_its_rows(gen, successor_batch):
     """A stopping criterion that stops row 1 only (at 7 tokens) pads row 1; the others run on to their EOS.
     MaxLengthCriteria(7) stops every row at 7 tokens."""
-    model, tokenizer, prompts, eos = counting
+    model, tokenizer, prompts, eos = successor_batch
 
     def stop_row_1(input_ids, scores):
         stop = torch.zeros(input_ids.shape[0], dtype=torch.bool)
@@ -1478,21 +1424,6 @@ def test_generate_with_stop_strings_matches_hf(gen, demo, reference):
 STREAM_TEXT = "Grüße aus Köln ☃ — naïve café, 東京 and emoji 🙂 end.\nNew line: über.   spaced"
 
 
-class Recorder:
-    """A file that keeps every write separately."""
-
-    def __init__(self):
-        self.chunks: list[str] = []
-
-    def write(self, text: str) -> int:
-        if text:
-            self.chunks.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
-
-
 @pytest.mark.exercise("TextStreamer")
 def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     """Fed one token at a time on text with multi-byte characters, TextStreamer's writes put together are the
@@ -1501,7 +1432,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     tok = tiny.tokenizer
     ids = tok.encode(STREAM_TEXT)
     assert any(tok.decode(ids[i : i + 1]) == "\ufffd" for i in range(len(ids))), "the text must split a character"
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, file=out)
     streamer.put(torch.tensor([ids[:3]]))
     for token in ids[3:]:
@@ -1512,7 +1443,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     assert all(chunk[-1] in " \n" for chunk in out.chunks[:-1]), f"writes that end mid-word: {out.chunks}"
     assert len(out.chunks) >= 8, f"expected the text a word at a time, got {len(out.chunks)} writes"
 
-    out = Recorder()
+    out = RecordingFile()
     streamer = gen.TextStreamer(tok, skip_prompt=True, file=out)
     streamer.put(torch.tensor([ids[:4]]))
     for token in ids[4:]:
@@ -1525,190 +1456,8 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
 def test_generate_streams_what_it_returns(gen, demo, reference, seed):
     """generate(..., streamer=TextStreamer(...)) prints the prompt and then exactly the text it returns."""
     tok = reference.tokenizer
-    out = Recorder()
+    out = RecordingFile()
     sequences = gen.generate(demo, tok, ["Grüße aus Köln, said the"], 25, seed=seed, temperature=1.5,
                              streamer=gen.TextStreamer(tok, file=out))
     assert "".join(out.chunks) == tok.decode(sequences[0], clean_up_tokenization_spaces=False)
     assert len(out.chunks) >= 2
-
-
-# ---------------------------------------------------------------------------------------
-# The `sampling-course generate` command
-# ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def cli():
-    from sampling_course.apps import generate as cli_module
-
-    return cli_module
-
-
-def run_cli(cli, argv, monkeypatch, capsys, tty: bool = False, stdin: str | None = None):
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: tty, raising=False)
-    if stdin is not None:
-        monkeypatch.setattr(sys, "stdin", io.StringIO(stdin))
-    code = cli.main(argv)
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def expected_text(prompt: str, new: int, **settings) -> str:
-    from sampling_course.reference import load_reference
-    from solutions import transformer
-    from solutions.generate import generate
-
-    ref = load_reference("tiny")
-    out = generate(load_demo(ref, transformer), ref.tokenizer, [prompt], new, **settings)
-    return ref.tokenizer.decode(out[0], skip_special_tokens=True)
-
-
-def test_cli_piped_prints_the_text_once(cli, monkeypatch, capsys):
-    """Piped, `sampling-course generate` prints the prompt and its continuation once, as generate() makes it."""
-    argv = ["--model", "tiny", "--impl", "solutions", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "3",
-            "--temperature", "0.8", "--top-p", "0.9", "--stop", "zzz"]
-    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
-    assert code == 0, err
-    assert out == expected_text("The cat", 12, seed=3, temperature=0.8, top_p=0.9, stop_strings=["zzz"]) + "\n"
-
-
-def test_cli_streams_on_a_terminal(cli, monkeypatch, capsys):
-    """On a terminal the same text arrives in several writes (streamed), ending with a newline."""
-    writes = []
-    monkeypatch.setattr(sys.stdout, "isatty", lambda: True, raising=False)
-    real_write = sys.stdout.write
-    monkeypatch.setattr(sys.stdout, "write", lambda s: (writes.append(s), real_write(s))[1], raising=False)
-    code = cli.main(["--model", "tiny", "--prompt", "Once upon", "--max-new-tokens", "20", "--temperature", "0"])
-    out = capsys.readouterr().out
-    assert code == 0
-    assert out == expected_text("Once upon", 20, temperature=0.0) + "\n"
-    assert len([w for w in writes if w]) >= 3, f"expected streamed writes, got {writes}"
-
-
-def test_cli_beam_search(cli, monkeypatch, capsys):
-    """--num-beams runs part 3's beam search and prints its best continuation."""
-    from sampling_course.reference import load_reference
-    from solutions import sampling, transformer
-
-    ref = load_reference("tiny")
-    sampler = sampling.TransformerSampler(load_demo(ref, transformer), ref.tokenizer)
-    [(_, best)] = sampler.beam_search("The cat", 1, 3, 6, no_repeat_ngram_size=2)
-    code, out, err = run_cli(cli, ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3",
-                                   "--no-repeat-ngram-size", "2"], monkeypatch, capsys)
-    assert code == 0, err
-    assert out == best + "\n"
-
-
-def test_cli_static_cache_gives_the_same_text(cli, monkeypatch, capsys):
-    """--cache static (part 6's fast path) prints what the default cache does, sampling and beam search alike."""
-    sampling = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "12", "--seed", "5", "--top-k", "20"]
-    beams = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3"]
-    for argv in (sampling, beams):
-        code, expected, err = run_cli(cli, argv, monkeypatch, capsys)
-        assert code == 0, err
-        code, out, err = run_cli(cli, argv + ["--cache", "static"], monkeypatch, capsys)
-        assert code == 0, err
-        assert out == expected
-    code, _, err = run_cli(cli, sampling + ["--cache", "paged"], monkeypatch, capsys)
-    assert code == 2 and "cache must be one of dynamic, static" in err
-
-
-def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
-    """In the REPL, /set changes a setting (and rejects a bad one), /show shows it, Ctrl-C during a generation stops
-    that generation only, and the next prompt still runs; end of input leaves with status 0."""
-    real_generate = cli.load_engine
-
-    calls = []
-
-    def engine_that_is_interrupted_once(*args, **kwargs):
-        engine = real_generate(*args, **kwargs)
-        original = engine.generate
-
-        def generate(*a, **k):
-            calls.append(k)
-            if len(calls) == 1:
-                raise KeyboardInterrupt
-            return original(*a, **k)
-
-        engine.generate = generate
-        return engine
-
-    monkeypatch.setattr(cli, "load_engine", engine_that_is_interrupted_once)
-    stdin = "/set temperature 0\n/set top_p 7\n/set colour blue\n/show\nfirst prompt\nThe cat\n/help\n"
-    code, out, err = run_cli(cli, ["--model", "tiny", "--interactive", "--max-new-tokens", "8"], monkeypatch, capsys, stdin=stdin)
-    assert code == 0, err
-    assert "temperature = 0" in out and "top_p must be in [0, 1]" in out and "unknown setting 'colour'" in out
-    assert "stopped" in out
-    assert expected_text("The cat", 8, temperature=0.0) in out
-    assert "/quit" in out  # from /help
-    assert len(calls) == 2 and calls[1]["temperature"] == 0.0
-
-
-CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
-
-
-def test_cli_bad_flags_exit_2_with_one_line():
-    """Unknown flags, bad values and a missing prompt give a one-line error on stderr and exit status 2."""
-    for argv in (["--bogus"], ["--prompt", "x", "--temperature", "-1"], ["--prompt", "x", "--top-p", "abc"], [],
-                 ["--prompt", "x", "--model", "nope"]):
-        proc = subprocess.run(CLI + argv, capture_output=True, text=True, cwd=REPO, timeout=120)
-        assert proc.returncode == 2, (argv, proc.returncode, proc.stderr)
-        lines = proc.stderr.strip().splitlines()
-        assert len(lines) == 1 and "error" in lines[0], (argv, proc.stderr)
-
-
-def test_cli_repl_reads_stdin():
-    """The REPL in a real process: prompts and commands from stdin, /quit leaves with status 0."""
-    stdin = "/set temperature 0\n/show\nThe cat\n/quit\nnever reached\n"
-    proc = subprocess.run(CLI + ["--model", "tiny", "--interactive", "--max-new-tokens", "6"], input=stdin,
-                          capture_output=True, text=True, cwd=REPO, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    assert "temperature = 0" in proc.stdout
-    assert expected_text("The cat", 6, temperature=0.0) in proc.stdout
-    assert "never reached" not in proc.stdout
-
-
-def test_cli_takes_the_newer_settings(cli, monkeypatch, capsys):
-    """Every newer setting has a flag (HF's, vLLM's or llama.cpp's name), and the piped text is what generate()
-    makes with those settings."""
-    argv = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "10", "--seed", "4",
-            "--temperature", "0.9", "--typical-p", "0.95", "--epsilon-cutoff", "0.0001", "--eta-cutoff", "0.0005",
-            "--top-n-sigma", "3", "--xtc-probability", "0.5", "--xtc-threshold", "0.05",
-            "--samplers", "top_n_sigma;top_k;typical_p;top_p;min_p;xtc;epsilon_cutoff;eta_cutoff;temperature",
-            "--dry-multiplier", "0.8", "--dry-base", "1.5", "--dry-allowed-length", "2", "--dry-penalty-last-n", "32",
-            "--logit-bias", "5:2.5", "--logit-bias", "17:-3", "--bad-words", "The", "--min-new-tokens", "4",
-            "--num-return-sequences", "2"]
-    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
-    assert code == 0, err
-    from sampling_course.reference import load_reference
-    from solutions import transformer
-    from solutions.generate import generate
-
-    ref = load_reference("tiny")
-    settings = dict(seed=4, temperature=0.9, typical_p=0.95, epsilon_cutoff=0.0001, eta_cutoff=0.0005, top_n_sigma=3.0,
-                    xtc_probability=0.5, xtc_threshold=0.05,
-                    samplers="top_n_sigma;top_k;typical_p;top_p;min_p;xtc;epsilon_cutoff;eta_cutoff;temperature",
-                    dry_multiplier=0.8, dry_base=1.5, dry_allowed_length=2, dry_penalty_last_n=32,
-                    logit_bias={5: 2.5, 17: -3.0}, bad_words_ids=[ref.tokenizer.encode("The"), ref.tokenizer.encode(" The")],
-                    min_new_tokens=4, num_return_sequences=2)
-    rows = generate(load_demo(ref, transformer), ref.tokenizer, ["The cat"], 10, **settings)
-    assert out == "".join(ref.tokenizer.decode(row, skip_special_tokens=True) + "\n" for row in rows)
-    argv = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--mirostat", "2", "--mirostat-tau",
-            "4", "--mirostat-eta", "0.2", "--seed", "1"]
-    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
-    assert code == 0, err
-    assert out == expected_text("The cat", 6, seed=1, mirostat=2, mirostat_tau=4.0, mirostat_eta=0.2) + "\n"
-
-
-def test_cli_beam_search_with_length_penalty(cli, monkeypatch, capsys):
-    """--length-penalty and --early-stopping go to part 3's beam search (Hugging Face's algorithm)."""
-    from sampling_course.reference import load_reference
-    from solutions import sampling, transformer
-
-    ref = load_reference("tiny")
-    sampler = sampling.TransformerSampler(load_demo(ref, transformer), ref.tokenizer)
-    [(_, best)] = sampler.beam_search("The cat", 1, 3, 6, length_penalty=2.0, early_stopping="never")
-    code, out, err = run_cli(cli, ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3",
-                                   "--length-penalty", "2", "--early-stopping", "never"], monkeypatch, capsys)
-    assert code == 0, err
-    assert out == best + "\n"

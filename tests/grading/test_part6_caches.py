@@ -25,8 +25,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.implementation import load_demo
-
 # fp32 logits of two correct implementations agree to ~2e-5 at the stand-in's logit scale (~25);
 # every classic mistake of part 6 moves them by far more than 1e-3.
 TOL = dict(atol=1e-4, rtol=1e-4)
@@ -35,18 +33,8 @@ PROMPTS = ["When I was a kid", "The cat sat on the", "Jingle bells, jingle bells
 
 
 @pytest.fixture(scope="module")
-def demo(reference, impl):
-    return load_demo(reference, impl.transformer)
-
-
-@pytest.fixture(scope="module")
 def caches(impl):
     return impl.caches
-
-
-@pytest.fixture(scope="module")
-def sampler(reference, demo, impl):
-    return impl.sampling.TransformerSampler(demo, reference.tokenizer)
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:

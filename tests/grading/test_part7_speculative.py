@@ -11,11 +11,11 @@ How the tests judge:
   the empirical frequencies (chi-square). A second test checks the theorem itself: a
   proposal drawn from q and then judged comes out distributed as p.
 * ``speculative_generate`` (the loop around your ``speculative_round``) runs on toy models
-  with a four-token vocabulary: "table" models whose next-token logits depend on the last
-  two tokens. The target's exact distribution over the first two or three generated tokens
+  with a four-token vocabulary: ``TrigramModel``s (tests/doubles.py), whose next-token
+  logits depend on the last two tokens. The target's exact distribution over the first two or three generated tokens
   is computed by enumerating every continuation, and the empirical joint distribution of
   the generated tokens must match it (chi-square), for several gammas, temperatures and
-  filters. The table models keep the token ids themselves in their KeyValueCache and fail
+  filters. The trigram models keep the token ids themselves in their KeyValueCache and fail
   (AssertionError) when a cache holds anything but the sequence's own tokens: a rejected
   proposal that was not cropped away is caught on the spot.
 * At temperature 0 the output must be the target's greedy text: every generated token is
@@ -62,6 +62,8 @@ from sampling_course.config import Config
 from sampling_course.implementation import load_demo
 from sampling_course.reference import ReferenceUnavailable, load_reference
 
+from doubles import IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel
+
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 # At these sample sizes Pearson's statistic has a heavier far tail than the chi-square
 # distribution: simulated under the exact distributions of the five tests below (4e7
@@ -77,100 +79,16 @@ MIN_EXPECTED = 20.0  # each chi-square cell expects at least this many draws (ra
 TIE_TOLERANCE = 1e-4
 
 V = 4  # the toy models' vocabulary
-START = V  # the toy tables' row for "no previous token" (the first position)
 
 
 # ---------------------------------------------------------------------------------------
-# Toy models and a tokenizer of token ids
+# Toy models: trigram tables over V tokens (TrigramModel, in tests/doubles.py)
 # ---------------------------------------------------------------------------------------
-
-
-class IdTokenizer:
-    """Text is token ids separated by spaces: "2 0 1" <-> tensor([[2, 0, 1]])."""
-
-    def __init__(self, eos_token_id: int | None = None):
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str, return_tensors: str | None = None):
-        ids = [int(token) for token in text.split()]
-        return torch.tensor([ids]) if return_tensors == "pt" else ids
-
-    def decode(self, ids) -> str:
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        return " ".join(str(i) for i in ([ids] if isinstance(ids, int) else ids))
-
-    def ids(self, text: str) -> list[int]:
-        return self.encode(text)
-
-
-class Recording:
-    """Wraps a tokenizer and keeps the ids it last decoded: the generated tokens, without a text round trip."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.eos_token_id = tokenizer.eos_token_id
-        self.decoded: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.tokenizer)
-
-    def encode(self, *args, **kwargs):
-        return self.tokenizer.encode(*args, **kwargs)
-
-    def decode(self, ids):
-        self.decoded = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self.tokenizer.decode(ids)
-
-
-class TableModel(nn.Module):
-    """A language model that is a table: the logits for the next token are ``table[previous, current]``.
-
-    Called like a DemoTransformer: ``model(tokens)`` gives logits at every position and
-    ``model(tokens, kv_cache)`` runs only the positions the cache lacks and returns
-    ``(their logits, the extended cache)``. Its "keys and values" are the token ids
-    themselves, so the previous token of the first new position is read from the cache,
-    as a transformer reads its past. Every cache it is given is checked against the
-    tokens: a cache holding a token the sequence does not have (a rejected proposal that
-    was not cropped) raises an AssertionError saying so. ``calls`` records
-    (positions passed, positions cached) for every call.
-    """
-
-    def __init__(self, table: torch.Tensor, name: str, n_ctx: int = 64):
-        super().__init__()
-        assert table.shape == (V + 1, V, V)
-        self.table = table.float()
-        self.name = name
-        self.cfg = Config(d_model=1, d_vocab=V, n_ctx=n_ctx, d_head=1, d_mlp=1, n_heads=1, n_layers=1)
-        self.calls: list[tuple[int, int | None]] = []
-
-    def forward(self, tokens: torch.Tensor, kv_cache=None):
-        assert tokens.ndim == 2 and tokens.shape[0] == 1, f"{self.name}: expected tokens of shape (1, pos), got {tuple(tokens.shape)}"
-        if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"{self.name}: {tokens.shape[1]} positions, past n_ctx={self.cfg.n_ctx}")
-        ids = tokens[0]
-        if kv_cache is None:
-            self.calls.append((len(ids), None))
-            previous = torch.cat([ids.new_tensor([START]), ids[:-1]])
-            return self.table[previous, ids][None]
-        past = kv_cache.shape[3]
-        self.calls.append((len(ids), past))
-        if len(ids) <= past:
-            raise ValueError(f"{self.name}: {len(ids)} tokens but the cache already holds {past} positions")
-        cached = kv_cache.as_subclass(torch.Tensor)[0, 0, 0, :, 0, 0].round().long()
-        assert torch.equal(cached, ids[:past]), (
-            f"{self.name}'s cache holds the tokens {cached.tolist()}, but the sequence begins with "
-            f"{ids[:past].tolist()}: a cache must be cropped back to the tokens that were kept"
-        )
-        new = ids[past:]
-        previous = torch.cat([cached[-1:] if past else ids.new_tensor([START]), new[:-1]])
-        entries = new.to(kv_cache.dtype).reshape(1, 1, 1, -1, 1, 1).expand(1, 2, 1, -1, 1, 1)
-        extended = torch.cat([kv_cache.as_subclass(torch.Tensor), entries], dim=3)
-        return self.table[previous, new][None], type(kv_cache)(extended)
 
 
 def random_table(seed: int, scale: float, bigram: bool = False) -> torch.Tensor:
-    """Random logits ``(V + 1, V, V)``; with ``bigram`` they ignore the previous token."""
+    """Random logits ``(V + 1, V, V)`` for a TrigramModel (row V: no previous token); with
+    ``bigram`` they ignore the previous token."""
     generator = torch.Generator().manual_seed(seed)
     if bigram:
         return (scale * torch.randn(1, V, V, generator=generator)).expand(V + 1, V, V).clone()
@@ -184,8 +102,8 @@ TOY_DRAFT_TABLE = random_table(202, scale=1.2, bigram=True)
 TOY_PROMPT = "2 0"
 
 
-def toy_pair(n_ctx: int = 64) -> tuple[TableModel, TableModel]:
-    return TableModel(TOY_TARGET_TABLE, "target", n_ctx), TableModel(TOY_DRAFT_TABLE, "draft", n_ctx)
+def toy_pair(n_ctx: int = 64) -> tuple[TrigramModel, TrigramModel]:
+    return TrigramModel(TOY_TARGET_TABLE, "target", n_ctx), TrigramModel(TOY_DRAFT_TABLE, "draft", n_ctx)
 
 
 def random_demo(transformer, seed: int, **dims) -> nn.Module:
@@ -235,7 +153,7 @@ def oracle_filtered(logits: torch.Tensor, temperature: float = 1.0, top_k: int =
     return out
 
 
-def exact_joint(model: TableModel, prompt_ids: list[int], length: int, settings: dict) -> dict[tuple[int, ...], float]:
+def exact_joint(model: TrigramModel, prompt_ids: list[int], length: int, settings: dict) -> dict[tuple[int, ...], float]:
     """The target's exact probability of every continuation of ``length`` tokens, by enumeration.
 
     Each factor comes from a plain uncached forward pass over the prefix, filtered by the oracle.
@@ -347,6 +265,7 @@ def spec(impl):
         dict(temperature=2.0),
         dict(top_k=1),
         dict(top_k=3),
+        dict(top_k=9),  # more than the vocabulary: keeps every token, as in Hugging Face
         dict(top_p=0.5),
         dict(top_p=0.6),
         dict(temperature=0.7, top_k=5, top_p=0.8),
@@ -400,7 +319,6 @@ def test_filtered_probs_treats_every_row_on_its_own(spec):
     [
         (dict(temperature=-1.0), "temperature"),
         (dict(top_k=-1), "top_k"),
-        (dict(top_k=9), "top_k"),
         (dict(top_k=2.5), "top_k"),
         (dict(top_p=0.0), "top_p"),
         (dict(top_p=1.5), "top_p"),
@@ -667,7 +585,7 @@ def test_output_follows_the_target_distribution_exactly(spec, settings, length, 
     enumerating every continuation with uncached forwards. Chi-square: false-failure probability <= 1e-6."""
     target, draft = toy_pair()
     filters = {k: v for k, v in settings.items() if k != "gamma"}
-    expected = exact_joint(target, IdTokenizer().ids(TOY_PROMPT), length, filters)
+    expected = exact_joint(target, IdTokenizer().encode(TOY_PROMPT), length, filters)
     n = sample_size(sum(prob > 0 for prob in expected.values()) - 1)
     torch.manual_seed(seed)  # the runs draw from torch's global generator (seed=None)
     n_prompt = len(TOY_PROMPT.split())
@@ -685,7 +603,7 @@ def test_temperature_zero_is_the_targets_greedy_text_on_toy_models(spec, gamma):
     target, draft = toy_pair()
     for prompt in ("2 0", "1", "3 3 1"):
         ids, stats = generate(spec, target, draft, prompt, 30, gamma=gamma, temperature=0)
-        assert_greedy(target, IdTokenizer().ids(prompt), ids, 30, None, f"gamma={gamma}, prompt {prompt!r}")
+        assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"gamma={gamma}, prompt {prompt!r}")
 
 
 @pytest.mark.exercise("speculative_round")
@@ -742,7 +660,7 @@ def _reference_pair(name: str, transformer):
 def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec, impl, pair):
     """The reference models with their tokenizer: greedy speculative text equals the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
-    recording = Recording(tokenizer)
+    recording = RecordingTokenizer(tokenizer)
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
         text = spec.speculative_generate(target, draft, recording, prompt, 40, gamma=gamma, temperature=0)
         assert text == tokenizer.decode(recording.decoded)
@@ -758,7 +676,7 @@ def test_an_identical_draft_has_every_proposal_accepted(spec, gamma, n):
     catches a temperature applied twice to one side."""
     table = random_table(7, scale=1.5)
     for settings in (dict(temperature=1.0), dict(temperature=0.5, top_k=3), dict(temperature=2.0, top_p=0.8)):
-        target, draft = TableModel(table, "target"), TableModel(table, "draft")
+        target, draft = TrigramModel(table, "target"), TrigramModel(table, "draft")
         ids, stats = generate(spec, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
         rounds = math.ceil(n / (gamma + 1))
         assert len(ids) == 2 + n
@@ -816,16 +734,8 @@ def test_bad_input_raises_clear_errors(spec, impl):
     with pytest.raises(ValueError, match="vocabular"):
         run(target, other_vocab, tok, "1 2", 5)
 
-    class VocabTokenizer(IdTokenizer):
-        def __init__(self, vocab):
-            super().__init__()
-            self.vocab = vocab
-
-        def get_vocab(self):
-            return self.vocab
-
     with pytest.raises(ValueError, match="tokenizer"):
-        run(target, draft, (VocabTokenizer({"a": 0}), VocabTokenizer({"b": 0})), "1 2", 5)
+        run(target, draft, (IdTokenizerWithVocab({"a": 0}), IdTokenizerWithVocab({"b": 0})), "1 2", 5)
     for gamma in (0, -2, 1.5):
         with pytest.raises(ValueError, match="gamma"):
             run(target, draft, tok, "1 2", 5, gamma=gamma)
@@ -844,7 +754,7 @@ def test_bad_input_raises_clear_errors(spec, impl):
     with pytest.raises(TypeError, match="draft"):
         run(target, "not a model", tok, "1 2", 5)
     # The limit is the prompt plus max_new_tokens: 2 + 62 positions fit in n_ctx=64.
-    shared = VocabTokenizer({"a": 0})
+    shared = IdTokenizerWithVocab({"a": 0})
     ids, stats = generate(spec, target, draft, "1 2", 62, gamma=8, tokenizer=(shared, shared), seed=0)
     assert len(ids) == 64
 
@@ -920,7 +830,7 @@ def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec, sett
     computed by enumeration (chi-square; false-failure probability <= 1e-6), and proposals were judged."""
     target, _ = toy_pair()
     filters = {k: v for k, v in settings.items() if k in ("temperature", "top_k", "top_p")}
-    expected = exact_joint(target, IdTokenizer().ids(LOOKUP_PROMPT), length, filters)
+    expected = exact_joint(target, IdTokenizer().encode(LOOKUP_PROMPT), length, filters)
     n = sample_size(sum(prob > 0 for prob in expected.values()) - 1)
     torch.manual_seed(seed)
     n_prompt = len(LOOKUP_PROMPT.split())
@@ -943,10 +853,10 @@ def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(s
         target.calls.clear()
         ids, stats = lookup_generate(spec, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
         assert stats.draft_forwards == 0 and stats.target_forwards == len(target.calls) > 0
-        assert_greedy(target, IdTokenizer().ids(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
+        assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
     for pair in REFERENCE_PAIRS:
         model, _, tokenizer = _reference_pair(pair, impl.transformer)
-        recording = Recording(tokenizer)
+        recording = RecordingTokenizer(tokenizer)
         text, stats = spec.speculative_generate(model, None, recording, "Once upon a time", 60, temperature=0,
                                                 prompt_lookup_num_tokens=5, return_stats=True)
         assert text == tokenizer.decode(recording.decoded)

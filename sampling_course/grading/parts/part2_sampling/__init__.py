@@ -106,54 +106,54 @@ EXERCISES: tuple[Exercise, ...] = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(2, "greedy takes the least likely token", "sampling.py",
-            "return int(logits.argmax())", "return int(logits.argmin())", "grading/test_part2_sampling.py",
+            "return int(logits.argmax())", "return int(logits.argmin())",
             why="taking the least likely token (argmin) instead of the most likely one (argmax)"),
     Mistake(2, "temperature multiplied instead of divided", "sampling.py",
-            "return logits / temperature", "return logits * temperature", "grading/test_part2_sampling.py",
+            "return logits / temperature", "return logits * temperature",
             why="multiplying the logits by the temperature instead of dividing them by it"),
     Mistake(2, "presence penalty (once per distinct token) instead of frequency penalty", "sampling.py",
             "counts = torch.bincount(input_ids, minlength=logits.shape[-1])",
-            "counts = (torch.bincount(input_ids, minlength=logits.shape[-1]) > 0).long()", "grading/test_part2_sampling.py",
+            "counts = (torch.bincount(input_ids, minlength=logits.shape[-1]) > 0).long()",
             why="a presence penalty: each token that occurs is penalised once, instead of once for every time it occurs"),
     Mistake(2, "frequency penalty added instead of subtracted", "sampling.py",
             "return logits - freq_penalty * counts.to(logits.dtype)",
-            "return logits + freq_penalty * counts.to(logits.dtype)", "grading/test_part2_sampling.py",
+            "return logits + freq_penalty * counts.to(logits.dtype)",
             why="adding the frequency penalty to the logits instead of subtracting it"),
     Mistake(2, "sample_basic returns the argmax", "sampling.py",
-            "return int(torch.multinomial(probs, num_samples=1))", "return int(probs.argmax())", "grading/test_part2_sampling.py",
+            "return int(torch.multinomial(probs, num_samples=1))", "return int(probs.argmax())",
             why="always returning the most likely token instead of drawing one at random from the probabilities"),
     Mistake(2, "sample_basic draws uniformly", "sampling.py",
             "return int(torch.multinomial(probs, num_samples=1))",
-            "return int(torch.multinomial(torch.ones_like(probs), num_samples=1))", "grading/test_part2_sampling.py",
+            "return int(torch.multinomial(torch.ones_like(probs), num_samples=1))",
             why="drawing every token with the same probability, ignoring the logits"),
     Mistake(2, "top-k from k-1 tokens", "sampling.py",
             "top_logits, top_tokens = logits.topk(k)",
-            "top_logits, top_tokens = logits.topk(max(k - 1, 1))", "grading/test_part2_sampling.py",
+            "top_logits, top_tokens = logits.topk(max(k - 1, 1))",
             why="keeping k - 1 tokens instead of k"),
     Mistake(2, "top-k uniform over the top k", "sampling.py",
             "top_tokens[TransformerSampler.sample_basic(top_logits)]",
-            "top_tokens[TransformerSampler.sample_basic(torch.zeros_like(top_logits))]", "grading/test_part2_sampling.py",
+            "top_tokens[TransformerSampler.sample_basic(torch.zeros_like(top_logits))]",
             why="drawing uniformly among the top k tokens instead of in proportion to their probabilities"),
     Mistake(2, "top-k returns the rank instead of the token", "sampling.py",
             "return int(top_tokens[TransformerSampler.sample_basic(top_logits)])",
-            "return TransformerSampler.sample_basic(top_logits)", "grading/test_part2_sampling.py",
+            "return TransformerSampler.sample_basic(top_logits)",
             why="returning the position among the top k (0 to k - 1) instead of the token id at that position"),
     Mistake(2, "top-p cutoff exclusive instead of inclusive", "sampling.py",
-            "keep = mass_above < top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p", "grading/test_part2_sampling.py",
+            "keep = mass_above < top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p",
             why="an exclusive cutoff: the token that takes the running total to top_p is dropped, when it should be kept"),
     Mistake(2, "top-p ignores min_tokens_to_keep", "sampling.py",
-            "keep[:min_tokens_to_keep] = True", "keep[:1] = True", "grading/test_part2_sampling.py",
+            "keep[:min_tokens_to_keep] = True", "keep[:1] = True",
             why="ignoring min_tokens_to_keep, so fewer tokens than asked for can be kept"),
     Mistake(2, "top-p sorts ascending", "sampling.py",
             "sorted_logits, sorted_tokens = logits.sort(descending=True)",
-            "sorted_logits, sorted_tokens = logits.sort(descending=False)", "grading/test_part2_sampling.py",
+            "sorted_logits, sorted_tokens = logits.sort(descending=False)",
             why="sorting from least to most likely, so the nucleus is made of the least likely tokens"),
     Mistake(2, "top-p returns the rank instead of the token", "sampling.py",
             "return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])",
-            "return TransformerSampler.sample_basic(sorted_logits[:n_kept])", "grading/test_part2_sampling.py",
+            "return TransformerSampler.sample_basic(sorted_logits[:n_kept])",
             why="returning the position in the sorted order instead of the token id at that position"),
     Mistake(2, "frequency penalty applied before the temperature", "sampling.py",
             "        logits = TransformerSampler.apply_temperature(logits, temperature)\n"
@@ -161,38 +161,37 @@ MISTAKES: list[Mistake] = [
             "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n",
             "        if frequency_penalty != 0.0:\n"
             "            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n"
-            "        logits = TransformerSampler.apply_temperature(logits, temperature)\n", "grading/test_part2_sampling.py",
+            "        logits = TransformerSampler.apply_temperature(logits, temperature)\n",
             why="applying the frequency penalty before the temperature, so the temperature scales the penalty too (it comes after)"),
     Mistake(2, "sample_next_token ignores top_k", "sampling.py",
-            "if top_k > 0:\n", "if False:\n", "grading/test_part2_sampling.py",
+            "if top_k > 0:\n", "if False:\n",
             why="ignoring top_k, so the token is drawn from the whole distribution"),
     Mistake(2, "sample_next_token ignores top_p", "sampling.py",
-            "if top_p > 0.0:\n", "if False:\n", "grading/test_part2_sampling.py",
+            "if top_p > 0.0:\n", "if False:\n",
             why="ignoring top_p, so the token is drawn from the whole distribution"),
     Mistake(2, "sample passes only the temperature on", "sampling.py",
             "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n",
             "next_token = self.sample_next_token(input_ids, logits, kwargs.get(\"temperature\", 1.0))\n",
-            "grading/test_part2_sampling.py",
             why="passing only the temperature on to sample_next_token, so top_k, top_p and frequency_penalty are ignored"),
     Mistake(2, "sample loop ignores EOS", "sampling.py",
-            "if next_token == self.tokenizer.eos_token_id:", "if False:", "grading/test_part2_sampling.py",
+            "if next_token == self.tokenizer.eos_token_id:", "if False:",
             why="not stopping after the end-of-text token"),
     Mistake(2, "sample loop stops before EOS and drops it", "sampling.py",
             "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n",
             "next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
             "            if next_token == self.tokenizer.eos_token_id:\n"
-            "                break\n", "grading/test_part2_sampling.py",
+            "                break\n",
             why="stopping before the end-of-text token is appended, so it is missing from the text"),
     Mistake(2, "sample loop generates one token too many", "sampling.py",
-            "for _ in range(max_tokens_generated):", "for _ in range(max_tokens_generated + 1):", "grading/test_part2_sampling.py",
+            "for _ in range(max_tokens_generated):", "for _ in range(max_tokens_generated + 1):",
             why="generating one token more than max_tokens_generated"),
     Mistake(2, "sample feeds the whole sequence past n_ctx", "sampling.py",
             "logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]",
-            "logits = self.model(input_ids[None])[0, -1]", "grading/test_part2_sampling.py",
+            "logits = self.model(input_ids[None])[0, -1]",
             why="feeding the model the whole sequence once it is longer than n_ctx, instead of its last n_ctx tokens"),
     Mistake(2, "sample context window off by one", "sampling.py",
             "logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]",
-            "logits = self.model(input_ids[None, -self.cfg.n_ctx + 1 :])[0, -1]", "grading/test_part2_sampling.py",
+            "logits = self.model(input_ids[None, -self.cfg.n_ctx + 1 :])[0, -1]",
             why="feeding the model the last n_ctx - 1 tokens instead of the last n_ctx"),
 ]
 
@@ -237,7 +236,7 @@ _NEXT_TOKEN = (
 )
 # The whole body of sample() after the argument checks: a learner who writes the method in a
 # notebook (check("sample", obj=...)) replaces all of it, loop and printing included.
-SAMPLE_BODY = (
+_SAMPLE_BODY = (
     '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
     "        if verbose:\n"
     '            print(prompt, end="", flush=True)\n'
@@ -268,8 +267,8 @@ SAMPLE_BODY = (
     "            print()\n"
     "        return self.tokenizer.decode(input_ids)\n"
 )
-# The same loop written as a while loop over a Python list of token ids (used for part 4 too).
-SAMPLE_WHILE_LOOP = (
+# The same loop written as a while loop over a Python list of token ids.
+_SAMPLE_WHILE_LOOP = (
     "        ids: list[int] = self.tokenizer.encode(prompt)\n"
     "        n_prompt = len(ids)\n"
     "        if verbose:\n"
@@ -426,7 +425,7 @@ VARIANTS: list[Variant] = [
             "            return int(TransformerSampler.sample_top_p(logits, top_p))\n"
             "        return int(TransformerSampler.sample_top_k(logits, top_k or logits.shape[-1]))\n"),
     # sample
-    Variant(2, "sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(2, "sample", "while loop over a Python list of ids", "sampling.py", _SAMPLE_BODY, _SAMPLE_WHILE_LOOP),
     Variant(2, "sample", "context sliced with max(0, len - n_ctx), torch.cat with a new tensor, EOS read back",
             "sampling.py",
             "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n",

@@ -85,95 +85,94 @@ EXERCISES: tuple[Exercise, ...] = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(3, "beams ranked by logits instead of log-probs", "beams.py",
-            "logprobs = logits.log_softmax(dim=-1)", "logprobs = logits", "grading/test_part3_beams.py",
+            "logprobs = logits.log_softmax(dim=-1)", "logprobs = logits",
             why="adding raw logits to the beams' sums instead of log-probabilities (log_softmax of the logits)"),
     Mistake(3, "sums not accumulated over steps", "beams.py",
             "new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()",
-            "new_logprob_sums = topk_logprobs.flatten()", "grading/test_part3_beams.py",
+            "new_logprob_sums = topk_logprobs.flatten()",
             why="giving each child only its new token's log-probability instead of adding it to its parent's sum"),
     Mistake(3, "per-beam top-k grouped wrongly (repeat, not repeat_interleave)", "beams.py",
             "parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)",
-            "parents = torch.arange(len(self), device=self.tokens.device).repeat(k)", "grading/test_part3_beams.py",
+            "parents = torch.arange(len(self), device=self.tokens.device).repeat(k)",
             why="pairing children with the wrong parents: repeat instead of repeat_interleave when copying each parent k times"),
     Mistake(3, "generate ignores no_repeat_ngram_size", "beams.py",
             "self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)",
-            "self.get_topk_non_repeating(logprobs, None, k)", "grading/test_part3_beams.py",
+            "self.get_topk_non_repeating(logprobs, None, k)",
             why="not passing no_repeat_ngram_size on to get_topk_non_repeating, so no n-gram is ever blocked"),
     Mistake(3, "filter keeps the first k beams, not the best k", "beams.py",
             "best = self.logprob_sums.topk(min(k, len(self))).indices",
-            "best = torch.arange(min(k, len(self)))", "grading/test_part3_beams.py",
+            "best = torch.arange(min(k, len(self)))",
             why="keeping the first k beams instead of the k with the highest log-probability sums"),
     Mistake(3, "terminated beams kept alive", "beams.py",
-            "return self[best[~ended]], self[best[ended]]", "return self[best], self[best[ended]]", "grading/test_part3_beams.py",
+            "return self[best[~ended]], self[best[ended]]", "return self[best], self[best[ended]]",
             why="keeping the beams that ended with end-of-text among the beams that continue"),
     Mistake(3, "n-gram blocking switched off", "beams.py",
-            "logprobs = logprobs.masked_fill(blocked > 0, float(\"-inf\"))", "pass", "grading/test_part3_beams.py",
+            "logprobs = logprobs.masked_fill(blocked > 0, float(\"-inf\"))", "pass",
             why="never blocking any token, whatever n-grams the beam holds"),
     Mistake(3, "n-gram blocking skips a history of exactly n tokens", "beams.py",
-            "if seq_len >= n:", "if seq_len > n:", "grading/test_part3_beams.py",
+            "if seq_len >= n:", "if seq_len > n:",
             why="blocking nothing when the beam is exactly n tokens long (seq_len > n where it should be seq_len >= n)"),
     Mistake(3, "n-gram blocking misses the last n-gram", "beams.py",
             "ngrams = self.tokens.unfold(dimension=1, size=n, step=1)",
-            "ngrams = self.tokens[:, :-1].unfold(dimension=1, size=n, step=1)", "grading/test_part3_beams.py",
+            "ngrams = self.tokens[:, :-1].unfold(dimension=1, size=n, step=1)",
             why="leaving the beam's last n-gram out of the n-grams it already holds"),
     Mistake(3, "n-gram blocking matches the wrong end of the n-gram", "beams.py",
             "live = (ngrams[:, :, :-1] == tail[:, None, :]).all(dim=-1)",
-            "live = (ngrams[:, :, 1:] == tail[:, None, :]).all(dim=-1)", "grading/test_part3_beams.py",
+            "live = (ngrams[:, :, 1:] == tail[:, None, :]).all(dim=-1)",
             why="comparing the beam's last n - 1 tokens with the end of each earlier n-gram instead of its start"),
     Mistake(3, "n-gram tail by negative index (wrong for n = 1)", "beams.py",
-            "tail = self.tokens[:, seq_len - (n - 1) :]", "tail = self.tokens[:, -(n - 1) :]", "grading/test_part3_beams.py",
+            "tail = self.tokens[:, seq_len - (n - 1) :]", "tail = self.tokens[:, -(n - 1) :]",
             why="taking the last n - 1 tokens as tokens[:, -(n - 1):], which for n = 1 is the whole beam instead of nothing"),
     Mistake(3, "beam_search does not pass no_repeat_ngram_size", "sampling.py",
             "beams = beams.generate(k=num_beams, no_repeat_ngram_size=no_repeat_ngram_size)",
-            "beams = beams.generate(k=num_beams)", "grading/test_part3_beams.py",
+            "beams = beams.generate(k=num_beams)",
             why="not passing no_repeat_ngram_size on to Beams.generate"),
     Mistake(3, "beam_search keeps num_return_sequences beams instead of num_beams", "sampling.py",
             "beams, terminated = beams.filter(k=num_beams)",
-            "beams, terminated = beams.filter(k=num_return_sequences)", "grading/test_part3_beams.py",
+            "beams, terminated = beams.filter(k=num_return_sequences)",
             why="keeping num_return_sequences beams at every step instead of num_beams"),
     Mistake(3, "beam_search drops finished beams", "sampling.py",
-            "finished.extend(terminated.logprobs_and_completions)", "pass", "grading/test_part3_beams.py",
+            "finished.extend(terminated.logprobs_and_completions)", "pass",
             why="dropping the beams that ended with end-of-text instead of keeping them as results"),
     Mistake(3, "beam_search never returns early", "sampling.py",
             "if len(finished) >= num_return_sequences:\n                break",
-            "if False:\n                break", "grading/test_part3_beams.py",
+            "if False:\n                break",
             why="carrying on after num_return_sequences beams have finished, instead of returning them"),
     Mistake(3, "beam_search puts live beams before finished ones", "sampling.py",
             "return (finished + beams.logprobs_and_completions)[:num_return_sequences]",
-            "return (beams.logprobs_and_completions + finished)[:num_return_sequences]", "grading/test_part3_beams.py",
+            "return (beams.logprobs_and_completions + finished)[:num_return_sequences]",
             why="returning the unfinished beams before the finished ones"),
     Mistake(3, "length penalty multiplies the sum", "beams.py",
             "return logprob_sum / length**self.length_penalty", "return logprob_sum * length**self.length_penalty",
-            "grading/test_part3_beams.py",
             why="multiplying the summed log-probability by length ** length_penalty instead of dividing by it"),
     Mistake(3, "finished beams kept worst first", "beams.py",
             "self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)",
-            "self.hypotheses.sort(key=lambda hypothesis: hypothesis[0])", "grading/test_part3_beams.py",
+            "self.hypotheses.sort(key=lambda hypothesis: hypothesis[0])",
             why="sorting the finished beams from worst to best, so that the best are the ones dropped"),
     Mistake(3, "finished beams ranked by their sums", "beams.py",
             "self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))",
-            "self.hypotheses.append((logprob_sum, logprob_sum, beam))", "grading/test_part3_beams.py",
+            "self.hypotheses.append((logprob_sum, logprob_sum, beam))",
             why="ranking finished beams by their summed log-probabilities, ignoring length_penalty"),
     Mistake(3, "early_stopping=True waits for the bound", "beams.py",
-            "        if self.early_stopping is True:\n            return True\n", "", "grading/test_part3_beams.py",
+            "        if self.early_stopping is True:\n            return True\n", "",
             why="not stopping as soon as num_beams beams have finished when early_stopping is True"),
     Mistake(3, "\"never\" bounds a running beam at its current length", "beams.py",
             "if self.early_stopping == \"never\" and self.length_penalty > 0:",
-            "if self.early_stopping == \"never\" and self.length_penalty < 0:", "grading/test_part3_beams.py",
+            "if self.early_stopping == \"never\" and self.length_penalty < 0:",
             why="with early_stopping=\"never\", scoring a running beam's best at its current length when a positive "
                 "length_penalty lets it grow to max_new_tokens"),
     Mistake(3, "search stops once one beam has finished", "beams.py",
             "        if len(self.hypotheses) < self.num_beams:\n            return False\n",
-            "        if not self.hypotheses:\n            return False\n", "grading/test_part3_beams.py",
+            "        if not self.hypotheses:\n            return False\n",
             why="allowing the search to stop before num_beams beams have finished"),
 ]
 
 # Correct implementations in other styles than the solutions' (the way learners write them);
 # `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
-GENERATE_TAIL = (
+_GENERATE_TAIL = (
     "        logprobs = logits.log_softmax(dim=-1)\n"
     "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
     "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
@@ -183,7 +182,7 @@ GENERATE_TAIL = (
     "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"
 )
 # generate with Python loops over beams and ranks; the cache rows are copied per child.
-GENERATE_LOOPS = (
+_GENERATE_LOOPS = (
     "        logprobs = torch.log_softmax(logits, dim=-1)\n"
     "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
     "        sums, rows, parents = [], [], []\n"
@@ -235,7 +234,7 @@ _BEAM_SEARCH = (
 VARIANTS: list[Variant] = [
     # Beams.generate
     Variant(3, "Beams.generate", "einops repeat/rearrange, cache rows copied with the tokens", "beams.py",
-            GENERATE_TAIL,
+            _GENERATE_TAIL,
             "        import einops\n"
             "\n"
             "        logprobs = logits.log_softmax(dim=-1)\n"
@@ -245,8 +244,8 @@ VARIANTS: list[Variant] = [
             '        new_tokens = torch.cat([repeated, einops.rearrange(topk_tokens, "b k -> (b k) 1")], dim=-1)\n'
             "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, None if cache is None else cache[:, :, parents])\n"),
-    Variant(3, "Beams.generate", "Python loops over beams and ranks", "beams.py", GENERATE_TAIL, GENERATE_LOOPS),
-    Variant(3, "Beams.generate", "log-prob sums kept in float64", "beams.py", GENERATE_TAIL,
+    Variant(3, "Beams.generate", "Python loops over beams and ranks", "beams.py", _GENERATE_TAIL, _GENERATE_LOOPS),
+    Variant(3, "Beams.generate", "log-prob sums kept in float64", "beams.py", _GENERATE_TAIL,
             "        logprobs = logits.double().log_softmax(dim=-1)\n"
             "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
             "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
@@ -343,6 +342,15 @@ VARIANTS: list[Variant] = [
             "        results = [pair for b in finished_beams for pair in b.logprobs_and_completions]\n"
             "        results += beams.logprobs_and_completions\n"
             "        return results[:num_return_sequences]\n"),
+    # The classic precondition: a bare assert where the stub raises a ValueError.
+    Variant(3, "beam_search", "classic: assert num_return_sequences <= num_beams", "sampling.py",
+            "        if not 1 <= num_return_sequences <= num_beams:\n"
+            "            raise ValueError(\n"
+            '                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences!r}"\n'
+            "            )\n",
+            "        assert num_return_sequences <= num_beams\n"
+            "        if num_return_sequences < 1:\n"
+            '            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences!r}")\n'),
     Variant(3, "BeamHypotheses", "a heap of the best finished beams", "beams.py",
             "        self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))\n"
             "        self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)\n"

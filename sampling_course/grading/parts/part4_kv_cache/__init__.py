@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
-from sampling_course.grading.parts.part2_sampling import SAMPLE_BODY, SAMPLE_WHILE_LOOP
-from sampling_course.grading.parts.part3_beams import GENERATE_LOOPS, GENERATE_TAIL
 
 PART = 4
 TITLE = "KV cache"
@@ -71,47 +69,44 @@ EXERCISES: tuple[Exercise, ...] = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
+# The attention-cache mistakes rewrite part 1's Attention, yet only the cached forward
+# reveals them (without a cache the scores are square): they name that exercise.
 MISTAKES: list[Mistake] = [
     Mistake(4, "positional offset forgotten", "transformer.py",
-            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens)", "grading/test_part4_kv_cache.py",
+            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens)",
             why="embedding the new tokens at positions 0, 1, ... instead of right after the cached positions"),
     Mistake(4, "positional offset off by one", "transformer.py",
             "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens, offset=past + 1)",
-            "grading/test_part4_kv_cache.py",
             why="embedding the new tokens one position too far on (offset seq_len + 1 instead of seq_len)"),
     Mistake(4, "new keys and values put before the cached ones", "transformer.py",
             "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
-            "kv = torch.cat([torch.stack([k, v]), past_kv], dim=2)",
-            "grading/test_part4_kv_cache.py",
+            "kv = torch.cat([torch.stack([k, v]), past_kv], dim=2)", exercise="cached_forward",
             why="putting the new keys and values before the cached ones instead of after them"),
     Mistake(4, "mask not shifted for cached positions", "transformer.py",
-            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", "grading/test_part4_kv_cache.py",
+            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", exercise="cached_forward",
             why="a causal mask not shifted by the number of cached keys, so the new queries are masked as if they sat at positions 0, 1, ..."),
     Mistake(4, "KeyValueCache.batch reads the position dimension", "transformer.py",
-            "return self.shape[2]", "return self.shape[3]", "grading/test_part4_kv_cache.py",
+            "return self.shape[2]", "return self.shape[3]",
             why="batch reading the position dimension (shape[3]) instead of the batch dimension (shape[2])"),
     Mistake(4, "KeyValueCache.k returns the values", "transformer.py",
             "return self.as_subclass(torch.Tensor)[:, 0]", "return self.as_subclass(torch.Tensor)[:, 1]",
-            "grading/test_part4_kv_cache.py",
             why="k returning the values (index 1) instead of the keys (index 0)"),
     Mistake(4, "sample drops the cache the model returns", "sampling.py",
             "logits, kv_cache = self.model(input_ids[None], kv_cache)",
-            "logits, _ = self.model(input_ids[None], kv_cache)", "grading/test_part4_kv_cache.py",
+            "logits, _ = self.model(input_ids[None], kv_cache)",
             why="throwing away the cache the model returns, so every step runs the whole sequence again"),
     Mistake(4, "cache rows tiled, not following the beams' parents", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=torch.arange(len(parents)) % len(self))",
-            "grading/test_part4_kv_cache.py",
             why="giving the children cache rows in tiled order instead of their own parent's row"),
     Mistake(4, "cache copied k times in the tiled order", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
             "self.new_beams(new_logprob_sums, new_tokens, KeyValueCache(cache.repeat(1, 1, k, 1, 1, 1)))",
-            "grading/test_part4_kv_cache.py",
             why="copying the cache k times in tiled order instead of giving each child its parent's row"),
     Mistake(4, "children keep the stale cache of the previous step", "beams.py",
             "self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)",
-            "self.new_beams(new_logprob_sums, new_tokens, self.kv_cache, cache_rows=parents)", "grading/test_part4_kv_cache.py",
+            "self.new_beams(new_logprob_sums, new_tokens, self.kv_cache, cache_rows=parents)",
             why="giving the children the cache from before this step instead of the one the model just extended"),
 ]
 
@@ -177,6 +172,86 @@ _CAUSAL_MASK = (
 _CACHED_STEP = (
     "                logits, kv_cache = self.model(input_ids[None], kv_cache)\n"
     "                logits = logits[0, -1]\n"
+)
+# The last line of Beams.generate: each child reads its parent's cache row.
+_NEW_BEAMS = "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"
+
+# sample()'s whole body after the argument checks, and the same written as a while loop over
+# a Python list of ids, whose cached branch is the exercise here.
+_SAMPLE_BODY = (
+    '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        for _ in range(max_tokens_generated):\n"
+    "            if kv_cache is None:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # The model has learned positions 0..n_ctx-1 only, so it sees the last n_ctx tokens.\n"
+    "                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n"
+    "                ### END SOLUTION\n"
+    "            else:\n"
+    "                ### BEGIN SOLUTION\n"
+    "                # Hint: pass the whole sequence; the cache knows which positions are new.\n"
+    + _CACHED_STEP
+    + "                ### END SOLUTION\n"
+    "            ### BEGIN SOLUTION\n"
+    "            next_token = self.sample_next_token(input_ids, logits, **kwargs)\n"
+    "            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n"
+    "            ### END SOLUTION\n"
+    "            if verbose:  # show the text as it grows\n"
+    '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+    "            ### BEGIN SOLUTION\n"
+    "            # Stop after, not before, the end-of-text token: it is part of the output.\n"
+    "            if next_token == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "            ### END SOLUTION\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(input_ids)\n"
+)
+_SAMPLE_WHILE_LOOP = (
+    "        ids: list[int] = self.tokenizer.encode(prompt)\n"
+    "        n_prompt = len(ids)\n"
+    "        if verbose:\n"
+    '            print(prompt, end="", flush=True)\n'
+    "        while len(ids) < n_prompt + max_tokens_generated:\n"
+    "            sequence = torch.tensor(ids, device=self.device)\n"
+    "            if kv_cache is None:\n"
+    "                context = sequence[max(0, len(ids) - self.cfg.n_ctx) :]\n"
+    "                logits = self.model(context.unsqueeze(0)).squeeze(0)[-1]\n"
+    "            else:\n"
+    "                output, kv_cache = self.model(sequence.unsqueeze(0), kv_cache=kv_cache)\n"
+    "                logits = output[0, -1, :]\n"
+    "            token = self.sample_next_token(sequence, logits, **kwargs)\n"
+    "            ids.append(int(token))\n"
+    "            if verbose:\n"
+    '                print(self.tokenizer.decode([ids[-1]]), end="", flush=True)\n'
+    "            if ids[-1] == self.tokenizer.eos_token_id:\n"
+    "                break\n"
+    "        if verbose:\n"
+    "            print()\n"
+    "        return self.tokenizer.decode(ids)\n"
+)
+# The end of Beams.generate, and the same with Python loops that copy each child's cache row.
+_GENERATE_TAIL = (
+    "        logprobs = logits.log_softmax(dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n"
+    "        new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()\n"
+    "        new_tokens = torch.cat([self.tokens[parents], topk_tokens.flatten()[:, None]], dim=-1)\n"
+    "        # Each child inherits its parent's cache row: it reads row parents[i], no copy needed.\n"
+    + _NEW_BEAMS
+)
+_GENERATE_LOOPS = (
+    "        logprobs = torch.log_softmax(logits, dim=-1)\n"
+    "        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n"
+    "        sums, rows, parents = [], [], []\n"
+    "        for beam in range(len(self)):\n"
+    "            for rank in range(k):\n"
+    "                sums.append(self.logprob_sums[beam] + topk_logprobs[beam, rank])\n"
+    "                rows.append(torch.cat([self.tokens[beam], topk_tokens[beam, rank : rank + 1]]))\n"
+    "                parents.append(beam)\n"
+    "        new_cache = None if cache is None else cache[:, :, torch.tensor(parents, device=self.tokens.device)]\n"
+    "        return self.new_beams(torch.stack(sums), torch.stack(rows), new_cache)\n"
 )
 
 VARIANTS: list[Variant] = [
@@ -247,20 +322,20 @@ VARIANTS: list[Variant] = [
             "                output = self.model(input_ids.unsqueeze(0), kv_cache=kv_cache)\n"
             "                kv_cache = output[1]\n"
             "                logits = output[0][0, -1, :]\n"),
-    Variant(4, "cached_sample", "while loop over a Python list of ids", "sampling.py", SAMPLE_BODY, SAMPLE_WHILE_LOOP),
+    Variant(4, "cached_sample", "while loop over a Python list of ids", "sampling.py", _SAMPLE_BODY, _SAMPLE_WHILE_LOOP),
     Variant(4, "cached_sample", "squeeze the batch, then the last position", "sampling.py", _CACHED_STEP,
             "                all_logits, kv_cache = self.model(torch.stack([input_ids]), kv_cache)\n"
             "                logits = all_logits.squeeze(0)[-1]\n"),
     # cached_beam_search
     Variant(4, "cached_beam_search", "cache rows copied with cache[:, :, parents]", "beams.py",
-            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            _NEW_BEAMS,
             "        new_cache = None if cache is None else cache[:, :, parents]\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, new_cache)\n"),
     Variant(4, "cached_beam_search", "cache rows copied with repeat_interleave", "beams.py",
-            "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n",
+            _NEW_BEAMS,
             "        if cache is not None:\n"
             "            cache = KeyValueCache(cache.repeat_interleave(k, dim=2))\n"
             "        return self.new_beams(new_logprob_sums, new_tokens, cache)\n"),
     Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
-            GENERATE_TAIL, GENERATE_LOOPS),
+            _GENERATE_TAIL, _GENERATE_LOOPS),
 ]

@@ -102,56 +102,80 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_C, _T = "caches.py", "grading/test_part6_caches.py"
+_C = "caches.py"
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(6, "static cache attends to unfilled slots", _C,
             "return self.buffer[layer, 0, : self.batch, :end], self.buffer[layer, 1, : self.batch, :end]",
-            "return self.buffer[layer, 0, : self.batch], self.buffer[layer, 1, : self.batch]", _T),
+            "return self.buffer[layer, 0, : self.batch], self.buffer[layer, 1, : self.batch]",
+            why=("attention reads every slot of the preallocated buffer, including slots not yet written; "
+                 "only the first seq_len + new positions hold keys.")),
     Mistake(6, "static cache returns the old keys only (the new token misses itself)", _C,
             "return self.buffer[layer, 0, : self.batch, :end], self.buffer[layer, 1, : self.batch, :end]",
             "return self.buffer[layer, 0, : self.batch, : self.seq_len], self.buffer[layer, 1, : self.batch, : self.seq_len]",
-            _T),
+            why=("the cache returns the keys held before this step's write, so a new token cannot attend "
+                 "to itself.")),
     Mistake(6, "static cache writes every step at slot 0", _C,
             "        self.buffer[layer, 0, : self.batch, self.seq_len : end] = k\n"
             "        self.buffer[layer, 1, : self.batch, self.seq_len : end] = v\n",
             "        self.buffer[layer, 0, : self.batch, : k.shape[1]] = k\n"
-            "        self.buffer[layer, 1, : self.batch, : k.shape[1]] = v\n", _T),
+            "        self.buffer[layer, 1, : self.batch, : k.shape[1]] = v\n",
+            why=("every step writes its keys and values at slot 0 instead of at the cache's current "
+                 "length.")),
     Mistake(6, "reorder copies row by row in place (overwrites rows still to be read)", _C,
             "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
-            "        for i, row in enumerate(rows.tolist()):\n            filled[:, :, i] = filled[:, :, row]\n", _T),
+            "        for i, row in enumerate(rows.tolist()):\n            filled[:, :, i] = filled[:, :, row]\n",
+            why=("reorder copies rows one by one into the same buffer, so a row can be overwritten before "
+                 "another child reads it; gather all rows first, then write.")),
     Mistake(6, "reorder keeps the old batch size", _C,
             "        filled[:, :, : len(rows)] = gathered\n        self.batch = len(rows)\n",
-            "        filled[:, :, : len(rows)] = gathered\n", _T),
+            "        filled[:, :, : len(rows)] = gathered\n",
+            why=("after a reorder the cache keeps its old batch size instead of the number of rows it was "
+                 "given.")),
     Mistake(6, "fused QKV in the order K, Q, V", _C,
-            "for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)", "for W in (attn.W_K, attn.W_Q, attn.W_V)], dim=1)", _T),
+            "for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)", "for W in (attn.W_K, attn.W_Q, attn.W_V)], dim=1)",
+            why=("the fused projection stacks the weights as K, Q, V, so the slices taken as queries are "
+                 "keys.")),
     Mistake(6, "fused weights flattened head-last (d_head, then head)", _C,
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)")',
-            'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")', _T),
+            'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")',
+            why=("the fused weights are flattened with d_head outside and the head inside, so the columns "
+                 "no longer follow the heads' order.")),
     Mistake(6, "fast path forgets the positions the cache gives", _C,
             "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)",
             "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]).view(rows, cfg.d_model)",
-            _T),
+            why=("the fast path embeds new tokens at positions 0, 1, ... instead of after the tokens the "
+                 "cache already holds.")),
     Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _C,
             "values.transpose(1, 2), attn_mask=attn_mask\n",
-            "values.transpose(1, 2)\n", _T),
+            "values.transpose(1, 2)\n",
+            why=("the fast path drops the causal mask among new tokens, so during a prefill each position "
+                 "sees the ones after it.")),
     Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _C,
             'hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")',
-            "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))", _T),
+            "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))",
+            why=("the fast path uses the exact GELU; GPT-2 was trained with the tanh approximation "
+                 "(gelu_new).")),
     Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _C,
             "            start = self.num_sink_tokens + self.ring\n",
-            "            start = self.ring\n", _T),
+            "            start = self.ring\n",
+            why=("the ring buffer of the sliding window covers the sink slots too, so the first tokens are"
+                 " evicted like the others.")),
     Mistake(6, "sink window one position off (the window counts as full one token early)", _C,
             "        if held + new_pos <= self.window_length:\n",
-            "        if held + new_pos < self.window_length:\n", _T),
+            "        if held + new_pos < self.window_length:\n",
+            why="the window counts as full one token early, so it holds one token fewer than its length."),
     Mistake(6, "sink positions off by one (a full window's tokens at window_length)", _C,
             'last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1',
-            'last = self.window_length if self.position_rule == "cache" else self.n_ctx - 1', _T),
+            'last = self.window_length if self.position_rule == "cache" else self.n_ctx - 1',
+            why=("once the window is full, new tokens get position window_length instead of their index in"
+                 " the window (window_length - 1 for the newest).")),
     Mistake(6, "sink positions counted from 1", _C,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n",
-            "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n", _T),
+            "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n",
+            why="positions inside the sink cache are counted from 1 instead of 0."),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.

@@ -115,7 +115,7 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
-_S, _T = "speculative.py", "grading/test_part7_speculative.py"
+_S = "speculative.py"
 
 # The solution region of accept_or_resample, replaced whole by one of its variants.
 _ACCEPT_BODY = (
@@ -133,39 +133,66 @@ _ACCEPT_BODY = (
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
-# `sampling-course plant-mistakes` checks that the named test file catches it.
+# `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
     Mistake(7, "accepting when r >= p/q", _S,
-            "if r < p[i, x] / q[i, x]:", "if r >= p[i, x] / q[i, x]:", _T),
+            "if r < p[i, x] / q[i, x]:", "if r >= p[i, x] / q[i, x]:",
+            why=("the acceptance test is reversed: a proposal must be accepted when r < p(x) / q(x) (r "
+                 "uniform in [0, 1)).")),
     Mistake(7, "replacement drawn from p instead of max(0, p - q)", _S,
             "torch.multinomial(residual_probs(p[i], q[i]), num_samples=1, generator=generator)",
-            "torch.multinomial(p[i], num_samples=1, generator=generator)", _T),
+            "torch.multinomial(p[i], num_samples=1, generator=generator)",
+            why=("after a rejection the replacement is drawn from p; it must be drawn from the residual "
+                 "max(0, p - q), normalised.")),
     Mistake(7, "no bonus token when every proposal is accepted", _S,
-            "    return torch.cat([proposals, bonus])", "    return proposals", _T),
+            "    return torch.cat([proposals, bonus])", "    return proposals",
+            why=("when every proposal is accepted, no bonus token is drawn from the target's next "
+                 "distribution.")),
     Mistake(7, "residual not normalised", _S,
-            "return torch.where(total > 0, residual / total, p)", "return torch.where(total > 0, residual, p)", _T),
+            "return torch.where(total > 0, residual / total, p)", "return torch.where(total > 0, residual, p)",
+            why="the residual max(0, p - q) is used without dividing by its sum."),
+    Mistake(7, "residual_probs returns p", _S,
+            "return torch.where(total > 0, residual / total, p)", "return p",
+            why="the residual distribution is p itself; after a rejection it must be max(0, p - q), normalised."),
     Mistake(7, "target cache not cropped", _S,
-            "target_cache = crop_cache(target_cache, keep)", "target_cache = target_cache", _T),
+            "target_cache = crop_cache(target_cache, keep)", "target_cache = target_cache",
+            why=("the target's cache keeps the rejected proposals' keys and values; crop it to the "
+                 "accepted length.")),
     Mistake(7, "draft cache not cropped", _S,
-            "draft_cache = crop_cache(draft_cache, min(keep, draft_cache.seq_len))", "draft_cache = draft_cache", _T),
+            "draft_cache = crop_cache(draft_cache, min(keep, draft_cache.seq_len))", "draft_cache = draft_cache",
+            why=("the draft's cache keeps the rejected proposals' keys and values; crop it to the accepted"
+                 " length.")),
     Mistake(7, "caches cropped one position late (the rejected proposal stays)", _S,
-            "keep = len(tokens) + len(new) - 1", "keep = len(tokens) + len(new)", _T),
+            "keep = len(tokens) + len(new) - 1", "keep = len(tokens) + len(new)",
+            why=("the caches are cropped one position late, so the rejected proposal's keys and values "
+                 "stay.")),
     Mistake(7, "crop_cache slices the batch dimension", _S,
-            "return kv_cache[:, :, :, :n]", "return kv_cache[:, :, :n]", _T),
+            "return kv_cache[:, :, :, :n]", "return kv_cache[:, :, :n]",
+            why="crop_cache slices the batch dimension instead of the sequence dimension."),
     Mistake(7, "target's p read from the first positions of its logits", _S,
             "p = filtered_probs(logits[0, -(gamma + 1) :], temperature, top_k, top_p)",
-            "p = filtered_probs(logits[0, : gamma + 1], temperature, top_k, top_p)", _T),
+            "p = filtered_probs(logits[0, : gamma + 1], temperature, top_k, top_p)",
+            why=("the target's probabilities for the proposals are read from the first positions of its "
+                 "logits instead of the positions that predict each proposal.")),
     Mistake(7, "temperature applied twice to the draft's logits (as in HF assisted generation)", _S,
             "q = filtered_probs(logits[0, -1], temperature, top_k, top_p)",
-            "q = filtered_probs(logits[0, -1] / temperature, temperature, top_k, top_p)", _T),
+            "q = filtered_probs(logits[0, -1] / temperature, temperature, top_k, top_p)",
+            why=("the draft's logits are divided by the temperature twice, so q is sharper than the "
+                 "draft's real distribution.")),
     Mistake(7, "draft samples without top-k / top-p (filters shape p only)", _S,
             "q = filtered_probs(logits[0, -1], temperature, top_k, top_p)",
-            "q = filtered_probs(logits[0, -1], temperature)", _T),
+            "q = filtered_probs(logits[0, -1], temperature)",
+            why=("the draft samples from its unfiltered distribution while p is filtered; q must be "
+                 "filtered the same way as p.")),
     Mistake(7, "temperature applied twice, to p and q alike", _S,
-            "    logits = logits / temperature\n", "    logits = logits / temperature / temperature\n", _T),
+            "    logits = logits / temperature\n", "    logits = logits / temperature / temperature\n",
+            why=("both distributions are divided by the temperature twice, so the output follows a sharper"
+                 " law than the target's at that temperature.")),
     Mistake(7, "exclusive top-p cutoff", _S,
             "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p",
-            "keep_sorted = sorted_probs.cumsum(dim=-1) < top_p", _T),
+            "keep_sorted = sorted_probs.cumsum(dim=-1) < top_p",
+            why=("an exclusive top-p cutoff: the token that carries the running total past top_p is "
+                 "dropped, where it must stay.")),
     Mistake(7, "top-p applied before top-k", _S,
             "    if top_k > 0:\n"
             "        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]\n"
@@ -186,20 +213,23 @@ MISTAKES: list[Mistake] = [
             "    if top_k > 0:\n"
             "        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]\n"
             "        logits = logits.masked_fill(logits < kth_largest, float(\"-inf\"))\n",
-            _T),
+            why="top-p is applied before top-k; the order is temperature, then top-k, then top-p."),
     Mistake(7, "prompt lookup takes the first occurrence", _S,
-            "start = int(matches[-1]) + n", "start = int(matches[0]) + n", _T,
-            why="proposing what followed the first occurrence of the n-gram instead of the most recent one"),
+            "start = int(matches[-1]) + n", "start = int(matches[0]) + n",
+            why=('prompt lookup proposes what followed the first occurrence of the n-gram, where it takes the '
+                 'most recent one.')),
     Mistake(7, "prompt lookup matches the ending with itself", _S,
-            "windows = tokens[: length - 1].unfold(0, n, 1)", "windows = tokens.unfold(0, n, 1)", _T,
-            why="counting the text's ending as an earlier occurrence of itself (nothing follows it)"),
+            "windows = tokens[: length - 1].unfold(0, n, 1)", "windows = tokens.unfold(0, n, 1)",
+            why=("prompt lookup counts the text's ending as an earlier occurrence of itself, after which "
+                 'nothing follows.')),
     Mistake(7, "prompt lookup tries the shortest n-gram first", _S,
             "for n in range(min(max_ngram_size, length - 1), 0, -1):",
-            "for n in range(1, min(max_ngram_size, length - 1) + 1):", _T,
-            why="trying the shortest n-gram first instead of the longest"),
+            "for n in range(1, min(max_ngram_size, length - 1) + 1):",
+            why='prompt lookup tries the shortest n-gram first, where the longest goes first.'),
     Mistake(7, "prompt lookup proposes the matched n-gram itself", _S,
-            "start = int(matches[-1]) + n", "start = int(matches[-1])", _T,
-            why="proposing the matched n-gram again instead of the tokens that followed it"),
+            "start = int(matches[-1]) + n", "start = int(matches[-1])",
+            why=('prompt lookup proposes the matched n-gram again, where it proposes the tokens that followed '
+                 'it.')),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.

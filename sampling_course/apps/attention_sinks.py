@@ -1,0 +1,83 @@
+"""Attention sinks: how much attention each head puts on the first tokens of a text (part 6).
+
+The sink cache of the long-text experiment (``sampling_course.apps.long_text``) keeps the
+first few tokens forever, because trained models put a large share of their attention
+there. This module measures that share by another route than the experiment's own
+caches: Hugging Face's eager attention, which returns every layer's attention pattern.
+``attention_mass_on_first`` gives the share per layer and head, ``uniform_mass_on_first``
+what a head that spread its attention evenly would put there, and ``attention_table``
+shows both.
+"""
+
+from __future__ import annotations
+
+import torch
+from jaxtyping import Bool, Float, Int
+from torch import Tensor
+
+
+def eager_hf_model(reference):
+    """A fresh copy of the reference's Hugging Face model whose attention can return its patterns."""
+    from transformers import GPT2LMHeadModel
+
+    from sampling_course.reference import quiet_transformers
+
+    quiet_transformers()
+    # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
+    return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
+
+
+@torch.inference_mode()
+def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[Tensor, "text n_heads query_pos key_pos"]]:
+    """Every layer's attention pattern on ``tokens`` (at most n_ctx of them): softmax over keys, per query."""
+    if tokens.shape[1] > hf_model.config.n_positions:
+        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={hf_model.config.n_positions}")
+    return list(hf_model(tokens, output_attentions=True).attentions)
+
+
+def attention_mass(
+    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"], from_position: int = 64
+) -> Float[Tensor, "n_layers n_heads"]:
+    """The share of attention each head puts on the key positions marked in ``keys``, averaged over
+    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
+    n = min(tokens.shape[1], hf_model.config.n_positions)
+    if not 0 <= from_position < n:
+        raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
+    if keys.shape != tokens.shape:
+        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
+    total = 0.0
+    for row, marked in zip(tokens[:, :n], keys[:, :n]):
+        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0]  # (layer, head, query, key)
+        total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
+    return total / len(tokens)
+
+
+def attention_mass_on_first(
+    hf_model, tokens: Int[Tensor, "text pos"], k: int = 4, from_position: int = 64
+) -> Float[Tensor, "n_layers n_heads"]:
+    """The share of attention each head puts on the first ``k`` tokens of the text (see ``attention_mass``)."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    first = torch.zeros(tokens.shape, dtype=torch.bool)
+    first[:, :k] = True
+    return attention_mass(hf_model, tokens, first, from_position)
+
+
+def uniform_mass_on_first(k: int, from_position: int, n_positions: int) -> float:
+    """The same share for a head that spread its attention evenly over every key it may see."""
+    return sum(min(k, q + 1) / (q + 1) for q in range(from_position, n_positions)) / (n_positions - from_position)
+
+
+def attention_table(mass: Tensor, k: int, from_position: int, n_positions: int, model_name: str = ""):
+    """Per layer: the mean share of attention on the first ``k`` tokens, its largest head, and uniform's."""
+    from rich.table import Table
+
+    uniform = uniform_mass_on_first(k, from_position, n_positions)
+    out = Table(
+        "layer", "mean over heads", "largest head", "uniform attention",
+        title=f"Share of attention on the first {k} tokens{' of ' + model_name if model_name else ''} "
+        f"(queries {from_position}-{n_positions - 1})",
+    )
+    for layer, heads in enumerate(mass):
+        out.add_row(str(layer), f"{heads.mean():.3f}", f"{heads.max():.3f}", f"{uniform:.3f}")
+    return out

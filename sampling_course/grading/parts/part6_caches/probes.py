@@ -1,0 +1,147 @@
+"""Part 6's probes: the caches' methods driven by hand on buffers of known numbers, and the fast
+path on a small random DemoTransformer.
+
+Each probe runs only its own exercise's code: the cache methods are called the way
+``forward`` calls them (the probe does the bookkeeping ``forward`` does between calls), and
+the fast path gets fused weights and a cache made here, so a mistake in ``fuse_qkv`` or
+``update`` shows in their own probes, not in this one's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import einops
+import torch
+
+from sampling_course.grading.matching import attempt, plain
+from sampling_course.grading.probing import (
+    Impl, attn_params, demo_params, generator, loaded, probe, randn, small_config,
+)
+
+
+@probe("fuse_qkv")
+def _probe_fuse_qkv(impl: Impl) -> Any:
+    cfg = small_config()
+    attn = loaded(impl.transformer.Attention(cfg), attn_params(cfg, generator(90)))
+    fused = impl.caches.fuse_qkv(attn)
+    return [plain(fused.W_QKV), plain(fused.b_QKV), plain(fused.W_O), plain(fused.b_O)]
+
+
+@probe("StaticKeyValueCache.update")
+def _probe_static_update(impl: Impl) -> Any:
+    g = generator(91)
+    # Three rows of room, two in use; the buffer starts with known numbers in every slot.
+    cache = impl.caches.StaticKeyValueCache(randn(g, 2, 2, 3, 6, 2, 4))
+    cache.batch = 2
+    returned = []
+    for new_pos in (3, 1):  # a prompt of three, then one token
+        for layer in range(2):
+            k, v = randn(g, 2, new_pos, 2, 4), randn(g, 2, new_pos, 2, 4)
+            keys, values = cache.update(layer, k, v)
+            returned.append((plain(keys), plain(values)))
+        cache.seq_len += new_pos  # as forward does, once every layer has written
+    return [returned, plain(cache.buffer)]
+
+
+@probe("StaticKeyValueCache.reorder")
+def _probe_static_reorder(impl: Impl) -> Any:
+    cache = impl.caches.StaticKeyValueCache(randn(generator(92), 2, 2, 3, 5, 2, 4))
+    cache.seq_len = 4
+
+    def reorder(rows: list[int]) -> Any:
+        cache.reorder(torch.tensor(rows))
+        return int(cache.batch), plain(cache.buffer[:, :, : cache.batch, : cache.seq_len])
+
+    # A permutation that reads rows already written, beams that grow past the buffer's rows,
+    # then the new fourth row alone (a cache that kept three rows refuses row 3).
+    return [attempt(lambda rows=rows: reorder(rows)) for rows in ([1, 0, 0], [2, 1, 0, 0], [3])]
+
+
+class _ListCache:
+    """The least a cache must do for ``fast_forward``: keep each layer's keys and values, return them all."""
+
+    def __init__(self, fused: list[Any]):
+        self.fused = fused
+        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(fused)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        past = self.kv[layer]
+        if past is not None:
+            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
+        self.kv[layer] = (k, v)
+        return k, v
+
+
+def _fast_layers(impl: Impl, model: torch.nn.Module) -> list[Any]:
+    """Each block's weights in the fast path's layout, made here from their definition."""
+    layers = []
+    for block in model.blocks:
+        attn = block.attn
+        W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)
+        b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])
+        fused = impl.caches.FusedAttention(W_QKV=W_QKV.detach(), b_QKV=b_QKV.detach(),
+                                           W_O=einops.rearrange(attn.W_O, "n h d -> (n h) d").detach(), b_O=attn.b_O.detach())
+        layers.append(impl.caches.FastLayer(
+            ln1_w=block.ln1.w.detach(), ln1_b=block.ln1.b.detach(), attn=fused, ln2_w=block.ln2.w.detach(),
+            ln2_b=block.ln2.b.detach(), W_in=block.mlp.W_in.detach(), b_in=block.mlp.b_in.detach(),
+            W_out=block.mlp.W_out.detach(), b_out=block.mlp.b_out.detach(),
+        ))
+    return layers
+
+
+@probe("fast_forward")
+def _probe_fast_forward(impl: Impl) -> Any:
+    cfg, g = small_config(), generator(93)
+    params = demo_params(cfg, g)
+    for i in range(cfg.n_layers):
+        # A loud MLP: the exact GELU and GPT-2's tanh approximation differ by 5e-4 at most, and
+        # that must show in the logits well past the matching tolerance.
+        params[f"blocks.{i}.mlp.W_out"] = params[f"blocks.{i}.mlp.W_out"] * 3.0
+    model = loaded(impl.transformer.DemoTransformer(cfg), params)
+    cache = _ListCache(_fast_layers(impl, model))
+    tokens = torch.randint(0, cfg.d_vocab, (2, 4), generator=g)
+    # Three tokens at positions 4, 5, 6 (as if four came before), each seeing only itself and
+    # the ones before it; then one more at position 7, which sees everything.
+    causal = torch.ones(3, 3, dtype=torch.bool).tril()
+    first = impl.caches.fast_forward(model, tokens[:, :3], torch.arange(4, 7)[None], cache, causal)
+    last = impl.caches.fast_forward(model, tokens[:, 3:], torch.tensor([[7]]), cache, None)
+    return [plain(first), plain(last)]
+
+
+def _sink_cache(impl: Impl, buffer: torch.Tensor, num_sink_tokens: int, position_rule: str, n_ctx: int) -> Any:
+    return impl.caches.SinkCache(buffer, num_sink_tokens, position_rule, n_ctx)
+
+
+@probe("SinkCache.positions")
+def _probe_sink_positions(impl: Impl) -> Any:
+    out = []
+    for rule in ("cache", "absolute"):
+        # A window of 5 slots, 2 of them sinks, on a model with n_ctx = 8.
+        cache = _sink_cache(impl, torch.zeros(1, 2, 1, 5, 1, 1), 2, rule, 8)
+        for seen, new_pos in ((0, 3), (3, 1), (4, 1), (5, 1), (7, 1), (12, 1)):
+            cache.seen = seen
+            out.append(plain(cache.positions(new_pos)))
+    return out
+
+
+@probe("SinkCache.update")
+def _probe_sink_update(impl: Impl) -> Any:
+    g = generator(94)
+    # Two layers, two rows, a window of 4 slots with 1 sink; known numbers in every slot.
+    cache = _sink_cache(impl, randn(g, 2, 2, 2, 4, 2, 3), 1, "cache", 12)
+    window, recent = 4, 3
+    returned = []
+    # A prompt of three tokens, then one token per step (the fourth fills the window; each
+    # later one evicts the oldest recent token), as forward sends them.
+    for total in range(3, 9):
+        while cache.seen < total:
+            free = window - min(cache.seen, window)
+            new_pos = min(total - cache.seen, free) if free else 1
+            for layer in range(2):
+                keys, values = cache.update(layer, randn(g, 2, new_pos, 2, 3), randn(g, 2, new_pos, 2, 3))
+                returned.append((plain(keys), plain(values)))
+            if not free:
+                cache.ring = (cache.ring + 1) % recent
+            cache.seen += new_pos
+    return [returned, plain(cache.buffer)]

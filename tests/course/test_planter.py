@@ -1,0 +1,70 @@
+"""The planter (``grading/mistakes.py``): a planted change runs only its exercise's tests, in a
+worker that judges change after change, and a run that disturbs what runs share is noticed.
+
+The in-process judgements use part 2's ``greedy_search``, whose tests take about a second.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from sampling_course.grading import mistakes
+from sampling_course.grading.catalogue import Mistake, Variant
+from sampling_course.grading.course import MISTAKES
+
+GREEDY_MISTAKE = next(m for m in MISTAKES if m.name == "greedy takes the least likely token")
+# Planting the solution's own text changes nothing: a correct "variant" every test must accept.
+GREEDY_AS_IS = Variant(2, "greedy_search", "the solution itself", GREEDY_MISTAKE.file, GREEDY_MISTAKE.old,
+                       GREEDY_MISTAKE.old)
+
+
+def test_changes_reach_the_worker_intact():
+    for change in (GREEDY_MISTAKE, GREEDY_AS_IS, dataclasses.replace(GREEDY_MISTAKE, exercise="sample_basic")):
+        assert mistakes._from_json(mistakes._to_json(change)) == change
+
+
+def test_a_mistake_runs_its_exercises_tests_and_stops_at_the_first_failure():
+    assert mistakes._selection(GREEDY_MISTAKE) == ["--exercise", "greedy_search", "-x"]
+    # The two part-4 attention mistakes rewrite part 1's Attention but name the cached forward.
+    shifted = next(m for m in MISTAKES if m.name == "mask not shifted for cached positions")
+    assert mistakes._selection(shifted) == ["--exercise", "cached_forward", "-x"]
+    # A variant must pass every test of its exercise.
+    assert mistakes._selection(GREEDY_AS_IS) == ["--exercise", "greedy_search"]
+
+
+def test_a_mistake_in_no_exercises_code_is_not_caught_and_says_why():
+    """Through a real worker process (which, with no test to run, never imports torch)."""
+    nowhere = Mistake(1, "given code", "transformer.py", "def check_cache_fits(", "def check_cache_fits(")
+    [verdict] = mistakes.plant_mistakes([nowhere])
+    assert not verdict.ok
+    assert verdict.detail == "its code (check_cache_fits) belongs to no part-1 exercise"
+
+
+@pytest.fixture
+def planted_home(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.planted
+def test_the_tests_catch_a_mistake_and_accept_the_solution(planted_home):
+    caught = mistakes.judge(GREEDY_MISTAKE, planted_home, "planted_greedy_mistake")
+    assert caught.ok and "test_part2_sampling.py::" in caught.detail and not caught.disturbed
+    accepted = mistakes.judge(GREEDY_AS_IS, planted_home, "planted_greedy_as_is")
+    assert accepted.ok and accepted.detail.endswith(" passed"), accepted
+    assert not list(planted_home.iterdir()), "the planted copies are removed"
+
+
+@pytest.mark.planted
+def test_a_run_that_changes_the_shared_state_is_not_trusted(planted_home):
+    # Planted code that turns gradients off for the whole process when it runs.
+    rude = Variant(2, "greedy_search", "turns gradients off", "sampling.py", GREEDY_MISTAKE.old,
+                   "torch.set_grad_enabled(False)\n        " + GREEDY_MISTAKE.old)
+    try:
+        verdict = mistakes.judge(rude, planted_home, "planted_rude")
+    finally:
+        torch.set_grad_enabled(True)
+    assert verdict.disturbed
