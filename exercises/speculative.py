@@ -1,6 +1,6 @@
 # GENERATED from solutions/speculative.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: c6747e439135c861575f09bc922efd6feecca06edd69f5f4e8c365b763b703d6
+# stub-checksum: 84796dc938a606469a952351542c4ff91398fc8ef5d3ba037280d14563d46c50
 """Part 7: speculative decoding.
 
 A forward pass of a large model over several new positions costs little more than over
@@ -305,6 +305,7 @@ def speculative_generate(
     top_p: float = 1.0,
     seed: int | None = None,
     return_stats: bool = False,
+    cache_class=KeyValueCache,
     prompt_lookup_num_tokens: int | None = None,
     max_matching_ngram_size: int = 2,
 ):
@@ -325,6 +326,11 @@ def speculative_generate(
 
     ``tokenizer`` is the one tokenizer both models use, or a pair
     ``(target_tokenizer, draft_tokenizer)``, which must have the same vocabulary.
+
+    ``cache_class`` makes both models' caches, with ``cache_class.new_empty(cfg, device=...,
+    dtype=...)``: part 4's ``KeyValueCache`` (the default), which ``crop_cache`` slices, or
+    part 6's ``StaticKeyValueCache``, which crops itself by moving a counter and runs the
+    fast path.
 
     Returns the decoded prompt plus continuation, like ``TransformerSampler.sample``; with
     ``return_stats=True``, a pair ``(text, SpeculativeStats)``.
@@ -349,6 +355,11 @@ def speculative_generate(
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ValueError(f"seed must be an integer or None, got {seed!r}")
     check_sampling_settings(temperature, top_k, top_p)
+    if not callable(getattr(cache_class, "new_empty", None)):
+        raise TypeError(
+            "cache_class must be a cache class with new_empty(cfg, device=..., dtype=...), such as KeyValueCache "
+            f"or part 6's StaticKeyValueCache; got {cache_class!r}"
+        )
 
     device, dtype = device_and_dtype(target)
     tokens = tokenizer.encode(prompt, return_tensors="pt")[0].to(device)
@@ -363,9 +374,9 @@ def speculative_generate(
             "are still wanted, so it never reaches past prompt + max_new_tokens). Shorten one of them"
         )
     generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
-    target_cache = KeyValueCache.new_empty(target.cfg, device=device, dtype=dtype)
+    target_cache = cache_class.new_empty(target.cfg, device=device, dtype=dtype)
     # A prompt-lookup draft has no model: its cache stays empty.
-    draft_cache = KeyValueCache.new_empty(draft_cfg, device=device, dtype=dtype if lookup else device_and_dtype(draft)[1])
+    draft_cache = cache_class.new_empty(draft_cfg, device=device, dtype=dtype if lookup else device_and_dtype(draft)[1])
     eos = getattr(tokenizer, "eos_token_id", None)
     stats = SpeculativeStats(gamma=gamma)
 

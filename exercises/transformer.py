@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 3318cc0880fb7ae4a7e78575a486b28fb73b688099530e4e395ba1e2cbdd0f34
+# stub-checksum: c421f31fe198593d790863bf2cfdc9f2d31bb07761aed662cf2081a6c584c186
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -29,11 +29,14 @@ from torch import Tensor
 
 from sampling_course.config import Config
 
-# Written into masked attention scores. Large and negative rather than -inf, so that
-# softmax never sees a row of -inf (which would give NaN). It stays finite in float32 and
-# bfloat16 (-99840), but not in float16, whose largest magnitude is 65504: a model cast to
-# fp16 turns this buffer into -inf. That is harmless while every row keeps a visible key,
-# as a causal mask's rows do; torch.finfo(dtype).min is finite in every dtype.
+# Written into masked attention scores. Large and negative rather than -inf: a softmax
+# written out by hand, as in Attention.forward, turns a row of -inf into 0 / 0 = NaN.
+# (PyTorch's scaled_dot_product_attention returns 0 for such a row since 2.5; other and
+# older kernels may not, so a finite value is the portable choice, as Hugging Face's
+# torch.finfo(dtype).min is.) It stays finite in float32 and bfloat16 (-99840), but not in
+# float16, whose largest magnitude is 65504: a model cast to fp16 turns this buffer into
+# -inf. That is harmless while every row keeps a visible key, as a causal mask's rows do;
+# torch.finfo(dtype).min is finite in every dtype.
 IGNORE = -1e5
 
 
@@ -389,6 +392,13 @@ class DemoTransformer(nn.Module):
         ``attention_mask`` covers every position of ``tokens`` (cached ones too). Returns
         what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
         positions and the extended cache.
+
+        Each new token is embedded at its own position among its row's real tokens
+        (``position_ids_from_mask``), so rows need different positions. ``PosEmbed`` gives
+        every row the same positions ``offset .. offset + pos - 1``, so it cannot do that:
+        index its weights with the positions instead, ``self.pos_embed.W_pos[positions]``.
+        The blocks' own ``forward`` has no mask argument: call each block's ``ln1``,
+        ``attn.masked_forward``, ``ln2`` and ``mlp`` yourself.
         """
         return_cache = kv_cache is not None
         if kv_cache is None:  # start from an empty cache: one code path with and without one

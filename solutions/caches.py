@@ -39,7 +39,8 @@ from torch import Tensor
 
 from sampling_course.config import Config
 
-from .transformer import IGNORE, DemoTransformer, check_cache_fits, position_ids_from_mask
+# gelu_new: GPT-2's GELU (the tanh approximation), for fast_forward's MLP.
+from .transformer import IGNORE, DemoTransformer, check_cache_fits, gelu_new, position_ids_from_mask
 
 # ---------------------------------------------------------------------------------------
 # The fast path, shared by both caches
@@ -131,6 +132,10 @@ def fast_forward(
     True or 0.0 = may attend) narrows that further; None lets every query see every key.
     ``cache.fused`` holds a ``FastLayer`` per block: its LayerNorm and MLP weights and
     ``fuse_qkv`` of its attention.
+
+    GPT-2's GELU is the tanh approximation, not the exact erf form: ``gelu_new`` (part 1's,
+    imported above) or ``F.gelu(x, approximate="tanh")``; plain ``F.gelu(x)`` is the other
+    function and moves the logits.
     """
     cfg = model.cfg
     batch, new_pos = new_tokens.shape
@@ -233,12 +238,16 @@ class StaticKeyValueCache:
     ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
         """Write ``layer``'s keys and values of the new positions into the next free slots.
 
+        Only rows ``:self.batch`` are in use (the buffer may hold more: ``reorder`` and a
+        smaller batch on an empty cache leave rows past ``batch`` unused), so write and
+        return those rows only: ``k`` and ``v`` have ``self.batch`` rows.
+
         Returns the keys and values of every filled position, the new ones included, as
         views of the buffer. ``seq_len`` does not move: every layer writes the same slots,
         and ``forward`` advances it once, after the last layer.
         """
         ### BEGIN SOLUTION
-        # Hint: the new positions go to slots seq_len .. seq_len + new_pos - 1; return only filled slots.
+        # Hint: rows :self.batch, slots seq_len .. seq_len + new_pos - 1; return only the filled slots of those rows.
         end = self.seq_len + k.shape[1]
         self.buffer[layer, 0, : self.batch, self.seq_len : end] = k
         self.buffer[layer, 1, : self.batch, self.seq_len : end] = v
@@ -271,7 +280,7 @@ class StaticKeyValueCache:
             extra = len(rows) - self.buffer.shape[2]
             self.buffer = torch.cat([self.buffer, self.buffer.new_empty(self.buffer.shape[:2] + (extra,) + self.buffer.shape[3:])], dim=2)
         ### BEGIN SOLUTION
-        # Hint: read all the selected rows first; writing row by row would overwrite rows not yet read.
+        # Hint: the filled positions of the buffer are self.buffer[:, :, :, :self.seq_len]; rows are dimension 2.
         filled = self.buffer[:, :, :, : self.seq_len]
         gathered = filled.index_select(2, rows)
         filled[:, :, : len(rows)] = gathered
@@ -308,7 +317,8 @@ class StaticKeyValueCache:
         else:
             positions = position_ids_from_mask(attention_mask)[:, past:]
             allowed = causal_mask(new_pos, past + new_pos, tokens.device) & (attention_mask[:, None, None, :] == 1)
-            # Additive and finite, so that a pad query that may see nothing gets no NaN.
+            # Additive and finite (IGNORE, not -inf), like part 5's masked_forward: a pad query that may see
+            # nothing gets a harmless uniform pattern in any attention kernel.
             attn_mask = torch.zeros(allowed.shape, dtype=self.buffer.dtype, device=tokens.device).masked_fill(~allowed, IGNORE)
         logits = fast_forward(model, tokens[:, past:], positions, self, attn_mask)
         self.seq_len += new_pos  # every layer has written its slots
@@ -348,8 +358,9 @@ class SinkCache:
     position; a key cannot be moved to another one (rotary models can re-rotate theirs).
     So the cache decides the position of each new token, by ``position_rule``:
 
-    * ``"cache"``: the number of tokens the cache holds when the token arrives, its place
-      in the cache: 0, 1, ..., then ``window_length - 1`` for every token once the window is full;
+    * ``"cache"``: the token's index in the window, counting from the oldest token the
+      window holds (the sinks first), the token itself included: 0, 1, ..., then
+      ``window_length - 1`` for every token once the window is full;
     * ``"absolute"``: its position in the text, capped at ``n_ctx - 1``.
 
     ``model(tokens, cache)`` takes ``tokens``, the whole text so far (it may be longer than
@@ -428,7 +439,7 @@ class SinkCache:
         """The position ids of the next ``new_pos`` tokens of the text (tokens ``seen``, ``seen + 1``, ...)."""
         device = self.buffer.device
         ### BEGIN SOLUTION
-        # Hint: token t holds min(t, window_length - 1) tokens before it in the cache ("cache"), or sits at t ("absolute").
+        # Hint: token t of the text is at index min(t, window_length - 1) of the window ("cache"), or at t ("absolute").
         t = torch.arange(self.seen, self.seen + new_pos, device=device)
         last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1
         return t.clamp(max=last)

@@ -26,11 +26,14 @@ from torch import Tensor
 
 from sampling_course.config import Config
 
-# Written into masked attention scores. Large and negative rather than -inf, so that
-# softmax never sees a row of -inf (which would give NaN). It stays finite in float32 and
-# bfloat16 (-99840), but not in float16, whose largest magnitude is 65504: a model cast to
-# fp16 turns this buffer into -inf. That is harmless while every row keeps a visible key,
-# as a causal mask's rows do; torch.finfo(dtype).min is finite in every dtype.
+# Written into masked attention scores. Large and negative rather than -inf: a softmax
+# written out by hand, as in Attention.forward, turns a row of -inf into 0 / 0 = NaN.
+# (PyTorch's scaled_dot_product_attention returns 0 for such a row since 2.5; other and
+# older kernels may not, so a finite value is the portable choice, as Hugging Face's
+# torch.finfo(dtype).min is.) It stays finite in float32 and bfloat16 (-99840), but not in
+# float16, whose largest magnitude is 65504: a model cast to fp16 turns this buffer into
+# -inf. That is harmless while every row keeps a visible key, as a causal mask's rows do;
+# torch.finfo(dtype).min is finite in every dtype.
 IGNORE = -1e5
 
 
@@ -191,7 +194,8 @@ class Attention(nn.Module):
         kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K
         kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V
         # One additive mask for every head: IGNORE on future keys (the causal mask applied to zeros)
-        # and on pad keys, 0 elsewhere. Finite, so a pad query that sees only pads gets no NaN.
+        # and on pad keys, 0 elsewhere. A pad query at the start of a row sees only pads: a finite
+        # IGNORE gives it a harmless uniform pattern in any attention kernel (SDPA would also cope with -inf).
         causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))
         bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)
         # PyTorch's fused attention computes softmax(q k^T / sqrt(d_head) + bias) v in one call,
@@ -481,6 +485,13 @@ class DemoTransformer(nn.Module):
         ``attention_mask`` covers every position of ``tokens`` (cached ones too). Returns
         what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
         positions and the extended cache.
+
+        Each new token is embedded at its own position among its row's real tokens
+        (``position_ids_from_mask``), so rows need different positions. ``PosEmbed`` gives
+        every row the same positions ``offset .. offset + pos - 1``, so it cannot do that:
+        index its weights with the positions instead, ``self.pos_embed.W_pos[positions]``.
+        The blocks' own ``forward`` has no mask argument: call each block's ``ln1``,
+        ``attn.masked_forward``, ``ln2`` and ``mlp`` yourself.
         """
         return_cache = kv_cache is not None
         if kv_cache is None:  # start from an empty cache: one code path with and without one

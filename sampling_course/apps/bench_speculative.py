@@ -20,10 +20,16 @@ on the same prompts:
   (1 - alpha^(gamma+1)) / ((1 - alpha) (gamma c + v)) with c the draft's cost per token and
   v the cost of the target's verifying forward over gamma + 1 positions, both in units of
   the target's cost per token (measured here too);
+* the same with part 6's ``StaticKeyValueCache`` for both models (``cache_class=``; it
+  crops by moving a counter and runs the fast path), against target-only generation on a
+  static cache (``--no-static`` skips it);
 * Hugging Face assisted generation as a peer: ``hf_target.generate(...,
-  assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma`` and a constant schedule
-  (no confidence-based early stop), against plain ``hf_target.generate``; its tokens per
-  target forward are counted with a forward hook;
+  assistant_model=hf_draft)`` with ``num_assistant_tokens=gamma``,
+  ``num_assistant_tokens_schedule="constant"`` (set explicitly: the "heuristic" schedules
+  change the number of proposals from round to round) and ``assistant_confidence_threshold=0``
+  (its default, 0.4, stops drafting early when the draft is unsure), against plain
+  ``hf_target.generate``;
+  its tokens per target forward are counted with a forward hook;
 * prompt-lookup drafting, which needs no draft model: ``speculative_generate`` with
   ``prompt_lookup_num_tokens=gamma`` (the tokens that followed the last earlier occurrence
   of the text's final 2-gram), beside Hugging Face's ``generate(prompt_lookup_num_tokens=gamma)``
@@ -77,6 +83,7 @@ class Row:
     new_tokens: int = 0
     target_forwards: int = 0
     seconds: list[float] = field(default_factory=list)
+    static_seconds: list[float] = field(default_factory=list)  # the same runs on static caches
     hf_seconds: list[float] = field(default_factory=list)
     hf_new_tokens: int = 0
     hf_target_forwards: int = 0
@@ -122,6 +129,7 @@ class Results:
     new_tokens: int
     rows: list[Row]
     baseline: list[float] = field(default_factory=list)  # target-only cached generation, seconds per run
+    static_baseline: list[float] = field(default_factory=list)  # the same on a StaticKeyValueCache
     draft_only: list[float] = field(default_factory=list)  # draft-only cached generation, seconds per run
     hf_baseline: list[float] = field(default_factory=list)  # plain hf_target.generate, seconds per run
     verify_cost: dict[int, float] = field(default_factory=dict)  # gamma -> target forward over gamma+1 positions / over 1
@@ -159,17 +167,22 @@ def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None
         )
 
 
-def check_greedy(pair: Pair, gammas: list[int], n: int, lookup: bool = True) -> None:
-    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma)."""
+def check_greedy(pair: Pair, gammas: list[int], n: int, caches: tuple[str, ...] = ("dynamic",),
+                 lookup: bool = True) -> None:
+    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma and cache),
+    and so does prompt-lookup drafting, ours and Hugging Face's (``lookup``)."""
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
         check_length("target-only cached greedy generation", plain, prompt, n)
         hf_plain, _ = hf_generate(pair, prompt, n, 0.0, 0)
         check_length("plain Hugging Face greedy generate", hf_plain, prompt, n)
         for gamma in gammas:
-            ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0)
-            if ours != plain:
-                raise BenchCheckError(f"gamma={gamma}: speculative greedy text differs from the target's cached greedy text")
+            for cache in caches:
+                ours, _ = ours_speculative(pair, prompt, n, gamma, 0.0, 0, cache)
+                if ours != plain:
+                    raise BenchCheckError(
+                        f"gamma={gamma}: speculative greedy text ({cache} caches) differs from the target's cached greedy text"
+                    )
             assisted, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma)
             if assisted != hf_plain:
                 raise BenchCheckError(f"gamma={gamma}: HF assisted greedy text differs from HF greedy text")
@@ -191,23 +204,30 @@ def measure(
     hf: bool = True,
     check: bool = True,
     progress: bool = False,
+    static: bool = False,
     lookup: bool = True,
 ) -> Results:
-    """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt."""
+    """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt.
+
+    ``static``: also run ours with part 6's StaticKeyValueCache (speculative and target-only).
+    """
     from tqdm.auto import tqdm
 
     longest = max(len(p) for p in pair.prompts)
     if longest + new_tokens > pair.n_ctx:
         raise ValueError(f"prompt ({longest} tokens) + new_tokens={new_tokens} is more than n_ctx={pair.n_ctx}")
     results = Results(pair, temperature, new_tokens, [Row(gamma) for gamma in gammas])
+    caches = ("dynamic", "static") if static else ("dynamic",)
     if check:
-        check_greedy(pair, gammas, min(24, new_tokens), lookup=lookup and hf)
+        check_greedy(pair, gammas, min(24, new_tokens), caches, lookup=lookup and hf)
     prompt = pair.prompts[0]
     for gamma in gammas:  # first calls pay for lazy initialisation: keep them out of the timings
-        ours_speculative(pair, prompt, 4, gamma, temperature, 0)
+        for cache in caches:
+            ours_speculative(pair, prompt, 4, gamma, temperature, 0, cache)
         if hf:
             hf_generate(pair, prompt, 4, temperature, 0, gamma=gamma)
-    results.verify_cost = verify_cost(pair, gammas, repeats=10 if repeats > 1 else 2)
+    # Best of 20 timings each: a verifying pass takes milliseconds, and single timings scatter on a busy machine.
+    results.verify_cost = verify_cost(pair, gammas, repeats=20)
 
     def timed(fn):
         start = time.perf_counter()
@@ -220,6 +240,10 @@ def measure(
         ids, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed))
         check_length("target-only cached generation", ids, prompt, new_tokens)
         results.baseline.append(seconds)
+        if static:
+            ids, seconds = timed(lambda: ours_cached(pair, pair.target, prompt, new_tokens, temperature, seed, "static"))
+            check_length("target-only generation on a static cache", ids, prompt, new_tokens)
+            results.static_baseline.append(seconds)
         ids, seconds = timed(lambda: ours_cached(pair, pair.draft, prompt, new_tokens, temperature, seed))
         check_length("draft-only cached generation", ids, prompt, new_tokens)
         results.draft_only.append(seconds)
@@ -240,6 +264,12 @@ def measure(
             row.judged += stats.judged
             row.new_tokens += stats.new_tokens
             row.target_forwards += stats.target_forwards
+            if static:
+                (ids, _), seconds = timed(
+                    lambda: ours_speculative(pair, prompt, new_tokens, row.gamma, temperature, seed, "static")
+                )
+                check_length(f"speculative_generate on static caches (gamma={row.gamma})", ids, prompt, new_tokens)
+                row.static_seconds.append(seconds)
             if hf:
                 (ids, forwards), seconds = timed(lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma))
                 check_length(f"Hugging Face assisted generation (gamma={row.gamma})", ids, prompt, new_tokens)
@@ -275,9 +305,11 @@ def table(results: Results):
     """The results as a rich Table, one row per gamma."""
     from rich.table import Table
 
-    hf = bool(results.hf_baseline)
+    hf, static = bool(results.hf_baseline), bool(results.static_baseline)
     base = results.ms_per_token(results.baseline)
     columns = ["gamma", "alpha", "tok/fwd", "theory", "ms/tok", "speedup", "theory"]
+    if static:
+        columns += ["static\nms/tok", "static\nspeedup"]
     if hf:
         columns += ["HF tok/fwd", "HF ms/tok", "HF speedup"]
     out = Table(
@@ -297,6 +329,9 @@ def table(results: Results):
             f"{base / ms:.2f}x",
             f"{expected_speedup(row.alpha, row.gamma, c, results.verify_cost[row.gamma]):.2f}x",
         ]
+        if static:
+            static_ms = results.ms_per_token(row.static_seconds)
+            cells += [f"{static_ms:.2f}", f"{results.ms_per_token(results.static_baseline) / static_ms:.2f}x"]
         if hf:
             hf_ms = results.ms_per_token(row.hf_seconds)
             cells += [f"{row.hf_tokens_per_forward:.2f}", f"{hf_ms:.2f}", f"{results.ms_per_token(results.hf_baseline) / hf_ms:.2f}x"]
@@ -338,6 +373,9 @@ def baselines_text(results: Results) -> str:
         "target forward over gamma + 1 new positions / over 1: "
         + ", ".join(f"gamma {g}: {v:.2f}" for g, v in results.verify_cost.items()),
     ]
+    if results.static_baseline:
+        lines.insert(1, f"target-only generation on part 6's StaticKeyValueCache: "
+                        f"{results.ms_per_token(results.static_baseline):.2f} ms/token")
     if results.hf_baseline:
         lines.insert(1, f"plain Hugging Face generate: {results.ms_per_token(results.hf_baseline):.2f} ms/token")
     return "\n".join(lines)
@@ -354,6 +392,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (default 1.0; 0 is greedy)")
     parser.add_argument("--repeats", type=int, default=3, help="rounds over the prompts (default 3)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation and prompt lookup")
+    parser.add_argument("--no-static", action="store_true", help="skip the runs on part 6's StaticKeyValueCache")
     parser.add_argument("--no-lookup", action="store_true", help="skip prompt-lookup drafting")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's own choice)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
@@ -390,13 +429,15 @@ def _run(args: argparse.Namespace) -> int:
     try:
         results = measure(
             pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf,
-            progress=not args.no_progress, lookup=not args.no_lookup,
+            progress=not args.no_progress, static=not args.no_static, lookup=not args.no_lookup,
         )
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
-    console.print("[green]checked:[/] at temperature 0 every gamma gives the plain greedy text (ours and Hugging Face's, "
-                  "draft model and prompt lookup)")
+    ours = "ours on both caches" if not args.no_static else "ours"
+    lookup = "" if args.no_lookup else "; draft model and prompt lookup"
+    console.print(f"[green]checked:[/] at temperature 0 every gamma gives the plain greedy text ({ours} and "
+                  f"Hugging Face's{lookup})")
     console.print(table(results))
     lookup = lookup_table(results)
     if lookup is not None:
@@ -405,9 +446,11 @@ def _run(args: argparse.Namespace) -> int:
                       "match is one plain target step. tok/fwd and speedup count every round.")
     console.print(baselines_text(results))
     console.print(
-        "tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / (1 - alpha). speedup: over "
-        "target-only cached generation; theory: tok/fwd theory / (gamma c + v), with c and v above. "
-        "HF: assisted generation, speedup over plain HF generate"
+        "alpha: accepted / judged proposals. tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / "
+        "(1 - alpha). speedup: over target-only cached generation; theory: tok/fwd theory / (gamma c + v), with c and "
+        "v above. static: both models on StaticKeyValueCaches, speedup over target-only generation on one. HF: "
+        "assisted generation (num_assistant_tokens=gamma, constant schedule, assistant_confidence_threshold=0), "
+        "speedup over plain HF generate"
     )
     if load_before is not None:
         console.print(

@@ -34,6 +34,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),
     "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),
     "long-text": ("sampling_course.apps.long_text:main", "the long-text experiment: full attention, sliding window, window and sink caches past n_ctx"),
+    "release": ("sampling_course.apps.classroom:release_main", "write the student copy: no solutions, no hidden tests (instructors)"),
+    "grade": ("sampling_course.apps.classroom:grade_main", "grade a class's submissions, each in a confined process (instructors)"),
+    "autograder": ("sampling_course.apps.classroom:autograder_main", "write a Gradescope autograder bundle (instructors)"),
     "download-gpt2": ("sampling_course.apps.cli:download_gpt2_main", "fetch GPT-2 small into the local Hugging Face cache (needs internet)"),
 }
 

@@ -64,11 +64,21 @@ def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, 
 def decoding_table(sampler, prompt: str, max_tokens: int, seed: int, measure: bool = False) -> Table:
     """Part 2: one continuation per decoding setting, all from the same seed.
 
+    The same seed means the same random numbers for every row, so two rows differ only where
+    their settings move the probabilities enough for those numbers to pick another token.
+    On a confident model neighbouring settings (temperature 0.5 and 1.0, say) can give the
+    same text; the caption says so, and other seeds show other draws.
+
     ``measure=True`` (for the story models) adds the share of the continuation's sentences
     that the story grammar can write, from ``sampling_course.report.decoding_report``.
     """
     columns = ["setting", "continuation"] + (["valid sentences"] if measure else [])
-    table = Table(*columns, title=f"Part 2 · decoding settings (seed {seed})")
+    table = Table(
+        *columns, title=f"Part 2 · decoding settings (seed {seed})",
+        caption="Every row draws with the same seed, so every row reads the same random numbers: a row differs "
+        "from another only where its setting changes which token those numbers pick. Where the model is sure, "
+        "neighbouring settings pick the same tokens (identical rows are not a bug); --seed N shows other draws.",
+    )
     for label, kwargs in DECODING_SETTINGS:
         text = sampler.sample(prompt, max_tokens_generated=max_tokens, seed=seed, **kwargs)
         row = [label, repr(text[len(prompt):])]

@@ -19,6 +19,11 @@ what the model sees when it predicts token ``t + 1``:
   ``0 .. W - 1``, as if the text started there. The quality reference for a budget of
   ``W`` tokens, but O(W) work per token, so only every ``stride``-th position is scored
   (and the table compares every method on those positions).
+* **window re-prefilled**: a ``StaticKeyValueCache`` of ``W`` slots, one token per step at
+  its position in the window; when the window is full it starts afresh with one prefill of
+  the last ``W / 2`` tokens at positions ``0 .. W/2 - 1``. Every token then sees between
+  ``W / 2`` and ``W`` tokens at true positions counted from the window's start, for one
+  prefill of ``W / 2`` tokens per ``W / 2`` or so tokens read.
 * **window cache**: a ``SinkCache`` without sinks (``num_sink_tokens=0``): each token is
   computed once and its key stays at the position it was computed at; the oldest is evicted.
 * **sink cache**: the same with the first ``num_sink_tokens`` tokens kept forever.
@@ -57,6 +62,7 @@ from sampling_course.stories import HELDOUT_SEED, sample_stories
 POSITION_RULES = ("cache", "absolute")
 FULL = "full attention"
 SLIDING = "sliding window, recomputed"
+REPREFILL = "window, re-prefilled when full"
 
 
 def cache_method(num_sink_tokens: int, position_rule: str) -> str:
@@ -160,6 +166,43 @@ def sliding_window_nll(
         seconds += time.perf_counter() - start
         nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0]
     return nll, seconds
+
+
+def reprefill_starts(length: int, window: int) -> list[int]:
+    """For each position ``t < length``: the first token of the window that reads token ``t``
+    in ``reprefill_nll`` (0 until the window first fills)."""
+    keep = max(1, window // 2)
+    starts, start = [], 0
+    for t in range(length):
+        if t - start == window:  # the window holds tokens start .. t - 1: full
+            start = t + 1 - keep
+        starts.append(start)
+    return starts
+
+
+@torch.inference_mode()
+def reprefill_nll(model, tokens: Int[Tensor, "text pos"], cache, window: int) -> tuple[Tensor, float, int]:
+    """NLL at every position from a window of ``window`` tokens that is re-prefilled whenever it is full.
+
+    ``cache`` is an empty ``StaticKeyValueCache`` with at least ``window`` slots, one row per
+    text. Tokens run one per call, each at its position in the window. When a token arrives
+    and the window is full, the cache is emptied (``crop(0)``) and one prefill runs the last
+    ``window // 2`` tokens, the new one included, at positions ``0 .. window // 2 - 1``; one
+    token at a time again from there. Returns the NLL, the seconds spent in the model, and
+    the number of prefills.
+    """
+    nll = _empty_nll(tokens)
+    seconds, prefills = 0.0, 0
+    starts = reprefill_starts(tokens.shape[1] - 1, window)
+    for t, start in enumerate(starts):
+        if start > 0 and start != starts[t - 1]:  # a new window: forget the old one
+            cache.crop(0)
+            prefills += 1
+        begin = time.perf_counter()
+        logits, cache = model(tokens[:, start : t + 1], cache)  # token t alone, or the prefill that ends with it
+        seconds += time.perf_counter() - begin
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+    return nll, seconds, prefills
 
 
 # ---------------------------------------------------------------------------------------
@@ -300,6 +343,13 @@ def run_experiment(
     every = "" if stride == 1 else f"; scored every {stride}th t"
     results.methods[SLIDING] = MethodResult(SLIDING, nll, seconds, 0, f"W tokens rerun per token{every}")
 
+    say(REPREFILL)
+    static = caches.StaticKeyValueCache.new_empty(cfg, batch=batch, max_len=window)
+    nll, seconds, prefills = reprefill_nll(model, tokens, static, window)
+    results.methods[REPREFILL] = MethodResult(
+        REPREFILL, nll, seconds, cache_bytes(static), f"last {max(1, window // 2)} rerun when full ({prefills} prefills)"
+    )
+
     for sinks in sorted({0, num_sink_tokens}):
         for rule in POSITION_RULES:
             name = cache_method(sinks, rule)
@@ -362,8 +412,9 @@ def table(results: LongTextResults):
         caption=(
             "NLL: mean negative log-likelihood of the true next token in nats, ppl = exp(NLL), over the positions "
             f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
-            f"one text. ms per token: time in the model per token scored; every method but the sliding window "
-            f"runs 1 token per step; {n_texts} texts per step, CPU, {torch.get_num_threads()} torch thread(s)."
+            f"one text. ms per token: time in the model per token scored; every method but the recomputed sliding "
+            f"window runs 1 token per step (the re-prefilled window adds its prefills); {n_texts} texts per step, "
+            f"CPU, {torch.get_num_threads()} torch thread(s)."
         ),
     )
     for name, result in results.methods.items():

@@ -5,7 +5,8 @@ stand-in pair, labelled as such (the offline stand-in ``"tiny"`` drafted by its 
 layer), or tiny random models for ``--quick``. Each method generates exactly ``n`` tokens
 from a prompt of token ids: ``ours_speculative`` (the chosen implementation's
 ``speculative_generate``), ``ours_lookup`` (the same with prompt-lookup drafting instead of
-the draft model), ``ours_cached`` (target-only or draft-only cached generation) and
+the draft model) and ``ours_cached`` (target-only or draft-only cached generation), each
+on part 4's dynamic cache or part 6's static cache (prompt lookup: the dynamic one), and
 ``hf_generate`` (plain, assisted or prompt-lookup Hugging Face ``generate``, its target
 forwards counted). ``verify_cost`` measures the cost of one verifying target forward.
 ``sampling_course.apps.bench_speculative`` checks, times and reports them.
@@ -128,12 +129,24 @@ def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pa
 # ---------------------------------------------------------------------------------------
 
 
-def ours_speculative(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
+def cache_class(pair: Pair, cache: str):
+    """``"dynamic"``: part 4's KeyValueCache; ``"static"``: part 6's StaticKeyValueCache (of the pair's implementation)."""
+    if cache == "dynamic":
+        return importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
+    if cache == "static":
+        return importlib.import_module(f"{pair.impl}.caches").StaticKeyValueCache
+    raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
+
+
+def ours_speculative(
+    pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int, cache: str = "dynamic"
+):
+    """``speculative_generate`` with both models on ``cache`` caches (see ``cache_class``)."""
     speculative = importlib.import_module(f"{pair.impl}.speculative")
     tokenizer = IdTokenizer()
     text, stats = speculative.speculative_generate(
         pair.target, pair.draft, tokenizer, tokenizer.decode(prompt), n,
-        gamma=gamma, temperature=temperature, seed=seed, return_stats=True,
+        gamma=gamma, temperature=temperature, seed=seed, return_stats=True, cache_class=cache_class(pair, cache),
     )
     return tokenizer.encode(text), stats
 
@@ -149,14 +162,16 @@ def ours_lookup(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: 
     return tokenizer.encode(text), stats
 
 
-def ours_cached(pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int) -> list[int]:
-    """Target-only (or draft-only) cached generation with TransformerSampler.sample."""
+def ours_cached(
+    pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int, cache: str = "dynamic"
+) -> list[int]:
+    """Target-only (or draft-only) cached generation with TransformerSampler.sample, on a ``cache`` cache."""
     sampling = importlib.import_module(f"{pair.impl}.sampling")
-    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
     tokenizer = IdTokenizer()
     sampler = sampling.TransformerSampler(model, tokenizer)
     text = sampler.sample(
-        tokenizer.decode(prompt), n, temperature=temperature, seed=seed, kv_cache=KeyValueCache.new_empty(model.cfg)
+        tokenizer.decode(prompt), n, temperature=temperature, seed=seed,
+        kv_cache=cache_class(pair, cache).new_empty(model.cfg),
     )
     return tokenizer.encode(text)
 

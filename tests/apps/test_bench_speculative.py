@@ -42,8 +42,8 @@ def test_greedy_check_catches_a_wrong_text(quick_pair, monkeypatch):
     """A speculative greedy text that differs from plain greedy is a BenchCheckError."""
     real = bench.ours_speculative
 
-    def off_by_one(pair, prompt, n, gamma, temperature, seed):
-        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+    def off_by_one(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
         return ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab], stats
 
     bench.check_greedy(quick_pair, [2], 6)
@@ -93,13 +93,31 @@ def test_a_short_run_is_a_bench_check_error(quick_pair, monkeypatch):
     """A method that stops early fails with BenchCheckError naming it (not a bare assert, which -O removes)."""
     real = bench.ours_speculative
 
-    def stops_early(pair, prompt, n, gamma, temperature, seed):
-        ids, stats = real(pair, prompt, n, gamma, temperature, seed)
+    def stops_early(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
         return ids[:-1], stats
 
     monkeypatch.setattr(bench, "ours_speculative", stops_early)
     with pytest.raises(bench.BenchCheckError, match=r"speculative_generate \(gamma=1\) generated 5 new tokens"):
         bench.measure(quick_pair, [1], 6, temperature=1.0, repeats=1, hf=False, check=False)
+
+
+def test_static_caches_are_checked_and_timed(quick_pair, monkeypatch):
+    """With static=True the greedy check runs on StaticKeyValueCaches too (and fails on a wrong text there), and
+    every round times speculative and target-only generation on them."""
+    results = bench.measure(quick_pair, [1, 2], 5, temperature=1.0, repeats=1, hf=False, static=True)
+    assert len(results.static_baseline) == len(quick_pair.prompts)
+    assert all(len(row.static_seconds) == len(quick_pair.prompts) for row in results.rows)
+    assert "static" in "".join(str(column.header) for column in bench.table(results).columns)
+    real = bench.ours_speculative
+
+    def wrong_on_static(pair, prompt, n, gamma, temperature, seed, cache="dynamic"):
+        ids, stats = real(pair, prompt, n, gamma, temperature, seed, cache)
+        return (ids[:-1] + [(ids[-1] + 1) % pair.target.cfg.d_vocab] if cache == "static" else ids), stats
+
+    monkeypatch.setattr(bench, "ours_speculative", wrong_on_static)
+    with pytest.raises(bench.BenchCheckError, match="static caches"):
+        bench.check_greedy(quick_pair, [2], 6, ("dynamic", "static"))
 
 
 def test_main_quick_prints_the_table(capsys):

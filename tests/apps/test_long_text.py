@@ -5,9 +5,9 @@ No quality or timing is asserted (those are what the experiment measures). What 
 * wherever a method sees the whole prefix at its true positions, it gives full attention's
   NLL: every cache before its window fills, the recomputed sliding window at a position its
   window covers, full attention through the static cache against one uncached pass;
-* the sliding window's NLL is the one Hugging Face's model gives on the same window, and the
-  windowed methods really differ from full attention once the window is full (so the
-  equalities above are not vacuous);
+* the sliding window's NLL, and the re-prefilled window's at every position, is the one
+  Hugging Face's model gives on the same window, and the windowed methods really differ
+  from full attention once the window is full (so the equalities above are not vacuous);
 * attention patterns from the independent route are distributions over the keys a query
   may see, and the mass on the first tokens is read from them correctly.
 
@@ -47,7 +47,7 @@ def test_quick_mode_runs_and_prints_the_table(capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "160")  # rich wraps to the terminal's width; keep the method names whole
     assert long_text.main(["--quick", "--model", "tiny"]) == 0
     out = capsys.readouterr().out
-    for expected in ("Long texts on tiny", "full attention", "sliding window", "window cache", "sink cache",
+    for expected in ("Long texts on tiny", "full attention", "sliding window", "re-prefilled", "window cache", "sink cache",
                      "absolute positions", "checked:", "Share of attention on the first 4 tokens"):
         assert expected in out, f"{expected!r} missing from the quick run's output:\n{out}"
 
@@ -93,7 +93,8 @@ def test_which_positions_each_method_scores(results, tokens):
     assert not full[:, :n_ctx].isnan().any() and full[:, n_ctx:].isnan().all()
     sliding = results.methods[long_text.SLIDING].nll
     assert (~sliding.isnan()).any(0).nonzero().flatten().tolist() == list(range(0, length - 1, STRIDE))
-    for name in (long_text.cache_method(s, r) for s in (0, SINKS) for r in long_text.POSITION_RULES):
+    names = [long_text.REPREFILL] + [long_text.cache_method(s, r) for s in (0, SINKS) for r in long_text.POSITION_RULES]
+    for name in names:
         assert not results.methods[name].nll.isnan().any(), f"{name} must score every position"
     assert results.methods[long_text.cache_method(SINKS, "cache")].cache_bytes * n_ctx == (
         results.methods[long_text.FULL].cache_bytes * WINDOW
@@ -123,6 +124,33 @@ def test_sliding_window_equals_hugging_face_on_the_same_window(tiny, model, toke
         logits = tiny.hf_model(tokens[:, t + 1 - WINDOW : t + 1]).logits[:, -1]
     expected = -logits.log_softmax(-1).gather(-1, tokens[:, t + 1 : t + 2])[:, 0]
     torch.testing.assert_close(nll[:, t], expected, atol=TOL, rtol=0)
+
+
+def test_reprefill_windows_follow_their_schedule():
+    """The window starts at token 0 until it holds W tokens; then each new window starts with the last W // 2 tokens
+    (the arriving one included) and grows to W again: a prefill every W - W // 2 + 1 tokens."""
+    window, keep = 6, 3
+    starts = long_text.reprefill_starts(20, window)
+    assert starts[:window] == [0] * window
+    for t, start in enumerate(starts):
+        assert start <= t and t - start < window, f"token {t}: window from {start} holds more than {window} tokens"
+        if t and start != starts[t - 1]:
+            assert t - starts[t - 1] == window and t - start == keep - 1, f"token {t}: new window from {start}"
+    assert sorted(set(starts)) == [0, 4, 8, 12, 16]
+
+
+def test_reprefill_equals_hugging_face_on_each_window(tiny, model, tokens, results):
+    """At every position the re-prefilled window gives Hugging Face's NLL for the tokens from its window's start,
+    run from scratch at positions 0, 1, ... (an independent route: one uncached forward per position)."""
+    nll = results.methods[long_text.REPREFILL].nll
+    starts = long_text.reprefill_starts(tokens.shape[1] - 1, WINDOW)
+    with torch.inference_mode():
+        for t, start in enumerate(starts):
+            logits = tiny.hf_model(tokens[:, start : t + 1]).logits[:, -1]
+            expected = -logits.log_softmax(-1).gather(-1, tokens[:, t + 1 : t + 2])[:, 0]
+            torch.testing.assert_close(nll[:, t], expected, atol=TOL, rtol=0, msg=lambda m: f"position {t}.\n{m}")
+    new_windows = sum(1 for a, b in zip(starts, starts[1:]) if a != b)
+    assert f"({new_windows} prefills)" in results.methods[long_text.REPREFILL].how
 
 
 def test_attention_patterns_are_distributions_and_the_mass_is_read_from_them(tiny, tokens):

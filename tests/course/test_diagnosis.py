@@ -97,12 +97,9 @@ def test_every_exercise_with_planted_mistakes_has_a_probe():
 
 
 def test_mistakes_in_another_exercises_code_name_the_exercise_that_reveals_them():
-    # Part 1's Attention, wrong only once a cache supplies earlier keys; part 5's padded-model
-    # helpers and left_pad, which no exercise's target holds.
+    # Part 1's Attention, wrong only once a cache supplies earlier keys.
     for name, exercise in [("mask not shifted for cached positions", "cached_forward"),
-                           ("new keys and values put before the cached ones", "cached_forward"),
-                           ("positions counted over pads", "padded_forward"), ("pad keys attended", "padded_forward"),
-                           ("right padding", "generate")]:
+                           ("new keys and values put before the cached ones", "cached_forward")]:
         assert [e.name for e in exercises_of(_mistake(name))] == [exercise], name
 
 
@@ -118,6 +115,11 @@ def test_mistakes_map_to_the_exercise_whose_code_they_rewrite():
     assert names("sample drops the cache the model returns") == ["cached_sample"]
     assert names("cache rows tiled, not following the beams' parents") == ["cached_beam_search"]
     assert _mistake("positional offset forgotten") in mistakes_of("cached_forward")
+    # Part 5's padded-model helpers and left_pad are exercises of their own.
+    assert names("positions counted over pads") == ["position_ids_from_mask"]
+    assert names("pad keys attended") == ["masked_forward"]
+    assert names("right padding") == ["left_pad"]
+    assert names("padded rows embedded at their columns (PosEmbed)") == ["padded_forward"]
     assert mistakes_of("TransformerBlock") == []
 
 
@@ -188,7 +190,7 @@ def test_a_mistake_planted_on_disk_is_named(learner_package):
     """The same through a package of files on sys.path, for one mistake of each part."""
     for name, exercise in [("MLP with erf gelu", "MLP"), ("top-p sorts ascending", "sample_top_p"),
                            ("terminated beams kept alive", "Beams.filter"),
-                           ("positional offset off by one", "cached_forward"), ("right padding", "generate"),
+                           ("positional offset off by one", "cached_forward"), ("right padding", "left_pad"),
                            ("reorder keeps the old batch size", "StaticKeyValueCache.reorder"),
                            ("no bonus token when every proposal is accepted", "accept_or_resample")]:
         assert name_mistake(exercise, learner_package(_mistake(name))) == _mistake(name)

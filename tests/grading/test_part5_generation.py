@@ -7,7 +7,8 @@ How the tests judge:
   ``TopPLogitsWarper``, ``MinPLogitsWarper``, ``RepetitionPenaltyLogitsProcessor``, and
   the whole chain in Hugging Face's order): the same kept set, the same values. The
   presence and frequency penalties have no Hugging Face processor; their oracle is a
-  plain loop over the tokens written here.
+  plain loop over the tokens written here, and in ``generate`` a transcription of OpenAI's
+  definition (they count the generated tokens only, as vLLM's do).
 * Ties at the k-th value: Hugging Face keeps every tied token; a filter that keeps
   exactly k of them (torch.topk and a scatter) is also accepted.
 * ``sample`` is random, so it is tested statistically: which tokens can appear (exact),
@@ -27,6 +28,7 @@ Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any
 
 from __future__ import annotations
 
+import copy
 import io
 import math
 
@@ -887,7 +889,21 @@ def random_rows(seed: int, lengths: list[int], d_vocab: int) -> list[list[int]]:
     return [torch.randint(0, d_vocab, (n,), generator=generator).tolist() for n in lengths]
 
 
-@pytest.mark.exercise("padded_forward")
+@pytest.mark.exercise("left_pad")
+def test_left_pad_matches_the_tokenizers_left_padding(gen, reference):
+    """left_pad gives what Hugging Face's tokenizer gives with padding_side="left" (pad = EOS): every row's last
+    real token in the last column, pads before it, the mask 1 at real tokens and 0 at pads."""
+    tok = copy.deepcopy(reference.tokenizer)
+    tok.pad_token, tok.padding_side = tok.eos_token, "left"
+    for prompts in (PROMPTS, PROMPTS[1:2], ["same length", "same length"]):
+        expected = tok(prompts, padding=True, return_tensors="pt")
+        ids, mask = gen.left_pad([tok.encode(p) for p in prompts], tok.eos_token_id)
+        assert not ids.is_floating_point() and not mask.is_floating_point(), "input_ids and attention_mask hold integers"
+        assert_same_tokens(ids, expected.input_ids, f"left_pad({len(prompts)} prompts): input_ids")
+        assert_same_tokens(mask, expected.attention_mask, f"left_pad({len(prompts)} prompts): attention_mask")
+
+
+@pytest.mark.exercise("position_ids_from_mask")
 def test_position_ids_count_real_tokens_only(impl):
     """position_ids_from_mask numbers each row's real tokens 0, 1, 2, ... (what pads get is not checked)."""
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 0, 0]])
@@ -896,6 +912,52 @@ def test_position_ids_count_real_tokens_only(impl):
     for row in range(mask.shape[0]):
         real = positions[row][mask[row].bool()].tolist()
         assert real == list(range(len(real))), f"row {row} (mask {mask[row].tolist()}): real tokens at positions {real}"
+
+
+def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int = 0):
+    """Hugging Face's input to a block's attention (its ln_1 output) and that attention's output, on a padded
+    batch with the positions Hugging Face's generate gives it (real tokens counted from 0, pads at 0)."""
+    seen = {}
+    block = reference.hf_model.transformer.h[layer]
+    hooks = [block.ln_1.register_forward_hook(lambda module, args, out: seen.__setitem__("x", out)),
+             block.attn.register_forward_hook(lambda module, args, out: seen.__setitem__("out", out[0]))]
+    try:
+        with torch.no_grad():
+            reference.hf_model(ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return seen["x"], seen["out"]
+
+
+@pytest.mark.exercise("masked_forward")
+@pytest.mark.parametrize("layer", [0, -1], ids=["first layer", "last layer"])
+def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, seed, layer):
+    """Attention.masked_forward, fed Hugging Face's own attention input for a left-padded batch, gives Hugging
+    Face's attention output at every real token: all positions new (kv all empty slots), and with a cache (the
+    first positions, then the last two on top, their keys and values written into kv's last slots). kv starts
+    as NaN, so a slot read before it is written shows."""
+    cfg = reference.cfg
+    layer = layer % cfg.n_layers
+    rows = random_rows(seed + 3, [7, 2, 5], cfg.d_vocab)
+    ids, mask = left_padded(rows, reference.tokenizer.eos_token_id)
+    x, expected = hf_attention_io(reference, ids, mask, layer)
+    attn, real, n = demo.blocks[layer].attn, mask.bool(), ids.shape[1]
+
+    def empty_kv() -> torch.Tensor:
+        return torch.full((2, len(rows), n, cfg.n_heads, cfg.d_head), float("nan"))
+
+    with torch.no_grad():
+        out = attn.masked_forward(x, empty_kv(), mask)
+        kv = empty_kv()
+        first = attn.masked_forward(x[:, : n - 2], kv[:, :, : n - 2], mask[:, : n - 2])
+        last = attn.masked_forward(x[:, n - 2 :], kv, mask)
+    for what, got, want, keep in (("all positions new", out, expected, real),
+                                  ("cached: the first positions", first, expected[:, : n - 2], real[:, : n - 2]),
+                                  ("cached: the last two on top", last, expected[:, n - 2 :], real[:, n - 2 :])):
+        assert got.shape == want.shape, f"{what}: shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+        torch.testing.assert_close(got[keep], want[keep], **TOL,
+                                   msg=lambda m: f"layer {layer}, {what}: attention output at real tokens.\n{m}")
 
 
 @pytest.mark.exercise("padded_forward")
@@ -1097,6 +1159,53 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, seed, s
             expected = hf_generate(reference, [prompt], new, do_sample=False, repetition_penalty=penalty)[0]
             mine = sequences[r, width - len(tok.encode(prompt)) :][: expected.shape[0]]
             assert mine.tolist() == expected.tolist(), f"greedy with repetition_penalty={penalty}, prompt {r}"
+
+
+def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, frequency: float):
+    """Greedy decoding of one prompt under OpenAI's definition of the two penalties, transcribed:
+
+        mu[j] <- mu[j] - c[j] * frequency_penalty - float(c[j] > 0) * presence_penalty
+
+    where c[j] is how often token j was sampled before the current position (the prompt's tokens
+    are not counted). Returns the new tokens and each one's log-prob under the penalised logits;
+    the logits come from Hugging Face, the row alone."""
+    tok = reference.tokenizer
+    ids = tok.encode(prompt)
+    sampled: list[int] = []
+    scores: list[float] = []
+    for _ in range(new):
+        mu = hf_logits_alone(reference, ids + sampled)[-1].clone()
+        for j in set(sampled):
+            c = sampled.count(j)
+            mu[j] = mu[j] - c * frequency - float(c > 0) * presence
+        token = int(mu.argmax())
+        scores.append(float(mu.log_softmax(-1)[token]))
+        sampled.append(token)
+        if token == tok.eos_token_id:
+            break
+    return sampled, scores
+
+
+@pytest.mark.exercise("generate")
+def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference):
+    """generate's presence and frequency penalties follow OpenAI's definition (also vLLM's): they count the tokens
+    sampled so far, never the prompt's. Greedy tokens and their scores equal a transcription of that definition
+    on Hugging Face's logits, each prompt alone. (The repetition penalty, Hugging Face's, counts the prompt too:
+    see the scores test above.)"""
+    tok, new = reference.tokenizer, 10
+    for presence, frequency in ((0.0, 1.5), (2.0, 0.0), (0.7, 0.9)):
+        out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, presence_penalty=presence,
+                           frequency_penalty=frequency, return_dict_in_generate=True)
+        width = out.sequences.shape[1] - out.scores.shape[1]
+        for r, prompt in enumerate(PROMPTS):
+            tokens, scores = openai_penalised_greedy(reference, prompt, new, presence, frequency)
+            what = f"presence_penalty={presence}, frequency_penalty={frequency}, prompt {r}"
+            mine = out.sequences[r, width : width + len(tokens)].tolist()
+            assert mine == tokens, f"{what}: generated {mine}, OpenAI's definition gives {tokens}"
+            torch.testing.assert_close(
+                out.scores[r, : len(scores)], torch.tensor(scores), **TOL,
+                msg=lambda m: f"{what}: scores differ from OpenAI's definition (do the penalties count the prompt?)\n{m}",
+            )
 
 
 # ---------------------------------------------------------------------------------------

@@ -669,6 +669,22 @@ def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec, im
 
 
 @pytest.mark.exercise("speculative_round")
+@pytest.mark.parametrize("pair", REFERENCE_PAIRS)
+def test_speculative_generate_runs_on_part_6_static_caches(spec, impl, pair):
+    """cache_class=StaticKeyValueCache: both models keep their keys in part 6's preallocated buffers, which crop
+    themselves (crop_cache calls their crop); greedy speculative text is still the target's greedy text."""
+    target, draft, tokenizer = _reference_pair(pair, impl.transformer)
+    recording = RecordingTokenizer(tokenizer)
+    for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
+        text = spec.speculative_generate(
+            target, draft, recording, prompt, 40, gamma=gamma, temperature=0, cache_class=impl.caches.StaticKeyValueCache
+        )
+        assert text == tokenizer.decode(recording.decoded)
+        assert_greedy(target, tokenizer.encode(prompt), recording.decoded, 40, tokenizer.eos_token_id,
+                      f"{pair}, {prompt!r}, static caches")
+
+
+@pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("gamma, n", [(1, 10), (3, 17), (4, 20)])
 def test_an_identical_draft_has_every_proposal_accepted(spec, gamma, n):
     """Draft == target: every proposal is accepted and each round adds gamma + 1 tokens (the bonus
@@ -723,7 +739,8 @@ def test_same_seed_same_text_and_eos_ends_it(spec):
 
 @pytest.mark.exercise("speculative_round")
 def test_bad_input_raises_clear_errors(spec, impl):
-    """Different vocabularies or tokenizers, gamma < 1, the n_ctx limit, bad settings: ValueError saying what is allowed."""
+    """Different vocabularies or tokenizers, gamma < 1, the n_ctx limit, bad settings: ValueError saying what is allowed
+    (a cache class without new_empty: TypeError)."""
     target, draft = toy_pair()
     other_vocab = random_demo(impl.transformer, 0, d_vocab=5)
     tok = IdTokenizer()
@@ -753,6 +770,8 @@ def test_bad_input_raises_clear_errors(spec, impl):
         run(target, draft, tok, "1 2", 5, seed="7")
     with pytest.raises(TypeError, match="draft"):
         run(target, "not a model", tok, "1 2", 5)
+    with pytest.raises(TypeError, match="cache_class"):
+        run(target, draft, tok, "1 2", 5, cache_class=dict)
     # The limit is the prompt plus max_new_tokens: 2 + 62 positions fit in n_ctx=64.
     shared = IdTokenizerWithVocab({"a": 0})
     ids, stats = generate(spec, target, draft, "1 2", 62, gamma=8, tokenizer=(shared, shared), seed=0)

@@ -205,16 +205,52 @@ EXERCISES: tuple[Exercise, ...] = (
         "ban[(tail == torch.tensor(start)).all(-1) & real, last] = True",
     ),
     exercise(
+        "left_pad", 5, "generate", "left_pad",
+        "Stack prompts of different lengths into (input_ids, attention_mask), padding each on the left up to the longest.",
+        "Left, so that every row's last real token sits in the last column and its next-token logits are at "
+        "[:, -1]. The mask is 1 at real tokens and 0 at pads.",
+        "width is the longest prompt's length. A row is [pad_token_id] * (width - len(ids)) followed by its ids, "
+        "its mask [0] * (width - len(ids)) followed by [1] * len(ids); torch.tensor of the lists gives each tensor.",
+        "width = max(len(ids) for ids in token_lists)\n"
+        "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
+        "attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
+        "return torch.tensor(input_ids), torch.tensor(attention_mask)",
+    ),
+    exercise(
+        "position_ids_from_mask", 5, "transformer", "position_ids_from_mask",
+        "Each token's position among the real tokens of its row: 0, 1, 2, ... whatever padding comes first; pads get 0.",
+        "A real token's position is the number of real tokens before it in its row. Pads are never attended, "
+        "so their position only has to be a valid one (Hugging Face gives them 0).",
+        "attention_mask.long().cumsum(dim=-1) counts the real tokens up to and including each column; subtract "
+        "one, then write 0 where the mask is 0 with masked_fill.",
+        "positions = attention_mask.long().cumsum(dim=-1) - 1\n"
+        "return positions.masked_fill(attention_mask == 0, 0)",
+    ),
+    exercise(
+        "masked_forward", 5, "transformer", "Attention.masked_forward",
+        "Attention for padded batches: write the new keys and values into kv's last slots, then let each new query "
+        "attend to the real tokens up to its own position, through scaled_dot_product_attention.",
+        "q, k and v as in forward. kv already has slots for the new positions, its last new_pos ones: write the new "
+        "keys and values there, in place, and attend to all of kv. A pad key is masked exactly like a future key.",
+        "One additive mask for every head: apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos) (IGNORE on "
+        "future keys, shifted for the cached ones), then IGNORE where attention_mask[:, None, None, :] == 0. Pass it "
+        "as attn_mask to F.scaled_dot_product_attention, with q, keys and values transposed to (batch, n_heads, pos, "
+        "d_head). (is_causal=True aligns its mask to the top left: wrong as soon as keys are cached.)",
+        "kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, ...) + self.b_K   # and kv[1] with W_V, b_V\n"
+        "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))\n"
+        "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)\n"
+        "z = F.scaled_dot_product_attention(q.transpose(1, 2), kv[0].transpose(1, 2), kv[1].transpose(1, 2), attn_mask=bias)\n"
+        'return einops.einsum(z, self.W_O, "b n q h, n h d -> b q d") + self.b_O',
+    ),
+    exercise(
         "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
-        "A padding-aware forward pass: positions from the attention mask, pad keys never attended, with or without a cache.",
-        "Two things change for a padded row: its real tokens must sit at positions 0, 1, 2, ... as "
-        "if the pads were not there, and no query may attend to a pad key.",
-        "position_ids_from_mask: cumsum of the mask minus one (pads: 0). Attention.masked_forward: "
-        "write k and v into kv[0, :, -new_pos:] and kv[1, :, -new_pos:]; build one additive mask, "
-        "apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos), then IGNORE where "
-        "attention_mask[:, None, None, :] == 0; pass it to F.scaled_dot_product_attention. "
-        "padded_forward: embed with self.pos_embed.W_pos[positions] and call each block's ln1, "
-        "attn.masked_forward, ln2 and mlp yourself.",
+        "A padding-aware forward pass: each new token embedded at its position among real tokens, each block's "
+        "attention through masked_forward, with or without a cache.",
+        "Only the columns from past on are new. Embed each at its position among its row's real tokens, not at its "
+        "column: PosEmbed gives every row the same positions, so it cannot do that.",
+        "positions = position_ids_from_mask(attention_mask)[:, past:] (the mask covers the cached columns too, so "
+        "slice after counting); add self.pos_embed.W_pos[positions]. A block's own forward has no mask: call its "
+        "ln1, attn.masked_forward(..., kv, attention_mask), ln2 and mlp yourself, adding each to the residual.",
         "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
         "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
         "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
@@ -224,13 +260,13 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
     exercise(
         "generate", 5, "generate", "generate",
-        "Left-pad the prompts, prefill once, then one token per row per step, padding each row once it is finished.",
-        "left_pad puts the pads before each prompt, so every row's next-token logits are at [:, -1]. "
-        "In the loop, the first step is the prefill and every later step runs only the new tokens.",
-        "Per step: process_logits (the processors), choose_tokens (whole batch, once; it returns "
-        "mirostat's new state too: keep it for the next step), replace the tokens of finished rows by the "
-        "pad, append tokens and mask, record, then finished |= stopped_rows(...). Stop when every row is "
-        "finished, not when the first one is.",
+        "Prefill the left-padded prompts once, then one token per row per step, padding each row once it is finished.",
+        "In the loop, the first step is the prefill (every prompt at once) and every later step runs only the new "
+        "tokens on top of the cache. A finished row gets the pad token from then on, masked out like the left padding.",
+        "Per step: process_logits (the processors; it counts the last `step` columns as generated, for the presence "
+        "and frequency penalties and min_new_tokens), choose_tokens (whole batch, once; it also returns mirostat's new "
+        "state: keep it for the next step), replace the tokens of finished rows by the pad, append tokens and mask, "
+        "record, then finished |= stopped_rows(...). Stop when every row is finished, not when the first one is.",
         "logits, cache = prefill(...) if cache is None else decode_step(...)\n"
         "processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
         "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n"
@@ -332,32 +368,48 @@ MISTAKES: list[Mistake] = [
             "present = (counts > 0).to(logits.dtype)", "present = counts.to(logits.dtype)",
             why=("the presence penalty is subtracted once per occurrence, where it is subtracted once per "
                  "distinct token (per occurrence is the frequency penalty).")),
-    # The padded model's helpers (position_ids_from_mask, Attention.masked_forward) and left_pad
-    # belong to no exercise's target: the tests of the exercise that relies on them catch them.
-    Mistake(5, "positions counted over pads", "transformer.py",
-            "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
-            "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
-            exercise="padded_forward",
-            why=("the positions count the pad tokens, so a left-padded row's real tokens start at a "
-                 "position above 0; positions must come from the attention mask.")),
-    Mistake(5, "pad keys attended", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
-            exercise="padded_forward",
-            why=("queries attend to pad keys: the attention mask must hide every pad position from every "
-                 "query.")),
-    Mistake(5, "no causal mask in the engine's attention", "transformer.py",
-            "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
-            "causal = q.new_zeros(1, 1, new_pos, key_pos)", exercise="padded_forward",
-            why=("the padded forward pass drops the causal mask, so each position sees the tokens after "
-                 "it.")),
     Mistake(5, "right padding", "generate.py",
             "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]",
             "input_ids = [list(ids) + [pad_token_id] * (width - len(ids)) for ids in token_lists]\n"
             "    attention_mask = [[1] * len(ids) + [0] * (width - len(ids)) for ids in token_lists]",
-            exercise="generate",
             why=("prompts padded on the right, so the next token of a short prompt is predicted after "
                  "pads; decoder-only generation pads on the left.")),
+    Mistake(5, "positions counted over pads", "transformer.py",
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
+            "return torch.arange(attention_mask.shape[1], device=attention_mask.device).expand(attention_mask.shape)",
+            why=("the positions count the pad tokens, so a left-padded row's real tokens start at a "
+                 "position above 0; positions must come from the attention mask.")),
+    Mistake(5, "positions counted from 1", "transformer.py",
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n", "positions = attention_mask.long().cumsum(dim=-1)\n",
+            why=("the running count of real tokens is used as it is, so a row's first real token sits at "
+                 "position 1; subtract one.")),
+    Mistake(5, "pad keys attended", "transformer.py",
+            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
+            why=("queries attend to pad keys: the attention mask must hide every pad position from every "
+                 "query.")),
+    Mistake(5, "no causal mask in the engine's attention", "transformer.py",
+            "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
+            "causal = q.new_zeros(1, 1, new_pos, key_pos)",
+            why=("the padded attention drops the causal mask, so each position sees the tokens after "
+                 "it.")),
+    Mistake(5, "new keys and values written over the cached ones (the first slots)", "transformer.py",
+            '        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
+            '        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
+            '        kv[0, :, :new_pos] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
+            '        kv[1, :, :new_pos] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
+            why=("the new keys and values are written into the first slots of kv, over the cached ones; "
+                 "they belong in its last new_pos slots.")),
+    Mistake(5, "padded rows embedded at their columns (PosEmbed)", "transformer.py",
+            "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]",
+            "residual = self.embed(tokens[:, past:]) + self.pos_embed(tokens[:, past:], offset=past)",
+            why=("PosEmbed embeds every row at its columns, pads counted, so a left-padded row's tokens sit "
+                 "at the wrong positions; index W_pos with each row's positions among its real tokens.")),
+    Mistake(5, "positions counted over the new columns only (cached tokens forgotten)", "transformer.py",
+            "positions = position_ids_from_mask(attention_mask)[:, past:]",
+            "positions = position_ids_from_mask(attention_mask[:, past:])",
+            why=("the positions are counted over the new columns only, so with a cache the new tokens start "
+                 "again at position 0; count over the whole mask, then keep the new columns.")),
     Mistake(5, "one finished row ends the batch", "generate.py",
             "        if finished.all():\n            break", "        if finished.any():\n            break",
             why=("generation stops when any row finishes; it must go on until every row has finished (or "
@@ -371,6 +423,15 @@ MISTAKES: list[Mistake] = [
             "logits, cache = prefill(model, input_ids, attention_mask)",
             why=("every step runs the model over the whole sequence instead of feeding only the new token "
                  "with the cache filled by the prefill.")),
+    # process_logits is given code; generate's tests (and its probe) are the ones that see it.
+    Mistake(5, "presence and frequency penalties count the prompt", "generate.py",
+            "            logits, input_ids[:, n_prompt:], settings.presence_penalty, settings.frequency_penalty,\n"
+            "            attention_mask[:, n_prompt:],\n",
+            "            logits, input_ids, settings.presence_penalty, settings.frequency_penalty,\n"
+            "            attention_mask,\n",
+            exercise="generate",
+            why=("the presence and frequency penalties count the prompt's tokens too; as OpenAI and vLLM "
+                 "define them, they count only the tokens generated so far.")),
     Mistake(5, "scores taken from the raw logits", "generate.py",
             "record.step(logits, drawn_from, next_tokens, finished)",
             "record.step(logits, logits, next_tokens, finished)",
@@ -587,20 +648,36 @@ VARIANTS: list[Variant] = [
             "    return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)\n",
             "    logits = torch.where(counts > 0, logits - presence_penalty, logits)\n"
             "    return logits - frequency_penalty * counts\n"),
-    Variant(5, "padded_forward", "positions clamped at 0 (pads after real tokens keep a position)", "transformer.py",
+    Variant(5, "position_ids_from_mask", "positions clamped at 0 (pads after real tokens keep a position)", "transformer.py",
             "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
             "return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)"),
-    Variant(5, "padded_forward", "the pad mask added instead of filled in", "transformer.py",
+    Variant(5, "position_ids_from_mask", "torch.where over the running count of real tokens", "transformer.py",
+            "positions = attention_mask.long().cumsum(dim=-1) - 1\n    return positions.masked_fill(attention_mask == 0, 0)",
+            "seen = torch.cumsum(attention_mask.long(), dim=-1)\n"
+            "    return torch.where(attention_mask.bool(), seen - 1, torch.zeros_like(seen))"),
+    Variant(5, "masked_forward", "the pad mask added instead of filled in", "transformer.py",
             "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)",
             "bias = causal + (attention_mask[:, None, None, :] == 0) * self.IGNORE"),
-    Variant(5, "padded_forward", "attention written out instead of the fused call", "transformer.py",
+    Variant(5, "masked_forward", "attention written out instead of the fused call", "transformer.py",
             "        z = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias)\n",
             '        scores = einops.einsum(q, kv[0], "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
             "        z = (scores + bias).softmax(dim=-1) @ values\n"),
     Variant(5, "generate", "finished rows padded with torch.where", "generate.py",
             "next_tokens = next_tokens.masked_fill(finished, pad_token_id)",
             "next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_token_id), next_tokens)"),
-    Variant(5, "generate", "left padding with pad_sequence on reversed rows", "generate.py",
+    Variant(5, "padded_forward", "token and position embeddings with F.embedding", "transformer.py",
+            "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]",
+            "residual = F.embedding(tokens[:, past:], self.embed.W_E) + F.embedding(positions, self.pos_embed.W_pos)"),
+    Variant(5, "padded_forward", "the blocks by index, each layer's cache rows taken by indexing", "transformer.py",
+            "        for block, kv in zip(self.blocks, cache.unbind(0)):\n"
+            "            # TransformerBlock.forward has no mask argument, so its two residual steps are spelled out here.\n"
+            "            residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
+            "            residual = residual + block.mlp(block.ln2(residual))\n",
+            "        for layer, block in enumerate(self.blocks):\n"
+            "            attn_out = block.attn.masked_forward(block.ln1(residual), cache[layer], attention_mask)\n"
+            "            resid_mid = residual + attn_out\n"
+            "            residual = resid_mid + block.mlp(block.ln2(resid_mid))\n"),
+    Variant(5, "left_pad", "left padding with pad_sequence on reversed rows", "generate.py",
             "    width = max(len(ids) for ids in token_lists)\n"
             "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
@@ -609,6 +686,16 @@ VARIANTS: list[Variant] = [
             "    pad = torch.nn.utils.rnn.pad_sequence\n"
             "    input_ids = pad(rows, batch_first=True, padding_value=pad_token_id).flip(1)\n"
             "    attention_mask = pad([torch.ones_like(row) for row in rows], batch_first=True).flip(1)\n"
+            "    return input_ids, attention_mask\n"),
+    Variant(5, "left_pad", "tensors of pads filled from the right, row by row", "generate.py",
+            "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
+            "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
+            "    return torch.tensor(input_ids), torch.tensor(attention_mask)\n",
+            "    input_ids = torch.full((len(token_lists), width), pad_token_id, dtype=torch.long)\n"
+            "    attention_mask = torch.zeros(len(token_lists), width, dtype=torch.long)\n"
+            "    for row, ids in enumerate(token_lists):\n"
+            "        input_ids[row, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long)\n"
+            "        attention_mask[row, width - len(ids) :] = 1\n"
             "    return input_ids, attention_mask\n"),
     Variant(5, "generate", "finished rows' pads left visible (mask 1), as Hugging Face does", "generate.py",
             "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)",

@@ -14,7 +14,8 @@ import torch
 
 from sampling_course.grading.matching import frequencies, plain
 from sampling_course.grading.probing import (
-    CachedToyLM, Impl, demo_params, generator, loaded, probe, randn, small_config, tokenizer, word_ids, word_table,
+    CachedToyLM, Impl, attn_params, demo_params, generator, loaded, probe, randn, small_config, tokenizer, word_ids,
+    word_table,
 )
 
 
@@ -130,6 +131,42 @@ def _probe_presence_frequency(impl: Impl) -> Any:
     return [plain(penalise(logits.clone(), input_ids, 0.5, 0.3)), plain(penalise(logits.clone(), input_ids, 0.7, 0.0, mask))]
 
 
+@probe("left_pad")
+def _probe_left_pad(impl: Impl) -> Any:
+    # Three prompts of different lengths, one of them the longest, and a pad id that is also a token.
+    ids, mask = impl.generate.left_pad([[5, 6, 7], [8], [9, 10]], 0)
+    return [plain(ids), plain(mask)]
+
+
+@probe("position_ids_from_mask")
+def _probe_position_ids(impl: Impl) -> Any:
+    # Left padding, none, nearly all, and pads after real tokens (a finished row).
+    mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1], [0, 0, 0, 0, 1], [0, 1, 1, 0, 0]])
+    positions = plain(impl.transformer.position_ids_from_mask(mask))
+    # Only the real tokens' positions: a pad's is never read (0 or a clamped count are both fine).
+    return [positions[mask.bool()]]
+
+
+@probe("masked_forward")
+def _probe_masked_forward(impl: Impl) -> Any:
+    cfg, g = small_config(), generator(88)
+    attn = loaded(impl.transformer.Attention(cfg), attn_params(cfg, g))
+    x = randn(g, 2, 5, cfg.d_model)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
+    real = mask.bool()
+
+    def empty_kv(n: int) -> torch.Tensor:
+        return torch.zeros(2, 2, n, cfg.n_heads, cfg.d_head)
+
+    # Every position new; then with a cache: three positions, and the last two on top of them.
+    whole = attn.masked_forward(x, empty_kv(5), mask)
+    kv = empty_kv(5)
+    first = attn.masked_forward(x[:, :3], kv[:, :, :3], mask[:, :3])
+    rest = attn.masked_forward(x[:, 3:], kv, mask)
+    # Only the real tokens' outputs: what a pad query sees is no one's business.
+    return [plain(whole)[real], plain(first)[real[:, :3]], plain(rest)[real[:, 3:]]]
+
+
 @probe("padded_forward")
 def _probe_padded_forward(impl: Impl) -> Any:
     cfg, g = small_config(), generator(86)
@@ -162,13 +199,17 @@ def _probe_generate(impl: Impl) -> Any:
     # Greedy with a repetition penalty: the scores (after the penalty) differ from the raw log-probs.
     out = impl.generate.generate(model, tok, prompts, 6, temperature=0.0, repetition_penalty=1.3,
                                  return_dict_in_generate=True)
+    calls = list(model.calls)
+    # The presence and frequency penalties count the generated tokens only, never the prompt's.
+    penalised = impl.generate.generate(model, tok, prompts, 6, temperature=0.0, presence_penalty=0.8,
+                                       frequency_penalty=0.5, return_dict_in_generate=True)
     # The processors: no end-of-text before 4 new tokens (it is forced at position 3), a banned
     # word, a bias. Sequences only: the scores above already say what each step was drawn from.
     processed = impl.generate.generate(CachedToyLM(model.cfg, table, row_of, by_position), tok, prompts, 6,
                                        temperature=0.0, min_new_tokens=4, bad_words_ids=[[words[5]]],
                                        logit_bias={words[6]: 3.0})
-    return [plain(out.sequences), plain(out.scores), plain(out.logprobs), model.calls, plain(processed),
-            _mirostat_second_token(impl)]
+    return [plain(out.sequences), plain(out.scores), plain(out.logprobs), calls, plain(penalised.scores),
+            plain(processed), _mirostat_second_token(impl)]
 
 
 def _mirostat_second_token(impl: Impl) -> Any:

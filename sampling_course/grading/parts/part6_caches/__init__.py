@@ -56,8 +56,9 @@ EXERCISES: tuple[Exercise, ...] = (
         "scaled_dot_product_attention, and no concatenation.",
         "Embed each token at the position the cache gave it. Per layer (cache.fused holds each block's "
         "weights as a FastLayer): LayerNorm, one matmul for Q, K and V, hand K and V to cache.update (it "
-        "returns every key to attend to), attention with attn_mask, W_O, then the MLP, each added to the "
-        "residual stream.",
+        "returns every key to attend to), attention with the attn_mask it is given (not is_causal=True, which "
+        "aligns its mask to the top left, wrong for new tokens on top of a cache), W_O, then the MLP, each added "
+        "to the residual stream.",
         "Keep the residual stream as 2-D (batch * new_pos, d_model) rows so each linear map is one "
         "torch.addmm(bias, x, W); torch.addmm(residual, z, W_O) adds to the residual in the same call. View "
         "the QKV output as (batch, new_pos, 3, n_heads, d_head); F.scaled_dot_product_attention wants "
@@ -76,10 +77,11 @@ EXERCISES: tuple[Exercise, ...] = (
     exercise(
         "SinkCache.positions", 6, "caches", "SinkCache.positions",
         "The position ids of the next new_pos tokens of the text, by the cache's position rule.",
-        "Tokens seen, seen + 1, ... of the text. The 'cache' rule gives each token the number of tokens the "
-        "cache holds when it arrives; the 'absolute' rule its position in the text, capped at the last "
-        "position the model has learned.",
-        "A full cache holds window_length tokens after the new one has replaced the oldest, so 'cache' is "
+        "Tokens seen, seen + 1, ... of the text. The 'cache' rule gives each token its index in the window "
+        "(counting from the oldest token the window holds, the token itself included); the 'absolute' rule its "
+        "position in the text, capped at the last position the model has learned.",
+        "Until the window is full, token t's index in the window is t; once it is full, the new token replaces "
+        "the oldest recent one and is the last of window_length, at index window_length - 1. So 'cache' is "
         "min(t, window_length - 1) and 'absolute' is min(t, n_ctx - 1): torch.arange(...).clamp(max=...).",
         "t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
         "last = self.window_length - 1 if self.position_rule == 'cache' else self.n_ctx - 1\n"
@@ -153,6 +155,11 @@ MISTAKES: list[Mistake] = [
             "values.transpose(1, 2)\n",
             why=("the fast path drops the causal mask among new tokens, so during a prefill each position "
                  "sees the ones after it.")),
+    Mistake(6, "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)", _C,
+            "values.transpose(1, 2), attn_mask=attn_mask\n",
+            "values.transpose(1, 2), is_causal=new_pos > 1\n",
+            why=("the fast path asks SDPA for is_causal=True instead of using the mask it is given; that mask "
+                 "is aligned to the top left, so new tokens on top of a cache see only the first keys.")),
     Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _C,
             'hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")',
             "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))",

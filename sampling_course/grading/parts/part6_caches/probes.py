@@ -102,11 +102,16 @@ def _probe_fast_forward(impl: Impl) -> Any:
     cache = _ListCache(_fast_layers(impl, model))
     tokens = torch.randint(0, cfg.d_vocab, (2, 4), generator=g)
     # Three tokens at positions 4, 5, 6 (as if four came before), each seeing only itself and
-    # the ones before it; then one more at position 7, which sees everything.
+    # the ones before it; then one more at position 7, which sees everything; then two on top
+    # of those four, each seeing the cached keys, and the second also the first (a mask aligned
+    # to the bottom right, which SDPA's is_causal=True is not).
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
     first = impl.caches.fast_forward(model, tokens[:, :3], torch.arange(4, 7)[None], cache, causal)
     last = impl.caches.fast_forward(model, tokens[:, 3:], torch.tensor([[7]]), cache, None)
-    return [plain(first), plain(last)]
+    more = torch.randint(0, cfg.d_vocab, (2, 2), generator=g)
+    on_top = torch.ones(2, 6, dtype=torch.bool).tril(diagonal=4)
+    two = impl.caches.fast_forward(model, more, torch.tensor([[8, 9]]), cache, on_top)
+    return [plain(first), plain(last), plain(two)]
 
 
 def _sink_cache(impl: Impl, buffer: torch.Tensor, num_sink_tokens: int, position_rule: str, n_ctx: int) -> Any:

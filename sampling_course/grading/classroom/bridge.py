@@ -1,0 +1,286 @@
+"""The bridge: the grader calls a submission's code in another process as if it were local.
+
+The grader runs the course's tests against a package whose objects live in the submission's
+process. Each side of the connection is an ``Endpoint``. What crosses is data, never code:
+
+* tensors (as raw bytes, ``wire.py``), numbers, strings, None, containers of these and a few
+  more plain types (``codec.py``);
+* everything else crosses as a *handle*: a number naming an object that stays where it is.
+  The receiving side gets a ``RemoteObject`` (``proxies.py``) whose calls, attribute reads
+  and indexing travel back to the object's own side and run there;
+* a ``torch.nn.Module`` of the submission crosses as a *mirror*: a local module with a copy
+  of its parameters (so ``load_weights`` and ``state_dict`` work on the grader's side) whose
+  ``forward`` runs in the submission's process. Parameters, and tensors that are an object's
+  attributes, changed on either side are copied to the other with the next message.
+
+Calls nest: while the grader waits for a submission's ``sample``, the submission may call
+the grader's model (a handle) and the grader answers, then goes on waiting. The state of
+torch's global random generator, torch's grad mode and tensors modified in place travel with
+every message, so code behaves as if it ran in one process: a test that seeds torch and then
+calls the submission gets the same draws as in a local run.
+
+The grader trusts nothing it receives: a handle from the submission can only be used to ask
+the submission for more; the grader's own objects that the submission holds handles to
+answer only public, read-only questions (``codec.refused_name``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import socket
+import sys
+import time
+from typing import Any
+
+import torch
+
+from sampling_course.grading.classroom.codec import (
+    Codec,
+    RemoteError,
+    SubmissionLost,
+    error_of,
+    raise_remote,
+    refused_name,
+    _list,
+    _version,
+)
+from sampling_course.grading.classroom.wire import Closed, Deadline, WireError, decode_tensor, encode_tensor, read_frame, write_frame
+from sampling_course.grading.time_limit import TookTooLong
+
+__all__ = ["Endpoint", "RemoteError", "SubmissionLost", "refused_name"]
+
+
+class Endpoint(Codec):
+    """One side of a connection. ``trusted``: whether requests from the other side may change things here."""
+
+    def __init__(self, sock: socket.socket, *, peer_trusted: bool, owns_modules: bool):
+        self.sock = sock
+        self.peer_trusted = peer_trusted  # the worker trusts the grader; the grader trusts no one
+        self.owns_modules = owns_modules  # the worker sends its modules as mirrors
+        # The time the other side may still take, counted only while this side waits for it (time
+        # spent here, serving its callbacks, is not its); None: no limit.
+        self.allowance: float | None = None
+        self.waited = 0.0  # seconds spent waiting for the other side, in all
+        self.alive = True
+        self.on_wait: Any = None  # called (with the endpoint) when a read times out; may raise
+        self.on_error: Any = None  # called with each error the other side reports (e.g. to flag running out of memory)
+        self.interrupted = False  # the other side was interrupted (a call ran out of time)
+        self.limit_s = 0.0  # the time limit that was in force, for the message
+        self._exports: dict[int, Any] = {}
+        self._export_ids: dict[int, int] = {}
+        self._counter = itertools.count(1)
+        self._proxies: dict[int, Any] = {}  # the other side's handles -> RemoteObject / mirror
+        self._local_types: dict[tuple, type] = {}  # the other side's classes -> local handle classes
+        self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
+        self._rng = torch.get_rng_state()
+        self.requests_served = 0
+
+    # ----- handles ---------------------------------------------------------------------
+
+    def export(self, obj: Any) -> int:
+        ref = self._export_ids.get(id(obj))
+        if ref is None or self._exports.get(ref) is not obj:
+            ref = next(self._counter)
+            self._exports[ref] = obj
+            self._export_ids[id(obj)] = ref
+        return ref
+
+    def local(self, ref: Any) -> Any:
+        if not isinstance(ref, int) or ref not in self._exports:
+            raise WireError(f"no object {str(ref)[:40]} was handed out")
+        return self._exports[ref]
+
+    # ----- encoding --------------------------------------------------------------------
+
+    def _send(self, message: dict[str, Any], blobs: list[bytes]) -> None:
+        state = torch.get_rng_state()
+        if not torch.equal(state, self._rng):
+            message["rng"] = encode_tensor(state, blobs)
+            self._rng = state
+        message["grad"] = torch.is_grad_enabled()
+        changed = []
+        for (ref, name), entry in self._tracked.items():
+            tensor, version = entry
+            if tensor._version != version:
+                changed.append([ref, name, encode_tensor(tensor, blobs)])
+                entry[1] = tensor._version
+        if changed:
+            message["sync"] = changed
+        write_frame(self.sock, message, blobs,
+                    None if self.allowance is None else Deadline.after(max(self.allowance, 10.0)))
+
+    def _absorb(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
+        """Apply what travels with every message: the random state, grad mode and changed parameters."""
+        if "rng" in message:
+            state = decode_tensor(message["rng"], blobs)
+            try:
+                torch.set_rng_state(state)
+            except RuntimeError as exc:
+                raise WireError(f"bad random state: {exc}") from None
+            self._rng = state
+        if "grad" in message:
+            torch.set_grad_enabled(bool(message["grad"]))
+        for item in _list(message.get("sync", [])):
+            ref, name, spec = _list(item, 3)
+            entry = self._tracked.get((ref, name)) if isinstance(name, str) and isinstance(ref, int) else None
+            if entry is None:
+                continue
+            incoming = decode_tensor(spec, blobs)
+            tensor = entry[0]
+            if incoming.shape == tensor.shape and incoming.dtype == tensor.dtype:
+                with torch.no_grad():
+                    tensor.copy_(incoming)
+                entry[1] = tensor._version
+
+    def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
+        """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting."""
+        if not self.alive:
+            raise SubmissionLost("the submission's process is gone")
+        blobs: list[bytes] = []
+        sent: list = []
+        message = {"op": op, "ref": ref, "a": [self.encode(a, blobs, sent) for a in args]}
+        message.update({key: self.encode(value, blobs, sent) for key, value in fields.items()})
+        try:
+            self._send(message, blobs)
+            while True:
+                reply, reply_blobs = self._read()
+                self._absorb(reply, reply_blobs)
+                kind = reply.get("op")
+                if kind in ("ok", "err"):
+                    self._write_back(reply, reply_blobs, sent)
+                    if isinstance(reply.get("print"), str):
+                        sys.stdout.write(reply["print"])  # what the submission printed, as if printed here
+                    break
+                self._serve(reply, reply_blobs)
+            value = None if kind == "err" else self.decode(reply.get("v"), reply_blobs, [])
+        except WireError as exc:
+            self.alive = False
+            raise SubmissionLost(f"the submission's process stopped answering ({exc})") from None
+        except BaseException:
+            # Interrupted half-way (a time limit raised in this thread): the conversation is out of step.
+            self.alive = False
+            raise
+        if self.interrupted:  # it answered, but only after the time limit had interrupted it
+            self.interrupted = False
+            raise TookTooLong(f"stopped after {self.limit_s:g} s")
+        if kind == "err":
+            error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
+            if self.on_error is not None:
+                self.on_error(error)
+            raise_remote(error)
+        return value
+
+    def _read(self) -> tuple[dict[str, Any], list[memoryview]]:
+        while True:
+            started = time.monotonic()
+            deadline = Deadline(None if self.allowance is None else started + max(0.0, self.allowance))
+            try:
+                message, blobs = read_frame(self.sock, deadline)
+            except KeyboardInterrupt:
+                if self.peer_trusted:
+                    continue  # on the submission's side, an interruption is for its code, not for a wait
+                raise
+            except WireError as exc:
+                self._spend(started)
+                if not isinstance(exc, Closed) and self.on_wait is not None:
+                    self.on_wait(self)  # a time limit: it interrupts the other side, or raises
+                    continue
+                raise
+            self._spend(started)
+            if not isinstance(message, dict):
+                raise WireError("a message must be an object")
+            return message, blobs
+
+    def _spend(self, started: float) -> None:
+        elapsed = time.monotonic() - started
+        self.waited += elapsed
+        if self.allowance is not None:
+            self.allowance -= elapsed
+
+    def _write_back(self, reply: dict[str, Any], blobs: list[memoryview], sent: list) -> None:
+        """Tensors and generators the other side modified in place are modified here too."""
+        for item in _list(reply.get("mut", [])):
+            index, spec = _list(item, 2)
+            if not (isinstance(index, int) and 0 <= index < len(sent)):
+                continue
+            original = sent[index]
+            if isinstance(original, torch.Generator):
+                try:
+                    original.set_state(decode_tensor(spec, blobs))
+                except RuntimeError:
+                    pass
+                continue
+            incoming = decode_tensor(spec, blobs)
+            if incoming.shape == original.shape and incoming.dtype == original.dtype:
+                with torch.no_grad():
+                    original.copy_(incoming)
+
+    # ----- serving -----------------------------------------------------------------------
+
+    def serve_forever(self) -> None:
+        """Answer requests until the other side closes the connection (the submission's main loop)."""
+        while True:
+            try:
+                message, blobs = self._read()
+            except KeyboardInterrupt:
+                continue  # an interruption meant for a call that had just finished
+            except WireError:
+                return
+            self._absorb(message, blobs)
+            if message.get("op") in ("ok", "err"):
+                continue  # the answer to a request its code gave up on (interrupted): nothing waits for it
+            self._serve(message, blobs)
+
+    @contextlib.contextmanager
+    def _captured(self) -> Any:
+        """On the submission's side, what its code prints during a request goes back with the answer."""
+        if not self.peer_trusted:
+            yield None
+            return
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+            yield buffer
+
+    def _serve(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
+        self.requests_served += 1
+        printed = None
+        received: list = []
+        out: list[bytes] = []
+        try:
+            from sampling_course.grading.classroom.proxies import perform
+
+            target = None if message.get("ref") is None else self.local(message["ref"])
+            args = [self.decode(a, blobs, received) for a in _list(message.get("a", []))]
+            extra = {k: self.decode(v, blobs, received) for k, v in message.items()
+                     if k in ("kw", "name", "value")}
+            with self._captured() as printed:  # noqa: F841 - read after the block
+                result = perform(self, str(message.get("op")), target, args, extra)
+            if message.get("op") == "getattr" and self.owns_modules and type(result) in (torch.Tensor, torch.nn.Parameter):
+                value = self._encode_shared(result, out)  # an object's state: shared, so it can change in place
+            else:
+                value = self.encode(result, out, [])
+            reply: dict[str, Any] = {"op": "ok", "v": value}
+        except (WireError, Closed):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - everything the code raised goes back as data
+            out = []
+            reply = {"op": "err", "error": error_of(exc)}
+        if self.peer_trusted and (printed.getvalue() if printed else ""):
+            reply["print"] = printed.getvalue()[-(1 << 20):]
+        mutated = []
+        for index, original, version in received:
+            if index is None:
+                continue
+            if isinstance(original, torch.Generator):
+                state = original.get_state()
+                if not torch.equal(state, version):
+                    mutated.append([index, encode_tensor(state, out)])
+            elif version is not None and _version(original) != version:
+                mutated.append([index, encode_tensor(original, out)])
+        if mutated:
+            reply["mut"] = mutated
+        self._send(reply, out)
+
+

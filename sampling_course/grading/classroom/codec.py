@@ -1,0 +1,397 @@
+"""The bridge's values: what crosses as data, what as a handle, and what a submission may not ask.
+
+``Codec`` turns a value into JSON plus raw tensor bytes and back (``Endpoint`` in
+``bridge.py`` inherits it):
+
+* tensors, numbers, strings, None, lists, tuples, dicts, sets, ``torch.Size``, dtypes,
+  slices, ranges, bytes, the course's ``Config``, a torch ``Generator`` (its state), a few
+  classes by name (``torch.Tensor``, ``int``, ...) and exception classes: by value;
+* a tensor that is an object's attribute (``cache.buffer``): *shared*, one copy on each side,
+  kept in step, so that ``cache.buffer.fill_(...)`` and ``cache.buffer is buffer`` mean what they
+  mean in one process;
+* a submission's ``torch.nn.Module``: a *mirror* (``proxies.build_mirror``);
+* anything else: a *handle* (``proxies.RemoteObject``), which names the object and the
+  special methods its class has, so ``hasattr(handle, "__len__")`` answers as the object would.
+
+The grader refuses a submission private names, the introspection that leads to code and
+frames, and methods that would change or save the grader's state (``refused_name``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+from typing import Any
+
+import torch
+
+from sampling_course.config import Config
+from sampling_course.grading.classroom.wire import DTYPES, WireError, decode_tensor, encode_tensor
+
+__all__ = ["Codec", "RemoteError", "SPECIALS", "SubmissionLost", "raise_remote", "error_of", "refused_name"]
+
+_MAX_DEPTH = 64
+
+# Exceptions rebuilt by name on the receiving side; any other type arrives as a RemoteError.
+_EXCEPTIONS: dict[str, type[BaseException]] = {
+    cls.__name__: cls for cls in (
+        ValueError, TypeError, IndexError, KeyError, AttributeError, RuntimeError, NotImplementedError,
+        ZeroDivisionError, AssertionError, StopIteration, OverflowError, MemoryError, RecursionError,
+        LookupError, ArithmeticError, PermissionError, OSError, ImportError, ModuleNotFoundError,
+        SyntaxError, NameError, UnboundLocalError, FloatingPointError, UnicodeError, EOFError,
+    )
+}
+
+# Classes that cross by name (the same class on both sides), e.g. for ``tensor.as_subclass(torch.Tensor)``.
+_CLASSES: dict[str, type] = {
+    "torch.Tensor": torch.Tensor, "torch.nn.Parameter": torch.nn.Parameter, "torch.nn.Module": torch.nn.Module,
+    "int": int, "float": float, "bool": bool, "str": str, "list": list, "tuple": tuple, "dict": dict,
+    "Config": Config,
+}
+_CLASS_NAMES = {cls: name for name, cls in _CLASSES.items()}
+
+# What a submission may not ask of the grader's objects: private names and the introspection
+# that leads to code and frames, and the methods that would change or save the grader's state.
+_REFUSED_PREFIXES = ("_", "register_", "save", "push_", "from_", "load", "set_", "add_", "to_json", "dump",
+                     "export", "resize", "tie_", "init_", "apply")
+_REFUSED_NAMES = frozenset({
+    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
+    "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "tb_frame", "tb_next", "func_globals",
+    "train", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "share_memory",
+    "requires_grad_", "zero_grad", "post_init", "copy_", "fill_", "zero_", "data", "grad", "storage",
+    "untyped_storage", "set_", "modules", "named_modules", "children", "named_children",
+})
+
+
+def refused_name(name: str) -> bool:
+    """Whether a submission is refused the attribute ``name`` of one of the grader's objects."""
+    return not isinstance(name, str) or name.startswith(_REFUSED_PREFIXES) or name in _REFUSED_NAMES
+
+
+class RemoteError(RuntimeError):
+    """An exception raised on the other side whose type is not rebuilt here (its name is in the message)."""
+
+
+class SubmissionLost(RuntimeError):
+    """The submission's process ended, broke the protocol or was restarted; its objects are gone."""
+
+
+def raise_remote(error: dict[str, Any]) -> None:
+    name = str(error.get("type", "Exception"))[:100]
+    message = str(error.get("msg", ""))[:4000]
+    if name == "NotImplementedError":
+        raise_stub(str(error.get("stub") or "the submission"), message)
+    cls = _EXCEPTIONS.get(name)
+    if cls is None:
+        raise RemoteError(f"{name}: {message}" if message else name)
+    raise cls(message)
+
+
+def raise_stub(stub: str, message: str) -> None:
+    """Raise NotImplementedError from a frame named after the stub, so reports say which stub it was."""
+    stub = "".join(c for c in stub if c.isidentifier() or c.isalnum() or c in "._<>")[:200] or "stub"
+    code = compile("raise NotImplementedError(message)", "<submission>", "exec").replace(co_name=stub.split(".")[-1],
+                                                                                        co_qualname=stub)
+    exec(code, {"message": message})  # noqa: S102 - a fixed statement; only its frame's name varies
+
+
+def error_of(exc: BaseException) -> dict[str, Any]:
+    error = {"type": type(exc).__name__, "msg": str(exc)[:4000]}
+    if isinstance(exc, NotImplementedError):
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        if tb is not None:
+            error["stub"] = getattr(tb.tb_frame.f_code, "co_qualname", tb.tb_frame.f_code.co_name)
+    return error
+
+
+# Special methods a handle has exactly when the object's class has them.
+SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+            "__bool__", "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
+            "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
+            "__mod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
+            "__and__", "__or__", "__xor__", "__neg__", "__pos__", "__abs__", "__invert__")
+
+
+class Codec:
+    """Encoding and decoding of values, for an ``Endpoint`` (which holds the state they use)."""
+
+    def encode(self, value: Any, blobs: list[bytes], sent: list, depth: int = 0) -> Any:
+        if depth > _MAX_DEPTH:
+            raise ValueError("a value nested too deeply to send")
+        if value is None or isinstance(value, (bool, str)):
+            return value
+        if isinstance(value, (int, float)) and type(value) in (int, float):
+            return value
+        if isinstance(value, torch.Tensor) and not self._is_subclass_to_keep(value):
+            spec = encode_tensor(value, blobs)
+            spec["rg"] = bool(value.requires_grad)
+            sent.append(value)
+            spec["i"] = len(sent) - 1
+            return spec
+        from sampling_course.grading.classroom.proxies import ModuleMirror, RemoteObject
+
+        if isinstance(value, (RemoteObject, ModuleMirror)) and value._endpoint() is self:
+            return {"Y": value._ref()}
+        enc = lambda v: self.encode(v, blobs, sent, depth + 1)  # noqa: E731
+        if type(value) is list:
+            return {"L": [enc(v) for v in value]}
+        if type(value) is tuple:
+            return {"U": [enc(v) for v in value]}
+        if type(value) is dict:
+            return {"D": [[enc(k), enc(v)] for k, v in value.items()]}
+        if type(value) in (set, frozenset):
+            return {"S" if type(value) is set else "F": [enc(v) for v in value]}
+        if isinstance(value, torch.Size):
+            return {"Z": [int(n) for n in value]}
+        if isinstance(value, torch.dtype) and str(value).removeprefix("torch.") in DTYPES:
+            return {"dt": str(value).removeprefix("torch.")}
+        if isinstance(value, torch.device):
+            return {"dev": str(value)}
+        if type(value) is slice:
+            return {"sl": [enc(value.start), enc(value.stop), enc(value.step)]}
+        if value is Ellipsis:
+            return {"E": 1}
+        if type(value) is range:
+            return {"rg": [value.start, value.stop, value.step]}
+        if type(value) is bytes:
+            blobs.append(value)
+            return {"by": len(blobs) - 1}
+        if type(value) is Config:
+            return {"C": {f.name: enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+        if isinstance(value, torch.Generator):
+            spec = encode_tensor(value.get_state(), blobs)
+            sent.append(value)
+            return {"G": spec, "i": len(sent) - 1}
+        if isinstance(value, type) and issubclass(value, BaseException) and value.__name__ in _EXCEPTIONS:
+            return {"X": value.__name__}
+        if isinstance(value, type) and _CLASS_NAMES.get(value):
+            return {"K": _CLASS_NAMES[value]}
+        if self.owns_modules and isinstance(value, torch.nn.Module):
+            return self._encode_module(value, blobs, sent)
+        return self._encode_handle(value)
+
+    def _is_subclass_to_keep(self, value: torch.Tensor) -> bool:
+        # A submission's tensor subclass (a KeyValueCache) crosses as a handle: its methods stay with it.
+        return self.owns_modules and type(value) not in (torch.Tensor, torch.nn.Parameter)
+
+    def _encode_handle(self, value: Any) -> dict[str, Any]:
+        if isinstance(value, type):
+            kind = "class"
+        elif isinstance(value, types.ModuleType):
+            kind = "module"
+        elif isinstance(value, torch.Tensor):
+            kind = "tensor"
+        else:
+            kind = "object"
+        if not self.owns_modules and not _may_hand_out(value):
+            kind = "refused"
+        spec = {"H": self.export(value), "k": kind, "t": type(value).__name__[:100], "c": callable(value),
+                "d": [name for name in SPECIALS if getattr(type(value), name, None) is not None]}
+        if self.owns_modules and kind in ("object", "tensor"):
+            spec["cls"] = self.export(type(value))  # so that type(handle)(...) builds one there
+        return spec
+
+    def _encode_shared(self, tensor: torch.Tensor, blobs: list[bytes]) -> dict[str, Any]:
+        """A tensor that is part of an object's state: the other side keeps one copy, kept in step."""
+        ref = self.export(tensor)
+        if (ref, "") in self._tracked:
+            return {"S": ref}
+        self.track(ref, "", tensor)
+        return {"S": ref, "t": encode_tensor(tensor, blobs)}
+
+    def _encode_module(self, module: torch.nn.Module, blobs: list[bytes], sent: list) -> dict[str, Any]:
+        known = id(module) in self._export_ids and self._exports.get(self._export_ids[id(module)]) is module
+        ref = self.export(module)
+        if known:
+            return {"M": ref}
+        spec: dict[str, Any] = {
+            "M": ref, "t": type(module).__qualname__[:100], "training": module.training,
+            "list": isinstance(module, (torch.nn.ModuleList, torch.nn.Sequential)), "p": [], "b": [], "c": [],
+        }
+        for name, param in module.named_parameters(recurse=False):
+            spec["p"].append([name, encode_tensor(param, blobs), bool(param.requires_grad)])
+            self.track(ref, name, param)
+        for name, buffer in module.named_buffers(recurse=False):
+            spec["b"].append([name, encode_tensor(buffer, blobs)])
+            self.track(ref, name, buffer)
+        for name, child in module.named_children():
+            spec["c"].append([name, self._encode_module(child, blobs, sent)])
+        return spec
+
+    # ----- decoding --------------------------------------------------------------------
+
+    def decode(self, value: Any, blobs: list[memoryview], received: list, depth: int = 0) -> Any:
+        if depth > _MAX_DEPTH:
+            raise WireError("a value nested too deeply")
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if not isinstance(value, dict) or len(value) == 0:
+            raise WireError(f"unexpected value {str(value)[:80]}")
+        dec = lambda v: self.decode(v, blobs, received, depth + 1)  # noqa: E731
+        if "S" in value:
+            return self._shared(value, blobs)
+        if "T" in value:
+            tensor = decode_tensor(value, blobs)
+            if value.get("rg") and tensor.is_floating_point():
+                tensor.requires_grad_(True)
+            received.append((value.get("i"), tensor, _version(tensor)))
+            return tensor
+        if "Y" in value:
+            return self.local(value["Y"])
+        if "H" in value:
+            return self._proxy(value)
+        if "M" in value:
+            return self._mirror(value, blobs)
+        if "L" in value:
+            return [dec(v) for v in _list(value["L"])]
+        if "U" in value:
+            return tuple(dec(v) for v in _list(value["U"]))
+        if "D" in value:
+            return {_hashable(dec(k)): dec(v) for k, v in (_pair(p) for p in _list(value["D"]))}
+        if "S" in value or "F" in value:
+            items = [_hashable(dec(v)) for v in _list(value.get("S", value.get("F")))]
+            return set(items) if "S" in value else frozenset(items)
+        if "Z" in value:
+            return torch.Size([_int(n) for n in _list(value["Z"])])
+        if "dt" in value:
+            return DTYPES[_choice(value["dt"], DTYPES)]
+        if "dev" in value:
+            return torch.device("cpu")  # grading runs on the CPU, whatever the other side names
+        if "sl" in value:
+            start, stop, step = (dec(v) for v in _list(value["sl"], 3))
+            return slice(start, stop, step)
+        if "E" in value:
+            return Ellipsis
+        if "rg" in value:
+            return range(*(_int(n) for n in _list(value["rg"], 3)))
+        if "by" in value:
+            index = value["by"]
+            if not (isinstance(index, int) and 0 <= index < len(blobs)):
+                raise WireError("bad bytes reference")
+            return bytes(blobs[index])
+        if "C" in value:
+            fields = value["C"]
+            if not isinstance(fields, dict):
+                raise WireError("bad Config")
+            known = {f.name for f in dataclasses.fields(Config)}
+            try:
+                return Config(**{k: dec(v) for k, v in fields.items() if k in known})
+            except (TypeError, ValueError) as exc:
+                raise WireError(f"bad Config: {exc}") from None
+        if "G" in value:
+            generator = torch.Generator()
+            try:
+                generator.set_state(decode_tensor(value["G"], blobs))
+            except RuntimeError as exc:
+                raise WireError(f"bad generator state: {exc}") from None
+            received.append((value.get("i"), generator, generator.get_state()))
+            return generator
+        if "X" in value:
+            return _EXCEPTIONS[_choice(value["X"], _EXCEPTIONS)]
+        if "K" in value:
+            return _CLASSES[_choice(value["K"], _CLASSES)]
+        raise WireError(f"unknown value tag {str(list(value))[:80]}")
+
+    def _shared(self, spec: dict[str, Any], blobs: list[memoryview]) -> torch.Tensor:
+        ref = spec["S"]
+        if not isinstance(ref, int):
+            raise WireError("bad shared tensor")
+        known = self._proxies.get(ref)
+        if isinstance(known, torch.Tensor):
+            return known
+        if "t" not in spec:
+            raise WireError("a shared tensor was referred to before it was sent")
+        tensor = decode_tensor(spec["t"], blobs)
+        self._proxies[ref] = tensor
+        self.track(ref, "", tensor)
+        return tensor
+
+    def _proxy(self, spec: dict[str, Any]) -> Any:
+        ref = spec["H"]
+        if not isinstance(ref, int):
+            raise WireError("bad handle")
+        proxy = self._proxies.get(ref)
+        if proxy is None:
+            from sampling_course.grading.classroom.proxies import local_type
+
+            kind, name = str(spec.get("k", "object")), str(spec.get("t", "?"))[:100]
+            specials = spec.get("d")
+            specials = tuple(sorted(str(n) for n in specials)) if isinstance(specials, list) else None
+            remote_class = None
+            if isinstance(spec.get("cls"), int):
+                remote_class = self._proxy({"H": spec["cls"], "k": "class", "t": "type", "c": True,
+                                            "d": ["__call__"]})
+            key = (spec.get("cls"), name, specials)
+            if key not in self._local_types:  # one local class per class of the other side
+                self._local_types[key] = local_type(name, specials, remote_class)
+            proxy = self._local_types[key].make(self, ref, name, kind, bool(spec.get("c")))
+            self._proxies[ref] = proxy
+        return proxy
+
+    def _mirror(self, spec: dict[str, Any], blobs: list[memoryview]) -> Any:
+        from sampling_course.grading.classroom.proxies import build_mirror
+
+        ref = spec["M"]
+        if not isinstance(ref, int):
+            raise WireError("bad module handle")
+        if ref in self._proxies:
+            return self._proxies[ref]
+        if "p" not in spec:
+            raise WireError("a module was referred to before it was sent")
+        return build_mirror(self, spec, blobs)
+
+    def track(self, ref: int, name: str, tensor: torch.Tensor) -> None:
+        if _version(tensor) is not None:  # an inference-mode tensor cannot change in place
+            self._tracked[(ref, name)] = [tensor, _version(tensor)]
+
+    def remember(self, ref: int, proxy: Any) -> None:
+        self._proxies[ref] = proxy
+
+    # ----- messages ----------------------------------------------------------------------
+
+
+def _version(tensor: torch.Tensor) -> int | None:
+    """How often ``tensor`` was modified in place; None for an inference-mode tensor (it cannot be)."""
+    try:
+        return tensor._version
+    except RuntimeError:
+        return None
+
+
+def _may_hand_out(value: Any) -> bool:
+    """The grader's objects a submission may hold a handle to: not modules, builtins or code."""
+    return not isinstance(value, (types.ModuleType, types.BuiltinFunctionType, types.CodeType, types.FrameType,
+                                  types.TracebackType))
+
+
+def _list(value: Any, length: int | None = None) -> list:
+    if not isinstance(value, list) or (length is not None and len(value) != length):
+        raise WireError("expected a list" + (f" of {length}" if length else ""))
+    return value
+
+
+def _pair(value: Any) -> tuple[Any, Any]:
+    first, second = _list(value, 2)
+    return first, second
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise WireError("expected an integer")
+    return value
+
+
+def _choice(value: Any, allowed: dict) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise WireError(f"unexpected name {str(value)[:40]}")
+    return value
+
+
+def _hashable(value: Any) -> Any:
+    try:
+        hash(value)
+    except TypeError:
+        raise WireError("an unhashable dictionary key") from None
+    return value

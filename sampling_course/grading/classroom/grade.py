@@ -1,0 +1,357 @@
+"""Grade one submission: a pure function from a submission on disk to its result (plain data).
+
+``grade_submission`` copies the submission into a fresh folder, starts a confined process for
+it (``worker.py``) and runs the course's own tests *in this process* (the grader's) against
+the package ``exercises`` as the bridge presents it (``bridge.py``): every object of the
+submission is a handle, every value its code returns arrives as data. The tests compare those
+values with the references here, where the submission's code never runs, so nothing it does
+in its own process (replacing ``torch.allclose``, pytest's reporting, writing a fake report)
+can change a grade.
+
+Limits count the submission's own time, the time the grader waits for it (the grader's own
+work, such as computing a reference, does not count against a student): the code one test
+calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
+it will not stop); one exercise's tests together ``seconds_per_exercise``, after which its
+remaining tests are not run; the whole submission ``seconds_per_submission``. A submission
+whose process dies is restarted for the next test, at most ``MAX_RESTARTS`` times.
+
+The result is a dict of plain values (JSON-able), so any executor can carry it back.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import site
+import sys
+import tempfile
+import time
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sampling_course.grading import runner
+from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
+from sampling_course.grading.classroom.proxies import RemotePackage
+from sampling_course.grading.classroom.settings import GradeSettings
+from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
+from sampling_course.grading.classroom.worker import Template, Worker
+from sampling_course.grading.course import get_exercise
+from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
+from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
+from sampling_course.grading.time_limit import TookTooLong
+
+__all__ = ["MAX_RESTARTS", "grade_submission", "readable_roots"]
+
+MAX_RESTARTS = 3
+GRACE_S = 3.0  # after an interruption, how long the submission has to give up before it is stopped
+PACKAGE = "exercises"  # the name the tests import the implementation under test by
+
+
+def readable_roots(hidden: list[Path]) -> list[Path]:
+    """What a submission's process may read: Python, the system libraries and the course package.
+
+    A candidate that holds anything in ``hidden`` (the tests, the solutions, the submissions,
+    the reports) is left out.
+    """
+    import sampling_course
+
+    candidates = [Path(p) for p in ("/usr", "/lib", "/lib64", "/lib32", "/etc", "/proc", "/sys", "/dev")]
+    candidates += [Path(sys.base_prefix), Path(sys.prefix), *(Path(p) for p in site.getsitepackages())]
+    candidates.append(Path(sampling_course.__file__).parent)
+    hidden = [h.resolve() for h in hidden]
+    roots = []
+    for path in dict.fromkeys(p.resolve() for p in candidates if p.exists()):
+        if not any(h == path or path in h.parents for h in hidden):
+            roots.append(path)
+    return roots
+
+
+class Connection:
+    """The grader's side of one submission's process: started on demand, restarted when it dies."""
+
+    def __init__(self, copy: Path, settings: GradeSettings, hidden: list[Path]):
+        self.copy = copy
+        self.settings = settings
+        self.readable = readable_roots(hidden)
+        self.worker: Worker | None = None
+        self.endpoint: Endpoint | None = None
+        self.started = 0
+        self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
+        self.attempts: list[dict[str, str]] = []
+        self.measures: dict[str, str] = {}
+        self.allowance: float | None = None
+        self.limit_s = settings.seconds_per_test
+        self.context = ""  # the exercise being graded, for messages
+        self._waited = 0.0  # time waited for processes of this submission that have ended
+
+    def flag(self, kind: str, reason: str) -> None:
+        self.flags.setdefault(kind, reason)
+
+    def connect(self) -> Endpoint:
+        if self.endpoint is not None and self.endpoint.alive:
+            return self.endpoint
+        if self.worker is not None:
+            self.flag("process", "its process stopped or broke off during grading and was started again")
+            self.retire()
+        if self.started > MAX_RESTARTS:
+            raise SubmissionLost(f"the submission's process was started {self.started} times; no more")
+        limits = {"memory_bytes": self.settings.memory_mb << 20, "cpu_seconds": int(self.settings.seconds_per_submission),
+                  "file_bytes": 64 << 20, "processes": 32, "open_files": 256}
+        self.worker = Template.get().spawn(self.copy, self.readable, limits)
+        self.started += 1
+        self.measures = self.worker.measures
+        endpoint = Endpoint(self.worker.sock, peer_trusted=False, owns_modules=False)
+        endpoint.on_wait = self._on_wait
+        endpoint.on_error = self._on_error
+        endpoint.allowance = self.allowance
+        self.endpoint = endpoint
+        return endpoint
+
+    def set_limit(self, seconds: float, context: str) -> None:
+        """The submission may now take ``seconds`` of its own time (the grader's time does not count)."""
+        self.allowance, self.limit_s, self.context = seconds, seconds, context
+        if self.endpoint is not None:
+            self.endpoint.allowance = seconds
+            self.endpoint.interrupted = False
+
+    def waited(self) -> float:
+        """Seconds the grader spent waiting for this submission, all its processes together."""
+        return self._waited + (self.endpoint.waited if self.endpoint is not None else 0.0)
+
+    def _on_wait(self, endpoint: Endpoint) -> None:
+        """A call ran out of time: interrupt it; if it will not stop, stop the process."""
+        if not endpoint.interrupted:
+            endpoint.interrupted, endpoint.limit_s = True, self.limit_s
+            self.flag("time", f"ran past the time limit ({self.limit_s:g} s) in {self.context or 'a test'}")
+            if self.worker is not None:
+                self.worker.interrupt()
+            endpoint.allowance = GRACE_S
+            return
+        endpoint.alive = False
+        self.retire()
+        raise TookTooLong(f"stopped after {self.limit_s:g} s")
+
+    def _on_error(self, error: dict[str, Any]) -> None:
+        text = f"{error.get('type')}: {error.get('msg')}"
+        if error.get("type") == "MemoryError" or "can't allocate memory" in text or "Cannot allocate memory" in text:
+            self.flag("memory", f"ran out of memory (the limit is {self.settings.memory_mb} MiB) in "
+                                f"{self.context or 'a test'}")
+
+    def retire(self) -> None:
+        if self.endpoint is not None and not self.endpoint.alive and "time" not in self.flags:
+            self.flag("process", "its process ended or stopped answering during grading")
+        if self.endpoint is not None:
+            self._waited += self.endpoint.waited
+        if self.worker is not None:
+            self.attempts += self.worker.attempts()
+            self.worker.stop()
+        self.worker, self.endpoint = None, None
+
+    def integrity(self) -> list[str]:
+        """What the submission replaced in its own process (asked of it; informative only)."""
+        if self.endpoint is None or not self.endpoint.alive:
+            return []
+        try:
+            self.set_limit(10, "the final check")
+            report = self.endpoint.request("import", None, name="sampling_course.grading.classroom.worker").integrity()
+            return [str(x)[:100] for x in report][:20] if isinstance(report, list) else []
+        except (Exception, TookTooLong):  # noqa: BLE001
+            return []
+
+
+class _Judge(runner._Collector):
+    """The collector of ``grading.runner``, with the time limits and hidden tests of class grading."""
+
+    def __init__(self, connection: Connection, settings: GradeSettings):
+        super().__init__()
+        self.connection = connection
+        self.settings = settings
+        self.hidden: set[str] = set()
+        self.spent: dict[str, float] = {}
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items: list[Any]) -> None:
+        super().pytest_collection_modifyitems(items)
+        self.hidden.update(item.nodeid for item in items if item.get_closest_marker("hidden"))
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_setup(self, item: Any) -> None:
+        names = [name.lower() for name in self.exercises.get(item.nodeid, ())]
+        used = self.connection.waited()
+        if used >= self.settings.seconds_per_submission:
+            self.connection.flag("time", f"the submission's time limit ({self.settings.seconds_per_submission:g} s) "
+                                         "was reached; the tests after it did not run")
+            pytest.skip("not run: the submission's time limit was reached")
+        budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
+        if budget <= 0:
+            pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
+        super().pytest_runtest_setup(item)
+        limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
+        self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: Any, nextitem: Any):
+        before = self.connection.waited()
+        yield
+        for name in {n.lower() for n in self.exercises.get(item.nodeid, ())}:
+            self.spent[name] = self.spent.get(name, 0.0) + self.connection.waited() - before
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        super().pytest_runtest_logreport(report)
+        outcome = self.outcomes.get(report.nodeid)
+        if outcome is not None and outcome.outcome == "took too long" and "0 s" in outcome.message:
+            self.outcomes[report.nodeid] = TestOutcome(outcome.nodeid, outcome.exercises, outcome.outcome,
+                                                       f"took longer than {self.connection.limit_s:g} s")
+
+
+def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:
+    """Run the selected exercises' tests against the submission; return the judge, results and pytest's output."""
+    judge = _Judge(connection, settings)
+    args = [str(tests), "--impl", PACKAGE, "--test-timeout", "0", "-q", "-p", "no:cacheprovider",
+            "-p", "no:faulthandler", "-p", "no:randomly", "--continue-on-collection-errors"]
+    for name in settings.exercises:
+        args += ["--exercise", name]
+    output = io.StringIO()
+    package = RemotePackage(PACKAGE, module_names(), connection.connect)
+    env = runner._scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"),
+                             SAMPLING_COURSE_IMPL=None)
+    with isolated_package(PACKAGE), isolated_tests(tests), env, terminal_like():
+        sys.meta_path.insert(0, package)
+        try:
+            with redirect_stdout(output), redirect_stderr(output):
+                pytest.main(args, plugins=[judge])
+            exercises = [get_exercise(name) for name in settings.exercises]
+            per_exercise: dict[str, list[TestOutcome]] = {e.name.lower(): [] for e in exercises}
+            for nodeid, names in judge.exercises.items():
+                outcome = judge.outcomes.get(nodeid) or TestOutcome(nodeid, names, "skipped", "did not run")
+                for name in {n.lower() for n in names}:
+                    if name in per_exercise:
+                        per_exercise[name].append(outcome)
+            results = [summarize(e, per_exercise[e.name.lower()]) for e in exercises]
+            if settings.diagnose:
+                results = [_with_mistake(r, connection, settings) for r in results]
+        finally:
+            sys.meta_path.remove(package)
+    return judge, results, output.getvalue()
+
+
+def _with_mistake(result: Any, connection: Connection, settings: GradeSettings) -> Any:
+    """The result with the classic mistake its output matches, when it is failing (diagnosis runs here)."""
+    import dataclasses
+
+    if result.status != FAILING:
+        return result
+    from sampling_course.grading.diagnosis import describe_match
+
+    limit = min(settings.seconds_per_test, 30.0)
+    connection.set_limit(limit, f"naming the mistake in {result.name}")
+    try:
+        return dataclasses.replace(result, mistake=describe_match(result.exercise, PACKAGE))
+    except (Exception, TookTooLong):  # noqa: BLE001 - a diagnosis that fails names nothing
+        return result
+
+
+def _files_in(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and ".home" not in p.parts}
+
+
+def grade_submission(submission: str | Path, settings: GradeSettings | None = None, student: str | None = None,
+                     tests: str | Path | None = None) -> dict[str, Any]:
+    """Grade one submission (a folder or zip, see ``submission.py``); return its result as plain data.
+
+    Never raises for anything the submission does: a submission that cannot be graded at all
+    gets every exercise at zero and an ``error`` saying why.
+    """
+    settings = settings or GradeSettings()
+    submission = Path(submission).resolve()
+    student = student or submission.stem
+    tests = Path(tests).resolve() if tests else runner.tests_dir().resolve()
+    started = time.monotonic()
+    workdir = Path(tempfile.mkdtemp(prefix="sampling-course-grade-"))
+    os.chmod(workdir, 0o700)
+    result: dict[str, Any] = {"student": student, "submission": str(submission), "flags": [], "notes": [],
+                              "sandbox": {}, "error": None}
+    connection = None
+    try:
+        copy, result["notes"] = prepare_copy(submission, workdir)
+        before = _files_in(copy)
+        hidden = [tests, tests.parent / "solutions", submission.parent, workdir.parent]
+        connection = Connection(copy, settings, hidden)
+        judge, results, output = _run_tests(connection, settings, tests)
+        result["exercises"] = [_exercise_entry(r, judge, settings) for r in results]
+        replaced = connection.integrity()
+        if replaced:
+            connection.flag("replaced", "replaced in its own process: " + ", ".join(replaced)
+                            + " (no effect: the grader compares outside it)")
+        connection.retire()
+        left = sorted(_files_in(copy) - before)
+        if left:
+            connection.flag("files", f"wrote {', '.join(left[:5])} in its folder (ignored: grades come from the grader)")
+        result["flags"] = _flags(connection)
+        result["sandbox"] = connection.measures
+        if judge.collection_errors:
+            result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
+    except SubmissionError as exc:
+        result["error"] = str(exc)
+        result["exercises"] = [_zero(name, settings, str(exc)) for name in settings.exercises]
+    finally:
+        if connection is not None:
+            connection.retire()
+        shutil.rmtree(workdir, ignore_errors=True)
+    result["score"] = round(sum(e["points"] for e in result["exercises"]), 6)
+    result["max_score"] = settings.max_score
+    result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+_ATTEMPT_REASONS = {
+    "read": "tried to read files outside its folder (refused)", "write": "tried to write outside its folder (refused)",
+    "delete": "tried to change or delete files outside its folder (refused)",
+    "network": "tried to open a network connection (refused)", "process": "tried to start a process (refused)",
+    "ctypes": "tried to call C code directly (refused)", "signal": "tried to signal another process (refused)",
+}
+
+
+def _flags(connection: Connection) -> list[dict[str, str]]:
+    flags = [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
+    seen = set()
+    for attempt in connection.attempts:
+        kind = attempt["kind"]
+        if kind in seen or kind not in _ATTEMPT_REASONS:
+            continue
+        seen.add(kind)
+        flags.append({"kind": kind, "reason": f"{_ATTEMPT_REASONS[kind]}: {attempt['detail']}"})
+    return flags
+
+
+def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict[str, Any]:
+    points = settings.points_of(result.name)
+    hidden_failure = result.failing_test in judge.hidden if result.failing_test else False
+    message = result.message
+    if hidden_failure:
+        message = "a hidden test failed"  # never its message: it could show the test's inputs
+    elif result.status == TOOK_TOO_LONG:
+        message = message or "took too long"
+    return {
+        "exercise": result.name, "part": result.exercise.part, "status": result.status,
+        "points": round(points.score(result.passed, result.ran, result.done), 6), "max_points": points.points,
+        "partial": points.partial, "passed": result.passed, "ran": result.ran, "failed": result.failed,
+        "not_implemented": result.not_implemented, "message": message, "hidden_failure": hidden_failure,
+        "mistake": result.mistake, "hint": result.exercise.hints[0] if not result.done else None,
+        "stubs": list(result.stubs),
+        "hidden_tests": sum(1 for nodeid, names in judge.exercises.items()
+                            if nodeid in judge.hidden and result.name.lower() in {n.lower() for n in names}),
+    }
+
+
+def _zero(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
+    exercise = get_exercise(name)
+    return {"exercise": name, "part": exercise.part, "status": "not graded", "points": 0.0,
+            "max_points": settings.points_of(name).points, "partial": settings.points_of(name).partial,
+            "passed": 0, "ran": 0, "failed": 0, "not_implemented": 0, "message": why, "hidden_failure": False,
+            "mistake": None, "hint": exercise.hints[0], "stubs": [], "hidden_tests": 0}

@@ -1,0 +1,131 @@
+"""A submission on disk: find each student's, and copy one into a fresh folder for grading.
+
+A submission is a student's copy of the release: a folder or a ``.zip`` holding
+``exercises/`` (at its top or a few folders down; notebooks and anything else are ignored),
+or just the exercise files themselves (``sampling.py``, ``beams.py``, ... as plain ``.py``
+files, as Gradescope receives them). Modules it lacks are taken from the course's stubs, so
+a student who hands in only ``sampling.py`` is graded on it, the rest counting as not done.
+
+Only plain ``.py`` files with the course's module names are copied, each at most
+``MAX_FILE_BYTES``; links, absolute paths and ``..`` in a zip are skipped, and a zip is
+refused past ``MAX_ZIP_BYTES`` unpacked.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import zipfile
+from pathlib import Path
+
+from sampling_course.grading.planting import SOLUTIONS
+
+__all__ = ["STUBS", "SubmissionError", "find_submissions", "module_names", "prepare_copy"]
+
+STUBS = SOLUTIONS.parent / "exercises"
+MAX_FILE_BYTES = 2 << 20
+MAX_ZIP_BYTES = 64 << 20
+MAX_ZIP_FILES = 5000
+
+
+class SubmissionError(ValueError):
+    """The submission holds nothing gradable (no exercise files), or is malformed."""
+
+
+def module_names() -> set[str]:
+    """The course's exercise modules (``transformer``, ``sampling``, ...) and the package's ``__init__``."""
+    return {path.stem for path in STUBS.glob("*.py")}
+
+
+def find_submissions(root: Path) -> list[tuple[str, Path]]:
+    """``(student, path)`` for every submission in ``root``: each folder or zip in it, named by its stem.
+
+    A ``root`` that is itself one submission (it holds ``exercises/`` or exercise files) is
+    the only one, named after the folder.
+    """
+    root = Path(root)
+    if root.is_file() and root.suffix == ".zip":
+        return [(root.stem, root)]
+    if not root.is_dir():
+        raise SubmissionError(f"{root} is neither a folder of submissions nor a .zip")
+    if (root / "exercises").is_dir() or any(p.name in _files() for p in root.glob("*.py")):
+        return [(root.name, root)]
+    found = [(p.stem, p) for p in sorted(root.iterdir())
+             if not p.name.startswith(".") and (p.is_dir() or p.suffix == ".zip")]
+    if not found:
+        raise SubmissionError(f"{root} holds no submissions (expected a folder or .zip per student)")
+    names = [name for name, _ in found]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise SubmissionError(f"two submissions share a name (a folder and a zip?): {', '.join(twice)}")
+    return found
+
+
+def _files() -> set[str]:
+    return {f"{name}.py" for name in module_names()}
+
+
+def _unzip(archive: Path, into: Path) -> Path:
+    """Unpack the ``.py`` files of ``archive`` into ``into``, safely; return ``into``."""
+    try:
+        with zipfile.ZipFile(archive) as zf:
+            infos = zf.infolist()
+            if len(infos) > MAX_ZIP_FILES or sum(i.file_size for i in infos) > MAX_ZIP_BYTES:
+                raise SubmissionError(f"{archive.name}: more than {MAX_ZIP_FILES} files or "
+                                      f"{MAX_ZIP_BYTES >> 20} MiB unpacked")
+            for info in infos:
+                parts = Path(info.filename).parts
+                is_link = stat.S_ISLNK(info.external_attr >> 16)
+                if (info.is_dir() or is_link or not info.filename.endswith(".py") or info.filename.startswith("/")
+                        or ".." in parts or info.file_size > MAX_FILE_BYTES or "__MACOSX" in parts):
+                    continue
+                target = into.joinpath(*parts)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(zf.read(info))
+    except zipfile.BadZipFile as exc:
+        raise SubmissionError(f"{archive.name} is not a valid zip ({exc})") from None
+    return into
+
+
+def _exercise_folder(root: Path) -> Path | None:
+    """The folder whose ``.py`` files are the submission's exercises: ``exercises/`` or loose files."""
+    wanted = _files()
+    candidates = []
+    for depth in range(4):
+        for folder in sorted(root.glob("/".join(["*"] * depth)) if depth else [root]):
+            if not folder.is_dir() or folder.is_symlink() or any(p.startswith(".") for p in folder.relative_to(root).parts):
+                continue
+            if folder.name == "exercises" and any((folder / name).is_file() for name in wanted):
+                return folder
+            if any((folder / name).is_file() and name != "__init__.py" for name in wanted):
+                candidates.append(folder)
+    return candidates[0] if candidates else None
+
+
+def prepare_copy(submission: Path, into: Path) -> tuple[Path, list[str]]:
+    """Copy ``submission``'s exercise files to ``into/exercises``; return (that folder's parent, notes).
+
+    Raises SubmissionError when the submission holds no exercise file at all.
+    """
+    submission, into = Path(submission), Path(into)
+    source_root = submission
+    if submission.is_file() and submission.suffix == ".zip":
+        source_root = _unzip(submission, into / "unpacked")
+    folder = _exercise_folder(source_root)
+    if folder is None:
+        raise SubmissionError(f"{submission.name}: no exercise files found (expected exercises/ holding "
+                              f"{', '.join(sorted(_files() - {'__init__.py'}))})")
+    package = into / "copy" / "exercises"
+    package.mkdir(parents=True)
+    notes = []
+    for name in sorted(module_names()):
+        source = folder / f"{name}.py"
+        if source.is_file() and not source.is_symlink() and source.stat().st_size <= MAX_FILE_BYTES:
+            shutil.copyfile(source, package / f"{name}.py")
+        else:
+            shutil.copyfile(STUBS / f"{name}.py", package / f"{name}.py")
+            if name != "__init__":
+                notes.append(f"{name}.py was not in the submission: the course's stub counts in its place")
+    if (into / "unpacked").exists():
+        shutil.rmtree(into / "unpacked")
+    return package.parent, notes

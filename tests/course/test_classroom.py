@@ -1,0 +1,193 @@
+"""Class grading, the quick part: release, settings, the wire, and a six-student synthetic class.
+
+The six students are built from the planted mistakes and correct variants
+(``grading.classroom.synthetic``), so their true grades are known before grading; grading
+them runs each in a confined process and must reproduce every grade. The 200-student class,
+the hostile submissions, the process pool, Dask and the Gradescope bundle are in
+``test_classroom_slow.py`` (``python -m pytest -m classroom``).
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import socket
+import tomllib
+from pathlib import Path
+
+import pytest
+import torch
+
+from sampling_course.grading.classroom import wire
+from sampling_course.grading.classroom.executors import grade_all
+from sampling_course.grading.classroom.release import file_is_hidden, make_release, strip_hidden
+from sampling_course.grading.classroom.reports import write_reports
+from sampling_course.grading.classroom.settings import Points, load_settings
+from sampling_course.grading.classroom.submission import find_submissions
+from sampling_course.grading.classroom.synthetic import make_class
+from sampling_course.grading.course import get_exercise
+
+REPO = Path(__file__).resolve().parents[2]
+
+HIDDEN_TESTS = '''import pytest
+
+
+@pytest.mark.exercise("apply_temperature")
+def test_public():
+    assert True
+
+
+@pytest.mark.hidden
+@pytest.mark.exercise("apply_temperature")
+def test_secret_inputs():
+    assert 1.2345 > 0
+
+
+@pytest.mark.parametrize("x", [1, pytest.param(99, marks=pytest.mark.hidden), 3])
+def test_cases(x):
+    assert x
+
+
+@pytest.mark.hidden
+class TestHiddenClass:
+    def test_a(self):
+        assert True
+'''
+
+
+# ---------------------------------------------------------------------------------------
+# Release
+# ---------------------------------------------------------------------------------------
+
+
+def test_strip_hidden_removes_hidden_tests_cases_and_classes():
+    """Hidden functions, classes and pytest.param cases go; public tests and the rest stay."""
+    stripped = strip_hidden(HIDDEN_TESTS)
+    tree = ast.parse(stripped)
+    names = {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    assert names == {"test_public", "test_cases"}
+    assert "99" not in stripped and "1.2345" not in stripped and '"x", [1, 3]' in stripped
+    assert "mark.hidden" not in stripped
+
+
+def test_a_file_marked_hidden_is_left_out():
+    """pytestmark = pytest.mark.hidden hides the whole file."""
+    assert file_is_hidden(ast.parse("import pytest\npytestmark = [pytest.mark.hidden]\n"))
+    assert strip_hidden("import pytest\npytestmark = pytest.mark.hidden\ndef test_x(): pass\n") is None
+    assert not file_is_hidden(ast.parse("import pytest\npytestmark = pytest.mark.gpt2\n"))
+
+
+def test_release_has_no_solutions_and_checks_the_exercises(tmp_path):
+    """The release holds the stubs, the package and the grading tests; no solutions, no planted text."""
+    out = tmp_path / "release"
+    make_release(out)
+    assert (out / "exercises" / "sampling.py").is_file() and (out / "tests" / "grading").is_dir()
+    assert not (out / "solutions").exists() and not (out / "tests" / "course").exists()
+    pyproject = tomllib.loads((out / "pyproject.toml").read_text())
+    assert "--impl exercises" in pyproject["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "solutions*" not in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]
+    part2 = (out / "sampling_course" / "grading" / "parts" / "part2_sampling" / "__init__.py").read_text()
+    calls = {n.func.id for n in ast.walk(ast.parse(part2)) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    assert not calls & {"Mistake", "Variant"} and "MISTAKES: list[Mistake] = []" in part2
+    assert "return logits / temperature\n" not in part2  # a planted variant's text, copied from the solutions
+    with pytest.raises(ValueError, match="not empty"):
+        make_release(out)
+
+
+# ---------------------------------------------------------------------------------------
+# Settings and the wire
+# ---------------------------------------------------------------------------------------
+
+
+def test_settings_from_toml(tmp_path):
+    """Points, partial credit and limits come from a small TOML file; mistakes in it are named."""
+    config = tmp_path / "grading.toml"
+    config.write_text('[grading]\nexercises = ["sample_top_p", "LayerNorm"]\nseconds_per_test = 5\n'
+                      '[points]\nLayerNorm = 2\nsample_top_p = { points = 3, partial = true }\n')
+    settings = load_settings(config)
+    assert settings.exercises == ("LayerNorm", "sample_top_p")  # course order
+    assert settings.points_of("LayerNorm") == Points(2.0) and settings.max_score == 5.0
+    assert settings.points_of("sample_top_p").score(passed=3, ran=4, done=False) == pytest.approx(2.25)
+    assert Points(2.0).score(passed=3, ran=4, done=False) == 0.0
+    config.write_text("[grading]\nminutes = 3\n")
+    with pytest.raises(ValueError, match="minutes"):
+        load_settings(config)
+    config.write_text("[points]\nLayerNrom = 2\n")
+    with pytest.raises(ValueError, match="LayerNorm"):
+        load_settings(config)
+
+
+def test_wire_refuses_malformed_frames():
+    """A frame whose sizes disagree, or whose tensor does not fit its bytes, is refused, never built."""
+    ours, theirs = socket.socketpair()
+    blobs: list[bytes] = []
+    spec = wire.encode_tensor(torch.arange(6, dtype=torch.float32).reshape(2, 3), blobs)
+    wire.write_frame(theirs, {"x": spec}, blobs)
+    header, received = wire.read_frame(ours, wire.Deadline.after(5))
+    assert torch.equal(wire.decode_tensor(header["x"], received), torch.arange(6.0).reshape(2, 3))
+    with pytest.raises(wire.WireError, match="needs 28 bytes, got 24"):
+        wire.decode_tensor({**spec, "shape": [7]}, received)
+    with pytest.raises(wire.WireError):
+        wire.decode_tensor({**spec, "dtype": "object"}, received)
+    theirs.sendall((10**12).to_bytes(8, "big") + (5).to_bytes(4, "big"))
+    with pytest.raises(wire.WireError, match="refused a frame"):
+        wire.read_frame(ours, wire.Deadline.after(5))
+    with pytest.raises(wire.TimedOut):
+        wire.read_frame(ours, wire.Deadline.after(0.2))
+    ours.close()
+    theirs.close()
+
+
+# ---------------------------------------------------------------------------------------
+# A synthetic class of six
+# ---------------------------------------------------------------------------------------
+
+SIX_EXERCISES = ("greedy_search", "apply_temperature", "apply_frequency_penalty")
+
+
+def grade_synthetic_class(tmp_path: Path, size: int, seed: int, exercises: tuple[str, ...], **grading):
+    students = make_class(tmp_path / "class", size, seed=seed, exercises=exercises, p_mistake=0.5)
+    settings = load_settings(None, exercises=list(exercises), **grading.pop("settings", {}))
+    results = grade_all(find_submissions(tmp_path / "class"), settings, **grading)
+    return students, settings, results
+
+
+def assert_true_grades(students, results):
+    """Every exercise of every student passes exactly when no mistake was planted in it."""
+    by_student = {r["student"]: r for r in results}
+    wrong = []
+    for student in students:
+        result = by_student[student.name]
+        assert result["error"] is None, result["error"]
+        for entry in result["exercises"]:
+            expected = student.passes[entry["exercise"]]
+            if (entry["status"] == "done") != expected or entry["points"] != (entry["max_points"] if expected else 0):
+                wrong.append(f"{student.name} {entry['exercise']}: planted {student.changes[entry['exercise']]}, "
+                             f"graded {entry['status']} ({entry['message']})")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.classroom
+def test_six_students_get_their_true_grades_and_reports(tmp_path):
+    """Six synthetic submissions, each in its own confined process: grades as planted; CSV, feedback, report."""
+    students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES)
+    assert {c.split(":")[0] for s in students for c in s.changes.values()} >= {"mistake", "variant"}
+    assert_true_grades(students, results)
+    for result in results:
+        assert not result["flags"], result["flags"]
+        assert "namespace" in result["sandbox"]["network"] or "hook" in result["sandbox"]["network"]
+
+    paths = write_reports(results, settings, tmp_path / "report")
+    rows = list(csv.DictReader(paths["csv"].open()))
+    assert [r["student"] for r in rows] == sorted(s.name for s in students)
+    for row, student in zip(rows, sorted(students, key=lambda s: s.name)):
+        assert float(row["score"]) == sum(student.passes.values())
+    failing = next(s for s in students if not all(s.passes.values()))
+    feedback = (paths["feedback"] / f"{failing.name}.md").read_text()
+    exercise = next(e for e, ok in failing.passes.items() if not ok)
+    assert f"### {exercise}: failing" in feedback and get_exercise(exercise).hints[0] in feedback
+    assert "This matches a classic mistake" in feedback  # each of these mistakes has a probe that names it
+    page = paths["html"].read_text()
+    assert page.count("data:image/png;base64,") == 3 and "http" not in page.replace("http-equiv", "")
+    assert json.loads(paths["json"].read_text())[0]["student"] == rows[0]["student"]
