@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: ca40dbf64721f2077da2b559e6e1944eb0acd25003912a13d00b311623f7e357
+# stub-checksum: 24d552919ce37337bbe9e4d4595de95f6d54e08118900d82aa39139553b103b1
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. This module is the engine
@@ -984,6 +984,7 @@ def generate(
     seed: int | None = None,
     return_dict_in_generate: bool = False,
     kv_cache=None,
+    constraint=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
@@ -1013,6 +1014,14 @@ def generate(
     generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
     fill, one row per sequence (part 6's ``StaticKeyValueCache`` takes the fast path); None
     starts a ``KeyValueCache``.
+
+    ``constraint`` (part 8's ``TokenConstraint``) keeps each row inside a language: every
+    row starts at ``constraint.start``; each step, after the penalties and before the
+    temperature and filters, ``constraint.mask_logits`` sets the tokens its state forbids
+    to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
+    row whose state reads the end-of-text token (``constraint.finished``) is finished, even
+    when ``eos_token_id`` is switched off; a row finished otherwise is done for the
+    constraint too (its state becomes ``constraint.DONE``).
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_counts(num_return_sequences, logprobs, num_beams, length_penalty, early_stopping)
@@ -1059,8 +1068,8 @@ def generate(
                 "num_beams > 1 is beam search: it ranks beams by their log-probabilities and draws nothing, so "
                 "temperature, the filters and mirostat do not apply; leave them at their defaults (or use num_beams=1)"
             )
-        if stopping_criteria or stop_strings or streamer is not None or kv_cache is not None:
-            raise ValueError("beam search here takes no stopping_criteria, stop_strings, streamer or kv_cache")
+        if stopping_criteria or stop_strings or streamer is not None or kv_cache is not None or constraint is not None:
+            raise ValueError("beam search here takes no stopping_criteria, stop_strings, streamer, kv_cache or constraint")
         return beam_generate(model, input_ids, attention_mask, max_new_tokens, settings, num_beams,
                              num_return_sequences, length_penalty, early_stopping, pad_token_id,
                              return_dict_in_generate or logprobs is not None)
@@ -1076,6 +1085,8 @@ def generate(
         generator = torch.Generator(device=device).manual_seed(seed)
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
+    check_constraint(constraint)
+    states = constraint.start(input_ids.shape[0], device) if constraint is not None else None
 
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=device)
     record = Record(logprobs) if return_dict_in_generate or logprobs is not None else None
@@ -1083,6 +1094,7 @@ def generate(
     mu = torch.full((input_ids.shape[0],), 2.0 * mirostat_tau, device=device) if mirostat else None
     cache = None
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
+    # Hint: (part 8) with a constraint, mask the processed logits before choose_tokens, then advance every row's state along its token.
     raise NotImplementedError()
     if streamer is not None:
         streamer.end()
@@ -1288,6 +1300,17 @@ def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) ->
             raise TypeError(
                 f"each stopping criterion must be callable as criterion(input_ids, scores), got {type(criterion).__name__}"
             )
+
+
+def check_constraint(constraint) -> None:
+    if constraint is None:
+        return
+    missing = [name for name in ("start", "mask_logits", "advance", "finished", "DONE") if not hasattr(constraint, name)]
+    if missing:
+        raise TypeError(
+            f"constraint must be a TokenConstraint (part 8: regex_constraint or json_schema_constraint), "
+            f"got {type(constraint).__name__}, which lacks {', '.join(missing)}"
+        )
 
 
 def choose_pad_token_id(tokenizer, eos_token_id: int | None, d_vocab: int) -> int:

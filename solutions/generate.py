@@ -1141,6 +1141,7 @@ def generate(
     seed: int | None = None,
     return_dict_in_generate: bool = False,
     kv_cache=None,
+    constraint=None,
 ) -> Int[Tensor, "batch seq"] | GenerateOutput:
     """Continue every prompt at once, each row stopping on its own.
 
@@ -1170,6 +1171,14 @@ def generate(
     generator would after ``torch.manual_seed(seed)``. ``kv_cache`` is an empty cache to
     fill, one row per sequence (part 6's ``StaticKeyValueCache`` takes the fast path); None
     starts a ``KeyValueCache``.
+
+    ``constraint`` (part 8's ``TokenConstraint``) keeps each row inside a language: every
+    row starts at ``constraint.start``; each step, after the penalties and before the
+    temperature and filters, ``constraint.mask_logits`` sets the tokens its state forbids
+    to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
+    row whose state reads the end-of-text token (``constraint.finished``) is finished, even
+    when ``eos_token_id`` is switched off; a row finished otherwise is done for the
+    constraint too (its state becomes ``constraint.DONE``).
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_counts(num_return_sequences, logprobs, num_beams, length_penalty, early_stopping)
@@ -1216,8 +1225,8 @@ def generate(
                 "num_beams > 1 is beam search: it ranks beams by their log-probabilities and draws nothing, so "
                 "temperature, the filters and mirostat do not apply; leave them at their defaults (or use num_beams=1)"
             )
-        if stopping_criteria or stop_strings or streamer is not None or kv_cache is not None:
-            raise ValueError("beam search here takes no stopping_criteria, stop_strings, streamer or kv_cache")
+        if stopping_criteria or stop_strings or streamer is not None or kv_cache is not None or constraint is not None:
+            raise ValueError("beam search here takes no stopping_criteria, stop_strings, streamer, kv_cache or constraint")
         return beam_generate(model, input_ids, attention_mask, max_new_tokens, settings, num_beams,
                              num_return_sequences, length_penalty, early_stopping, pad_token_id,
                              return_dict_in_generate or logprobs is not None)
@@ -1233,6 +1242,8 @@ def generate(
         generator = torch.Generator(device=device).manual_seed(seed)
     if streamer is not None:
         streamer.put(input_ids[0].cpu())
+    check_constraint(constraint)
+    states = constraint.start(input_ids.shape[0], device) if constraint is not None else None
 
     finished = torch.zeros(input_ids.shape[0], dtype=torch.bool, device=device)
     record = Record(logprobs) if return_dict_in_generate or logprobs is not None else None
@@ -1241,15 +1252,21 @@ def generate(
     cache = None
     ### BEGIN SOLUTION
     # Hint: the first step is the prefill (every prompt at once); every later one runs only the newest tokens.
+    # Hint: (part 8) with a constraint, mask the processed logits before choose_tokens, then advance every row's state along its token.
     for step in range(max_new_tokens):
         if cache is None:
             logits, cache = prefill(model, input_ids, attention_mask, kv_cache)
         else:
             logits, cache = decode_step(model, input_ids, attention_mask, cache)
         processed = process_logits(logits, input_ids, attention_mask, step, settings)
+        if constraint is not None:
+            # Before the temperature and the filters, so that they choose among allowed tokens only.
+            processed = constraint.mask_logits(processed, states)
         next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)
         # A finished row gets a pad, masked out like the left padding: it never changes again.
         next_tokens = next_tokens.masked_fill(finished, pad_token_id)
+        if constraint is not None:
+            states = constraint.advance(states, next_tokens)
         input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)
         attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)
         if record is not None:
@@ -1258,6 +1275,9 @@ def generate(
             streamer.put(next_tokens.cpu())
         # Each criterion stops only the rows it names; the batch ends when every row is done.
         finished |= stopped_rows(criteria, input_ids, processed)
+        if constraint is not None:
+            finished |= constraint.finished(states)
+            states = states.masked_fill(finished, constraint.DONE)
         if finished.all():
             break
     ### END SOLUTION
@@ -1465,6 +1485,17 @@ def check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria) ->
             raise TypeError(
                 f"each stopping criterion must be callable as criterion(input_ids, scores), got {type(criterion).__name__}"
             )
+
+
+def check_constraint(constraint) -> None:
+    if constraint is None:
+        return
+    missing = [name for name in ("start", "mask_logits", "advance", "finished", "DONE") if not hasattr(constraint, name)]
+    if missing:
+        raise TypeError(
+            f"constraint must be a TokenConstraint (part 8: regex_constraint or json_schema_constraint), "
+            f"got {type(constraint).__name__}, which lacks {', '.join(missing)}"
+        )
 
 
 def choose_pad_token_id(tokenizer, eos_token_id: int | None, d_vocab: int) -> int:

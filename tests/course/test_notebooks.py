@@ -34,6 +34,7 @@ NOTEBOOKS = {
     5: "05_generation_engine.ipynb",
     6: "06_caches.ipynb",
     7: "07_speculative_decoding.ipynb",
+    8: "08_structured_generation.ipynb",
 }
 
 # How each notebook gets its models: the reference chosen by "auto", except in part 7, which

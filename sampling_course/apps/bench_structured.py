@@ -1,0 +1,374 @@
+"""Race part 8's constrained decoding against outlines-core and xgrammar (``sampling-course bench-structured``).
+
+    sampling-course bench-structured            # a GPT-2-sized vocabulary, four expressions and a JSON schema
+    sampling-course bench-structured --quick    # the story model's 1,000 tokens, two expressions (timings meaningless)
+
+Two measurements, for every expression, on one byte-level vocabulary:
+
+* **Index build time**: what a user waits for before the first token. Ours:
+  ``ByteAutomaton`` + ``build_index`` + the ``TokenConstraint`` mask table. outlines-core:
+  ``Index(regex, vocabulary)``. xgrammar: ``GrammarCompiler.compile_regex`` (its cache off).
+  The vocabulary objects of the peers are built once, untimed. Every library gets the same
+  regular expression (the schema's is ``schema_to_regex``'s), and the ratio is ours over the
+  fastest peer.
+* **Masking overhead per token** during decoding: one step's mask of the logits plus one
+  advance of the state, replayed along the same token path for all three libraries (a
+  random walk through our index, which the peers must accept too), set beside one cached
+  decode step of a model with GPT-2 small's dimensions and random weights (as ``sampling-course
+  bench --model random``). outlines-core writes its allowed tokens as a bitmask; xgrammar
+  fills a bitmask and applies it to the logits with its own kernel; ours gathers a row of a
+  boolean table and fills the logits.
+
+The vocabulary: GPT-2's own 50,257 tokens when GPT-2 is in the local Hugging Face cache.
+Otherwise a 50,257-token byte-level BPE built here with the ``tokenizers`` library from the
+course's own text (its source, corpus and generated stories), which only supports about
+10,000 merges; the rest of the vocabulary is made by merging pairs of learned tokens. The
+output says which. outlines-core and xgrammar come with the ``bench`` extra
+(``pip install -e '.[bench]'``); a peer that is not installed is skipped with a line saying so.
+Times are medians (``--repeats``) and depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from sampling_course.apps.threads import torch_threads
+
+GPT2_VOCAB_SIZE = 50_257
+EXPRESSIONS = {
+    "date": r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    "email": r"[a-z0-9._]{1,20}@[a-z0-9]{1,12}\.(com|org|net)",
+    "sentence": r" (Ivy|Max|Mia|Tom) had a (dog|cat|rabbit) named [A-Z][a-z]{1,10}\.",
+    "number list": r"\[(-?[0-9]{1,6}(, -?[0-9]{1,6}){0,9})?\]",
+}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 20},
+        "age": {"type": "integer"},
+        "pet": {"enum": ["dog", "cat", "rabbit"]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 4},
+    },
+}
+QUICK_EXPRESSIONS = ("date", "sentence")
+
+
+@dataclass
+class Vocabulary:
+    label: str
+    tokens: list  # token id -> bytes (None for special tokens)
+    eos_token_id: int
+
+
+@dataclass
+class Row:
+    name: str
+    pattern: str
+    build: dict[str, float] = field(default_factory=dict)  # library -> seconds
+    per_token: dict[str, float] = field(default_factory=dict)  # library -> seconds per token
+    notes: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------------------------------
+# The vocabulary
+# ---------------------------------------------------------------------------------------
+
+
+def course_texts() -> list[str]:
+    """Text the course ships: its source, its corpus, and stories from its grammar."""
+    import sampling_course
+    from sampling_course.stories import sample_stories
+
+    root = Path(sampling_course.__file__).parent
+    texts = [path.read_text(errors="ignore") for path in sorted(root.rglob("*")) if path.suffix in (".py", ".txt", ".md")]
+    return texts + [story.text for story in sample_stories(3000, seed=0)]
+
+
+def built_bpe_tokenizer(size: int = GPT2_VOCAB_SIZE, seed: int = 0):
+    """A byte-level BPE tokenizer of ``size`` tokens, trained with ``tokenizers`` on the course's text,
+    the merges the text cannot support made by joining pairs of learned tokens; and how many were learned."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers.trainers import BpeTrainer
+    from transformers import PreTrainedTokenizerFast
+
+    special = "<|endoftext|>"
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = BpeTrainer(vocab_size=size, min_frequency=1, special_tokens=[special],
+                         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(course_texts(), trainer)
+    model = json.loads(tokenizer.to_str())["model"]
+    vocab, merges = dict(model["vocab"]), [tuple(m.split(" ")) if isinstance(m, str) else tuple(m) for m in model["merges"]]
+    learned = len(vocab)
+    # Word starts ("Ġ...") followed by word pieces, as GPT-2's longer tokens are.
+    rng = random.Random(seed)
+    starts = [t for t in vocab if t.startswith("Ġ") and len(t) > 1]
+    pieces = [t for t in vocab if not t.startswith("Ġ") and t != special and t.isalpha()]
+    while len(vocab) < size:
+        left, right = rng.choice(starts), rng.choice(pieces)
+        if left + right not in vocab:
+            vocab[left + right] = len(vocab)
+            merges.append((left, right))
+    bpe = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    bpe.add_special_tokens([special])
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=bpe, eos_token=special)
+    return wrapped, learned
+
+
+def load_vocabulary(structured, quick: bool) -> Vocabulary:
+    from sampling_course.reference import gpt2_local_dir, load_reference
+
+    if quick:
+        tokenizer = load_reference("story").tokenizer
+        label = f"the story model's tokenizer ({len(tokenizer):,} tokens; --quick)"
+    elif gpt2_local_dir() is not None:
+        from transformers import GPT2TokenizerFast
+
+        tokenizer = GPT2TokenizerFast.from_pretrained(gpt2_local_dir(), local_files_only=True)
+        label = f"GPT-2's tokenizer ({len(tokenizer):,} tokens)"
+    else:
+        tokenizer, learned = built_bpe_tokenizer()
+        label = (
+            f"GPT-2 is not cached here: a {len(tokenizer):,}-token byte-level BPE built with `tokenizers` from the course's "
+            f"own text ({learned:,} tokens learned from it, the rest made by merging pairs of learned tokens)"
+        )
+    return Vocabulary(label, structured.token_bytes(tokenizer), tokenizer.eos_token_id)
+
+
+# ---------------------------------------------------------------------------------------
+# The libraries
+# ---------------------------------------------------------------------------------------
+
+
+def peers(vocabulary: Vocabulary) -> tuple[dict[str, object], list[str]]:
+    """The installed peers, each a (build, start) pair of functions; and a line for each missing one."""
+    found, missing = {}, []
+    tokens = vocabulary.tokens
+    try:
+        import outlines_core
+
+        table: dict[bytes, list[int]] = {}
+        for token_id, token in enumerate(tokens):
+            if token is not None:
+                table.setdefault(token, []).append(token_id)
+        oc_vocabulary = outlines_core.Vocabulary(vocabulary.eos_token_id, table)
+        found["outlines-core"] = (lambda pattern: outlines_core.Index(pattern, oc_vocabulary), OutlinesStepper)
+    except Exception as exc:  # not installed, or it failed to load
+        missing.append(f"outlines-core: not available ({type(exc).__name__}: {exc}); install the bench extra: pip install -e '.[bench]'")
+    try:
+        import xgrammar
+
+        info = xgrammar.TokenizerInfo([t if t is not None else b"" for t in tokens], vocab_type=xgrammar.VocabType.RAW,
+                                      stop_token_ids=[vocabulary.eos_token_id])
+        compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        found["xgrammar"] = (compiler.compile_regex, XgrammarStepper)
+    except Exception as exc:
+        missing.append(f"xgrammar: not available ({type(exc).__name__}: {exc}); install the bench extra: pip install -e '.[bench]'")
+    return found, missing
+
+
+class OursStepper:
+    def __init__(self, constraint, d_vocab: int):
+        self.constraint, self.states = constraint, constraint.start(1)
+
+    def step(self, logits: torch.Tensor, token: int) -> torch.Tensor:
+        masked = self.constraint.mask_logits(logits, self.states)
+        self.states = self.constraint.advance(self.states, torch.tensor([token]))
+        return masked
+
+
+class OutlinesStepper:
+    def __init__(self, index, d_vocab: int):
+        import outlines_core
+        import xgrammar
+
+        self.guide = outlines_core.Guide(index)
+        self.bitmask = torch.zeros(1, (d_vocab + 31) // 32, dtype=torch.int32)
+        self.apply = xgrammar.apply_token_bitmask_inplace
+
+    def step(self, logits: torch.Tensor, token: int) -> torch.Tensor:
+        self.guide.write_mask_into(self.bitmask.data_ptr(), self.bitmask.numel(), self.bitmask.element_size())
+        self.apply(logits, self.bitmask)
+        if not self.guide.is_finished():
+            self.guide.advance(token)
+        return logits
+
+
+class XgrammarStepper:
+    def __init__(self, compiled, d_vocab: int):
+        import xgrammar
+
+        self.matcher = xgrammar.GrammarMatcher(compiled)
+        self.bitmask = xgrammar.allocate_token_bitmask(1, d_vocab)
+        self.apply = xgrammar.apply_token_bitmask_inplace
+
+    def step(self, logits: torch.Tensor, token: int) -> torch.Tensor:
+        self.matcher.fill_next_token_bitmask(self.bitmask)
+        self.apply(logits, self.bitmask)
+        if not self.matcher.is_terminated():
+            self.matcher.accept_token(token)
+        return logits
+
+
+# ---------------------------------------------------------------------------------------
+# Measurements
+# ---------------------------------------------------------------------------------------
+
+
+def timed(function, repeats: int) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times), result
+
+
+def token_path(constraint, seed: int, max_tokens: int = 64) -> list[int]:
+    """A random walk through the index to the end-of-text token (shorter members preferred past max_tokens)."""
+    rng = random.Random(seed)
+    index, state, path = constraint.index, 0, []
+    while state != constraint.DONE:
+        moves = list(index.transitions[state].items())
+        if len(path) >= max_tokens and index.is_accepting(state):
+            moves = [(index.eos_token_id, constraint.DONE)]
+        token, state = rng.choice(moves)
+        path.append(token)
+    return path
+
+
+def per_token(stepper_class, built, d_vocab: int, path: list[int], repeats: int) -> float:
+    """Median seconds per token to mask one row of logits and advance, along ``path``."""
+    logits = torch.randn(len(path), 1, d_vocab, generator=torch.Generator().manual_seed(0))
+    times = []
+    for _ in range(repeats):
+        stepper = stepper_class(built, d_vocab)
+        work = logits.clone()
+        start = time.perf_counter()
+        for i, token in enumerate(path):
+            masked = stepper.step(work[i], token)
+            if not torch.isfinite(masked[0, token]):
+                raise AssertionError(f"{stepper_class.__name__} masks token {token} that the path takes at step {i}")
+        times.append((time.perf_counter() - start) / len(path))
+    return statistics.median(times)
+
+
+def decode_step_seconds(impl: str, quick: bool, repeats: int) -> tuple[float, str]:
+    """Median seconds of one cached decode step (batch 1, 64 cached positions) of a random DemoTransformer."""
+    from sampling_course.config import Config
+
+    transformer = importlib.import_module(f"{impl}.transformer")
+    cfg = Config(d_model=64, n_layers=2, n_heads=4, d_head=16, d_mlp=256, d_vocab=1000) if quick else Config()
+    model = transformer.DemoTransformer(cfg).eval()
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for param in model.parameters():
+            param.copy_(0.02 * torch.randn(param.shape, generator=generator))
+    tokens = torch.randint(0, cfg.d_vocab, (1, 65), generator=generator)
+    with torch.inference_mode():
+        _, cache = model(tokens[:, :64], transformer.KeyValueCache.new_empty(cfg))
+        times = []
+        for _ in range(repeats + 1):
+            start = time.perf_counter()
+            model(tokens, cache)
+            times.append(time.perf_counter() - start)
+    label = "tiny random model (--quick)" if quick else "GPT-2 small dimensions, random weights"
+    return statistics.median(times[1:]), label
+
+
+def measure(impl: str = "solutions", quick: bool = False, repeats: int = 3, seed: int = 0) -> dict:
+    structured = importlib.import_module(f"{impl}.structured")
+    vocabulary = load_vocabulary(structured, quick)
+    found, missing = peers(vocabulary)
+    d_vocab = len(vocabulary.tokens)
+    expressions = {name: EXPRESSIONS[name] for name in (QUICK_EXPRESSIONS if quick else EXPRESSIONS)}
+    if not quick:
+        expressions["JSON schema"] = structured.schema_to_regex(SCHEMA)
+    rows = []
+    for name, pattern in expressions.items():
+        row = Row(name, pattern)
+
+        def build_ours():
+            index = structured.build_index(structured.ByteAutomaton(pattern), vocabulary.tokens, vocabulary.eos_token_id)
+            return structured.TokenConstraint(index, vocabulary.tokens, d_vocab)
+
+        row.build["ours"], constraint = timed(build_ours, 1)
+        path = token_path(constraint, seed)
+        row.per_token["ours"] = per_token(OursStepper, constraint, d_vocab, path, repeats)
+        for peer, (build, stepper_class) in found.items():
+            try:
+                row.build[peer], built = timed(lambda: build(pattern), repeats)
+                row.per_token[peer] = per_token(stepper_class, built, d_vocab, path, repeats)
+            except Exception as exc:  # an expression a peer does not support, or a path it refuses
+                row.notes.append(f"{peer}: {type(exc).__name__}: {str(exc)[:120]}")
+        rows.append(row)
+    step, step_label = decode_step_seconds(impl, quick, max(5, repeats * 3))
+    return {"vocabulary": vocabulary.label, "rows": rows, "missing": missing, "step": step, "step_label": step_label,
+            "peers": list(found)}
+
+
+def report(results: dict, console) -> None:
+    from rich.table import Table
+
+    console.print(f"vocabulary: {results['vocabulary']}")
+    for line in results["missing"]:
+        console.print(f"skipped {line}")
+    libraries = ["ours", *results["peers"]]
+    build = Table("expression", *[f"{lib} build (s)" for lib in libraries], "ours / fastest peer", title="Index build time")
+    for row in results["rows"]:
+        peer_times = [row.build[p] for p in results["peers"] if p in row.build]
+        ratio = f"{row.build['ours'] / min(peer_times):,.0f}x" if peer_times else "no peer"
+        build.add_row(row.name, *[f"{row.build[lib]:.4f}" if lib in row.build else "n/a" for lib in libraries], ratio)
+    console.print(build)
+    step = results["step"]
+    masking = Table("expression", *[f"{lib} (µs/token)" for lib in libraries], *[f"{lib} / step" for lib in libraries],
+                    title=f"Masking overhead per token vs one decode step ({results['step_label']}: {step * 1e3:.1f} ms)")
+    for row in results["rows"]:
+        masking.add_row(
+            row.name,
+            *[f"{row.per_token[lib] * 1e6:.0f}" if lib in row.per_token else "n/a" for lib in libraries],
+            *[f"{row.per_token[lib] / step:.2%}" if lib in row.per_token else "n/a" for lib in libraries],
+        )
+    console.print(masking)
+    for row in results["rows"]:
+        for note in row.notes:
+            console.print(f"{row.name}: {note}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="sampling-course bench-structured", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run on the story model's vocabulary (timings meaningless)")
+    parser.add_argument("--impl", choices=("solutions", "exercises"), default="solutions", help="whose structured.py to race")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of each peer's build and of each masking run (median)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the token paths")
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+
+    args = parse_args(argv)
+    with torch_threads(args.threads):
+        results = measure(args.impl, args.quick, args.repeats, args.seed)
+    report(results, Console())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
