@@ -2,6 +2,8 @@
 
     sampling-course generate --prompt "Once upon a time" --temperature 0.8 --top-p 0.9
     sampling-course generate --prompt "The cat" --num-beams 4 --no-repeat-ngram-size 2
+    sampling-course generate --prompt "Once" --min-p 0.05 --dry-multiplier 0.8 --xtc-probability 0.5
+    sampling-course generate --prompt "Once" --samplers "top_k;top_p;min_p;temperature"   # llama.cpp's order
     sampling-course generate --interactive            # a prompt per line; /help for commands
     sampling-course generate --cache static ...       # part 6's static cache: the fast path
     sampling-course generate --impl exercises ...     # run your own code from exercises/
@@ -50,6 +52,23 @@ def _number(kind: type, name: str, low: float | None = None, low_open: bool = Fa
     return parse
 
 
+def _in_range(name: str, low: float, high: float, low_open: bool = False, high_open: bool = False):
+    """A parser from text to a float in the interval from ``low`` to ``high`` (each end open or closed)."""
+    allowed = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number {allowed}, got {text!r}") from None
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not inside:  # NaN is never inside
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _sampling_setting(kind: type, name: str):
     """A parser for ``temperature``, ``top_k``, ``top_p`` or ``min_p``, judged by the check that part 5's
     ``generate`` and part 7's ``speculative_generate`` use, so the command refuses what they refuse, saying
@@ -77,9 +96,62 @@ def _choice(name: str, options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _choice_int(name: str, options: tuple[int, ...]) -> Callable[[str], int]:
+    """A parser that accepts one of the integers ``options``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            value = None
+        if value not in options:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, options))}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """``parse``, or None for "none"/"off"."""
     return lambda text: None if str(text).lower() in ("none", "off") else parse(text)
+
+
+def _early_stopping(text: str) -> bool | str:
+    """Hugging Face's early_stopping: true, false or never."""
+    value = {"true": True, "false": False, "never": "never"}.get(str(text).lower())
+    if value is None:
+        raise ValueError(f"early_stopping must be true, false or never, got {text!r}")
+    return value
+
+
+def _samplers(text: str) -> str:
+    """The chain's order, llama.cpp's way: step names separated by ';' (checked when generation starts)."""
+    names = [name for name in str(text).replace(",", ";").split(";") if name.strip()]
+    if not names:
+        raise ValueError(f"samplers must be step names separated by ';', such as top_k;top_p;temperature, got {text!r}")
+    return ";".join(name.strip() for name in names)
+
+
+def _logit_bias(text: str) -> dict[int, float]:
+    """TOKEN:BIAS pairs separated by commas or spaces, e.g. "5:2.5,17:-3"."""
+    bias = {}
+    for item in str(text).replace(",", " ").split():
+        token, sep, value = item.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            bias[int(token)] = float(value)
+        except ValueError:
+            raise ValueError(f"logit_bias must be TOKEN:BIAS pairs such as 5:2.5,17:-3, got {item!r}") from None
+    return bias
+
+
+def _words(text: str) -> list[str]:
+    """Words or phrases separated by commas."""
+    words = [w.strip() for w in str(text).split(",") if w.strip()]
+    if not words:
+        raise ValueError(f"bad_words must be words separated by commas, got {text!r}")
+    return words
 
 
 # name -> (parser, default, help). The REPL's /set uses the same names and parsers.
@@ -92,11 +164,39 @@ SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
     "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token generated so far (0 is off)"),
     "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence in the generated text (0 is off)"),
+    "typical_p": (_in_range("typical_p", 0, 1, low_open=True), 1.0, "typical sampling: the most typical tokens with this mass (1 is off)"),
+    "epsilon_cutoff": (_in_range("epsilon_cutoff", 0, 1, high_open=True), 0.0, "drop tokens below this probability (0 is off)"),
+    "eta_cutoff": (_in_range("eta_cutoff", 0, 1, high_open=True), 0.0, "eta sampling: a bar that falls with the entropy (0 is off)"),
+    "top_n_sigma": (_number(float, "top_n_sigma", 0), 0.0, "keep logits within n standard deviations of the top (0 is off)"),
+    "xtc_probability": (_in_range("xtc_probability", 0, 1), 0.0, "XTC: how often to remove the top choices (0 is off)"),
+    "xtc_threshold": (_in_range("xtc_threshold", 0, 1, low_open=True), 0.1, "XTC: tokens at or above this probability are top choices"),
+    "samplers": (_optional(_samplers), None, "the chain's order, e.g. top_k;top_p;min_p;temperature (none: Hugging Face's)"),
+    "mirostat": (_choice_int("mirostat", (0, 2)), 0, "2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)"),
+    "mirostat_tau": (_number(float, "mirostat_tau", 0), 5.0, "mirostat's target surprise, in bits"),
+    "mirostat_eta": (_number(float, "mirostat_eta", 0), 0.1, "mirostat's learning rate"),
+    "dry_multiplier": (_number(float, "dry_multiplier", 0), 0.0, "DRY: penalise tokens that extend a repeat (0 is off)"),
+    "dry_base": (_number(float, "dry_base", 1), 1.75, "DRY: the penalty grows as base ** (repeat - allowed length)"),
+    "dry_allowed_length": (_number(int, "dry_allowed_length", 1), 2, "DRY: repeats this long go unpunished"),
+    "dry_penalty_last_n": (_number(int, "dry_penalty_last_n", -1), -1, "DRY: look at the last n tokens (-1: all)"),
+    "logit_bias": (_optional(_logit_bias), None, "add BIAS to TOKEN's logit: TOKEN:BIAS pairs (repeatable flag)"),
+    "bad_words": (_optional(_words), None, "never write these words (repeatable flag; also with a leading space)"),
+    "min_new_tokens": (_number(int, "min_new_tokens", 0), 0, "no end-of-text token before this many new tokens"),
+    "num_return_sequences": (_number(int, "num_return_sequences", 1), 1, "texts per prompt (beam search: the best ones)"),
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
+    "length_penalty": (_optional(_number(float, "length_penalty")), None,
+                       "beam search: rank finished beams by sum / length ** this (none: part 3's classic search)"),
+    "early_stopping": (_optional(_early_stopping), None, "beam search: true, false or never (none: part 3's classic search)"),
     "seed": (_optional(_number(int, "seed")), None, "seed of the draws (none: random)"),
     "cache": (_choice("cache", ("dynamic", "static")), "dynamic",
               "dynamic: part 4's KeyValueCache; static: part 6's StaticKeyValueCache and fast path"),
+}
+
+
+# Flags that may be given several times: how their values combine.
+REPEATABLE: dict[str, Callable[[list], Any]] = {
+    "logit_bias": lambda values: {k: v for bias in values for k, v in bias.items()},
+    "bad_words": lambda values: [w for words in values for w in words],
 }
 
 
@@ -132,9 +232,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="stop once the text ends with TEXT (repeatable)")
     add_device_option(parser)
     for name, (parse, default, about) in SETTINGS.items():
+        repeatable = dict(action="append") if name in REPEATABLE else {}
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(parse), default=default,
-                            help=f"{about} (default {default})")
+                            help=f"{about} (default {default})", **repeatable)
     args = parser.parse_args(argv)
+    for name, merge in REPEATABLE.items():  # one value from all the times the flag was given
+        values = [v for v in getattr(args, name) or [] if v is not None]
+        setattr(args, name, merge(values) if values else None)
     if args.prompt is None and not args.interactive:
         parser.error("--prompt is required (or use --interactive)")
     if args.prompt == "":
@@ -194,23 +298,48 @@ def new_cache(engine: Engine, prompt: str, settings: dict, batch: int):
     return engine.static_cache.new_empty(cfg, batch=batch, max_len=max(1, min(needed, cfg.n_ctx)))
 
 
+# Settings that only beam search reads, and the others that generate() does not take as they are.
+BEAM_ONLY = ("num_beams", "no_repeat_ngram_size", "length_penalty", "early_stopping")
+NOT_FOR_GENERATE = ("max_new_tokens", "cache", "bad_words", "logit_bias") + BEAM_ONLY
+
+
+def bad_words_ids(tokenizer, words: list[str] | None) -> list[list[int]] | None:
+    """Each word's token ids, as it is written and with a leading space (how it appears mid-sentence)."""
+    if not words:
+        return None
+    ids: list[list[int]] = []
+    for word in words:
+        for form in (word, " " + word.lstrip()):
+            encoded = list(tokenizer.encode(form))
+            if encoded and encoded not in ids:
+                ids.append(encoded)
+    return ids
+
+
 def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None, stream: bool) -> None:
-    """Generate one continuation of ``prompt`` and print it (streamed, or at the end)."""
+    """Generate the continuations of ``prompt`` and print them (streamed, or at the end), one per line."""
     if settings["num_beams"] > 1:
         sampler = engine.sampler(engine.model, engine.tokenizer)
-        [(_, text)] = sampler.beam_search(
-            prompt, 1, settings["num_beams"], settings["max_new_tokens"],
-            no_repeat_ngram_size=settings["no_repeat_ngram_size"],
+        results = sampler.beam_search(
+            prompt, min(settings["num_return_sequences"], settings["num_beams"]), settings["num_beams"],
+            settings["max_new_tokens"], no_repeat_ngram_size=settings["no_repeat_ngram_size"],
             kv_cache=new_cache(engine, prompt, settings, batch=settings["num_beams"]),
+            length_penalty=settings["length_penalty"], early_stopping=settings["early_stopping"],
         )
-        print(text, flush=True)
+        for _, text in results:
+            print(text, flush=True)
         return
+    if settings["num_return_sequences"] > 1:
+        stream = False  # a streamer prints one text
     streamer = engine.text_streamer(engine.tokenizer, file=sys.stdout, skip_special_tokens=True) if stream else None
-    sampling = {k: v for k, v in settings.items() if k not in ("max_new_tokens", "num_beams", "no_repeat_ngram_size", "cache")}
+    sampling = {k: v for k, v in settings.items() if k not in NOT_FOR_GENERATE}
+    batch = settings["num_return_sequences"]
     try:
         sequences = engine.generate(
             engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"],
-            stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=1), **sampling,
+            stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=batch),
+            logit_bias=settings["logit_bias"] or None, bad_words_ids=bad_words_ids(engine.tokenizer, settings["bad_words"]),
+            **sampling,
         )
     except KeyboardInterrupt:
         if streamer is not None:
@@ -218,7 +347,8 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
         print("\n[stopped]", flush=True)
         return
     if streamer is None:
-        print(engine.tokenizer.decode(sequences[0], skip_special_tokens=True), flush=True)
+        for row in sequences:
+            print(engine.tokenizer.decode(row, skip_special_tokens=True), flush=True)
     else:
         print(flush=True)
 
@@ -229,7 +359,8 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
 
 HELP = """\
 Type a prompt and press Enter to continue it. Commands:
-  /set NAME VALUE   change a setting, e.g. /set temperature 0.7 (none/off for seed and no_repeat_ngram_size)
+  /set NAME VALUE   change a setting, e.g. /set temperature 0.7, /set samplers top_k;temperature,
+                    /set logit_bias 5:2.5,17:-3, /set bad_words dog,cat (none/off switches off those that can be)
   /set stop TEXT    stop when the text ends with TEXT (/set stop off to clear)
   /show             show the settings
   /help             this help

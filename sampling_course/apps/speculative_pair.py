@@ -4,9 +4,11 @@
 stand-in pair, labelled as such (the offline stand-in ``"tiny"`` drafted by its own first
 layer), or tiny random models for ``--quick``. Each method generates exactly ``n`` tokens
 from a prompt of token ids: ``ours_speculative`` (the chosen implementation's
-``speculative_generate``) and ``ours_cached`` (target-only or draft-only cached generation),
-each on part 4's dynamic cache or part 6's static cache, and ``hf_generate`` (plain or
-assisted Hugging Face ``generate``, its target forwards counted). ``verify_cost`` measures the cost of one verifying target forward.
+``speculative_generate``), ``ours_lookup`` (the same with prompt-lookup drafting instead of
+the draft model) and ``ours_cached`` (target-only or draft-only cached generation), each
+on part 4's dynamic cache or part 6's static cache (prompt lookup: the dynamic one), and
+``hf_generate`` (plain, assisted or prompt-lookup Hugging Face ``generate``, its target
+forwards counted). ``verify_cost`` measures the cost of one verifying target forward.
 ``sampling_course.apps.bench_speculative`` checks, times and reports them.
 """
 
@@ -168,6 +170,17 @@ def ours_speculative(
     return tokenizer.encode(text), stats
 
 
+def ours_lookup(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
+    """speculative_generate with prompt-lookup drafting (no draft model), gamma tokens at most per round."""
+    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    tokenizer = IdTokenizer()
+    text, stats = speculative.speculative_generate(
+        pair.target, None, tokenizer, tokenizer.decode(prompt), n,
+        prompt_lookup_num_tokens=gamma, temperature=temperature, seed=seed, return_stats=True,
+    )
+    return tokenizer.encode(text), stats
+
+
 def ours_cached(
     pair: Pair, model: torch.nn.Module, prompt: list[int], n: int, temperature: float, seed: int, cache: str = "dynamic"
 ) -> list[int]:
@@ -220,8 +233,10 @@ def generation_configs_without_eos(pair: Pair):
             model.generation_config = config
 
 
-def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
-    """Plain or assisted ``hf_target.generate`` of exactly ``n`` tokens; returns (ids, number of target forwards)."""
+def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None,
+                lookup: bool = False):
+    """Plain, assisted or (``lookup``) prompt-lookup ``hf_target.generate`` of exactly ``n`` tokens; returns (ids,
+    number of target forwards)."""
     from transformers import GenerationConfig
 
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
@@ -229,7 +244,9 @@ def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed:
     input_ids = torch.tensor([prompt], device=pair.device)
     with generation_configs_without_eos(pair):
         extra = {}
-        if gamma is not None:
+        if lookup:
+            extra["prompt_lookup_num_tokens"] = gamma
+        elif gamma is not None:
             assistant = pair.hf_draft.generation_config  # the copy: the settings go with it
             assistant.num_assistant_tokens = gamma
             assistant.num_assistant_tokens_schedule = "constant"
