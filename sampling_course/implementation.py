@@ -87,20 +87,34 @@ def stale_install_message(package: str, checkout: Path) -> str | None:
             f"so your edits there do not count: reinstall the course with `pip install -e .` in {checkout}")
 
 
-def load_demo(reference: "Reference", transformer_module: ModuleType | None = None) -> "torch.nn.Module":
+def load_demo(
+    reference: "Reference",
+    transformer_module: ModuleType | None = None,
+    *,
+    device: "str | torch.device | None" = None,
+    dtype: "torch.dtype | None" = None,
+) -> "torch.nn.Module":
     """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights.
 
+    It lives on ``device`` in ``dtype``: the reference's own when None (``load_reference``
+    chose them), else where it is told (``"auto"`` is the course's device rule).
     Raises a ValueError naming each parameter that is missing, extra, misnamed or of the wrong shape.
     """
+    from sampling_course.devices import pick_device
     from sampling_course.weights import demo_state_dict, load_weights
 
     if transformer_module is None:
         transformer_module = impl_module("transformer", "solutions")
+    device = reference.device if device is None else pick_device(device)
+    dtype = reference.dtype if dtype is None else dtype
     model = transformer_module.DemoTransformer(reference.cfg)
     # Every parameter must match by name and shape; buffers the model makes itself (such as a
     # persistent IGNORE) need not be in the weights. The weights come straight from the
-    # checkpoint's file: building the Hugging Face model (seconds of imports) is not needed.
-    return load_weights(model, demo_state_dict(reference.weights, reference.cfg)).eval()
+    # checkpoint's file (building the Hugging Face model takes seconds of imports); the model
+    # is built and filled on the CPU, then moved: a learner's model may make tensors in
+    # __init__ without saying where.
+    model = load_weights(model, demo_state_dict(reference.weights, reference.cfg))
+    return model.to(device=device, dtype=dtype).eval()
 
 
 class Impl:

@@ -24,6 +24,11 @@ The checkpoints:
 
 All of them load through the same code as the hub checkpoint. ``"auto"`` picks the real
 GPT-2 when it is available and the story model otherwise.
+
+Each loads on a device and in a dtype: by default the course's device
+(``sampling_course.devices.pick_device``: a GPU when there is one) and float32.
+``reference_settings(name)`` gives a checkpoint's ``Config`` and tokenizer without
+importing torch, for a command to check its arguments first.
 """
 
 from __future__ import annotations
@@ -48,7 +53,7 @@ if TYPE_CHECKING:  # torch loads when a model or tensor is built, not to find a 
     import torch
 
 __all__ = ["Reference", "ReferenceUnavailable", "cache_home", "download_gpt2", "gpt2_local_dir", "load_reference",
-           "story_model_dir", "tiny_dir"]
+           "reference_settings", "story_model_dir", "tiny_dir"]
 
 GPT2_REPO_IDS = ("openai-community/gpt2", "gpt2")
 # Only what loading needs: no TF/Flax/ONNX weights.
@@ -89,6 +94,8 @@ class Reference:
     tokenizer: Tokenizer  # the course's GPT-2 tokenizer (the same ids and text as GPT2TokenizerFast)
     path: Path
     digest: str
+    device: "torch.device"  # where both models' weights live
+    dtype: "torch.dtype"
     _lock: threading.RLock = field(repr=False, compare=False, default_factory=threading.RLock)
 
     def _lazy(self, key: str, build):
@@ -100,13 +107,13 @@ class Reference:
 
     @property
     def weights(self) -> dict[str, torch.Tensor]:
-        """The checkpoint's tensors under Hugging Face's names, in float32, read straight from its file."""
+        """The checkpoint's tensors under Hugging Face's names, in float32 on the CPU, read straight from its file."""
         return self._lazy("_weights", lambda: _read_weights(self.path))
 
     @property
     def hf_model(self) -> "object":  # transformers.GPT2LMHeadModel, in eval mode
-        """The Hugging Face ``GPT2LMHeadModel`` on these weights (float32, eval mode), built on first use."""
-        return self._lazy("_hf_model", lambda: _hf_model(self.path))
+        """The Hugging Face ``GPT2LMHeadModel`` on these weights (on ``device`` in ``dtype``, eval mode), built on first use."""
+        return self._lazy("_hf_model", lambda: _hf_model(self.path, self.device, self.dtype))
 
     @property
     def hf_tokenizer(self) -> "object":  # transformers.GPT2TokenizerFast
@@ -116,7 +123,7 @@ class Reference:
     @property
     def model(self) -> "object":  # transformer_lens.model_bridge.TransformerBridge
         """A TransformerLens ``TransformerBridge`` on the same weights, built on first use."""
-        return self._lazy("_model", lambda: _bridge(self.path, self.hf_tokenizer))
+        return self._lazy("_model", lambda: _bridge(self.path, self.hf_tokenizer, self.device, self.dtype))
 
     @property
     def model_loaded(self) -> bool:
@@ -219,7 +226,7 @@ def _perturb_(model: torch.nn.Module, seed: int) -> None:
     with torch.no_grad():
         # Sorted names make the draw order, hence the weights, independent of module order.
         for name, param in sorted(model.named_parameters()):
-            noise = torch.randn(param.shape, generator=generator)
+            noise = torch.randn(param.shape, generator=generator, device="cpu")  # the generator's device, whatever torch's default
             if name.endswith("wte.weight"):
                 param.copy_(0.3 * noise)
             elif name.endswith("wpe.weight"):
@@ -280,19 +287,20 @@ def quiet_transformers() -> None:
     transformers.utils.logging.disable_progress_bar()
 
 
-def _bridge(path: Path, tokenizer: object) -> object:
-    """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``."""
-    import torch
+def _bridge(path: Path, tokenizer: object, device: "torch.device", dtype: "torch.dtype") -> object:
+    """A TransformerLens bridge around a fresh copy of the checkpoint at ``path``, on ``device`` in ``dtype``."""
     from transformers import GPT2LMHeadModel
     from transformer_lens.model_bridge import TransformerBridge
 
     quiet_transformers()
     # The bridge rewires the module it is given in place, so it gets a copy of its own and
     # hf_model stays a plain GPT2LMHeadModel.
-    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+    bridged = GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=dtype).to(device).eval()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        bridge = TransformerBridge.boot_transformers(str(path), hf_model=bridged, tokenizer=tokenizer)
+        bridge = TransformerBridge.boot_transformers(
+            str(path), hf_model=bridged, tokenizer=tokenizer, device=device, dtype=dtype
+        )
         # no_processing: keep LayerNorm unfolded and the weights uncentred, exactly as
         # DemoTransformer holds them, so activations can be compared one for one.
         bridge.enable_compatibility_mode(no_processing=True, disable_warnings=True)
@@ -320,13 +328,13 @@ def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     return {name: t.float() if t.is_floating_point() else t for name, t in tensors.items()}
 
 
-def _hf_model(path: Path) -> object:
-    import torch
+def _hf_model(path: Path, device: "torch.device", dtype: "torch.dtype") -> object:
     from transformers import GPT2LMHeadModel
 
     quiet_transformers()
-    # float32 always, as in _read_weights: from_pretrained would otherwise keep the stored dtype.
-    return GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=torch.float32).eval()
+    # The dtype always explicit: the story checkpoints are stored in float16 to keep the
+    # package small, and from_pretrained would otherwise keep the stored dtype.
+    return GPT2LMHeadModel.from_pretrained(path, local_files_only=True, dtype=dtype).to(device).eval()
 
 
 def _hf_tokenizer(path: Path) -> object:
@@ -351,8 +359,34 @@ def _checkpoint_digest(path: Path, listed: dict[str, dict] | None = None) -> str
 
 
 @cache
-def _load(name: str, path: Path, digest: str) -> Reference:
-    return Reference(name=name, cfg=Config.from_hf(_hf_config(path)), tokenizer=Tokenizer(path), path=path, digest=digest)
+def _settings(path: Path) -> tuple[Config, Tokenizer]:
+    return Config.from_hf(_hf_config(path)), Tokenizer(path)
+
+
+@cache
+def _load(name: str, path: Path, digest: str, device: "torch.device | None" = None,
+          dtype: "torch.dtype | None" = None) -> Reference:
+    import torch
+
+    # The CPU and float32 when not told, as callers of this undecorated loader expect.
+    device = torch.device("cpu") if device is None else device
+    cfg, tokenizer = _settings(path)
+    return Reference(name=name, cfg=cfg, tokenizer=tokenizer, path=path, digest=digest, device=device,
+                     dtype=torch.float32 if dtype is None else dtype)
+
+
+def _dtype(dtype: "torch.dtype | str | None") -> "torch.dtype":
+    """``dtype`` as a floating torch.dtype the models can run in (float32 when None)."""
+    import torch
+
+    dtypes = (torch.float32, torch.bfloat16, torch.float16)
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, str):
+        dtype = getattr(torch, dtype.removeprefix("torch."), dtype)
+    if dtype not in dtypes:
+        raise ValueError(f"dtype must be one of {', '.join(str(d) for d in dtypes)} (float32 by default), got {dtype!r}")
+    return dtype
 
 
 STORY_MODELS = ("story", "story-draft")
@@ -370,8 +404,37 @@ def story_model_dir(name: str) -> Path:
     return path
 
 
+def _checkpoint(name: str) -> tuple[str, Path, dict[str, dict] | None]:
+    """The checkpoint ``name`` stands for: its name, its folder, and its manifest (None for GPT-2)."""
+    if name == "tiny":
+        path = tiny_dir()
+        return "tiny", path, read_manifest(path)
+    if name in STORY_MODELS:
+        path = story_model_dir(name)
+        return name, path, check_assets(path)
+    if name == "gpt2":
+        return "gpt2", _gpt2_dir(allow_download=True), None
+    raise ValueError(
+        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
+    )
+
+
+def reference_settings(name: str = "auto") -> tuple[str, Config, Tokenizer]:
+    """The checkpoint ``name`` would load (``"auto"``: GPT-2 when it is cached, else the story model), its
+    ``Config`` and its tokenizer, without importing torch or loading weights: a command checks its
+    arguments with them before anything heavy loads. Raises what ``load_reference`` raises."""
+    if name == "auto":
+        name = "gpt2" if gpt2_local_dir() is not None else "story"
+    name, path, _ = _checkpoint(name)
+    return (name, *_settings(path))
+
+
 def load_reference(
-    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto", *, quiet: bool = False
+    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto",
+    device: "str | torch.device | None" = None,
+    dtype: "torch.dtype | str | None" = None,
+    *,
+    quiet: bool = False,
 ) -> Reference:
     """Load a reference checkpoint by name: ``"gpt2"``, ``"story"``, ``"story-draft"``, ``"tiny"`` or ``"auto"``.
 
@@ -381,24 +444,23 @@ def load_reference(
     story source, shipped with the course. ``"auto"`` falls back to ``"story"`` with a
     visible notice. The result is cached per process and shared: treat its models as
     read-only.
+
+    ``device``: where both models compute; None or ``"auto"`` is the course's device
+    (``sampling_course.devices.pick_device``: the test session's, else
+    $SAMPLING_COURSE_DEVICE, else cuda, then mps, then cpu). ``dtype``: float32 (the
+    default), bfloat16 or float16.
     """
-    if name == "tiny":
-        path = tiny_dir()
-        return _load("tiny", path, _checkpoint_digest(path, read_manifest(path)))
-    if name in STORY_MODELS:
-        path = story_model_dir(name)
-        return _load(name, path, _checkpoint_digest(path, check_assets(path)))
-    if name == "gpt2":
-        path = _gpt2_dir(allow_download=True)
-        return _load("gpt2", path, _checkpoint_digest(path))
+    from sampling_course.devices import pick_device
+
+    where, dtype = pick_device(device), _dtype(dtype)
     if name == "auto":
         try:
-            return load_reference("gpt2")
+            return load_reference("gpt2", where, dtype)
         except ReferenceUnavailable as exc:
             why = str(exc)
         # Outside the except block, and before the notice: an error loading the story model is its
         # own, said alone, not chained to GPT-2's.
-        story = load_reference("story")
+        story = load_reference("story", where, dtype)
         if not quiet:
             from rich.console import Console
 
@@ -407,6 +469,5 @@ def load_reference(
                 "model 'story' instead.", soft_wrap=True, highlight=False,
             )
         return story
-    raise ValueError(
-        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
-    )
+    name, path, listed = _checkpoint(name)
+    return _load(name, path, _checkpoint_digest(path, listed), where, dtype)

@@ -1,4 +1,4 @@
-"""Run the statistical tests of tests/grading/test_part2_sampling.py and tests/grading/test_part7_speculative.py over many seeds and count the failures.
+"""Run the statistical tests of tests/grading/test_part2_sampling.py, test_part6b_gpu_decoding.py and test_part7_speculative.py over many seeds and count the failures.
 
 Each statistical test in those files takes the ``seed`` fixture, seeds torch with
 it and promises a false-failure probability of at most 1e-6. This script checks that
@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-TEST_FILES = [REPO / "tests" / "grading" / "test_part2_sampling.py", REPO / "tests" / "grading" / "test_part7_speculative.py"]
+TEST_FILES = [REPO / "tests" / "grading" / name for name in
+              ("test_part2_sampling.py", "test_part6b_gpu_decoding.py", "test_part7_speculative.py")]
 
 
 class _SeededOnly:

@@ -157,3 +157,77 @@ class Beams:
             # Text, not a markup string: a completion containing "[...]" must print as it is.
             table.add_row(f"{logprob:>8.3f}", Text(text))
         Console().print(table)
+
+
+class BeamHypotheses:
+    """The finished beams of one beam search, ranked by length-normalised score: Hugging Face's rule.
+
+    A beam that finishes (it ended in EOS, or reached ``max_new_tokens``) with summed
+    log-probability ``logprob_sum`` over its ``length`` new tokens scores
+
+        logprob_sum / length ** length_penalty
+
+    With ``length_penalty = 0`` the score is the plain sum, which favours short beams (every
+    token adds a negative log-probability); 1 ranks by the mean log-probability per token;
+    above 1 favours long beams more, below 0 favours short ones more. Only the
+    ``num_beams`` best finished beams are kept (``hypotheses``, best first, as
+    ``(score, logprob_sum, beam)`` with ``beam`` whatever the caller stores: tokens, text).
+
+    ``early_stopping`` says when the search may stop (``is_done``):
+
+    * True: as soon as ``num_beams`` beams have finished;
+    * False: once ``num_beams`` have finished and the best running beam, scored at its
+      current length, cannot beat the worst kept one (a heuristic: with a positive
+      ``length_penalty`` a running beam could still overtake it by growing longer);
+    * "never": only when no running beam can beat the worst kept one at any length up to
+      ``max_new_tokens`` (an exact bound: sums only fall as a beam grows, so with a
+      positive ``length_penalty`` the best a beam can reach is its sum now over the
+      longest length).
+    """
+
+    def __init__(self, num_beams: int, length_penalty: float = 1.0, early_stopping: bool | str = False,
+                 max_new_tokens: int | None = None):
+        if isinstance(num_beams, bool) or not isinstance(num_beams, int) or num_beams < 1:
+            raise ValueError(f"num_beams must be an integer >= 1, got {num_beams!r}")
+        if isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or length_penalty != length_penalty:
+            raise ValueError(f"length_penalty must be a number, got {length_penalty!r}")
+        if not isinstance(early_stopping, (bool, str)) or early_stopping not in (True, False, "never"):
+            raise ValueError(f'early_stopping must be True, False or "never", got {early_stopping!r}')
+        if early_stopping == "never" and length_penalty > 0 and max_new_tokens is None:
+            raise ValueError('early_stopping="never" with a positive length_penalty needs max_new_tokens (the longest length)')
+        self.num_beams = num_beams
+        self.length_penalty = length_penalty
+        self.early_stopping = early_stopping
+        self.max_new_tokens = max_new_tokens
+        self.hypotheses: list[tuple[float, float, object]] = []
+
+    def __len__(self) -> int:
+        return len(self.hypotheses)
+
+    def score(self, logprob_sum: float, length: int) -> float:
+        """The length-normalised score of a beam with this summed log-probability over ``length`` new tokens."""
+        ### BEGIN SOLUTION
+        return logprob_sum / length**self.length_penalty
+        ### END SOLUTION
+
+    def add(self, logprob_sum: float, length: int, beam: object) -> None:
+        """Keep a finished beam if it is among the ``num_beams`` best by score (``hypotheses`` stays best first)."""
+        ### BEGIN SOLUTION
+        # Hint: append (score, sum, beam), sort by score, best first, and drop what is past num_beams.
+        self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))
+        self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)
+        del self.hypotheses[self.num_beams :]
+        ### END SOLUTION
+
+    def is_done(self, best_running_sum: float, length: int) -> bool:
+        """Whether the search may stop, given the best running beam's summed log-probability over ``length`` new tokens."""
+        ### BEGIN SOLUTION
+        # Hint: never before num_beams beams have finished; then compare the best a running beam can still score with the worst kept score.
+        if len(self.hypotheses) < self.num_beams:
+            return False
+        if self.early_stopping is True:
+            return True
+        if self.early_stopping == "never" and self.length_penalty > 0:
+            length = self.max_new_tokens
+        return self.score(best_running_sum, length) <= self.hypotheses[-1][0]
+        ### END SOLUTION

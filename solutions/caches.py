@@ -38,6 +38,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
+from sampling_course.devices import check_same_device, pick_device
 
 # gelu_new: GPT-2's GELU (the tanh approximation), for fast_forward's MLP.
 from .transformer import IGNORE, DemoTransformer, check_cache_fits, gelu_new, position_ids_from_mask
@@ -169,6 +170,24 @@ def causal_mask(new_pos: int, key_pos: int, device) -> Int[Tensor, "new_pos key_
     return torch.arange(key_pos, device=device)[None, :] <= query[:, None]
 
 
+def placed_buffer(cache, model: DemoTransformer) -> Tensor:
+    """The buffer of an empty ``cache``, on the model's device and in its dtype when ``new_empty`` was
+    left to choose them (reallocated then, before anything is stored); checked against the model's otherwise."""
+    weight = model.embed.W_E
+    buffer = cache.buffer
+    device = weight.device if cache.follows_device else buffer.device
+    dtype = weight.dtype if cache.follows_dtype else buffer.dtype
+    if buffer.device != device or buffer.dtype != dtype:
+        buffer = torch.empty(buffer.shape, device=device, dtype=dtype)
+    check_same_device(f"the {type(cache).__name__}", buffer.device, weight.device,
+                      f"make it with {type(cache).__name__}.new_empty(cfg, ...) without a device (it follows the model) "
+                      "or with the model's device")
+    if buffer.dtype != weight.dtype:
+        raise ValueError(f"the {type(cache).__name__} holds {buffer.dtype} but the model computes in {weight.dtype}: "
+                         "make it without a dtype (it follows the model) or with the model's")
+    return buffer
+
+
 # ---------------------------------------------------------------------------------------
 # The static cache: one buffer, allocated once
 # ---------------------------------------------------------------------------------------
@@ -192,6 +211,8 @@ class StaticKeyValueCache:
         self.batch = buffer.shape[2]  # rows in use: reorder and an empty cache's first forward may change it
         self.seq_len = 0
         self.fused: list[FastLayer] | None = None
+        # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
+        self.follows_device = self.follows_dtype = False
 
     @classmethod
     def new_empty(
@@ -200,9 +221,15 @@ class StaticKeyValueCache:
         batch: int = 1,
         max_len: int | None = None,
         device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> "StaticKeyValueCache":
-        """An empty cache with room for ``batch`` rows of ``max_len`` positions (n_ctx by default)."""
+        """An empty cache with room for ``batch`` rows of ``max_len`` positions (n_ctx by default).
+
+        ``device`` and ``dtype`` left out: the model's. The buffer is allocated on the
+        course's device (``sampling_course.devices.pick_device``) in float32, and if the
+        model it first runs with computes elsewhere, that first forward pass allocates it
+        there instead, before anything is stored.
+        """
         if not isinstance(cfg, Config):
             raise TypeError(f"StaticKeyValueCache.new_empty(cfg, batch, max_len) takes a Config, got {type(cfg).__name__}")
         max_len = cfg.n_ctx if max_len is None else max_len
@@ -211,8 +238,15 @@ class StaticKeyValueCache:
         if isinstance(max_len, bool) or not isinstance(max_len, int) or not 1 <= max_len <= cfg.n_ctx:
             raise ValueError(f"max_len must be an integer in [1, n_ctx={cfg.n_ctx}], got {max_len!r}")
         # torch.empty, not zeros: every slot is written before it is read.
-        buffer = torch.empty(cfg.n_layers, 2, batch, max_len, cfg.n_heads, cfg.d_head, device=device, dtype=dtype)
-        return cls(buffer)
+        buffer = torch.empty(cfg.n_layers, 2, batch, max_len, cfg.n_heads, cfg.d_head,
+                             device=pick_device(device), dtype=dtype or torch.float32)
+        cache = cls(buffer)
+        cache.follows_device, cache.follows_dtype = device is None, dtype is None
+        return cache
+
+    @property
+    def device(self) -> torch.device:
+        return self.buffer.device
 
     @property
     def max_len(self) -> int:
@@ -306,6 +340,10 @@ class StaticKeyValueCache:
         With ``attention_mask`` (part 5's left-padded batches), positions count real tokens
         only and pad keys are never attended, as in ``DemoTransformer.padded_forward``.
         """
+        if self.seq_len == 0:
+            self.buffer = placed_buffer(self, model)
+        else:
+            check_same_device("the StaticKeyValueCache", self.buffer.device, model.embed.W_E.device)
         self.check_compatible(model.cfg, tokens)
         past, new_pos = self.seq_len, tokens.shape[1] - self.seq_len
         if past == 0:  # a new generation: the weights in the fast path's layout
@@ -384,6 +422,8 @@ class SinkCache:
         self.seen = 0  # tokens of the text run so far
         self.ring = 0  # the next recent slot to overwrite, counted from the first slot after the sinks
         self.fused: list[FastLayer] | None = None
+        # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
+        self.follows_device = self.follows_dtype = False
 
     @classmethod
     def new_empty(
@@ -394,9 +434,12 @@ class SinkCache:
         num_sink_tokens: int = 4,
         position_rule: PositionRule = "cache",
         device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: torch.dtype | None = None,
     ) -> "SinkCache":
-        """An empty sink cache of ``window_length`` slots, ``num_sink_tokens`` of them for the sinks."""
+        """An empty sink cache of ``window_length`` slots, ``num_sink_tokens`` of them for the sinks.
+
+        ``device`` and ``dtype`` left out: the model's (as with ``StaticKeyValueCache.new_empty``).
+        """
         if not isinstance(cfg, Config):
             raise TypeError(f"SinkCache.new_empty(cfg, ...) takes a Config, got {type(cfg).__name__}")
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -413,8 +456,15 @@ class SinkCache:
             )
         if position_rule not in ("cache", "absolute"):
             raise ValueError(f"position_rule must be 'cache' or 'absolute', got {position_rule!r}")
-        buffer = torch.empty(cfg.n_layers, 2, batch, window_length, cfg.n_heads, cfg.d_head, device=device, dtype=dtype)
-        return cls(buffer, num_sink_tokens, position_rule, cfg.n_ctx)
+        buffer = torch.empty(cfg.n_layers, 2, batch, window_length, cfg.n_heads, cfg.d_head,
+                             device=pick_device(device), dtype=dtype or torch.float32)
+        cache = cls(buffer, num_sink_tokens, position_rule, cfg.n_ctx)
+        cache.follows_device, cache.follows_dtype = device is None, dtype is None
+        return cache
+
+    @property
+    def device(self) -> torch.device:
+        return self.buffer.device
 
     @property
     def window_length(self) -> int:
@@ -480,6 +530,10 @@ class SinkCache:
         """``model(tokens, self)``: run the tokens of ``tokens`` this cache has not seen yet."""
         if attention_mask is not None:
             raise ValueError("a SinkCache takes unpadded batches only: call the model without attention_mask")
+        if self.seen == 0:
+            self.buffer = placed_buffer(self, model)
+        else:
+            check_same_device("the SinkCache", self.buffer.device, model.embed.W_E.device)
         check_cache_and_tokens(self, model.cfg, tokens, run=self.seen)
         if self.seen == 0:
             self.fused = fused_weights(model)

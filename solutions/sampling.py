@@ -23,7 +23,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from .beams import Beams
+from .beams import BeamHypotheses, Beams
 from .transformer import DemoTransformer, KeyValueCache
 
 
@@ -214,6 +214,8 @@ class TransformerSampler:
         max_new_tokens: int,
         no_repeat_ngram_size: int | None = None,
         kv_cache: KeyValueCache | None = None,
+        length_penalty: float | None = None,
+        early_stopping: bool | str | None = None,
     ) -> list[tuple[float, str]]:
         """The ``num_return_sequences`` most likely continuations found by beam search.
 
@@ -222,6 +224,11 @@ class TransformerSampler:
         once ``num_return_sequences`` have finished they are returned. Otherwise the
         finished beams come first, followed by the best unfinished ones.
         Returns (summed log-probability of the generated tokens, decoded text) pairs.
+
+        With ``length_penalty`` or ``early_stopping`` set, it runs Hugging Face's beam search
+        instead (``length_normalised_beam_search``; the other one defaults to Hugging Face's
+        default, 1.0 or False): beams are refilled after one finishes, finished beams are
+        ranked by ``BeamHypotheses``' length-normalised score, and the pairs hold that score.
         """
         if not isinstance(prompt, str) or not prompt:
             raise ValueError("prompt must be a non-empty string")
@@ -235,6 +242,12 @@ class TransformerSampler:
             raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")
         if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:
             raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")
+        if length_penalty is not None and (
+            isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or length_penalty != length_penalty
+        ):
+            raise ValueError(f"length_penalty must be None or a number, got {length_penalty!r}")
+        if early_stopping is not None and (not isinstance(early_stopping, (bool, str)) or early_stopping not in (True, False, "never")):
+            raise ValueError(f'early_stopping must be None, True, False or "never", got {early_stopping!r}')
 
         tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)
         if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:
@@ -243,6 +256,11 @@ class TransformerSampler:
                 f"model's n_ctx={self.cfg.n_ctx}; beam search keeps every beam's whole history, so shorten one of them"
             )
         beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)
+        if length_penalty is not None or early_stopping is not None:
+            return self.length_normalised_beam_search(
+                beams, num_return_sequences, num_beams, max_new_tokens, no_repeat_ngram_size,
+                1.0 if length_penalty is None else length_penalty, False if early_stopping is None else early_stopping,
+            )
         finished: list[tuple[float, str]] = []
         for _ in tqdm(range(max_new_tokens), desc="beam search", leave=False):
             ### BEGIN SOLUTION
@@ -256,6 +274,48 @@ class TransformerSampler:
         # Finished beams first, in the order they finished; then the best unfinished ones.
         return (finished + beams.logprobs_and_completions)[:num_return_sequences]
         ### END SOLUTION
+
+
+    def length_normalised_beam_search(
+        self,
+        beams: Beams,
+        num_return_sequences: int,
+        num_beams: int,
+        max_new_tokens: int,
+        no_repeat_ngram_size: int | None,
+        length_penalty: float,
+        early_stopping: bool | str,
+    ) -> list[tuple[float, str]]:
+        """Hugging Face's beam search from the one-beam prompt ``beams``: (length-normalised score, text) pairs, best first.
+
+        Every step, each beam proposes its ``2 * num_beams`` best next tokens and the
+        ``2 * num_beams`` best of all proposals are ranked. Those among the ``num_beams``
+        best that end in EOS finish (``BeamHypotheses.add``); the ``num_beams`` best that
+        did not end run on, so the search always keeps ``num_beams`` beams. At
+        ``max_new_tokens`` the ``num_beams`` best proposals all finish. ``is_done`` ends the
+        search early, as ``early_stopping`` says.
+        """
+        finished = BeamHypotheses(num_beams, length_penalty, early_stopping, max_new_tokens)
+        eos = self.tokenizer.eos_token_id
+        for step in tqdm(range(max_new_tokens), desc="beam search", leave=False):
+            length = step + 1
+            proposals = beams.generate(k=2 * num_beams, no_repeat_ngram_size=no_repeat_ngram_size)
+            ranked = proposals.logprob_sums.topk(min(2 * num_beams, len(proposals))).indices
+            ended = proposals.tokens[ranked, -1] == eos
+            if length == max_new_tokens:
+                ended[:] = True  # at the last step every proposal ends
+            for rank, (index, end) in enumerate(zip(ranked.tolist(), ended.tolist())):
+                if end and rank < num_beams:
+                    finished.add(float(proposals.logprob_sums[index]), length, proposals.tokens[index])
+            running = ranked[~ended][:num_beams]
+            if len(running) == 0:
+                break
+            beams = proposals[running]
+            if finished.is_done(float(beams.logprob_sums.max()), length):
+                break
+        if not finished.hypotheses:  # max_new_tokens == 0: the prompt itself
+            return [(0.0, self.tokenizer.decode(beams.tokens[0]))]
+        return [(score, self.tokenizer.decode(tokens)) for score, _, tokens in finished.hypotheses[:num_return_sequences]]
 
 
 def check_sampling_args(

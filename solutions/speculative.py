@@ -30,6 +30,14 @@ accepted, a bad one wastes its work, and the text has the target's distribution 
 way. Temperature 0 is the special case where p and q put all their mass on their argmax:
 a proposal is kept exactly when it is the target's greedy choice.
 
+The draft need not be a model. Prompt-lookup drafting (``prompt_lookup``,
+``PromptLookupDraft``; Hugging Face's ``prompt_lookup_num_tokens``, vLLM's n-gram
+speculator) proposes the tokens that followed the last earlier occurrence of the text's
+final n-gram: text that repeats its names and phrases gets them proposed for free. Its
+proposals are certain (q is a point mass), so proposal x is accepted with probability
+p(x), a rejection is replaced from p without x renormalised, and the output still follows
+the target exactly.
+
 ``speculative_generate`` runs the rounds; the functions above it are the exercises, in
 the order a round uses them.
 """
@@ -42,6 +50,7 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
+from sampling_course.devices import check_generator, check_same_device
 from sampling_course.sampling_settings import check_sampling_settings
 
 from .transformer import KeyValueCache
@@ -93,6 +102,60 @@ def filtered_probs(
 # ---------------------------------------------------------------------------------------
 
 
+def prompt_lookup(tokens: Int[Tensor, "pos"], num_tokens: int, max_ngram_size: int = 2) -> Int[Tensor, "n"]:
+    """Prompt-lookup drafting: up to ``num_tokens`` tokens that followed the last earlier occurrence of the text's ending.
+
+    For n = ``max_ngram_size`` down to 1: take the last n tokens of ``tokens``; find the
+    most recent earlier place where the same n tokens occur (the ending itself does not
+    count, but an occurrence may overlap it); if there is one, return the up to
+    ``num_tokens`` tokens that followed it (fewer when the text ends first). Longer
+    n-grams are tried first because a longer match predicts better. No match for any n:
+    an empty tensor. (Hugging Face's prompt lookup takes the first occurrence instead of
+    the last; both are exact, since any proposal is.)
+    """
+    if not isinstance(tokens, Tensor) or tokens.ndim != 1:
+        raise ValueError(f"tokens must be a 1-D tensor of token ids, got {tokens!r:.80}")
+    for name, value in (("num_tokens", num_tokens), ("max_ngram_size", max_ngram_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+    ### BEGIN SOLUTION
+    # Hint: compare every window of n tokens (tokens.unfold(0, n, 1)) that starts before the ending with the ending.
+    length = len(tokens)
+    for n in range(min(max_ngram_size, length - 1), 0, -1):
+        windows = tokens[: length - 1].unfold(0, n, 1)
+        matches = (windows == tokens[length - n :]).all(dim=-1).nonzero()
+        if len(matches):
+            start = int(matches[-1]) + n
+            return tokens[start : start + num_tokens]
+    return tokens[:0]
+    ### END SOLUTION
+
+
+@dataclass
+class PromptLookupDraft:
+    """A draft without a model: ``prompt_lookup`` proposes, with certainty.
+
+    Pass it as the ``draft`` of ``speculative_generate`` (or use its
+    ``prompt_lookup_num_tokens`` setting). ``d_vocab`` is the target's vocabulary size
+    (``speculative_generate`` fills it in), for the point-mass distributions q.
+    """
+
+    max_ngram_size: int = 2
+    d_vocab: int | None = None
+
+    def propose(
+        self, tokens: Int[Tensor, "pos"], kv_cache: KeyValueCache, gamma: int
+    ) -> tuple[Int[Tensor, "gamma"], Float[Tensor, "gamma d_vocab"], KeyValueCache]:
+        """Exactly ``gamma`` looked-up proposals (ask for no more than ``prompt_lookup`` finds), their one-hot q, the cache untouched."""
+        if self.d_vocab is None:
+            raise ValueError("PromptLookupDraft needs d_vocab (the target's vocabulary size) to build its distributions q")
+        proposals = prompt_lookup(tokens, gamma, self.max_ngram_size)
+        if len(proposals) != gamma:
+            raise ValueError(f"prompt lookup found {len(proposals)} tokens to propose, not gamma={gamma}: ask for fewer")
+        q = torch.zeros(gamma, self.d_vocab, device=tokens.device).scatter_(1, proposals[:, None], 1.0)
+        return proposals, q, kv_cache
+
+
 def draft_tokens(
     draft,
     tokens: Int[Tensor, "pos"],
@@ -115,6 +178,11 @@ def draft_tokens(
     but the last proposal's.
     """
     check_proposal_args(tokens, gamma)
+    if isinstance(draft, PromptLookupDraft):  # a draft without a model: its proposals are certain
+        return draft.propose(tokens, kv_cache, gamma)
+    where = device_and_dtype(draft)[0]
+    check_same_device("the tokens", tokens.device, where)
+    check_generator(generator, where)
     ### BEGIN SOLUTION
     # Hint: the model wants a batch dimension: draft(sequence[None], kv_cache).
     sequence = tokens
@@ -165,6 +233,7 @@ def accept_or_resample(
     from ``p[-1]``. So a round adds between 1 and ``len(proposals) + 1`` tokens.
     """
     check_judge_args(p, q, proposals)
+    check_generator(generator, p.device)
     ### BEGIN SOLUTION
     for i, x in enumerate(proposals.tolist()):
         r = torch.rand((), generator=generator, device=p.device)
@@ -241,6 +310,18 @@ def speculative_round(
 # ---------------------------------------------------------------------------------------
 
 
+def target_step(
+    target, tokens: Int[Tensor, "pos"], target_cache: KeyValueCache, temperature: float, top_k: int, top_p: float,
+    generator: torch.Generator | None,
+) -> tuple[Int[Tensor, "1"], KeyValueCache]:
+    """One plain step of the target (a round with nothing proposed): one token drawn from its filtered distribution."""
+    logits, target_cache = target(tokens[None], target_cache)
+    p = filtered_probs(logits[0, -1], temperature, top_k, top_p)
+    new = torch.multinomial(p, num_samples=1, generator=generator)
+    return new, target_cache
+
+
+
 @dataclass
 class SpeculativeStats:
     """What a run of ``speculative_generate`` did.
@@ -269,9 +350,10 @@ class SpeculativeStats:
         """New tokens per forward pass of the target (1.0 for plain decoding; nan before any round)."""
         return self.new_tokens / self.target_forwards if self.target_forwards else float("nan")
 
-    def record_round(self, proposed: int, accepted: int) -> None:
+    def record_round(self, proposed: int, accepted: int, draft_forwards: int | None = None) -> None:
         self.target_forwards += 1
-        self.draft_forwards += proposed  # draft_tokens runs one forward pass per proposal
+        # draft_tokens runs one forward pass per proposal (a prompt-lookup draft none)
+        self.draft_forwards += proposed if draft_forwards is None else draft_forwards
         self.proposed += proposed
         self.accepted += accepted
         self.judged += accepted + (accepted < proposed)
@@ -293,8 +375,16 @@ def speculative_generate(
     seed: int | None = None,
     return_stats: bool = False,
     cache_class=KeyValueCache,
+    prompt_lookup_num_tokens: int | None = None,
+    max_matching_ngram_size: int = 2,
 ):
     """Continue ``prompt`` with the ``target``'s distribution, letting ``draft`` propose ``gamma`` tokens per round.
+
+    ``draft`` is a model, or a ``PromptLookupDraft``: then each round proposes what
+    ``prompt_lookup`` finds (up to ``gamma`` tokens; a round where it finds nothing is one
+    plain step of the target). ``prompt_lookup_num_tokens=k`` (Hugging Face's setting,
+    with ``max_matching_ngram_size``) is the same as ``draft=PromptLookupDraft(...)`` and
+    ``gamma=k``; pass ``draft=None`` with it.
 
     The filters (``temperature``, ``top_k``, ``top_p``) shape the target's and the draft's
     distributions alike (see ``filtered_probs``); temperature 0 gives the target's greedy
@@ -315,6 +405,15 @@ def speculative_generate(
     ``return_stats=True``, a pair ``(text, SpeculativeStats)``.
     """
     tokenizer = shared_tokenizer(tokenizer)
+    if prompt_lookup_num_tokens is not None:
+        if draft is not None:
+            raise ValueError("prompt_lookup_num_tokens drafts by prompt lookup: pass draft=None with it")
+        draft, gamma = PromptLookupDraft(max_matching_ngram_size), prompt_lookup_num_tokens
+    lookup = isinstance(draft, PromptLookupDraft)
+    if lookup:
+        draft = PromptLookupDraft(draft.max_ngram_size, getattr(target, "cfg", None) and target.cfg.d_vocab)
+        if isinstance(draft.max_ngram_size, bool) or not isinstance(draft.max_ngram_size, int) or draft.max_ngram_size < 1:
+            raise ValueError(f"max_matching_ngram_size must be an integer >= 1, got {draft.max_ngram_size!r}")
     check_models(target, draft, tokenizer)
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("prompt must be a non-empty string")
@@ -334,17 +433,19 @@ def speculative_generate(
     device, dtype = device_and_dtype(target)
     tokens = tokenizer.encode(prompt, return_tensors="pt")[0].to(device)
     n_prompt = len(tokens)
-    n_ctx = min(target.cfg.n_ctx, draft.cfg.n_ctx)
+    draft_cfg = target.cfg if lookup else draft.cfg
+    n_ctx = min(target.cfg.n_ctx, draft_cfg.n_ctx)
     if n_prompt + max_new_tokens > n_ctx:
         raise ValueError(
             f"the prompt ({n_prompt} tokens) plus max_new_tokens={max_new_tokens} is longer than n_ctx={n_ctx} "
-            f"(target {target.cfg.n_ctx}, draft {draft.cfg.n_ctx}): both caches hold every position, and the "
+            f"(target {target.cfg.n_ctx}, draft {draft_cfg.n_ctx}): both caches hold every position, and the "
             "target's look-ahead over the proposals must fit too (the last round proposes no more tokens than "
             "are still wanted, so it never reaches past prompt + max_new_tokens). Shorten one of them"
         )
     generator = None if seed is None else torch.Generator(device=device).manual_seed(seed)
     target_cache = cache_class.new_empty(target.cfg, device=device, dtype=dtype)
-    draft_cache = cache_class.new_empty(draft.cfg, device=device, dtype=device_and_dtype(draft)[1])
+    # A prompt-lookup draft has no model: its cache stays empty.
+    draft_cache = cache_class.new_empty(draft_cfg, device=device, dtype=dtype if lookup else device_and_dtype(draft)[1])
     eos = getattr(tokenizer, "eos_token_id", None)
     stats = SpeculativeStats(gamma=gamma)
 
@@ -352,10 +453,15 @@ def speculative_generate(
         wanted = max_new_tokens - (len(tokens) - n_prompt)
         # The last round proposes no more tokens than are still wanted.
         n_draft = min(gamma, wanted)
-        new, target_cache, draft_cache = speculative_round(
-            target, draft, tokens, target_cache, draft_cache, n_draft, temperature, top_k, top_p, generator
-        )
-        stats.record_round(n_draft, len(new) - 1)
+        if lookup:  # propose only what the lookup finds
+            n_draft = len(prompt_lookup(tokens, n_draft, draft.max_ngram_size))
+        if n_draft == 0:
+            new, target_cache = target_step(target, tokens, target_cache, temperature, top_k, top_p, generator)
+        else:
+            new, target_cache, draft_cache = speculative_round(
+                target, draft, tokens, target_cache, draft_cache, n_draft, temperature, top_k, top_p, generator
+            )
+        stats.record_round(n_draft, len(new) - 1, draft_forwards=0 if lookup else None)
         new = new[:wanted]
         ends = (new == eos).nonzero() if eos is not None else []
         if len(ends):
@@ -411,6 +517,8 @@ def shared_tokenizer(tokenizer):
 
 
 def check_models(target, draft, tokenizer) -> None:
+    if isinstance(draft, PromptLookupDraft):  # no model to check: it shares the target's vocabulary by construction
+        draft = target
     for name, model in (("target", target), ("draft", draft)):
         if not callable(model) or not hasattr(getattr(model, "cfg", None), "d_vocab"):
             raise TypeError(

@@ -25,6 +25,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
+from sampling_course.devices import check_same_device
 
 # Written into masked attention scores. Large and negative rather than -inf: a softmax
 # written out by hand, as in Attention.forward, turns a row of -inf into 0 / 0 = NaN.
@@ -302,9 +303,14 @@ class KeyValueCache(torch.Tensor):
 
     @classmethod
     def new_empty(
-        cls, cfg: Config, batch: int = 1, device: torch.device | str | None = None, dtype: torch.dtype = torch.float32
+        cls, cfg: Config, batch: int = 1, device: torch.device | str | None = None, dtype: torch.dtype | None = None
     ) -> "KeyValueCache":
-        """An empty cache (seq_len 0) for a model with config ``cfg``."""
+        """An empty cache (seq_len 0) for a model with config ``cfg``.
+
+        An empty cache holds nothing, so where it was made does not matter: at its first
+        forward pass it moves to the model's device and dtype (``device`` and ``dtype`` may
+        be left out).
+        """
         if not isinstance(cfg, Config):
             raise TypeError(f"KeyValueCache.new_empty(cfg, batch) takes a Config, got {type(cfg).__name__}")
         if batch < 1:
@@ -352,6 +358,19 @@ class KeyValueCache(torch.Tensor):
 
     def __repr__(self) -> str:
         return f"KeyValueCache(batch={self.batch}, seq_len={self.seq_len}, shape={tuple(self.shape)})"
+
+    def on_device_of(self, weight: Tensor) -> "KeyValueCache":
+        """This cache where ``weight`` (a weight of the model) lives, in its dtype.
+
+        An empty cache is moved, which copies nothing. A cache that holds positions stays
+        where it is and must already be on the model's device: moving it behind the
+        caller's back would copy every key and value at every step.
+        """
+        if self.shape[3] == 0 and (self.device != weight.device or self.dtype != weight.dtype):
+            return KeyValueCache(self.as_subclass(torch.Tensor).to(device=weight.device, dtype=weight.dtype))
+        check_same_device("the KeyValueCache", self.device, weight.device,
+                          "make it with KeyValueCache.new_empty(cfg) (it follows the model) or move it with .to(...)")
+        return self
 
     def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
         """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
@@ -430,6 +449,11 @@ class DemoTransformer(nn.Module):
         """
         if tokens.ndim != 2:
             raise ValueError(f"tokens must have shape (batch, pos), got {tuple(tokens.shape)}")
+        # Inputs must be where the weights are: say so here, not in an error from deep inside.
+        weight = self.embed.W_E
+        check_same_device("the tokens", tokens.device, weight.device)
+        if attention_mask is not None and isinstance(attention_mask, Tensor):
+            check_same_device("the attention_mask", attention_mask.device, weight.device)
         if kv_cache is not None and not isinstance(kv_cache, KeyValueCache):
             # Part 6's caches (solutions/caches.py) run the whole pass themselves, on their fast path.
             if not callable(getattr(kv_cache, "forward", None)):
@@ -438,6 +462,7 @@ class DemoTransformer(nn.Module):
                 check_attention_mask(attention_mask, tokens)
             return kv_cache.forward(self, tokens, attention_mask)
         if kv_cache is not None:
+            kv_cache = kv_cache.on_device_of(weight)
             kv_cache.check_compatible(self.cfg, tokens)
         elif tokens.shape[1] > self.cfg.n_ctx:
             raise ValueError(

@@ -9,9 +9,11 @@ every pytest run, so that the options exist before pytest collects anything.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from sampling_course.files import BrokenCourseFile
 from sampling_course.grading.oracle import OracleStore, shared_store
+from sampling_course.grading.pytest_plugin import session_device
 from sampling_course.implementation import Impl, load_demo
 from sampling_course.reference import Reference, gpt2_local_dir, load_reference
 
@@ -23,6 +25,13 @@ from sampling_course.reference import Reference, gpt2_local_dir, load_reference
 @pytest.fixture(scope="session")
 def impl(pytestconfig: pytest.Config) -> Impl:
     return Impl(pytestconfig.getoption("--impl"))
+
+
+@pytest.fixture(scope="session")
+def device(pytestconfig: pytest.Config) -> torch.device:
+    """The device the session grades on (``pytest --device``; the CPU by default). The
+    references below load there: ``load_reference`` left to its default follows the session."""
+    return session_device(pytestconfig)
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,8 @@ def eager_hf_model(reference):
 
     quiet_transformers()
     # A copy: the reference's own model is shared, and it runs a fused attention that keeps no pattern.
-    return GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager").eval()
+    model = GPT2LMHeadModel.from_pretrained(reference.path, attn_implementation="eager", dtype=reference.dtype)
+    return model.to(reference.device).eval()
 
 
 @torch.inference_mode()
@@ -46,10 +47,11 @@ def attention_mass(
     if keys.shape != tokens.shape:
         raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
     total = 0.0
-    for row, marked in zip(tokens[:, :n], keys[:, :n]):
-        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0]  # (layer, head, query, key)
+    device = next(hf_model.parameters()).device  # the texts go where the model is; the shares come back to the CPU
+    for row, marked in zip(tokens[:, :n].to(device), keys[:, :n].to(device)):
+        patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0].float()  # (layer, head, query, key)
         total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
-    return total / len(tokens)
+    return (total / len(tokens)).cpu()
 
 
 def attention_mass_on_first(
@@ -58,7 +60,7 @@ def attention_mass_on_first(
     """The share of attention each head puts on the first ``k`` tokens of the text (see ``attention_mass``)."""
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    first = torch.zeros(tokens.shape, dtype=torch.bool)
+    first = torch.zeros(tokens.shape, dtype=torch.bool, device=tokens.device)
     first[:, :k] = True
     return attention_mass(hf_model, tokens, first, from_position)
 

@@ -3,6 +3,7 @@
     sampling-course bench                  # GPT-2 small: real weights if cached, else random
     sampling-course bench --model random   # GPT-2 small's dimensions, random weights
     sampling-course bench --quick          # a smoke run on a tiny random model (timings meaningless)
+    sampling-course bench --device cuda    # on an NVIDIA GPU: see sampling_course/apps/bench_gpu.py
 
 What is timed (fp32, CPU, batch 1, ``torch.inference_mode``, all in one process):
 
@@ -61,9 +62,11 @@ from typing import TYPE_CHECKING
 from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
+    add_device_option,
     add_impl_option,
     add_threads_option,
     command,
+    device_from,
     integer,
     number,
 )
@@ -306,8 +309,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     add_impl_option(parser, "solutions", "whose code to time")
     parser.add_argument("--prompt-tokens", type=integer("--prompt-tokens", 1), default=32,
                         help="tokens of the prompt (default 32)")
-    parser.add_argument("--new-tokens", type=integer("--new-tokens", 1), default=64,
-                        help="new tokens of greedy decoding (default 64)")
+    parser.add_argument("--new-tokens", type=integer("--new-tokens", 1), default=None,
+                        help="new tokens of greedy decoding (default 64; 128 on a GPU)")
     parser.add_argument("--beam-new-tokens", type=integer("--beam-new-tokens", 1), default=40,
                         help="new tokens of beam search (default 40)")
     parser.add_argument("--num-beams", type=integer("--num-beams", 1), default=8, help="beams (default 8)")
@@ -325,26 +328,60 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--strict", action="store_true", help="exit with status 1 when a target is missed")
     add_threads_option(parser)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_option(parser, help="cpu (the CPU bench), cuda (or cuda:N: the GPU bench, see bench_gpu.py), or "
+                      "auto (the default: cuda when torch finds an NVIDIA GPU, else cpu)")
+    parser.add_argument("--dtypes", default="float32,bfloat16",
+                        help="GPU bench: the dtypes, from float32 and bfloat16 (default both)")
+    parser.add_argument("--batch-sizes", default="1,8", help="GPU bench: the batch sizes (default 1,8)")
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
+    try:
+        args.dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+        args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    except ValueError:
+        parser.error(f"--batch-sizes must be integers separated by commas, got {args.batch_sizes!r}")
+    if not args.dtypes or any(d not in ("float32", "bfloat16") for d in args.dtypes):
+        parser.error(f"--dtypes must name float32 and/or bfloat16, got {args.dtypes!r}")
+    if not args.batch_sizes or min(args.batch_sizes) < 1:
+        parser.error("--batch-sizes must be integers >= 1")
     if args.quick:
         args.prompt_tokens, args.new_tokens, args.beam_new_tokens = 8, 8, 6
         args.num_beams, args.repeats, args.batch_new_tokens = 4, 1, 8
-    longest = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens, args.batch_new_tokens)
+    longest = args.prompt_tokens + max(args.new_tokens or 128, args.beam_new_tokens, args.batch_new_tokens)
     if longest > 1024:  # GPT-2 small's context, the largest model the bench times
         parser.error(f"--prompt-tokens and the new tokens must fit in 1024 positions, got {longest}")
+    # Last, since torch loads for it: the device (a GPU decides the default number of new tokens).
+    args.device = _bench_device(parser, args.device)
+    if args.new_tokens is None:
+        args.new_tokens = 128 if args.device.type == "cuda" else 64
     return args
+
+
+def _bench_device(parser: argparse.ArgumentParser, name: str) -> "torch.device":
+    """The bench's device: cpu, or a CUDA GPU (CUDA graphs and torch.compile's are what it measures there);
+    auto is cuda when there is one. Anything else ends the command with one line."""
+    import torch
+
+    from sampling_course.devices import cuda_available, pick_device
+
+    if name.strip().lower() == "auto":
+        return pick_device("cuda") if cuda_available() else torch.device("cpu")
+    device = device_from(parser, argparse.Namespace(device=name))
+    if device.type == "mps":
+        parser.exit(2, f"{parser.prog}: error: --device mps: the GPU bench measures CUDA graphs, which only NVIDIA "
+                       "GPUs have; run it with --device cuda on one, or --device cpu here\n")
+    return device
 
 
 @command("sampling-course bench")
 def main(argv: Sequence[str] | None = None) -> int:
+    from sampling_course.reference import gpt2_local_dir
+
     args = parse_args(argv)
     if isinstance(args, int):
         return args
-    from sampling_course.reference import gpt2_local_dir
-
     if args.model == "gpt2" and not args.quick and gpt2_local_dir() is None:
         raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
                          "once with internet, or use --model random")
@@ -352,6 +389,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     # The bench's models are GPT-2 small's size (768 wide), or a tiny one with --quick.
     with torch_threads(course_threads(args.threads, 64 if args.quick else 768)):
+        if args.device.type == "cuda":
+            from sampling_course.apps import bench_gpu
+
+            return bench_gpu.main(args, args.device)
         return _run(args)
 
 

@@ -29,7 +29,11 @@ on the same prompts:
   change the number of proposals from round to round) and ``assistant_confidence_threshold=0``
   (its default, 0.4, stops drafting early when the draft is unsure), against plain
   ``hf_target.generate``;
-  its tokens per target forward are counted with a forward hook.
+  its tokens per target forward are counted with a forward hook;
+* prompt-lookup drafting, which needs no draft model: ``speculative_generate`` with
+  ``prompt_lookup_num_tokens=gamma`` (the tokens that followed the last earlier occurrence
+  of the text's final 2-gram), beside Hugging Face's ``generate(prompt_lookup_num_tokens=gamma)``
+  (which takes the first occurrence), with the same columns, in a second table.
 
 Every run generates exactly the requested number of tokens, and every run is checked for
 it: the end-of-text token does not stop generation here (token ids go through
@@ -50,7 +54,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from sampling_course.apps.options import OneLineParser, add_impl_option, add_threads_option, command, integer, number
+from sampling_course.apps.options import (
+    OneLineParser,
+    add_device_option,
+    add_impl_option,
+    add_threads_option,
+    command,
+    device_from,
+    integer,
+    number,
+)
 
 if TYPE_CHECKING:  # torch loads once the arguments are known to be good
     from sampling_course.apps.speculative_pair import Pair
@@ -77,10 +90,31 @@ class Row:
     hf_seconds: list[float] = field(default_factory=list)
     hf_new_tokens: int = 0
     hf_target_forwards: int = 0
+    # Prompt-lookup drafting: ours and Hugging Face's.
+    lookup_accepted: int = 0
+    lookup_judged: int = 0
+    lookup_new_tokens: int = 0
+    lookup_target_forwards: int = 0
+    lookup_seconds: list[float] = field(default_factory=list)
+    hf_lookup_seconds: list[float] = field(default_factory=list)
+    hf_lookup_new_tokens: int = 0
+    hf_lookup_target_forwards: int = 0
 
     @property
     def alpha(self) -> float:
         return self.accepted / self.judged if self.judged else float("nan")
+
+    @property
+    def lookup_alpha(self) -> float:
+        return self.lookup_accepted / self.lookup_judged if self.lookup_judged else float("nan")
+
+    @property
+    def lookup_tokens_per_forward(self) -> float:
+        return self.lookup_new_tokens / self.lookup_target_forwards if self.lookup_target_forwards else float("nan")
+
+    @property
+    def hf_lookup_tokens_per_forward(self) -> float:
+        return self.hf_lookup_new_tokens / self.hf_lookup_target_forwards if self.hf_lookup_target_forwards else float("nan")
 
     @property
     def tokens_per_forward(self) -> float:
@@ -136,9 +170,11 @@ def check_length(method: str, ids: list[int], prompt: list[int], n: int) -> None
         )
 
 
-def check_greedy(pair: Pair, gammas: list[int], n: int, caches: tuple[str, ...] = ("dynamic",)) -> None:
-    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma and cache)."""
-    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_speculative
+def check_greedy(pair: Pair, gammas: list[int], n: int, caches: tuple[str, ...] = ("dynamic",),
+                 lookup: bool = True) -> None:
+    """At temperature 0, speculative and assisted greedy text equal plain greedy text (for every gamma and cache),
+    and so does prompt-lookup drafting, ours and Hugging Face's (``lookup``)."""
+    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_lookup, ours_speculative
 
     for prompt in pair.prompts[:1]:
         plain = ours_cached(pair, pair.target, prompt, n, 0.0, 0)
@@ -155,6 +191,13 @@ def check_greedy(pair: Pair, gammas: list[int], n: int, caches: tuple[str, ...] 
             assisted, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma)
             if assisted != hf_plain:
                 raise BenchCheckError(f"gamma={gamma}: HF assisted greedy text differs from HF greedy text")
+            if lookup:
+                ours, _ = ours_lookup(pair, prompt, n, gamma, 0.0, 0)
+                if ours != plain:
+                    raise BenchCheckError(f"gamma={gamma}: prompt-lookup greedy text differs from the target's greedy text")
+                looked_up, _ = hf_generate(pair, prompt, n, 0.0, 0, gamma=gamma, lookup=True)
+                if looked_up != hf_plain:
+                    raise BenchCheckError(f"gamma={gamma}: HF prompt-lookup greedy text differs from HF greedy text")
 
 
 def measure(
@@ -167,6 +210,7 @@ def measure(
     check: bool = True,
     progress: bool = False,
     static: bool = False,
+    lookup: bool = True,
 ) -> Results:
     """Warm-up and greedy checks, then ``repeats`` interleaved rounds of every method on every prompt.
 
@@ -174,7 +218,7 @@ def measure(
     """
     from tqdm.auto import tqdm
 
-    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_speculative, verify_cost
+    from sampling_course.apps.speculative_pair import hf_generate, ours_cached, ours_lookup, ours_speculative, verify_cost
 
     longest = max(len(p) for p in pair.prompts)
     if longest + new_tokens > pair.n_ctx:
@@ -182,7 +226,7 @@ def measure(
     results = Results(pair, temperature, new_tokens, [Row(gamma) for gamma in gammas])
     caches = ("dynamic", "static") if static else ("dynamic",)
     if check:
-        check_greedy(pair, gammas, min(24, new_tokens), caches)
+        check_greedy(pair, gammas, min(24, new_tokens), caches, lookup=lookup and hf)
     prompt = pair.prompts[0]
     for gamma in gammas:  # first calls pay for lazy initialisation: keep them out of the timings
         for cache in caches:
@@ -239,6 +283,23 @@ def measure(
                 row.hf_seconds.append(seconds)
                 row.hf_new_tokens += new_tokens
                 row.hf_target_forwards += forwards
+            if not lookup:
+                continue
+            (ids, stats), seconds = timed(lambda: ours_lookup(pair, prompt, new_tokens, row.gamma, temperature, seed))
+            check_length(f"prompt-lookup speculative_generate (gamma={row.gamma})", ids, prompt, new_tokens)
+            row.lookup_seconds.append(seconds)
+            row.lookup_accepted += stats.accepted
+            row.lookup_judged += stats.judged
+            row.lookup_new_tokens += stats.new_tokens
+            row.lookup_target_forwards += stats.target_forwards
+            if hf:
+                (ids, forwards), seconds = timed(
+                    lambda: hf_generate(pair, prompt, new_tokens, temperature, seed, row.gamma, lookup=True)
+                )
+                check_length(f"Hugging Face prompt lookup (gamma={row.gamma})", ids, prompt, new_tokens)
+                row.hf_lookup_seconds.append(seconds)
+                row.hf_lookup_new_tokens += new_tokens
+                row.hf_lookup_target_forwards += forwards
     return results
 
 
@@ -286,6 +347,32 @@ def table(results: Results):
     return out
 
 
+def lookup_table(results: Results):
+    """Prompt-lookup drafting as a rich Table, one row per gamma (None when it was not measured)."""
+    from rich.table import Table
+
+    if not any(row.lookup_seconds for row in results.rows):
+        return None
+    hf = any(row.hf_lookup_seconds for row in results.rows)
+    base = results.ms_per_token(results.baseline)
+    columns = ["gamma", "alpha", "tok/fwd", "theory", "ms/tok", "speedup"]
+    if hf:
+        columns += ["HF tok/fwd", "HF ms/tok", "HF speedup"]
+    out = Table(*columns, title=f"Prompt-lookup drafting (no draft model), {results.pair.label}")
+    for row in results.rows:
+        ms = results.ms_per_token(row.lookup_seconds)
+        cells = [
+            str(row.gamma), f"{row.lookup_alpha:.3f}", f"{row.lookup_tokens_per_forward:.2f}",
+            f"{expected_tokens_per_forward(row.lookup_alpha, row.gamma):.2f}", f"{ms:.2f}", f"{base / ms:.2f}x",
+        ]
+        if hf:
+            hf_ms = results.ms_per_token(row.hf_lookup_seconds)
+            cells += [f"{row.hf_lookup_tokens_per_forward:.2f}", f"{hf_ms:.2f}",
+                      f"{results.ms_per_token(results.hf_baseline) / hf_ms:.2f}x"]
+        out.add_row(*cells)
+    return out
+
+
 def baselines_text(results: Results) -> str:
     lines = [
         f"target-only cached generation (TransformerSampler.sample): {results.ms_per_token(results.baseline):.2f} ms/token",
@@ -327,17 +414,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--temperature", type=number("--temperature", 0), default=1.0,
                         help="sampling temperature (default 1.0; 0 is greedy)")
     parser.add_argument("--repeats", type=integer("--repeats", 1), default=3, help="rounds over the prompts (default 3)")
-    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation")
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face assisted generation and prompt lookup")
     parser.add_argument("--no-static", action="store_true", help="skip the runs on part 6's StaticKeyValueCache")
+    parser.add_argument("--no-lookup", action="store_true", help="skip prompt-lookup drafting")
     add_threads_option(parser)
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny random models, gammas 1 and 3, few tokens")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_device_option(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
         return int(exc.code or 0)
     if args.quick:
         args.gammas, args.new_tokens, args.repeats = [1, 3], 8, 1
+    args.device = device_from(parser, args)  # last: torch loads for it
     return args
 
 
@@ -362,19 +452,26 @@ def _run(args: argparse.Namespace) -> int:
     from sampling_course.apps.speculative_pair import load_pair
 
     with console.status("loading the models"):
-        pair = load_pair(args.impl, quick=args.quick)
+        pair = load_pair(args.impl, quick=args.quick, device=args.device)
     new_tokens = min(args.new_tokens, pair.n_ctx - max(len(p) for p in pair.prompts))
     try:
         results = measure(
             pair, args.gammas, new_tokens, args.temperature, args.repeats, hf=not args.no_hf,
-            progress=not args.no_progress, static=not args.no_static,
+            progress=not args.no_progress, static=not args.no_static, lookup=not args.no_lookup,
         )
     except BenchCheckError as exc:
         console.print(f"[red]check failed:[/] {exc}")
         return 1
     ours = "ours on both caches" if not args.no_static else "ours"
-    console.print(f"[green]checked:[/] at temperature 0 every gamma gives the plain greedy text ({ours} and Hugging Face's)")
+    lookup = "" if args.no_lookup else "; draft model and prompt lookup"
+    console.print(f"[green]checked:[/] at temperature 0 every gamma gives the plain greedy text ({ours} and "
+                  f"Hugging Face's{lookup})")
     console.print(table(results))
+    lookup = lookup_table(results)
+    if lookup is not None:
+        console.print(lookup)
+        console.print("prompt lookup: alpha counts only rounds where the lookup proposed; a round that finds no "
+                      "match is one plain target step. tok/fwd and speedup count every round.")
     console.print(baselines_text(results))
     console.print(
         "alpha: accepted / judged proposals. tok/fwd: new tokens per target forward; theory: (1 - alpha^(gamma+1)) / "

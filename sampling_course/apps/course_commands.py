@@ -25,8 +25,10 @@ from sampling_course.apps.options import (
     EXIT_USAGE,
     OneLineParser,
     UsageError,
+    add_device_option,
     add_threads_option,
     command,
+    device_from,
     integer,
     parse,
 )
@@ -46,12 +48,23 @@ def _add_impl(parser: argparse.ArgumentParser) -> None:
     )
 
 
+GRADE_DEVICE_HELP = ("the device the checks grade on: cpu (the default, or $SAMPLING_COURSE_DEVICE), "
+                     "cuda (or cuda:N), mps, or auto (a GPU when there is one)")
+
+
 def _add_check_options(parser: argparse.ArgumentParser) -> None:
     _add_impl(parser)
+    add_device_option(parser, default=None, help=GRADE_DEVICE_HELP)
     add_threads_option(parser)
     parser.add_argument("--recompute-oracle", action="store_true",
                         help="compute the reference outputs live again instead of reusing the stored ones "
                         "(also SAMPLING_COURSE_RECOMPUTE_ORACLE=1)")
+
+
+def _checked_device(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str | None:
+    """``--device`` checked (torch loads for it, so after the other arguments): a device this machine lacks is
+    one line and exit 2, before any test runs."""
+    return str(device_from(parser, args)) if args.device is not None else None
 
 
 def _checked_impl(impl: str | None) -> str:
@@ -91,9 +104,10 @@ def check_main(argv: Sequence[str] | None = None) -> int:
     except UnknownExerciseError as exc:
         raise UsageError(str(exc)) from None
     impl = _checked_impl(args.impl)
+    device = _checked_device(parser, args)
     from sampling_course.grading.checking import check
 
-    return _exit_code(check(args.exercise or None, impl=impl, console=Console(), threads=args.threads,
+    return _exit_code(check(args.exercise or None, impl=impl, device=device, console=Console(), threads=args.threads,
                             recompute_oracle=args.recompute_oracle))
 
 
@@ -106,9 +120,11 @@ def progress_main(argv: Sequence[str] | None = None) -> int:
     if isinstance(args, int):
         return args
     impl = _checked_impl(args.impl)
+    device = _checked_device(parser, args)
     from sampling_course.grading.checking import progress
 
-    return _exit_code(progress(impl=impl, console=Console(), threads=args.threads, recompute_oracle=args.recompute_oracle))
+    return _exit_code(progress(impl=impl, device=device, console=Console(), threads=args.threads,
+                               recompute_oracle=args.recompute_oracle))
 
 
 @command("sampling-course hint")
@@ -280,6 +296,7 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
                         help="test runs at once (default: one per core)")
     parser.add_argument("--threads", type=integer("--threads", 1), default=None, metavar="N",
                         help="torch threads of each test run (default 1: the runs themselves are the parallelism)")
+    add_device_option(parser, default=None, help=GRADE_DEVICE_HELP)
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
@@ -293,6 +310,9 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
     if args.threads is not None:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.device is not None:
+        # The workers' pytest runs read it (pytest --device defaults to $SAMPLING_COURSE_DEVICE).
+        os.environ["SAMPLING_COURSE_DEVICE"] = str(device_from(parser, args))
     mistakes = [] if args.variants else [m for m in MISTAKES if not args.part or m.part in args.part]
     variants = [] if args.mistakes else [v for v in VARIANTS if not args.part or v.part in args.part]
     # One queue for both kinds: the workers (and the references they hold) serve them all.

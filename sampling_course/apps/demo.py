@@ -14,12 +14,24 @@ from unittest import mock
 from rich.console import Console
 from rich.table import Table
 
-from sampling_course.apps.options import OneLineParser, UsageError, add_threads_option, command, integer, nonempty, parse
+from sampling_course.apps.options import (
+    OneLineParser,
+    UsageError,
+    add_device_option,
+    add_threads_option,
+    command,
+    device_from,
+    integer,
+    nonempty,
+    parse,
+)
 
 if TYPE_CHECKING:  # torch loads once the arguments are known to be good
     import torch
 
+    from sampling_course.config import Config
     from sampling_course.reference import Reference
+    from sampling_course.tokenizer import Tokenizer
 
 DEFAULT_PROMPT = "When I was a kid, John and Mary went to the"
 # The story models know only their children's stories, each of which starts after <|endoftext|>.
@@ -42,7 +54,7 @@ def next_token_table(reference: Reference, model: torch.nn.Module, prompt: str, 
     """Part 1: the top next tokens from DemoTransformer and from the reference, side by side."""
     import torch
 
-    tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids
+    tokens = reference.tokenizer(prompt, return_tensors="pt").input_ids.to(reference.device)
     with torch.inference_mode():
         demo_logits = model(tokens)[0, -1]
         ref_logits = reference.hf_model(tokens).logits[0, -1]
@@ -157,39 +169,42 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--max-tokens", type=integer("--max-tokens", 1), default=24,
                         help="new tokens per continuation (default 24)")
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the sampled rows (default 0)")
+    add_device_option(parser)
     add_threads_option(parser)
-    return parse(parser, argv)
+    return parser, parse(parser, argv)
 
 
-def load_checked(name: str, flag: str = "--reference") -> "Reference":
-    """``load_reference(name)`` (light: settings and tokenizer); an unavailable GPT-2 is a usage error that says
-    which flag works offline."""
-    from sampling_course.reference import ReferenceUnavailable, load_reference
+def checked_settings(name: str, flag: str = "--reference") -> "tuple[str, Config, Tokenizer]":
+    """The checkpoint ``name`` stands for, its Config and tokenizer, without torch (``reference_settings``); an
+    unavailable GPT-2 is a usage error that says which flag works offline."""
+    from sampling_course.reference import ReferenceUnavailable, reference_settings
 
     try:
-        return load_reference(name)
+        return reference_settings(name)
     except ReferenceUnavailable as exc:
         raise UsageError(f"{exc} ({flag} story works offline)") from None
 
 
 @command("sampling-course demo")
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    parser, args = parse_args(argv)
     if isinstance(args, int):
         return args
-    # The reference's settings and tokenizer load in a moment: check the prompt against n_ctx
-    # before torch and the weights load.
-    reference = load_checked(args.reference)
-    story = reference.name.startswith("story")
+    # The checkpoint's settings and tokenizer load in a moment, without torch: check the prompt
+    # against n_ctx before torch and the weights load.
+    name, cfg, tokenizer = checked_settings(args.reference)
+    story = name.startswith("story")
     prompt = args.prompt if args.prompt is not None else STORY_PROMPT if story else DEFAULT_PROMPT
-    n_prompt = len(reference.tokenizer.encode(prompt))
-    if n_prompt + args.max_tokens > reference.cfg.n_ctx:
+    n_prompt = len(tokenizer.encode(prompt))
+    if n_prompt + args.max_tokens > cfg.n_ctx:
         raise UsageError(f"the prompt ({n_prompt} tokens) and --max-tokens {args.max_tokens} do not fit in "
-                         f"{reference.name}'s context of {reference.cfg.n_ctx} tokens")
+                         f"{name}'s context of {cfg.n_ctx} tokens")
+    device = device_from(parser, args)
     from sampling_course.apps.threads import course_threads, torch_threads
+    from sampling_course.reference import load_reference
 
-    with torch_threads(course_threads(args.threads, reference.cfg.d_model)):
-        return _run(reference, prompt, args.max_tokens, args.seed, story)
+    with torch_threads(course_threads(args.threads, cfg.d_model)):
+        return _run(load_reference(args.reference, device), prompt, args.max_tokens, args.seed, story)
 
 
 def _run(reference: "Reference", prompt: str, max_tokens: int, seed: int, story: bool) -> int:
@@ -199,7 +214,7 @@ def _run(reference: "Reference", prompt: str, max_tokens: int, seed: int, story:
     console = Console()
     with progress_bars_on_a_terminal_only(sampling):
         console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
-                      f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab})")
+                      f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab}), on {reference.device}")
         model = load_demo(reference)
         sampler = sampling.TransformerSampler(model, reference.tokenizer)
         console.print(next_token_table(reference, model, prompt))

@@ -2,6 +2,8 @@
 
     sampling-course generate --prompt "Once upon a time" --temperature 0.8 --top-p 0.9
     sampling-course generate --prompt "The cat" --num-beams 4 --no-repeat-ngram-size 2
+    sampling-course generate --prompt "Once" --min-p 0.05 --dry-multiplier 0.8 --xtc-probability 0.5
+    sampling-course generate --prompt "Once" --samplers "top_k;top_p;min_p;temperature"   # llama.cpp's order
     sampling-course generate --interactive            # a prompt per line; /help for commands
     sampling-course generate --cache static ...       # part 6's static cache: the fast path
     sampling-course generate --impl exercises ...     # run your own code from exercises/
@@ -24,6 +26,7 @@ from sampling_course.apps.options import command as cli_command
 from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
+    add_device_option,
     add_threads_option,
     integer_check,
     number_check,
@@ -44,6 +47,23 @@ def _number(kind: type, name: str, low: float | None = None, low_open: bool = Fa
     if kind is int:
         return integer_check(name, None if low is None else int(low))
     return number_check(name, low, low_open)
+
+
+def _in_range(name: str, low: float, high: float, low_open: bool = False, high_open: bool = False):
+    """A parser from text to a float in the interval from ``low`` to ``high`` (each end open or closed)."""
+    allowed = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number {allowed}, got {text!r}") from None
+        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
+        if not inside:  # NaN is never inside
+            raise ValueError(f"{name} must be {allowed}, got {text!r}")
+        return value
+
+    return parse
 
 
 def _sampling_setting(kind: type, name: str):
@@ -73,9 +93,62 @@ def _choice(name: str, options: tuple[str, ...]) -> Callable[[str], str]:
     return parse
 
 
+def _choice_int(name: str, options: tuple[int, ...]) -> Callable[[str], int]:
+    """A parser that accepts one of the integers ``options``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except (TypeError, ValueError):
+            value = None
+        if value not in options:
+            raise ValueError(f"{name} must be one of {', '.join(map(str, options))}, got {text!r}")
+        return value
+
+    return parse
+
+
 def _optional(parse: Callable[[str], Any]) -> Callable[[str], Any]:
     """``parse``, or None for "none"/"off"."""
     return lambda text: None if str(text).lower() in ("none", "off") else parse(text)
+
+
+def _early_stopping(text: str) -> bool | str:
+    """Hugging Face's early_stopping: true, false or never."""
+    value = {"true": True, "false": False, "never": "never"}.get(str(text).lower())
+    if value is None:
+        raise ValueError(f"early_stopping must be true, false or never, got {text!r}")
+    return value
+
+
+def _samplers(text: str) -> str:
+    """The chain's order, llama.cpp's way: step names separated by ';' (checked when generation starts)."""
+    names = [name for name in str(text).replace(",", ";").split(";") if name.strip()]
+    if not names:
+        raise ValueError(f"samplers must be step names separated by ';', such as top_k;top_p;temperature, got {text!r}")
+    return ";".join(name.strip() for name in names)
+
+
+def _logit_bias(text: str) -> dict[int, float]:
+    """TOKEN:BIAS pairs separated by commas or spaces, e.g. "5:2.5,17:-3"."""
+    bias = {}
+    for item in str(text).replace(",", " ").split():
+        token, sep, value = item.partition(":")
+        try:
+            if not sep:
+                raise ValueError
+            bias[int(token)] = float(value)
+        except ValueError:
+            raise ValueError(f"logit_bias must be TOKEN:BIAS pairs such as 5:2.5,17:-3, got {item!r}") from None
+    return bias
+
+
+def _words(text: str) -> list[str]:
+    """Words or phrases separated by commas."""
+    words = [w.strip() for w in str(text).split(",") if w.strip()]
+    if not words:
+        raise ValueError(f"bad_words must be words separated by commas, got {text!r}")
+    return words
 
 
 # name -> (parser, default, help). The REPL's /set uses the same names and parsers.
@@ -88,12 +161,45 @@ SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
     "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token generated so far (0 is off)"),
     "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence in the generated text (0 is off)"),
+    "typical_p": (_in_range("typical_p", 0, 1, low_open=True), 1.0, "typical sampling: the most typical tokens with this mass (1 is off)"),
+    "epsilon_cutoff": (_in_range("epsilon_cutoff", 0, 1, high_open=True), 0.0, "drop tokens below this probability (0 is off)"),
+    "eta_cutoff": (_in_range("eta_cutoff", 0, 1, high_open=True), 0.0, "eta sampling: a bar that falls with the entropy (0 is off)"),
+    "top_n_sigma": (_number(float, "top_n_sigma", 0), 0.0, "keep logits within n standard deviations of the top (0 is off)"),
+    "xtc_probability": (_in_range("xtc_probability", 0, 1), 0.0, "XTC: how often to remove the top choices (0 is off)"),
+    "xtc_threshold": (_in_range("xtc_threshold", 0, 1, low_open=True), 0.1, "XTC: tokens at or above this probability are top choices"),
+    "samplers": (_optional(_samplers), None, "the chain's order, e.g. top_k;top_p;min_p;temperature (none: Hugging Face's)"),
+    "mirostat": (_choice_int("mirostat", (0, 2)), 0, "2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)"),
+    "mirostat_tau": (_number(float, "mirostat_tau", 0), 5.0, "mirostat's target surprise, in bits"),
+    "mirostat_eta": (_number(float, "mirostat_eta", 0), 0.1, "mirostat's learning rate"),
+    "dry_multiplier": (_number(float, "dry_multiplier", 0), 0.0, "DRY: penalise tokens that extend a repeat (0 is off)"),
+    "dry_base": (_number(float, "dry_base", 1), 1.75, "DRY: the penalty grows as base ** (repeat - allowed length)"),
+    "dry_allowed_length": (_number(int, "dry_allowed_length", 1), 2, "DRY: repeats this long go unpunished"),
+    "dry_penalty_last_n": (_number(int, "dry_penalty_last_n", -1), -1, "DRY: look at the last n tokens (-1: all)"),
+    "logit_bias": (_optional(_logit_bias), None, "add BIAS to TOKEN's logit: TOKEN:BIAS pairs (repeatable flag)"),
+    "bad_words": (_optional(_words), None, "never write these words (repeatable flag; also with a leading space)"),
+    "min_new_tokens": (_number(int, "min_new_tokens", 0), 0, "no end-of-text token before this many new tokens"),
+    "num_return_sequences": (_number(int, "num_return_sequences", 1), 1, "texts per prompt (beam search: the best ones)"),
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
+    "length_penalty": (_optional(_number(float, "length_penalty")), None,
+                       "beam search: rank finished beams by sum / length ** this (none: part 3's classic search)"),
+    "early_stopping": (_optional(_early_stopping), None, "beam search: true, false or never (none: part 3's classic search)"),
     "seed": (_optional(_number(int, "seed", 0)), None, "seed of the draws (none: random)"),
     "cache": (_choice("cache", ("dynamic", "static")), "dynamic",
               "dynamic or static: part 4's KeyValueCache (dynamic) or part 6's StaticKeyValueCache and fast path "
               "(static)"),
+}
+
+
+# Settings only beam search reads (None: off), and those that sampling and beam search both read; every
+# other setting is sampling's alone.
+BEAM_SETTINGS = ("no_repeat_ngram_size", "length_penalty", "early_stopping")
+SHARED_SETTINGS = ("max_new_tokens", "num_beams", "num_return_sequences", "cache")
+
+# Flags that may be given several times: how their values combine.
+REPEATABLE: dict[str, Callable[[list], Any]] = {
+    "logit_bias": lambda values: {k: v for bias in values for k, v in bias.items()},
+    "bad_words": lambda values: [w for words in values for w in words],
 }
 
 
@@ -120,24 +226,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--interactive", action="store_true", help="a REPL: every line is a prompt; /help for commands")
     parser.add_argument("--stop", action="append", default=None, metavar="TEXT",
                         help="stop once the text ends with TEXT (repeatable)")
+    add_device_option(parser)
     for name, (convert, default, about) in SETTINGS.items():
+        repeatable = dict(action="append") if name in REPEATABLE else {}
         parser.add_argument(f"--{name.replace('_', '-')}", dest=name, type=_argparse_type(convert), default=default,
-                            help=f"{about} (default {default})")
+                            help=f"{about} (default {default})", **repeatable)
     add_threads_option(parser)
     args = parser.parse_args(argv)
+    for name, merge in REPEATABLE.items():  # one value from all the times the flag was given
+        values = [v for v in getattr(args, name) or [] if v is not None]
+        setattr(args, name, merge(values) if values else None)
     if args.prompt is None and not args.interactive:
         parser.error("--prompt is required (or use --interactive)")
     if args.prompt is not None and not args.prompt.strip():
         parser.error("--prompt must not be empty")
     if args.num_beams > 1 and args.stop:
         parser.error("--stop works with sampling, not with --num-beams")
-    if args.num_beams == 1 and args.no_repeat_ngram_size is not None:
-        parser.error("--no-repeat-ngram-size works with beam search: add --num-beams 2 or more")
-    if args.num_beams > 1 and (args.temperature != 1.0 or args.top_k or args.top_p != 1.0 or args.min_p
-                               or args.repetition_penalty != 1.0 or args.presence_penalty or args.frequency_penalty
-                               or args.seed is not None):
-        parser.error("beam search is deterministic and takes none of the sampling settings (--temperature, --top-k, "
-                     "--top-p, --min-p, the penalties, --seed): leave them out with --num-beams")
+    beam_only = [name for name in BEAM_SETTINGS if getattr(args, name) is not None]
+    if args.num_beams == 1 and beam_only:
+        parser.error(f"--{beam_only[0].replace('_', '-')} works with beam search: add --num-beams 2 or more")
+    sampling_only = [name for name, (_, default, _) in SETTINGS.items()
+                     if name not in BEAM_SETTINGS + SHARED_SETTINGS and getattr(args, name) != default]
+    if args.num_beams > 1 and sampling_only:
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name in sampling_only)
+        parser.error(f"beam search is deterministic and takes no sampling setting: leave out {flags} with --num-beams")
     return args
 
 
@@ -156,14 +268,14 @@ class Engine:
     static_cache: type  # part 6's StaticKeyValueCache, for --cache static
 
 
-def load_engine(model_name: str, impl: str | None, reference: Any = None) -> Engine:
-    """Load the reference weights (``reference``, or ``load_reference(model_name)``) into the chosen
-    implementation's DemoTransformer."""
+def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
+    """Load the reference weights into the chosen implementation's DemoTransformer, on ``device``
+    (the course's device when None)."""
     from sampling_course.implementation import impl_module, load_demo, resolve_impl
     from sampling_course.reference import load_reference
 
     impl = resolve_impl(impl, default="solutions")
-    reference = reference if reference is not None else load_reference(model_name)
+    reference = load_reference(model_name, device)
     generate = impl_module("generate", impl)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
@@ -185,23 +297,48 @@ def new_cache(engine: Engine, prompt: str, settings: dict, batch: int):
     return engine.static_cache.new_empty(cfg, batch=batch, max_len=max(1, min(needed, cfg.n_ctx)))
 
 
+# Settings that only beam search reads, and the others that generate() does not take as they are.
+BEAM_ONLY = ("num_beams", "no_repeat_ngram_size", "length_penalty", "early_stopping")
+NOT_FOR_GENERATE = ("max_new_tokens", "cache", "bad_words", "logit_bias") + BEAM_ONLY
+
+
+def bad_words_ids(tokenizer, words: list[str] | None) -> list[list[int]] | None:
+    """Each word's token ids, as it is written and with a leading space (how it appears mid-sentence)."""
+    if not words:
+        return None
+    ids: list[list[int]] = []
+    for word in words:
+        for form in (word, " " + word.lstrip()):
+            encoded = list(tokenizer.encode(form))
+            if encoded and encoded not in ids:
+                ids.append(encoded)
+    return ids
+
+
 def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None, stream: bool) -> None:
-    """Generate one continuation of ``prompt`` and print it (streamed, or at the end)."""
+    """Generate the continuations of ``prompt`` and print them (streamed, or at the end), one per line."""
     if settings["num_beams"] > 1:
         sampler = engine.sampler(engine.model, engine.tokenizer)
-        [(_, text)] = sampler.beam_search(
-            prompt, 1, settings["num_beams"], settings["max_new_tokens"],
-            no_repeat_ngram_size=settings["no_repeat_ngram_size"],
+        results = sampler.beam_search(
+            prompt, min(settings["num_return_sequences"], settings["num_beams"]), settings["num_beams"],
+            settings["max_new_tokens"], no_repeat_ngram_size=settings["no_repeat_ngram_size"],
             kv_cache=new_cache(engine, prompt, settings, batch=settings["num_beams"]),
+            length_penalty=settings["length_penalty"], early_stopping=settings["early_stopping"],
         )
-        print(text, flush=True)
+        for _, text in results:
+            print(text, flush=True)
         return
+    if settings["num_return_sequences"] > 1:
+        stream = False  # a streamer prints one text
     streamer = engine.text_streamer(engine.tokenizer, file=sys.stdout, skip_special_tokens=True) if stream else None
-    sampling = {k: v for k, v in settings.items() if k not in ("max_new_tokens", "num_beams", "no_repeat_ngram_size", "cache")}
+    sampling = {k: v for k, v in settings.items() if k not in NOT_FOR_GENERATE}
+    batch = settings["num_return_sequences"]
     try:
         sequences = engine.generate(
             engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"],
-            stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=1), **sampling,
+            stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=batch),
+            logit_bias=settings["logit_bias"] or None, bad_words_ids=bad_words_ids(engine.tokenizer, settings["bad_words"]),
+            **sampling,
         )
     except KeyboardInterrupt:
         if streamer is not None:
@@ -209,7 +346,8 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
         print("\n[stopped]", flush=True)
         return
     if streamer is None:
-        print(engine.tokenizer.decode(sequences[0], skip_special_tokens=True), flush=True)
+        for row in sequences:
+            print(engine.tokenizer.decode(row, skip_special_tokens=True), flush=True)
     else:
         print(flush=True)
 
@@ -220,7 +358,8 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
 
 HELP = """\
 Type a prompt and press Enter to continue it. Commands:
-  /set NAME VALUE   change a setting, e.g. /set temperature 0.7 (none/off for seed and no_repeat_ngram_size)
+  /set NAME VALUE   change a setting, e.g. /set temperature 0.7, /set samplers top_k;temperature,
+                    /set logit_bias 5:2.5,17:-3, /set bad_words dog,cat (none/off switches off those that can be)
   /set stop TEXT    stop when the text ends with TEXT (/set stop off to clear)
   /show             show the settings
   /help             this help
@@ -304,23 +443,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         return args
     settings = {name: getattr(args, name) for name in SETTINGS}
     stop = list(args.stop or [])
-    # The model's settings and tokenizer load in a moment: check the prompt and the token budget
-    # against its context before torch and the weights load.
-    from sampling_course.apps.demo import load_checked
+    # The model's settings and tokenizer load in a moment, without torch: check the prompt and the
+    # token budget against its context before torch and the weights load.
+    from sampling_course.apps.demo import checked_settings
 
-    reference = load_checked(args.model, "--model")
-    n_ctx = reference.cfg.n_ctx
-    n_prompt = len(reference.tokenizer.encode(args.prompt)) if args.prompt is not None else 1
-    if n_prompt + settings["max_new_tokens"] > n_ctx:
+    name, cfg, tokenizer = checked_settings(args.model, "--model")
+    n_prompt = len(tokenizer.encode(args.prompt)) if args.prompt is not None else 1
+    if n_prompt + settings["max_new_tokens"] > cfg.n_ctx:
         raise UsageError(f"the prompt ({n_prompt} tokens) and --max-new-tokens {settings['max_new_tokens']} do not fit "
-                         f"in {reference.name}'s context of {n_ctx} tokens: ask for at most {max(0, n_ctx - n_prompt)}")
+                         f"in {name}'s context of {cfg.n_ctx} tokens: ask for at most {max(0, cfg.n_ctx - n_prompt)}")
+    from sampling_course.devices import pick_device
+
+    try:  # a device this machine lacks: one line, before the model loads
+        device = pick_device(args.device)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--device {args.device}: {exc}") from None
     from sampling_course.apps.demo import progress_bars_on_a_terminal_only
     from sampling_course.apps.threads import course_threads, torch_threads
     from sampling_course.implementation import impl_module, resolve_impl
 
-    with torch_threads(course_threads(args.threads, reference.cfg.d_model)):
+    with torch_threads(course_threads(args.threads, cfg.d_model)):
         try:
-            engine = load_engine(args.model, args.impl, reference)
+            engine = load_engine(args.model, args.impl, device)
         except (ValueError, ImportError) as exc:  # e.g. your DemoTransformer's parameters do not fit the weights
             print(f"sampling-course generate: error: {exc}", file=sys.stderr)
             return 1

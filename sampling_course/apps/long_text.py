@@ -60,6 +60,7 @@ from jaxtyping import Float, Int
 from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
+    add_device_option,
     add_impl_option,
     add_threads_option,
     command,
@@ -74,6 +75,20 @@ POSITION_RULES = ("cache", "absolute")
 FULL = "full attention"
 SLIDING = "sliding window, recomputed"
 REPREFILL = "window, re-prefilled when full"
+
+
+def synchronize(*args, **kwargs):
+    """``sampling_course.devices.synchronize``, imported when first used (it loads torch)."""
+    from sampling_course import devices
+
+    return devices.synchronize(*args, **kwargs)
+
+
+def model_device(*args, **kwargs):
+    """``sampling_course.devices.model_device``, imported when first used (it loads torch)."""
+    from sampling_course import devices
+
+    return devices.model_device(*args, **kwargs)
 
 
 def _inference_mode(function):
@@ -151,7 +166,7 @@ def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, 
     """
     n = min(tokens.shape[1] - 1, model.cfg.n_ctx)
     nll = _empty_nll(tokens)
-    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1])
+    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1]).cpu()
     return nll
 
 
@@ -169,8 +184,9 @@ def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int |
     for t in range(steps):
         start = time.perf_counter()
         logits, cache = model(tokens[:, : t + 1], cache)  # only token t is new to the cache
+        synchronize(tokens.device)  # on a GPU the step has only been queued until now
         seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0].cpu()
     return nll, seconds
 
 
@@ -191,8 +207,9 @@ def sliding_window_nll(
             raise ValueError(f"position {t} has no next token to predict in a text of {tokens.shape[1]} tokens")
         start = time.perf_counter()
         logits = model(tokens[:, max(0, t + 1 - window) : t + 1])[:, -1:]
+        synchronize(tokens.device)
         seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0]
+        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0].cpu()
     return nll, seconds
 
 
@@ -228,8 +245,9 @@ def reprefill_nll(model, tokens: Int[Tensor, "text pos"], cache, window: int) ->
             prefills += 1
         begin = time.perf_counter()
         logits, cache = model(tokens[:, start : t + 1], cache)  # token t alone, or the prefill that ends with it
+        synchronize(tokens.device)
         seconds += time.perf_counter() - begin
-        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0]
+        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0].cpu()
     return nll, seconds, prefills
 
 
@@ -268,6 +286,7 @@ class LongTextResults:
     tokens: Int[Tensor, "text pos"]
     methods: dict[str, MethodResult] = field(default_factory=dict)
     uncached_full_nll: Tensor | None = None  # full attention from one uncached pass, for the checks
+    device: str = "cpu"  # where the model ran
 
     def ranges(self) -> list[tuple[str, int, int]]:
         """(label, start, end) of the position ranges the table averages over."""
@@ -353,13 +372,16 @@ def run_experiment(
 
     ``caches`` is the part 6 module (``solutions.caches`` or ``exercises.caches``) and
     ``model`` a DemoTransformer of the same implementation. ``progress(message)``, if
-    given, is called before each method.
+    given, is called before each method. The texts run on the model's device; the results
+    (NLLs, texts) are on the CPU.
     """
     cfg = model.cfg
     batch, length = tokens.shape
     check_settings(cfg.n_ctx, window, num_sink_tokens, stride, length)
     say = progress or (lambda message: None)
-    results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens)
+    results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens.cpu())
+    results.device = str(model_device(model))
+    tokens = tokens.to(results.device)
 
     say(FULL)
     results.uncached_full_nll = full_attention_nll(model, tokens)
@@ -403,9 +425,10 @@ def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tenso
         raise ValueError(f"width must be >= 1, got {width}")
     scored = ~nll.isnan()
     # Running sums make every window's total a difference of two entries.
-    sums = torch.cat([torch.zeros(1), torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
-    counts = torch.cat([torch.zeros(1), scored.sum(0).cumsum(0).float()])
-    end = torch.arange(1, nll.shape[1] + 1)
+    zero = torch.zeros(1, device=nll.device)
+    sums = torch.cat([zero, torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
+    counts = torch.cat([zero, scored.sum(0).cumsum(0).float()])
+    end = torch.arange(1, nll.shape[1] + 1, device=nll.device)
     start = (end - width).clamp(min=0)
     count = counts[end] - counts[start]
     curve = torch.where(count > 0, (sums[end] - sums[start]) / count.clamp(min=1), float("nan"))
@@ -433,6 +456,7 @@ def table(results: LongTextResults):
     from rich.table import Column, Table
 
     n_texts, length = results.tokens.shape
+    where = f"CPU, {torch.get_num_threads()} torch thread(s)" if results.device == "cpu" else results.device
     ranges = results.ranges()
     every = f" (every {results.stride}th)" if results.stride > 1 and SLIDING in results.methods else ""
     out = Table(
@@ -447,7 +471,7 @@ def table(results: LongTextResults):
             f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
             f"one text. ms per token: time in the model per token scored; every method but the recomputed sliding "
             f"window runs 1 token per step (the re-prefilled window adds its prefills); {n_texts} texts per step, "
-            f"CPU, {torch.get_num_threads()} torch thread(s)."
+            f"{where}."
         ),
     )
     for name, result in results.methods.items():
@@ -483,6 +507,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--no-attention", action="store_true", help="skip the attention-on-the-first-tokens table")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 2 texts of n_ctx + 32 tokens, window 32, stride 8 (a few seconds)")
+    add_device_option(parser)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a usage error (2), already printed
@@ -499,11 +524,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if isinstance(args, int):
         return args
-    from sampling_course.apps.demo import load_checked
+    from sampling_course.apps.demo import checked_settings
 
-    # The model's settings load in a moment: check the window against its context before torch loads.
-    reference = load_checked(args.model, "--model")
-    cfg = reference.cfg
+    # The model's settings load in a moment, without torch: check the window against its context first.
+    _, cfg, _ = checked_settings(args.model, "--model")
     args.length = args.length if args.length is not None else (cfg.n_ctx + 32 if args.quick else 3 * cfg.n_ctx)
     args.window = args.window if args.window is not None else (min(32, cfg.n_ctx // 2) if args.quick else cfg.n_ctx // 2)
     try:
@@ -513,8 +537,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sampling_course.apps.threads import course_threads, torch_threads
 
     # One thread unless told otherwise, as before: the experiment runs many small steps.
+    from sampling_course.devices import pick_device
+    from sampling_course.reference import load_reference
+
+    try:  # a device this machine lacks: one line, before the model loads
+        args.device = pick_device(args.device)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"--device {args.device}: {exc}") from None
     with torch_threads(course_threads(args.threads, cfg.d_model)):
-        return _run(args, reference)
+        return _run(args, load_reference(args.model, args.device))
 
 
 def _run(args: argparse.Namespace, reference) -> int:

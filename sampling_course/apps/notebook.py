@@ -134,7 +134,7 @@ def time_per_token(model: torch.nn.Module, cache_cls, lengths: Sequence[int], re
         raise ValueError(f"lengths must lie in [2, n_ctx={model.cfg.n_ctx}], got {list(lengths)}")
     device = next(model.parameters()).device
     generator = torch.Generator().manual_seed(seed)
-    tokens = torch.randint(model.cfg.d_vocab, (1, max(lengths)), generator=generator).to(device)
+    tokens = torch.randint(model.cfg.d_vocab, (1, max(lengths)), generator=generator, device="cpu").to(device)
     out: dict[str, list[float]] = {"uncached": [], "cached": []}
     for length in lengths:
         prefix = tokens[:, :length]

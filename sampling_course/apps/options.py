@@ -1,7 +1,7 @@
 """What every ``sampling-course`` command shares: its options, how it checks them, how it ends.
 
-Each option is defined once here (``add_threads_option``, ``add_impl_option``, ...) and
-each command adds the ones it takes. Every argument is checked while it is parsed, before
+Each option is defined once here (``add_threads_option``, ``add_impl_option``,
+``add_device_option``, ...) and each command adds the ones it takes. Every argument is checked while it is parsed, before
 torch or a model loads, and a bad one is one line on stderr::
 
     sampling-course generate: error: argument --seed: seed must be an integer, got 'abc' (see --help)
@@ -22,7 +22,10 @@ import functools
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # torch loads with the command's work, not with its --help
+    import torch
 
 EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -144,6 +147,28 @@ def add_impl_option(parser: argparse.ArgumentParser, default: str | None = "solu
         "--impl", choices=["solutions", "exercises"], default=default,
         help=f"{what}: solutions or exercises (default: {default or 'exercises'}; also $SAMPLING_COURSE_IMPL)",
     )
+
+
+DEVICE_HELP = (
+    "where the models compute: auto (the default: $SAMPLING_COURSE_DEVICE, else an NVIDIA GPU, "
+    "else an Apple GPU, else the CPU), cpu, cuda (or cuda:N) or mps"
+)
+
+
+def add_device_option(parser: argparse.ArgumentParser, default: str = "auto", help: str = DEVICE_HELP) -> None:
+    """Add ``--device`` to ``parser`` (checked later, by ``device_from``)."""
+    parser.add_argument("--device", default=default, metavar="auto|cpu|cuda|mps", help=help)
+
+
+def device_from(parser: argparse.ArgumentParser, args: argparse.Namespace) -> "torch.device":
+    """The device ``args.device`` names, by the course's rule (``sampling_course.devices.pick_device``);
+    exits with status 2 and one line on stderr when it is no device or this machine does not have it."""
+    from sampling_course.devices import pick_device
+
+    try:
+        return pick_device(args.device)
+    except (ValueError, TypeError) as exc:
+        parser.exit(EXIT_USAGE, f"{parser.prog}: error: --device {args.device}: {exc}\n")
 
 
 # ---------------------------------------------------------------------------------------

@@ -4,9 +4,11 @@
 stand-in pair, labelled as such (the offline stand-in ``"tiny"`` drafted by its own first
 layer), or tiny random models for ``--quick``. Each method generates exactly ``n`` tokens
 from a prompt of token ids: ``ours_speculative`` (the chosen implementation's
-``speculative_generate``) and ``ours_cached`` (target-only or draft-only cached generation),
-each on part 4's dynamic cache or part 6's static cache, and ``hf_generate`` (plain or
-assisted Hugging Face ``generate``, its target forwards counted). ``verify_cost`` measures the cost of one verifying target forward.
+``speculative_generate``), ``ours_lookup`` (the same with prompt-lookup drafting instead of
+the draft model) and ``ours_cached`` (target-only or draft-only cached generation), each
+on part 4's dynamic cache or part 6's static cache (prompt lookup: the dynamic one), and
+``hf_generate`` (plain, assisted or prompt-lookup Hugging Face ``generate``, its target
+forwards counted). ``verify_cost`` measures the cost of one verifying target forward.
 ``sampling_course.apps.bench_speculative`` checks, times and reports them.
 """
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from sampling_course.apps.bench_setup import IdTokenizer
+from sampling_course.devices import synchronize
 
 # The quick smoke run: a GPT-2 architecture small enough to run in a second or two.
 QUICK_DIMS = dict(n_embd=64, n_layer=2, n_head=4, n_positions=128, vocab_size=256)
@@ -45,6 +48,11 @@ class Pair:
     def n_ctx(self) -> int:
         return min(self.target.cfg.n_ctx, self.draft.cfg.n_ctx)
 
+    @property
+    def device(self) -> torch.device:
+        """Where all four models compute."""
+        return next(self.target.parameters()).device
+
 
 
 # ---------------------------------------------------------------------------------------
@@ -59,7 +67,7 @@ def first_layers_hf(hf_model: torch.nn.Module, n_layers: int) -> torch.nn.Module
     config = hf_model.config.__class__.from_dict({**hf_model.config.to_dict(), "n_layer": n_layers})
     draft = GPT2LMHeadModel(config)
     state = {
-        k: v for k, v in hf_model.state_dict().items()
+        k: v.cpu() for k, v in hf_model.state_dict().items()
         if not k.startswith("transformer.h.") or int(k.split(".")[2]) < n_layers
     }
     draft.load_state_dict(state, strict=True)
@@ -71,12 +79,24 @@ def _demo(hf_model: torch.nn.Module, transformer_module) -> torch.nn.Module:
     from sampling_course.weights import demo_state_dict
 
     demo = transformer_module.DemoTransformer(Config.from_hf(hf_model.config))
-    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    demo.load_state_dict({k: v.cpu() for k, v in demo_state_dict(hf_model).items()}, strict=True)
     return demo.eval()
 
 
-def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pair:
-    """The story pair when it loads, else the stand-in pair (``quick``: tiny random models)."""
+def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0, device: str | torch.device | None = None) -> Pair:
+    """The story pair when it loads, else the stand-in pair (``quick``: tiny random models), on
+    ``device`` (the course's device when None)."""
+    from sampling_course.devices import pick_device
+
+    device = pick_device(device)
+    pair = _load_pair(impl, quick, seed, device)
+    # Ours are built on the CPU from the Hugging Face models' weights; all four compute on `device`.
+    for model in (pair.target, pair.draft, pair.hf_target, pair.hf_draft):
+        model.to(device)
+    return pair
+
+
+def _load_pair(impl: str, quick: bool, seed: int, device: torch.device) -> Pair:
     from sampling_course.reference import ReferenceUnavailable, load_reference
 
     transformer = importlib.import_module(f"{impl}.transformer")
@@ -86,14 +106,15 @@ def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pa
         hf_target = random_gpt2(QUICK_DIMS, seed)
         hf_draft = first_layers_hf(hf_target, 1)
         generator = torch.Generator().manual_seed(seed)
-        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator).tolist()]
+        prompts = [torch.randint(0, QUICK_DIMS["vocab_size"], (6,), generator=generator, device="cpu").tolist()]
         label = "smoke run: random 2-layer GPT-2 (d_model 64, vocab 256), draft = its first layer"
         return Pair(
             label, True, _demo(hf_target, transformer), _demo(hf_draft, transformer), hf_target, hf_draft, prompts, impl,
             IdTokenizer(),
         )
     try:
-        target_ref, draft_ref = load_reference("story", quiet=True), load_reference("story-draft", quiet=True)
+        target_ref = load_reference("story", device, quiet=True)
+        draft_ref = load_reference("story-draft", device, quiet=True)
     except (ReferenceUnavailable, ValueError) as exc:  # not built here, or a version of the course without them
         reason = str(exc).split(";")[0]
     else:
@@ -109,7 +130,7 @@ def load_pair(impl: str = "solutions", quick: bool = False, seed: int = 0) -> Pa
             label, False, _demo(target_ref.hf_model, transformer), _demo(draft_ref.hf_model, transformer),
             target_ref.hf_model, draft_ref.hf_model, prompts, impl, tokenizer,
         )
-    tiny = load_reference("tiny")
+    tiny = load_reference("tiny", device)
     hf_draft = first_layers_hf(tiny.hf_model, 1)
     prompts = [tiny.tokenizer.encode(text) for text in STAND_IN_PROMPTS]
     label = (
@@ -145,6 +166,17 @@ def ours_speculative(
     text, stats = speculative.speculative_generate(
         pair.target, pair.draft, tokenizer, tokenizer.decode(prompt), n,
         gamma=gamma, temperature=temperature, seed=seed, return_stats=True, cache_class=cache_class(pair, cache),
+    )
+    return tokenizer.encode(text), stats
+
+
+def ours_lookup(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
+    """speculative_generate with prompt-lookup drafting (no draft model), gamma tokens at most per round."""
+    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    tokenizer = IdTokenizer()
+    text, stats = speculative.speculative_generate(
+        pair.target, None, tokenizer, tokenizer.decode(prompt), n,
+        prompt_lookup_num_tokens=gamma, temperature=temperature, seed=seed, return_stats=True,
     )
     return tokenizer.encode(text), stats
 
@@ -201,16 +233,20 @@ def generation_configs_without_eos(pair: Pair):
             model.generation_config = config
 
 
-def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None):
-    """Plain or assisted ``hf_target.generate`` of exactly ``n`` tokens; returns (ids, number of target forwards)."""
+def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed: int, gamma: int | None = None,
+                lookup: bool = False):
+    """Plain, assisted or (``lookup``) prompt-lookup ``hf_target.generate`` of exactly ``n`` tokens; returns (ids,
+    number of target forwards)."""
     from transformers import GenerationConfig
 
     sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else dict(do_sample=False)
     config = GenerationConfig(max_new_tokens=n, eos_token_id=None, pad_token_id=0, use_cache=True, **sampling)
-    input_ids = torch.tensor([prompt])
+    input_ids = torch.tensor([prompt], device=pair.device)
     with generation_configs_without_eos(pair):
         extra = {}
-        if gamma is not None:
+        if lookup:
+            extra["prompt_lookup_num_tokens"] = gamma
+        elif gamma is not None:
             assistant = pair.hf_draft.generation_config  # the copy: the settings go with it
             assistant.num_assistant_tokens = gamma
             assistant.num_assistant_tokens_schedule = "constant"
@@ -228,15 +264,17 @@ def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, f
     KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
     prompt = pair.prompts[0]
     length = min(pair.n_ctx, len(prompt) + 64)
-    tokens = torch.tensor([(prompt * length)[:length]])
+    tokens = torch.tensor([(prompt * length)[:length]], device=pair.device)
 
     def best(new: int) -> float:
         past = length - new
         _, cache = pair.target(tokens[:, :past], KeyValueCache.new_empty(pair.target.cfg))
         times = []
         for _ in range(repeats):
+            synchronize(pair.device)  # a GPU runs its work later: time it from an idle device to a finished one
             start = time.perf_counter()
             pair.target(tokens, cache)
+            synchronize(pair.device)
             times.append(time.perf_counter() - start)
         return min(times)
 

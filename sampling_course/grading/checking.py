@@ -39,6 +39,7 @@ def check(
     obj: Any = None,
     *,
     impl: str | None = None,
+    device: str | None = None,
     display: bool = True,
     console: Console | None = None,
     threads: int | None = None,
@@ -51,6 +52,10 @@ def check(
     ``check("LayerNorm", obj=LayerNorm)`` or ``check("sample_top_p", obj=my_top_p)``.
     Returns a ``CheckReport``, true when every exercise checked is done.
 
+    ``device`` grades on that device (``"cuda"``, ``"mps"``, ``"cpu"`` or ``"auto"``): the
+    references and your model run there. By default the checks run on the CPU (or on
+    $SAMPLING_COURSE_DEVICE), whatever device the notebook computes on.
+
     A test still running after 60 s ($SAMPLING_COURSE_TEST_TIMEOUT) is stopped and the
     exercise shows "took longer than 60 s". When nothing can be checked (no tests/ found,
     or exercises/ imported from a stale ``pip install .``), one line says why and the
@@ -59,18 +64,27 @@ def check(
     ``threads``: torch threads for the tests (default: $OMP_NUM_THREADS, else 1). With
     ``recompute_oracle``, the references' outputs are computed live again instead of reused.
     """
-    return _show(_run(name, resolve_impl(impl), obj, threads=threads, recompute=recompute_oracle),
+    return _show(_run(name, resolve_impl(impl), obj, device=device, threads=threads, recompute=recompute_oracle),
                  render_report, display, console)
 
 
 def _run(names: str | Sequence[str] | None, impl: str, obj: Any = None, diagnose: bool = True,
-         threads: int | None = None, recompute: bool = False) -> CheckReport:
-    """``run_report``, with a problem of the setup (no tests, a stale install) as the report's one-line error."""
+         device: str | None = None, threads: int | None = None, recompute: bool = False) -> CheckReport:
+    """``run_report``, with a problem of the setup (no tests, a stale install, a device this
+    machine lacks) as the report's one-line error."""
     # The runner loads pytest and torch: only when something is checked (``hint`` needs neither).
     from sampling_course.grading.runner import TestsNotFoundError, run_report
 
+    if device is not None:
+        from sampling_course.devices import pick_device  # imports torch: only when a device is named
+
+        try:
+            device = str(pick_device(device))
+        except ValueError as exc:
+            return CheckReport([], impl=impl, error=str(exc))
     try:
-        return run_report(names, impl, obj, diagnose=diagnose, threads=threads, recompute_oracle=recompute)
+        return run_report(names, impl, obj, diagnose=diagnose, device=device, threads=threads,
+                          recompute_oracle=recompute)
     except (StaleInstallError, TestsNotFoundError) as exc:
         return CheckReport([], impl=impl, error=str(exc))
 
@@ -88,12 +102,14 @@ def _show(report: CheckReport, render: Callable, display: bool, console: Console
     return report
 
 
-def progress(impl: str | None = None, *, display: bool = True, console: Console | None = None,
-             threads: int | None = None, recompute_oracle: bool = False) -> CheckReport:
-    """Check every exercise and show a table of where you are, like ``rustlings list``."""
+def progress(
+    impl: str | None = None, *, device: str | None = None, display: bool = True, console: Console | None = None,
+    threads: int | None = None, recompute_oracle: bool = False,
+) -> CheckReport:
+    """Check every exercise and show a table of where you are, like ``rustlings list``; ``device`` as in ``check``."""
     # The table names no mistakes, so progress skips looking for them.
-    return _show(_run(None, resolve_impl(impl), diagnose=False, threads=threads, recompute=recompute_oracle),
-                 render_progress, display, console)
+    return _show(_run(None, resolve_impl(impl), diagnose=False, device=device, threads=threads,
+                      recompute=recompute_oracle), render_progress, display, console)
 
 
 class HintLevels:

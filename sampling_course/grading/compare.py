@@ -91,6 +91,7 @@ def compare(
     *,
     impl: str | None = None,
     transformer: str | None = None,
+    device: str | None = None,
     display: bool = True,
     console: Console | None = None,
     **kwargs: Any,
@@ -103,9 +104,10 @@ def compare(
     ``max_new_tokens`` (default ``max_tokens_generated``) and ``no_repeat_ngram_size``.
     Your sampler runs on your ``DemoTransformer``; pass ``transformer="solutions"`` to
     run it on the solution's model instead (handy before part 1 is done).
+    ``device``: where both run (the course's device when None: a GPU when there is one);
+    the same seed draws the same tokens on the same device.
     """
-    import torch
-
+    from sampling_course.devices import fork_rng
     from sampling_course.reference import load_reference
 
     if method not in ("sample", "beam_search"):
@@ -117,11 +119,11 @@ def compare(
         kwargs.setdefault("num_beams", 3)
         kwargs.setdefault("num_return_sequences", kwargs["num_beams"])
         kwargs.setdefault("max_new_tokens", max_tokens_generated)
-    ref = load_reference(reference)  # type: ignore[arg-type]
+    ref = load_reference(reference, device)  # type: ignore[arg-type]
     args = (ref, method, prompt, seed, max_tokens_generated, kwargs)
-    # fork_rng: building the models and sampling draw random numbers; the caller's
-    # random state is the same before and after compare().
-    with torch.random.fork_rng(devices=[]):
+    # fork_rng: building the models and sampling draw random numbers (on the CPU and on the
+    # models' device); the caller's random state is the same before and after compare().
+    with fork_rng(ref.device):
         learner = _run_sampler(impl, transformer or impl, *args)
         solution = _run_sampler("solutions", "solutions", *args)
     if solution.status != "ok":

@@ -49,7 +49,7 @@ import torch
 
 __all__ = [
     "ATOL", "FALSE_MATCH", "RTOL", "Distribution", "Frequencies", "Raised", "as_int", "attempt", "draws_for",
-    "exact_distribution", "exact_draws", "frequencies", "plain", "same", "seed_cpu",
+    "enumerating", "exact_distribution", "exact_draws", "frequencies", "plain", "same", "seed_cpu",
 ]
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -156,6 +156,11 @@ def attempt(step: Callable[[], Any]) -> Any:
 # True while planted solutions are probed (inside ``exact_draws()``): random draws are then
 # enumerated exactly instead of counted.
 _exact: contextvars.ContextVar[bool] = contextvars.ContextVar("exact_draws", default=False)
+
+
+def enumerating() -> bool:
+    """True inside ``exact_draws()``: the code being probed is planted, not the learner's."""
+    return _exact.get()
 
 
 @contextlib.contextmanager

@@ -101,7 +101,7 @@ def describe(value: Any) -> Any:
     from sampling_course.reference import Reference
 
     if isinstance(value, Reference):
-        return {"reference": value.name, "weights": value.digest, "device": str(getattr(value, "device", "cpu"))}
+        return {"reference": value.name, "weights": value.digest, "device": str(value.device), "dtype": str(value.dtype)}
     if isinstance(value, torch.Tensor):
         return {"tensor": str(value.dtype), "shape": list(value.shape), "sha256": _tensor_digest(value)}
     if value is None or isinstance(value, (bool, int, str)):
@@ -127,6 +127,35 @@ def describe(value: Any) -> Any:
     state = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else vars(value)
     return {"object": f"{cls.__module__}.{cls.__qualname__}",
             "code": _file_digest(getattr(module, "__file__", "") or ""), "state": describe(state)}
+
+
+def _device_of(value: Any):
+    """Where the oracle's inputs live: the first reference's device, else the first tensor's; None when none."""
+    from sampling_course.reference import Reference
+
+    if isinstance(value, Reference):
+        return value.device
+    if isinstance(value, torch.Tensor):
+        return value.device
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, (list, tuple)) else ()
+    for item in items:
+        device = _device_of(item)
+        if device is not None:
+            return device
+    return None
+
+
+def _placed(value: Any, device) -> Any:
+    """``value`` with every tensor moved to ``device``."""
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, list):
+        return [_placed(v, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_placed(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _placed(v, device) for k, v in value.items()}
+    return value
 
 
 def _detached(value: Any) -> Any:
@@ -177,6 +206,12 @@ class OracleStore:
         return hashlib.sha256(json.dumps(description, sort_keys=True).encode()).hexdigest()
 
     def __call__(self, fn: Callable, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)``, stored or live; its tensors come back where the inputs live (the CPU if none)."""
+        value = self._value(fn, args, kwargs)
+        device = _device_of([list(args), kwargs])
+        return value if device is None or device.type == "cpu" else _placed(value, device)
+
+    def _value(self, fn: Callable, args: tuple, kwargs: dict) -> Any:
         key = self.key(fn, args, kwargs)
         path = self._folder() / key[:2] / f"{key}.pt"
         data = None if self.recompute and key not in self._memory else self._memory.get(key)

@@ -12,6 +12,11 @@ course itself that is damaged (``BrokenCourseFile``) is reported on one line too
 course's fault, never the learner's. Skipped tests are summed up in one line: why, and how
 to run them.
 
+``--device DEVICE`` (``auto``, ``cpu``, ``cuda``, ``mps``; default $SAMPLING_COURSE_DEVICE, else
+``cpu``) grades on that device: the reference models, the model under test and every tensor
+a test makes live there (see ``DeviceSession``), float32 matmuls run in full float32
+(no TF32), and comparisons use that device's tolerances (``grading.tolerances``).
+
 With ``--impl exercises`` a test that runs past ``--test-timeout`` seconds (60 by default,
 or $SAMPLING_COURSE_TEST_TIMEOUT) is stopped and reported on one line, ``took longer than
 60 s``; the rest of that exercise's tests are skipped, so a loop that never ends costs
@@ -33,6 +38,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from sampling_course.devices import DEVICE_ENV, full_fp32_precision, pick_device, use_device
 from sampling_course.files import BrokenCourseFile
 from sampling_course.implementation import IMPLS, find_checkout, stale_install_message
 from sampling_course.grading.time_limit import TookTooLong, time_limit
@@ -49,6 +55,8 @@ DEFAULT_TEST_TIMEOUT = 60.0
 _timeout_key = pytest.StashKey[float]()
 _slow_exercises_key = pytest.StashKey[set]()
 _threads_key = pytest.StashKey[int]()
+_device_key = pytest.StashKey[torch.device]()
+_device_contexts_key = pytest.StashKey[list]()
 
 
 def resolve_test_timeout(option: float | str | None, impl: str) -> float:
@@ -101,6 +109,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "(also SAMPLING_COURSE_RECOMPUTE_ORACLE=1)",
     )
     group.addoption(
+        "--device",
+        default=None,
+        metavar="DEVICE",
+        help=f"grade on this device: auto, cpu, cuda (or cuda:N) or mps (default: ${DEVICE_ENV}, else cpu)",
+    )
+    group.addoption(
         "--test-timeout",
         default=None,
         metavar="SECONDS",
@@ -128,6 +142,7 @@ def pytest_configure(config: pytest.Config) -> None:
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     config.stash[_slow_exercises_key] = set()
+    start_device_session(config)
     # One torch thread unless OMP_NUM_THREADS asks for more: the stand-in's operations are far too
     # small to gain from several, and on a busy machine each parallel operation waits for a free
     # core (measured on 2 shared cores: the suite took 3.6x the CPU time with 2 threads).
@@ -174,10 +189,73 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     # A check runs inside the caller's process (a notebook kernel): give it its threads back.
     if _threads_key in config.stash:
         torch.set_num_threads(config.stash[_threads_key])
+    # ... and its device settings, innermost first.
+    for context in reversed(config.stash.get(_device_contexts_key, [])):
+        context.__exit__(None, None, None)
+    config.stash[_device_contexts_key] = []
 
 
 def pytest_report_header(config: pytest.Config) -> str:
-    return f"sampling-course: testing {config.getoption('--impl')}/"
+    device = config.stash.get(_device_key, None)
+    return f"sampling-course: testing {config.getoption('--impl')}/ on {device}"
+
+
+# ---------------------------------------------------------------------------------------
+# The device a session grades on
+# ---------------------------------------------------------------------------------------
+
+
+def session_device(config: pytest.Config) -> torch.device:
+    """The device this session grades on (``--device``); the ``device`` fixture reads it."""
+    return config.stash[_device_key]
+
+
+class DeviceSession(torch.overrides.TorchFunctionMode):
+    """Every tensor a test makes without naming a device is made on the session's device.
+
+    Tests build their inputs with plain ``torch.tensor``, ``torch.randn`` and friends, as
+    they would on a CPU. A draw from an explicit ``torch.Generator`` on another device (the
+    tests' seeded CPU generators) is made where the generator is and then moved, so every
+    device grades on the same numbers.
+    """
+
+    def __init__(self, device: torch.device):
+        super().__init__()
+        self.device = device
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if kwargs.get("device") is None and func in _constructors():
+            generator = kwargs.get("generator")
+            if isinstance(generator, torch.Generator) and generator.device != self.device:
+                return func(*args, **{**kwargs, "device": generator.device}).to(self.device)
+            kwargs["device"] = self.device
+        return func(*args, **kwargs)
+
+
+@cache
+def _constructors() -> frozenset:
+    from torch.utils._device import _device_constructors
+
+    return frozenset(_device_constructors())
+
+
+def start_device_session(config: pytest.Config) -> None:
+    """Resolve ``--device`` and set the session up on it; ``pytest_unconfigure`` undoes it all."""
+    option = config.getoption("--device") or os.environ.get(DEVICE_ENV) or "cpu"
+    try:
+        device = pick_device(option)
+    except ValueError as exc:  # no such device here, or no such device at all
+        raise pytest.UsageError(f"--device {option}: {exc}") from None
+    contexts = [use_device(device)]  # loaders left to their default use it
+    if device.type == "cuda":
+        contexts.append(full_fp32_precision())  # no TF32: float32 parity at float32's tolerances
+    if device != torch.get_default_device():
+        contexts.append(DeviceSession(device))
+    for context in contexts:
+        context.__enter__()
+    config.stash[_device_key] = device
+    config.stash[_device_contexts_key] = contexts
 
 
 @cache

@@ -192,7 +192,7 @@ def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exer
 
 def run_report(
     names: Sequence[str | Exercise] | str | None, impl: str = "exercises", obj: Any = None, *, diagnose: bool = True,
-    threads: int | None = None, recompute_oracle: bool = False,
+    device: str | None = None, threads: int | None = None, recompute_oracle: bool = False,
 ) -> CheckReport:
     """Run the selected exercises' tests once, in-process, and summarise them per exercise.
 
@@ -218,6 +218,8 @@ def run_report(
     args = [str(tests), "--impl", impl, "--test-timeout", str(resolve_test_timeout(None, "exercises"))]
     for exercise in exercises:
         args += ["--exercise", exercise.name]
+    if device is not None:
+        args += ["--device", str(device)]
     if threads is not None:
         args += ["--threads", str(threads)]
     if recompute_oracle:

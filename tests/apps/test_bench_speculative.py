@@ -87,6 +87,7 @@ def test_measure_times_equal_work_when_eos_comes_first():
     results = bench.measure(pair, [1, 2], 6, temperature=0.0, repeats=1)
     for row in results.rows:
         assert row.new_tokens == row.hf_new_tokens == 6 * len(pair.prompts)
+        assert row.lookup_new_tokens == row.hf_lookup_new_tokens == 6 * len(pair.prompts)
 
 
 def test_a_short_run_is_a_bench_check_error(quick_pair, monkeypatch):
@@ -125,3 +126,4 @@ def test_main_quick_prints_the_table(capsys):
     assert bench.main(["--quick", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert "checked" in out and "alpha" in out and "theory" in out and "HF" in out and "c = draft cost" in out
+    assert "Prompt-lookup drafting" in out

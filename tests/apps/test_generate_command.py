@@ -140,3 +140,49 @@ def test_cli_repl_reads_stdin():
     assert "temperature = 0" in proc.stdout
     assert expected_text("The cat", 6, temperature=0.0) in proc.stdout
     assert "never reached" not in proc.stdout
+
+
+def test_cli_takes_the_newer_settings(cli, monkeypatch, capsys):
+    """Every newer setting has a flag (HF's, vLLM's or llama.cpp's name), and the piped text is what generate()
+    makes with those settings."""
+    argv = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "10", "--seed", "4",
+            "--temperature", "0.9", "--typical-p", "0.95", "--epsilon-cutoff", "0.0001", "--eta-cutoff", "0.0005",
+            "--top-n-sigma", "3", "--xtc-probability", "0.5", "--xtc-threshold", "0.05",
+            "--samplers", "top_n_sigma;top_k;typical_p;top_p;min_p;xtc;epsilon_cutoff;eta_cutoff;temperature",
+            "--dry-multiplier", "0.8", "--dry-base", "1.5", "--dry-allowed-length", "2", "--dry-penalty-last-n", "32",
+            "--logit-bias", "5:2.5", "--logit-bias", "17:-3", "--bad-words", "The", "--min-new-tokens", "4",
+            "--num-return-sequences", "2"]
+    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
+    assert code == 0, err
+    from sampling_course.reference import load_reference
+    from solutions import transformer
+    from solutions.generate import generate
+
+    ref = load_reference("tiny")
+    settings = dict(seed=4, temperature=0.9, typical_p=0.95, epsilon_cutoff=0.0001, eta_cutoff=0.0005, top_n_sigma=3.0,
+                    xtc_probability=0.5, xtc_threshold=0.05,
+                    samplers="top_n_sigma;top_k;typical_p;top_p;min_p;xtc;epsilon_cutoff;eta_cutoff;temperature",
+                    dry_multiplier=0.8, dry_base=1.5, dry_allowed_length=2, dry_penalty_last_n=32,
+                    logit_bias={5: 2.5, 17: -3.0}, bad_words_ids=[ref.tokenizer.encode("The"), ref.tokenizer.encode(" The")],
+                    min_new_tokens=4, num_return_sequences=2)
+    rows = generate(load_demo(ref, transformer), ref.tokenizer, ["The cat"], 10, **settings)
+    assert out == "".join(ref.tokenizer.decode(row, skip_special_tokens=True) + "\n" for row in rows)
+    argv = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--mirostat", "2", "--mirostat-tau",
+            "4", "--mirostat-eta", "0.2", "--seed", "1"]
+    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
+    assert code == 0, err
+    assert out == expected_text("The cat", 6, seed=1, mirostat=2, mirostat_tau=4.0, mirostat_eta=0.2) + "\n"
+
+
+def test_cli_beam_search_with_length_penalty(cli, monkeypatch, capsys):
+    """--length-penalty and --early-stopping go to part 3's beam search (Hugging Face's algorithm)."""
+    from sampling_course.reference import load_reference
+    from solutions import sampling, transformer
+
+    ref = load_reference("tiny")
+    sampler = sampling.TransformerSampler(load_demo(ref, transformer), ref.tokenizer)
+    [(_, best)] = sampler.beam_search("The cat", 1, 3, 6, length_penalty=2.0, early_stopping="never")
+    code, out, err = run_cli(cli, ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "6", "--num-beams", "3",
+                                   "--length-penalty", "2", "--early-stopping", "never"], monkeypatch, capsys)
+    assert code == 0, err
+    assert out == best + "\n"

@@ -322,17 +322,20 @@ def accept_or_resample_from_p(p, q, proposals, generator=None):
     return torch.cat([proposals, _draw(p[-1], generator)])
 
 
-def sample_gumbel(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, use_generator=True):
+def sample_gumbel(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, use_generator=True, **chain):
     """A correct sample in another style: the Gumbel-max trick on the warped logits."""
     if temperature == 0:
         return logits.argmax(dim=-1)
-    warped = importlib.import_module("solutions.generate").warp_logits(logits, temperature, top_k, top_p, min_p)
-    u = torch.rand(warped.shape, generator=generator if use_generator else None)
+    generator = generator if use_generator else None
+    warped = importlib.import_module("solutions.generate").warp_logits(
+        logits, temperature, top_k, top_p, min_p, generator=generator, **chain
+    )
+    u = torch.rand(warped.shape, generator=generator)
     return (warped - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
 
 
-def sample_gumbel_ignoring_the_generator(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None):
-    return sample_gumbel(logits, temperature, top_k, top_p, min_p, generator, use_generator=False)
+def sample_gumbel_ignoring_the_generator(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, **chain):
+    return sample_gumbel(logits, temperature, top_k, top_p, min_p, generator, use_generator=False, **chain)
 
 
 @pytest.mark.parametrize("exercise, obj, mistake", [

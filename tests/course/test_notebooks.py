@@ -36,11 +36,25 @@ NOTEBOOKS = {
     7: "07_speculative_decoding.ipynb",
     8: "08_structured_generation.ipynb",
 }
+# A part's exercises of one module may have a notebook of their own, after the part's:
+# notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
+MODULE_NOTEBOOKS = {"06b_gpu_decoding.ipynb": (6, "gpu_decoding")}
+ALL_NOTEBOOKS = sorted([*NOTEBOOKS.values(), *MODULE_NOTEBOOKS])
+NOTEBOOK_PART = {name: part for part, name in NOTEBOOKS.items()} | {name: p for name, (p, _) in MODULE_NOTEBOOKS.items()}
 
-# How each notebook gets its models: the reference chosen by "auto", except in part 7, which
-# needs a target and a draft (the story pair, or a labelled stand-in pair).
-MODEL_LOADING = {name: 'load_reference("auto")' for name in NOTEBOOKS.values()}
-MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(IMPL)"
+# How each notebook gets its models, on the device it picked: the reference chosen by "auto",
+# except in part 7, which needs a target and a draft (the story pair, or a labelled stand-in pair).
+MODEL_LOADING = {name: 'load_reference("auto", device=DEVICE)' for name in ALL_NOTEBOOKS}
+MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(IMPL, device=DEVICE)"
+
+
+def checked_in(name: str) -> list[str]:
+    """The exercises notebook ``name`` checks, in course order."""
+    part = NOTEBOOK_PART[name]
+    own_module = MODULE_NOTEBOOKS.get(name, (part, None))[1]
+    elsewhere = {module for p, module in MODULE_NOTEBOOKS.values() if p == part}
+    return [e.name for e in EXERCISES if e.part == part
+            and (e.module == own_module if own_module else e.module not in elsewhere)]
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']([^)]*)\)""")
 
@@ -78,10 +92,10 @@ def test_every_part_has_its_notebook():
     parts = sorted({e.part for e in EXERCISES})
     assert parts == sorted(NOTEBOOKS), f"course parts {parts}, notebooks for {sorted(NOTEBOOKS)}"
     found = sorted(p.name for p in NOTEBOOK_DIR.glob("*.ipynb"))
-    assert found == sorted(NOTEBOOKS.values()), f"unexpected notebooks in notebooks/: {found}"
+    assert found == ALL_NOTEBOOKS, f"unexpected notebooks in notebooks/: {found}"
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS.values())
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
 def test_notebook_is_valid_and_stored_without_outputs(name):
     nb = load(name)
     nbformat.validate(nb)
@@ -93,19 +107,20 @@ def test_notebook_is_valid_and_stored_without_outputs(name):
         assert cell.execution_count is None, f"{name}: code cell {index} has an execution_count; clear it"
 
 
-@pytest.mark.parametrize("part, name", NOTEBOOKS.items())
-def test_notebook_checks_every_exercise_of_its_part(part, name):
-    """One ``check("<exercise>", impl=IMPL)`` per exercise, in course order, and no check of another part."""
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_notebook_checks_every_exercise_of_its_part(name):
+    """One ``check("<exercise>", impl=IMPL)`` per exercise, in course order, and no check of another part
+    (the exercises of a module with a notebook of their own are checked there)."""
     calls = [m for source in code_cells(load(name)) for m in CHECK_CALL.finditer(source)]
     checked = [m.group(1) for m in calls]
-    expected = [e.name for e in EXERCISES if e.part == part]
+    expected = checked_in(name)
     assert checked == expected, f"{name}: check() cells for {checked}, expected {expected}"
     for m in calls:
         # check() grades exercises/ unless told otherwise: it must grade what the notebook runs.
         assert "impl=IMPL" in m.group(2), f"{name}: {m.group(0)} must pass impl=IMPL"
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS.values())
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
 def test_notebook_selects_the_implementation_from_the_environment(name):
     setup = "\n".join(code_cells(load(name)))
     assert 'IMPL = os.environ.get("SAMPLING_COURSE_IMPL", "exercises")' in setup
@@ -116,7 +131,24 @@ def test_notebook_selects_the_implementation_from_the_environment(name):
     )
 
 
-@pytest.mark.parametrize("name", NOTEBOOKS.values())
+REPO_URL = re.compile(r'"SAMPLING_COURSE_REPO", "(https://[^"]+)"')
+
+
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_the_first_cell_installs_the_course_picks_the_device_and_prints_it(name):
+    """Colab-ready: the first code cell installs the course from its repository when it is not installed (the
+    same repository everywhere, the README's), picks the device by the course's rule, and prints it."""
+    first = code_cells(load(name))[0]
+    assert 'importlib.util.find_spec("sampling_course") is None' in first and '"pip", "install"' in first
+    urls = set(REPO_URL.findall(first))
+    readme_urls = set(re.findall(r"https://[^\s)`\"]+", (REPO / "README.md").read_text()))
+    assert len(urls) == 1 and urls <= readme_urls, (
+        f"{name}: the first cell installs from {urls}; the README's Colab section must name the same repository"
+    )
+    assert "DEVICE = pick_device()" in first and 'print(f"device: {DEVICE}")' in first
+
+
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
 def test_notebook_holds_no_solution_code(name):
     nb = load(name)
     text = json.dumps(nb)
@@ -176,7 +208,7 @@ def _text_of(outputs) -> str:
 
 
 @pytest.mark.notebooks
-@pytest.mark.parametrize("name", NOTEBOOKS.values())
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
 def test_notebook_runs_top_to_bottom(name, kernel_spec_dir, timings, monkeypatch, pytestconfig, record_property):
     if pytestconfig.getoption("--impl") != "solutions":
         pytest.skip("the notebooks are executed against the solutions only (run without --impl exercises)")
@@ -219,3 +251,28 @@ def test_notebook_runs_top_to_bottom(name, kernel_spec_dir, timings, monkeypatch
                     panel = shown[max(0, shown.index(bad) - 200) :][:1200]
                     pytest.fail(f"{name}: {cell.source.strip()} reports {bad!r} on solutions/:\n{panel}", pytrace=False)
             assert "passed" in shown, f"{name}: {cell.source.strip()} did not report passing tests:\n{shown[-1200:]}"
+
+
+def test_the_first_cell_clones_and_installs_the_course_where_it_is_missing(monkeypatch, tmp_path):
+    """The install block, run where sampling_course cannot be imported (as on Colab): it clones the repository
+    (once), installs it editable with this interpreter's pip, and makes it importable without a restart."""
+    import importlib.util
+    import subprocess
+
+    block = code_cells(load(ALL_NOTEBOOKS[0]))[0].split("%load_ext", 1)[0]
+    commands = []
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    monkeypatch.setattr(subprocess, "run", lambda command, check: commands.append(command))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("SAMPLING_COURSE_REPO", "https://example.org/fork")
+    exec(compile(block, "first cell", "exec"), {})
+    assert commands == [
+        ["git", "clone", "--depth", "1", "https://example.org/fork", "sampling-course"],
+        [sys.executable, "-m", "pip", "install", "-q", "-e", "sampling-course"],
+    ]
+    assert sys.path[0] == str(tmp_path / "sampling-course")
+    (tmp_path / "sampling-course").mkdir()  # run again: already cloned, so only the install
+    commands.clear()
+    exec(compile(block, "first cell", "exec"), {})
+    assert [c[0] for c in commands] == [sys.executable]

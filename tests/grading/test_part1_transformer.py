@@ -19,11 +19,13 @@ import pytest
 import torch
 
 from sampling_course.config import Config
+from sampling_course.grading.tolerances import parity
 from sampling_course.weights import demo_state_dict, load_weights
 
 # fp32 activations of a 12-layer model drift by ~1e-5 between two correct implementations;
 # every classic mistake in part 1 moves them by more than 1e-3 on the stand-in.
-TOL = dict(atol=1e-4, rtol=1e-4)
+# The bounds for the device graded on, float32 (grading/tolerances.py says why).
+TOL = parity()
 
 PROMPTS = [
     "When I was a kid, John and Mary went to the church.",

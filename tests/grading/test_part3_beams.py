@@ -7,6 +7,10 @@
 * ``TransformerSampler.beam_search`` is checked against ``GPT2LMHeadModel.generate`` with
   ``num_beams`` (summed log-probs: ``length_penalty=0``, ``early_stopping="never"``), on
   prompts where no beam reaches EOS: there HF's algorithm and the classic one coincide.
+* ``BeamHypotheses`` (length-normalised scores, Hugging Face's stopping rule) is checked on
+  hand-made beams against a transcription of HF's rule, and ``beam_search`` with
+  ``length_penalty``/``early_stopping`` against ``generate(num_beams=...)`` for every
+  combination, on the stand-in and the story model, where beams end at different lengths.
 * Toy models whose next-token distribution depends on the last token only (``BigramModel``
   in tests/doubles.py) give exact answers: beam search beating greedy, and EOS handling
   (early return, finished beams never extended).
@@ -24,6 +28,8 @@ import pytest
 import torch
 
 from doubles import BigramModel
+from sampling_course.implementation import load_demo
+from sampling_course.reference import load_reference
 
 
 def assert_close(actual, expected, **kwargs):
@@ -547,6 +553,142 @@ def test_beam_search_rejects_bad_arguments(tiny_sampler, kwargs, match, errors):
         tiny_sampler.beam_search(**args)
     if raised.type is not AssertionError:  # a bare assert has no message to name the argument
         raised.match(match)
+
+
+# ---------------------------------------------------------------------------------------
+# Length-normalised beams: BeamHypotheses and Hugging Face's beam search
+# ---------------------------------------------------------------------------------------
+
+
+def hf_is_done(num_beams: int, length_penalty: float, early_stopping, max_new_tokens: int,
+               finished_scores: list[float], best_running_sum: float, length: int) -> bool:
+    """Hugging Face's stopping rule for one prompt, transcribed from _check_early_stop_heuristic and
+    _beam_search_has_unfinished_sequences: stop when num_beams beams have finished and either early_stopping is True
+    or the best running beam's best possible score is not above the worst finished score."""
+    if len(finished_scores) < num_beams:
+        return False
+    if early_stopping is True:
+        return True
+    best_length = max_new_tokens if early_stopping == "never" and length_penalty > 0.0 else length
+    return not best_running_sum / best_length**length_penalty > min(finished_scores)
+
+
+@pytest.mark.exercise("BeamHypotheses")
+@pytest.mark.parametrize("length_penalty", [0.0, 0.5, 1.0, 2.0, -1.0])
+def test_beam_hypotheses_score_and_keep_the_best(impl, length_penalty):
+    """score = sum / length ** length_penalty; add keeps the num_beams best by score, best first, as
+    (score, sum, beam)."""
+    hyps = impl.beams.BeamHypotheses(3, length_penalty, False, 20)
+    beams = [(-6.0, 3, "a"), (-9.0, 9, "b"), (-2.5, 1, "c"), (-7.5, 5, "d"), (-12.0, 12, "e"), (-4.0, 2, "f")]
+    for logprob_sum, length, beam in beams:
+        assert hyps.score(logprob_sum, length) == pytest.approx(logprob_sum / length**length_penalty)
+        hyps.add(logprob_sum, length, beam)
+    ranked = sorted(((s / n**length_penalty, s, b) for s, n, b in beams), reverse=True)[:3]
+    assert len(hyps) == 3
+    assert [b for _, _, b in hyps.hypotheses] == [b for _, _, b in ranked], (
+        f"kept {[b for _, _, b in hyps.hypotheses]}, the three best by score are {[b for _, _, b in ranked]}"
+    )
+    assert [s for s, _, _ in hyps.hypotheses] == pytest.approx([s for s, _, _ in ranked])
+    assert [s for _, s, _ in hyps.hypotheses] == pytest.approx([s for _, s, _ in ranked])
+
+
+@pytest.mark.exercise("BeamHypotheses")
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.parametrize("length_penalty", [0.0, 1.0, 2.0, -1.0])
+def test_beam_hypotheses_is_done_follows_hf(impl, early_stopping, length_penalty):
+    """is_done agrees with the transcription of Hugging Face's rule above, for finished sets of every size and best
+    running beams above, near and below the worst finished score, at several lengths."""
+    finished = [(-3.0, 3), (-5.0, 6), (-4.2, 2), (-6.5, 8)]
+    for n_finished in range(len(finished) + 1):
+        hyps = impl.beams.BeamHypotheses(3, length_penalty, early_stopping, 12)
+        for i, (logprob_sum, length) in enumerate(finished[:n_finished]):
+            hyps.add(logprob_sum, length, i)
+        kept = [s for s, _, _ in hyps.hypotheses]
+        for best_running_sum in (-0.5, -2.0, -4.0, -6.0, -9.0, -20.0):
+            for length in (1, 4, 9):
+                expected = hf_is_done(3, length_penalty, early_stopping, 12, kept, best_running_sum, length)
+                assert hyps.is_done(best_running_sum, length) == expected, (
+                    f"{n_finished} finished (scores {kept}), best running sum {best_running_sum} over {length} "
+                    f"tokens, early_stopping={early_stopping!r}: Hugging Face says done={expected}"
+                )
+
+
+class EosAs:
+    """A tokenizer whose end-of-text token is another token (one the model emits), so that beams finish."""
+
+    def __init__(self, tokenizer, eos_token_id: int):
+        self.tokenizer, self.eos_token_id = tokenizer, eos_token_id
+
+    def encode(self, *args, **kwargs):
+        return self.tokenizer.encode(*args, **kwargs)
+
+    def decode(self, *args, **kwargs):
+        return self.tokenizer.decode(*args, **kwargs)
+
+
+def hf_normalised_beams(reference, prompt: str, num_beams: int, new: int, length_penalty, early_stopping, eos: int):
+    """Oracle: Hugging Face's beam search: (sequences_score, text) pairs, each text cut after its first end-of-text token."""
+    tok = reference.tokenizer
+    ids = tok(prompt, return_tensors="pt").input_ids
+    with torch.no_grad():
+        out = reference.hf_model.generate(
+            ids, attention_mask=torch.ones_like(ids), do_sample=False, num_beams=num_beams,
+            num_return_sequences=num_beams, max_new_tokens=new, length_penalty=length_penalty,
+            early_stopping=early_stopping, eos_token_id=eos, pad_token_id=eos, output_scores=True,
+            return_dict_in_generate=True,
+        )
+    pairs = []
+    for score, sequence in zip(out.sequences_scores, out.sequences):
+        generated = sequence[ids.shape[1] :].tolist()
+        if eos in generated:
+            generated = generated[: generated.index(eos) + 1]
+        pairs.append((float(score), tok.decode(ids[0].tolist() + generated)))
+    return pairs
+
+
+def hf_second_likeliest(reference, prompt: str) -> int:
+    """Oracle: the second likeliest token after ``prompt`` under Hugging Face's logits."""
+    tok = reference.tokenizer
+    return int(reference.hf_model(tok(prompt, return_tensors="pt").input_ids).logits[0, -1].topk(2).indices[1])
+
+
+def normalised_beam_case(reference_name: str, oracle):
+    """(reference, prompt, end-of-text token, max_new_tokens): beams that finish after different numbers of tokens.
+    The stand-in never emits its own end-of-text token: its second likeliest token after the prompt stands in.
+    The story model ends sentences with "."."""
+    reference = load_reference(reference_name)
+    tok = reference.tokenizer
+    if reference_name == "story":
+        return reference, "Later, it was raining. Max and Sunny stayed inside and", tok.encode(".")[0], 12
+    prompt = random_prompt(tok, 3)
+    return reference, prompt, oracle(hf_second_likeliest, reference, prompt), 12
+
+
+@pytest.mark.exercise("BeamHypotheses")
+@pytest.mark.parametrize("reference_name", ["tiny", "story"])
+def test_length_normalised_beam_search_matches_hf(impl, reference_name, oracle):
+    """beam_search(..., length_penalty=lp, early_stopping=es) returns Hugging Face generate(num_beams=3)'s beams in
+    its order with its sequences_scores, for lp in 0, 1, 2, -1 and early_stopping True, False, "never", with beams
+    ending (in the end-of-text token) at different lengths. Which beams win changes with the settings (checked), so
+    every setting is really compared. Setting only one of the two uses Hugging Face's default for the other."""
+    reference, prompt, eos, new = normalised_beam_case(reference_name, oracle)
+    sampler = impl.sampling.TransformerSampler(load_demo(reference, impl.transformer), EosAs(reference.tokenizer, eos))
+    answers = set()
+    for length_penalty in (0.0, 1.0, 2.0, -1.0):
+        for early_stopping in (True, False, "never"):
+            expected = oracle(hf_normalised_beams, reference, prompt, 3, new, length_penalty, early_stopping, eos)
+            actual = sampler.beam_search(prompt, 3, 3, new, length_penalty=length_penalty, early_stopping=early_stopping)
+            assert [text for _, text in actual] == [text for _, text in expected], (
+                f"length_penalty={length_penalty}, early_stopping={early_stopping!r}: different beams or order than "
+                f"Hugging Face.\nyours: {[t for _, t in actual]}\nHF:    {[t for _, t in expected]}"
+            )
+            assert [s for s, _ in actual] == pytest.approx([s for s, _ in expected], abs=ATOL), (
+                f"length_penalty={length_penalty}, early_stopping={early_stopping!r}: scores differ from sequences_scores"
+            )
+            answers.add(tuple(text for _, text in expected))
+    assert len(answers) >= 3, f"precondition: the settings should change the answer, got {len(answers)} answers"
+    only_penalty = sampler.beam_search(prompt, 3, 3, new, length_penalty=2.0)
+    assert only_penalty == sampler.beam_search(prompt, 3, 3, new, length_penalty=2.0, early_stopping=False)
 
 
 # ---------------------------------------------------------------------------------------

@@ -30,14 +30,19 @@ from __future__ import annotations
 
 import copy
 import io
+import math
 
 import pytest
 import torch
 
+from sampling_course.grading.tolerances import parity
+
 from doubles import IdTokenizer, RecordingFile, SuccessorModel
+from sampling_course.implementation import load_demo
 
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
-TOL = dict(atol=1e-4, rtol=1e-4)
+# The bounds for the device graded on, float32 (grading/tolerances.py says why).
+TOL = parity()
 # Filters only mask: kept values are the input's, up to one rounding of the temperature division.
 VALUE_TOL = dict(atol=1e-6, rtol=1e-5)
 # Summed over every statistical check of one test: the chance that correct code fails it.
@@ -108,11 +113,14 @@ def hf_warped(settings: dict, logits: torch.Tensor) -> torch.Tensor:
     return hf_warpers(**settings)(None, logits.clone())
 
 
-def hf_processor(name: str, settings: dict, input_ids: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor:
-    """Oracle: Hugging Face's logits processor ``name`` (e.g. "TopKLogitsWarper"), built with ``settings``."""
+def hf_processor(name: str, settings: dict | list, input_ids: torch.Tensor | None, scores: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's logits processor ``name`` (e.g. "TopKLogitsWarper"), built with ``settings`` (keyword
+    arguments, or a list of positional ones)."""
     import transformers
 
-    return getattr(transformers, name)(**settings)(input_ids, scores.clone())
+    cls = getattr(transformers, name)
+    processor = cls(*settings) if isinstance(settings, list) else cls(**settings)
+    return processor(input_ids, scores.clone())
 
 
 def hf_logits_alone(reference, ids: list[int]) -> torch.Tensor:
@@ -238,6 +246,167 @@ def test_filters_reject_bad_arguments(gen):
 
 
 # ---------------------------------------------------------------------------------------
+# More filters: typical, epsilon, eta (Hugging Face), top-n-sigma and XTC (llama.cpp)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("typical_filter")
+def test_typical_filter_matches_hf(gen, seed, oracle):
+    """typical_filter keeps the same tokens as TypicalLogitsWarper (rank by |surprise - entropy|, keep the smallest
+    prefix with mass >= typical_p), on flat and peaked rows, and on rows that earlier filters cut (-inf)."""
+    for scale in (0.5, 2.0, 6.0):
+        logits = random_logits(seed, 6, 300, scale)
+        logits[:3] = oracle(hf_processor, "TopKLogitsWarper", [40], None, logits[:3])
+        for p in (0.05, 0.2, 0.5, 0.9, 0.99):
+            actual = gen.typical_filter(logits.clone(), p)
+            expected = oracle(hf_processor, "TypicalLogitsWarper", [p], None, logits)
+            assert_same_filter(actual, expected, f"typical_filter(p={p}, scale={scale})")
+
+
+@pytest.mark.exercise("typical_filter")
+def test_typical_filter_can_remove_the_most_likely_token(gen, oracle):
+    """On a row with one likely token and a long flat tail, the likely token is far from typical: typical_p=0.5
+    removes it (top-p never would). Hugging Face's warper agrees."""
+    tail = 0.01 * torch.randn(1, 200, generator=torch.Generator().manual_seed(0))  # flat, without exact ties
+    logits = torch.cat([torch.tensor([[4.0]]), tail], dim=1)
+    actual = gen.typical_filter(logits.clone(), 0.5)
+    assert_same_filter(actual, oracle(hf_processor, "TypicalLogitsWarper", [0.5], None, logits), "typical_filter on a flat tail")
+    assert actual[0, 0] == float("-inf"), "the most likely token is the least typical here and must go"
+
+
+@pytest.mark.exercise("epsilon_filter")
+def test_epsilon_filter_matches_hf(gen, seed, oracle):
+    """epsilon_filter keeps the same tokens as EpsilonLogitsWarper (probability >= epsilon; the top token always)."""
+    for scale in (0.5, 2.0, 6.0):
+        logits = random_logits(seed, 6, 300, scale)
+        for epsilon in (1e-4, 3e-3, 0.02, 0.3, 0.9):
+            actual = gen.epsilon_filter(logits.clone(), epsilon)
+            assert_same_filter(actual, oracle(hf_processor, "EpsilonLogitsWarper", [epsilon], None, logits),
+                               f"epsilon_filter(epsilon={epsilon}, scale={scale})")
+
+
+@pytest.mark.exercise("eta_filter")
+def test_eta_filter_matches_hf(gen, seed, oracle):
+    """eta_filter keeps the same tokens as EtaLogitsWarper (bar min(eta, sqrt(eta) exp(-entropy)); the top token always)."""
+    for scale in (0.5, 2.0, 6.0):
+        logits = random_logits(seed, 6, 300, scale)
+        logits[:2] = oracle(hf_processor, "TopKLogitsWarper", [60], None, logits[:2])
+        for eta in (1e-4, 2e-3, 0.02, 0.3, 0.9):
+            actual = gen.eta_filter(logits.clone(), eta)
+            expected = oracle(hf_processor, "EtaLogitsWarper", [eta], None, logits)
+            assert_same_filter(actual, expected, f"eta_filter(eta={eta}, scale={scale})")
+
+
+def llama_top_n_sigma(row: list[float], n: float) -> list[bool]:
+    """llama.cpp's top-n-sigma, transcribed: over the finite logits, the max, the mean and the population standard
+    deviation; a token stays unless its logit is below max - n * std."""
+    finite = [x for x in row if x != float("-inf")]
+    top, mean = max(finite), sum(finite) / len(finite)
+    std = math.sqrt(sum((x - mean) ** 2 for x in finite) / len(finite))
+    return [not (x < top - n * std) for x in row]
+
+
+@pytest.mark.exercise("top_n_sigma_filter")
+def test_top_n_sigma_filter_follows_llama_cpp(gen, seed):
+    """top_n_sigma_filter keeps the tokens of the transcription above (ignoring tokens already at -inf), with their
+    values, for several n; the kept set does not change when the logits are divided by a temperature."""
+    for scale in (0.5, 2.0):
+        logits = random_logits(seed, 5, 200, scale).double()
+        logits[1, ::3] = float("-inf")  # cut by an earlier filter
+        for n in (0.5, 1.0, 2.0, 3.0):
+            actual = gen.top_n_sigma_filter(logits.clone(), n)
+            expected = torch.tensor([llama_top_n_sigma(row, n) for row in logits.tolist()])
+            expected = logits.masked_fill(~expected, float("-inf"))
+            assert_same_filter(actual, expected, f"top_n_sigma_filter(n={n}, scale={scale})")
+            tempered = gen.top_n_sigma_filter(logits.clone() / 0.6, n)
+            assert torch.equal(torch.isfinite(tempered), torch.isfinite(actual)), "the kept set changed with the temperature"
+
+
+def llama_xtc_cut(row: list[float], threshold: float) -> list[bool]:
+    """llama.cpp's XTC when its draw says yes, transcribed: softmax, sort from most to least likely, find the last
+    token of the leading run with p >= threshold; if it is not the first, every token before it goes."""
+    top = max(row)
+    weights = [math.exp(x - top) for x in row]
+    total = sum(weights)
+    order = sorted(range(len(row)), key=lambda t: -weights[t])
+    last = 0
+    for i, t in enumerate(order):
+        if weights[t] / total >= threshold:
+            last = i
+        else:
+            break
+    keep = [True] * len(row)
+    for t in order[:last]:
+        keep[t] = False
+    return keep
+
+
+def xtc_rows(seed: int) -> torch.Tensor:
+    """Rows with 0, 1, 2 and 3+ tokens above a threshold of 0.1 (and a random one)."""
+    rows = random_logits(seed, 5, 50, scale=0.5)
+    rows[1, 7] = 6.0                                   # one token above the bar
+    rows[2, 3], rows[2, 9] = 4.0, 3.5                  # two
+    rows[3, 1], rows[3, 2], rows[3, 4] = 3.0, 2.8, 2.5  # three
+    rows[4] *= 8.0
+    return rows.double()
+
+
+@pytest.mark.exercise("xtc_filter")
+def test_xtc_filter_when_it_applies_follows_llama_cpp(gen, seed):
+    """With xtc_probability=1 every row is cut as the transcription says: at least two tokens above the threshold
+    leave all but the least likely of them; fewer leave the row alone. Kept values are unchanged."""
+    rows = xtc_rows(seed)
+    for threshold in (0.05, 0.1, 0.2, 0.6):
+        actual = gen.xtc_filter(rows.clone(), threshold, 1.0, generator=torch.Generator().manual_seed(seed))
+        keep = torch.tensor([llama_xtc_cut(row, threshold) for row in rows.tolist()])
+        assert_same_filter(actual, rows.masked_fill(~keep, float("-inf")), f"xtc_filter(threshold={threshold})")
+    assert torch.equal(gen.xtc_filter(rows.clone(), 0.1, 0.0), rows), "xtc_probability=0 must change nothing"
+
+
+@pytest.mark.exercise("xtc_filter")
+def test_xtc_filter_applies_with_its_probability(gen, seed):
+    """20,000 copies of a row with three tokens above the threshold, xtc_probability=0.3: each copy is either
+    untouched or cut exactly as above, the number cut is Binomial(20,000, 0.3) (two-sided binomial test,
+    false-failure probability 1e-6), and the same seeded generator cuts the same rows."""
+    row = xtc_rows(seed)[3:4]
+    n = 20_000
+    batch = row.expand(n, -1).clone()
+    cut = row.masked_fill(~torch.tensor([llama_xtc_cut(row[0].tolist(), 0.1)]), float("-inf"))
+    out = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator().manual_seed(seed))
+    untouched = (out == row).all(dim=-1)
+    was_cut = (out == cut).all(dim=-1)
+    assert (untouched | was_cut).all(), "every row must be either left alone or cut as llama.cpp cuts it"
+    k = int(was_cut.sum())
+    from scipy import stats  # loaded only by the statistical tests
+
+    p_value = stats.binomtest(k, n, 0.3).pvalue
+    assert p_value > FALSE_FAILURE, f"{k} of {n} rows were cut with xtc_probability=0.3 (binomial p = {p_value:.2e})"
+    again = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator().manual_seed(seed))
+    assert torch.equal(again, out), "the same seeded generator must cut the same rows: draw with generator="
+
+
+@pytest.mark.exercise("typical_filter")
+@pytest.mark.exercise("epsilon_filter")
+@pytest.mark.exercise("eta_filter")
+@pytest.mark.exercise("top_n_sigma_filter")
+@pytest.mark.exercise("xtc_filter")
+def test_new_filters_reject_bad_arguments(gen):
+    """Settings out of range raise a ValueError naming the setting."""
+    logits = random_logits(0, 2, 10)
+    cases = [
+        (lambda: gen.typical_filter(logits, 1.5), "typical_p"),
+        (lambda: gen.epsilon_filter(logits, -0.1), "epsilon"),
+        (lambda: gen.eta_filter(logits, 1.0), "eta"),
+        (lambda: gen.top_n_sigma_filter(logits, 0.0), "top_n_sigma"),
+        (lambda: gen.xtc_filter(logits, 0.0, 0.5), "xtc_threshold"),
+        (lambda: gen.xtc_filter(logits, 0.1, 1.5), "xtc_probability"),
+    ]
+    for call, words in cases:
+        with pytest.raises(ValueError, match=words):
+            call()
+
+
+# ---------------------------------------------------------------------------------------
 # The warper chain and the draw
 # ---------------------------------------------------------------------------------------
 
@@ -269,6 +438,91 @@ def test_warp_logits_with_everything_off_is_the_identity(gen, seed):
     assert_same_filter(gen.warp_logits(logits.clone()), logits, "warp_logits with everything off")
     with pytest.raises(ValueError, match="temperature"):
         gen.warp_logits(logits, temperature=0.0)
+
+
+# The chain's steps in Hugging Face's order (its _get_logits_processor: temperature, top-k, top-p, min-p, typical,
+# epsilon, eta), then the two it lacks, as the engine documents; and llama.cpp's default order (common/common.h).
+ORACLE_HF_ORDER = ["temperature", "top_k", "top_p", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff", "top_n_sigma", "xtc"]
+ORACLE_LLAMA_ORDER = ["top_n_sigma", "top_k", "typical_p", "top_p", "min_p", "xtc", "temperature"]
+STEP_OFF = dict(temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
+                top_n_sigma=0.0, xtc=0.0)
+
+
+def oracle_step(name: str, logits: torch.Tensor, settings: dict) -> torch.Tensor:
+    """One step of the chain: Hugging Face's processor where it has one, the transcription of llama.cpp's otherwise
+    (XTC only as it cuts when its draw says yes)."""
+    from transformers import (EpsilonLogitsWarper, EtaLogitsWarper, MinPLogitsWarper, TemperatureLogitsWarper,
+                              TopKLogitsWarper, TopPLogitsWarper, TypicalLogitsWarper)
+
+    value = settings.get("xtc_probability" if name == "xtc" else name, STEP_OFF[name])
+    if name == "temperature":
+        return TemperatureLogitsWarper(value)(None, logits)
+    hf = {"top_k": TopKLogitsWarper, "top_p": TopPLogitsWarper, "min_p": MinPLogitsWarper,
+          "typical_p": TypicalLogitsWarper, "epsilon_cutoff": EpsilonLogitsWarper, "eta_cutoff": EtaLogitsWarper}
+    if name in hf:
+        return hf[name](value)(None, logits)
+    if name == "top_n_sigma":
+        keep = torch.tensor([llama_top_n_sigma(row, value) for row in logits.tolist()])
+    else:
+        keep = torch.tensor([llama_xtc_cut(row, settings.get("xtc_threshold", 0.1)) for row in logits.tolist()])
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def oracle_chain(logits: torch.Tensor, settings: dict, order: list[str] | None = None) -> torch.Tensor:
+    """Oracle (through the ``oracle`` fixture): the steps of ``order`` (Hugging Face's by default) that the settings switch on, one after the other."""
+    for name in order or ORACLE_HF_ORDER:
+        if settings.get("xtc_probability" if name == "xtc" else name, STEP_OFF[name]) != STEP_OFF[name]:
+            logits = oracle_step(name, logits.clone(), settings)
+    return logits
+
+
+CHAIN_SETTINGS = [
+    dict(temperature=0.9, typical_p=0.8),
+    dict(temperature=1.3, epsilon_cutoff=0.004),
+    dict(temperature=1.2, eta_cutoff=0.003),
+    dict(temperature=0.8, top_k=60, top_p=0.95, min_p=0.02, typical_p=0.9, epsilon_cutoff=3e-4, eta_cutoff=1e-3),
+    dict(temperature=1.4, top_n_sigma=1.0),
+    dict(temperature=0.7, top_k=80, top_n_sigma=1.5, xtc_probability=1.0, xtc_threshold=0.05),
+]
+
+
+@pytest.mark.exercise("warp_logits")
+@pytest.mark.parametrize("settings", CHAIN_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_warp_logits_runs_the_whole_chain_in_hf_order(gen, seed, settings, oracle):
+    """With the newer filters switched on too, warp_logits equals the steps applied one after the other in Hugging
+    Face's order (its processors; top-n-sigma and XTC last, from the llama.cpp transcriptions)."""
+    logits = random_logits(seed, 8, 400, scale=3.0)
+    actual = gen.warp_logits(logits.clone(), generator=torch.Generator().manual_seed(seed), **settings)
+    assert_same_filter(actual, oracle(oracle_chain, logits, settings), f"warp_logits({settings})")
+
+
+@pytest.mark.exercise("warp_logits")
+@pytest.mark.parametrize("order", [ORACLE_LLAMA_ORDER, ["top_p", "temperature", "min_p", "top_k"]],
+                         ids=["llama.cpp", "custom"])
+def test_warp_logits_follows_the_samplers_order(gen, seed, order, oracle):
+    """samplers=[...] (or llama.cpp's ';'-separated string) runs the steps in that order: with the temperature
+    last, top-p and min-p judge the untempered distribution, and the result differs from Hugging Face's order."""
+    settings = dict(temperature=0.5, top_k=100, top_p=0.8, min_p=0.05)
+    logits = random_logits(seed, 8, 400, scale=2.0)
+    expected = oracle(oracle_chain, logits, settings, order)
+    for samplers in (order, ";".join(order)):
+        actual = gen.warp_logits(logits.clone(), samplers=samplers, **settings)
+        assert_same_filter(actual, expected, f"warp_logits(samplers={samplers!r})")
+    hf = oracle(oracle_chain, logits, settings)
+    assert not torch.equal(torch.isfinite(hf), torch.isfinite(expected)), "precondition: the order should matter here"
+
+
+@pytest.mark.exercise("warp_logits")
+def test_samplers_order_is_checked(gen):
+    """An unknown step, a step named twice, or a setting switched on whose step is not in the order raise a
+    ValueError saying which."""
+    logits = random_logits(0, 2, 20)
+    with pytest.raises(ValueError, match="bogus"):
+        gen.warp_logits(logits, top_k=3, samplers="top_k;bogus")
+    with pytest.raises(ValueError, match="twice"):
+        gen.warp_logits(logits, top_k=3, samplers=["top_k", "top_k"])
+    with pytest.raises(ValueError, match="top_p"):
+        gen.warp_logits(logits, top_k=3, top_p=0.5, samplers=["top_k", "temperature"])
 
 
 def draw_counts(gen, logits: torch.Tensor, n: int, settings: dict, seed: int) -> torch.Tensor:
@@ -347,6 +601,82 @@ def test_sample_rejects_bad_settings(gen):
             gen.sample(logits, **settings)
 
 
+@pytest.mark.exercise("batched_sample")
+@pytest.mark.parametrize("settings", [dict(temperature=0.9, typical_p=0.7),
+                                      dict(temperature=1.2, eta_cutoff=0.02, top_n_sigma=1.0,
+                                           samplers=["eta_cutoff", "top_n_sigma", "temperature"])],
+                         ids=["typical", "eta+top_n_sigma, temperature last"])
+def test_sample_draws_from_the_whole_chain(gen, seed, settings, oracle):
+    """sample passes the chain's other settings on to warp_logits: two rows, 20,000 draws each; only tokens the
+    chain keeps appear, at the frequencies of its softmax (chi-square per row; false-failure probability 1e-6)."""
+    logits = random_logits(seed, 2, 40, scale=1.5)
+    n = 20_000
+    counts = draw_counts(gen, logits, n, settings, seed)
+    order = settings.get("samplers")
+    probs = oracle(oracle_chain, logits, {k: v for k, v in settings.items() if k != "samplers"}, order).softmax(dim=-1)
+    for row in range(2):
+        outside = ((probs[row] == 0) & (counts[row] > 0)).nonzero().flatten().tolist()
+        assert not outside, f"row {row}: drew tokens {outside} that the chain removes ({settings})"
+        p_value = chi_square_p_value(counts[row], probs[row])
+        assert p_value > FALSE_FAILURE / 2, f"row {row}: frequencies do not fit the chain (chi-square p = {p_value:.2e})"
+
+
+@pytest.mark.exercise("batched_sample")
+def test_sample_with_xtc_draws_from_the_mixture(gen, seed):
+    """With xtc_probability=0.4 a row is cut 40% of the time, so its tokens come from 0.6 x softmax(row) +
+    0.4 x softmax(cut row): 20,000 draws fit that mixture (chi-square, false-failure probability 1e-6)."""
+    row = xtc_rows(seed)[3:4].float()
+    n = 20_000
+    counts = draw_counts(gen, row, n, dict(xtc_probability=0.4, xtc_threshold=0.1), seed)
+    cut = row.masked_fill(~torch.tensor([llama_xtc_cut(row[0].tolist(), 0.1)]), float("-inf"))
+    mixture = 0.6 * row.softmax(dim=-1) + 0.4 * cut.softmax(dim=-1)
+    p_value = chi_square_p_value(counts[0], mixture[0])
+    assert p_value > FALSE_FAILURE, f"the frequencies do not fit the XTC mixture (chi-square p = {p_value:.2e})"
+
+
+# ---------------------------------------------------------------------------------------
+# Mirostat
+# ---------------------------------------------------------------------------------------
+
+
+def oracle_mirostat(row: list[float], mu: float) -> list[float]:
+    """llama.cpp's mirostat v2 truncation, transcribed: softmax, sort, keep the leading tokens whose surprise
+    -log2 p is at most mu (at least the first), renormalise. The distribution the token is drawn from."""
+    top = max(row)
+    weights = [math.exp(x - top) for x in row]
+    total = sum(weights)
+    order = sorted(range(len(row)), key=lambda t: -weights[t])
+    kept = [t for t in order if -math.log2(weights[t] / total) <= mu] or order[:1]
+    mass = sum(weights[t] for t in kept)
+    return [weights[t] / mass if t in kept else 0.0 for t in range(len(row))]
+
+
+@pytest.mark.exercise("mirostat_step")
+def test_mirostat_step_draws_from_the_truncated_distribution_and_moves_mu(gen, seed):
+    """Three states mu (bits) on the same logits, 20,000 rows each, in one call: each row draws from its own
+    truncation (support exact; chi-square per state, false-failure probability 1e-6 in all), the returned logits
+    are -inf exactly where it cut, and each row's new mu is mu - eta (-log2 p(token) - tau), with p the
+    renormalised probability of the token it drew."""
+    logits = random_logits(seed, 1, 40, scale=1.5)
+    mus, tau, eta, n = [0.3, 2.5, 5.0], 3.0, 0.1, 20_000
+    batch = logits.expand(3 * n, -1).clone()
+    mu = torch.tensor(mus).repeat_interleave(n)
+    tokens, new_mu, kept = gen.mirostat_step(batch, mu.clone(), tau, eta, torch.Generator().manual_seed(seed))
+    assert tokens.shape == (3 * n,) and new_mu.shape == (3 * n,) and kept.shape == batch.shape
+    for i, m in enumerate(mus):
+        probs = torch.tensor(oracle_mirostat(logits[0].tolist(), m))
+        rows = slice(i * n, (i + 1) * n)
+        counts = torch.bincount(tokens[rows], minlength=40)
+        outside = ((probs == 0) & (counts > 0)).nonzero().flatten().tolist()
+        assert not outside, f"mu={m}: drew tokens {outside} whose surprise is above mu"
+        assert torch.equal(torch.isfinite(kept[rows]), (probs > 0).expand(n, -1)), f"mu={m}: the returned logits cut the wrong tokens"
+        p_value = chi_square_p_value(counts, probs)
+        assert p_value > FALSE_FAILURE / 3, f"mu={m}: frequencies do not fit the truncated distribution (p = {p_value:.2e})"
+        surprise = -torch.log2(probs[tokens[rows]])
+        torch.testing.assert_close(new_mu[rows], (m - eta * (surprise - tau)).float(), atol=1e-4, rtol=1e-5,
+                                   msg=lambda msg: f"mu={m}: the new mu is wrong.\n{msg}")
+
+
 # ---------------------------------------------------------------------------------------
 # Penalties
 # ---------------------------------------------------------------------------------------
@@ -423,6 +753,157 @@ def test_penalties_reject_bad_arguments(gen):
         gen.apply_repetition_penalty(logits, history, 0.0)
     with pytest.raises(ValueError, match="attention_mask"):
         gen.apply_presence_and_frequency_penalty(logits, history, 0.1, 0.1, attention_mask=torch.ones(2, 4))
+
+
+def llama_dry(tokens: list[int], row: list[float], multiplier: float, base: float, allowed: int,
+              breakers: set[int], last_n: int) -> list[float]:
+    """llama.cpp's DRY penalty, transcribed from its definition (the plain quadratic search, not its Z-algorithm)."""
+    context = tokens[-last_n:] if last_n > 0 else list(tokens)
+    n = len(context)
+    out = list(row)
+    if n <= allowed:
+        return out
+    limit = n  # tokens after the most recent breaker
+    for i in range(n):
+        if context[n - 1 - i] in breakers:
+            limit = i
+            break
+    if limit < allowed:
+        return out
+    longest: dict[int, int] = {}
+    for j in range(n - 1):
+        # how many tokens ending at j equal the tokens ending at the last position
+        length = 0
+        while length <= j and context[j - length] == context[n - 1 - length]:
+            length += 1
+        length = min(length, limit)
+        if length >= allowed:
+            token = context[j + 1]
+            longest[token] = max(longest.get(token, 0), length)
+    max_exponent = int(88.7228391 / math.log(base)) if base > 1.000001 else 0
+    for token, length in longest.items():
+        if token in breakers:
+            continue
+        exponent = length - allowed
+        if max_exponent > 0:
+            exponent = min(exponent, max_exponent)
+        out[token] -= multiplier * base**exponent
+    return out
+
+
+DRY_CASES = [
+    # (multiplier, base, allowed_length, breakers, penalty_last_n)
+    (0.8, 1.75, 2, set(), -1),
+    (1.0, 2.0, 1, {5}, -1),
+    (0.5, 1.5, 3, {0}, -1),
+    (0.8, 1.75, 2, {4}, 9),
+    (2.0, 1.0, 2, set(), -1),
+]
+
+
+@pytest.mark.exercise("apply_dry_penalty")
+@pytest.mark.parametrize("case", DRY_CASES, ids=lambda c: f"mult={c[0]},base={c[1]},allowed={c[2]},breakers={sorted(c[3])},last_n={c[4]}")
+def test_dry_penalty_follows_llama_cpp(gen, seed, case):
+    """On random histories over a small vocabulary (repeats everywhere) of every length from 1 to 30, with and
+    without left padding, apply_dry_penalty equals the transcription of llama.cpp's definition."""
+    multiplier, base, allowed, breakers, last_n = case
+    generator = torch.Generator().manual_seed(seed + 300)
+    d_vocab, rows = 8, 4
+    breaker_mask = torch.zeros(d_vocab, dtype=torch.bool)
+    breaker_mask[list(breakers)] = True
+    penalised_any = False
+    for length in range(1, 31):
+        history = torch.randint(0, 6, (rows, length), generator=generator)
+        mask = torch.ones_like(history)
+        mask[1, : length // 2] = 0
+        logits = random_logits(seed + length, rows, d_vocab)
+        actual = gen.apply_dry_penalty(logits.clone(), history, multiplier, base, allowed, breaker_mask, last_n, mask)
+        for r in range(rows):
+            real = history[r][mask[r].bool()].tolist()
+            expected = torch.tensor(llama_dry(real, logits[r].tolist(), multiplier, base, allowed, breakers, last_n))
+            torch.testing.assert_close(actual[r], expected, **VALUE_TOL,
+                                       msg=lambda m: f"history {real} (row {r}): DRY penalties differ.\n{m}")
+            penalised_any |= not torch.equal(expected, logits[r])
+    assert penalised_any, "precondition: some history should be penalised"
+
+
+@pytest.mark.exercise("apply_dry_penalty")
+def test_dry_penalty_worked_example(gen):
+    """llama.cpp's own example, 'a b c c b c y a b c', allowed_length 2, multiplier 1, base 2: 'a b c' occurs
+    before, followed by c, so c would extend a repeat of 3: penalty 2^(3 - 2); 'b c' occurs followed by y: 2^0;
+    'c' alone is followed by b and c, but a repeat of 1 is below the allowed length. A breaker three tokens back
+    changes nothing here; a breaker one token back stops every penalty."""
+    a, b, c, y = 0, 1, 2, 3
+    history = torch.tensor([[a, b, c, c, b, c, y, a, b, c]])
+    out = gen.apply_dry_penalty(torch.zeros(1, 5), history, 1.0, 2.0, 2, torch.zeros(5, dtype=torch.bool))
+    assert out[0].tolist() == [0.0, 0.0, -2.0, -1.0, 0.0], f"penalties {out[0].tolist()}"
+    breakers = torch.tensor([False, False, False, False, True])
+    history = torch.tensor([[a, b, c, c, b, c, y, 4, a, b, c]])  # a breaker before 'a b c': repeats reach back 3 tokens
+    out = gen.apply_dry_penalty(torch.zeros(1, 5), history, 1.0, 2.0, 2, breakers)
+    assert out[0].tolist() == [0.0, 0.0, -2.0, -1.0, 0.0], f"penalties {out[0].tolist()}"
+    history = torch.tensor([[a, b, c, c, b, c, y, a, 4, c]])  # only one token after the breaker: nothing
+    out = gen.apply_dry_penalty(torch.zeros(1, 5), history, 1.0, 2.0, 2, breakers)
+    assert out[0].tolist() == [0.0] * 5
+
+
+@pytest.mark.exercise("apply_dry_penalty")
+def test_dry_penalty_rejects_bad_arguments(gen):
+    logits, history = random_logits(0, 1, 6), torch.zeros(1, 4, dtype=torch.long)
+    for kwargs, name in [(dict(multiplier=-1.0), "dry_multiplier"), (dict(multiplier=1.0, base=0.5), "dry_base"),
+                         (dict(multiplier=1.0, allowed_length=0), "dry_allowed_length"),
+                         (dict(multiplier=1.0, penalty_last_n=-2), "dry_penalty_last_n")]:
+        with pytest.raises(ValueError, match=name):
+            gen.apply_dry_penalty(logits, history, **kwargs)
+
+
+# ---------------------------------------------------------------------------------------
+# Biases and bans
+# ---------------------------------------------------------------------------------------
+
+
+def hf_sequence_bias(bias: list[tuple[int, float]], input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Oracle: Hugging Face's SequenceBiasLogitsProcessor with one-token sequences, ``bias`` as (token, bias) pairs."""
+    from transformers import SequenceBiasLogitsProcessor
+
+    return SequenceBiasLogitsProcessor({(t,): b for t, b in bias})(input_ids, scores.clone())
+
+
+def test_logit_bias_matches_hf_sequence_bias(gen, seed, oracle):
+    """apply_logit_bias equals SequenceBiasLogitsProcessor with one-token sequences; a key outside the vocabulary
+    is refused."""
+    logits = random_logits(seed, 3, 50)
+    bias = {3: 2.5, 10: -4.0, 49: 0.75, 0: float("-inf")}
+    expected = oracle(hf_sequence_bias, list(bias.items()), torch.zeros(3, 1, dtype=torch.long), logits)
+    torch.testing.assert_close(gen.apply_logit_bias(logits.clone(), bias), expected, **VALUE_TOL)
+    with pytest.raises(ValueError, match="logit_bias"):
+        gen.apply_logit_bias(logits, {50: 1.0})
+
+
+@pytest.mark.exercise("ban_bad_words")
+def test_ban_bad_words_matches_hf(gen, seed, oracle):
+    """On random histories over a small vocabulary, ban_bad_words bans exactly what NoBadWordsLogitsProcessor
+    bans: one-token sequences everywhere, longer ones where the history ends with all but their last token."""
+    generator = torch.Generator().manual_seed(seed + 400)
+    bad = [[3], [1, 2], [2, 2, 4], [0, 5, 1, 6]]
+    banned_multi = False
+    for length in range(1, 12):
+        history = torch.randint(0, 7, (6, length), generator=generator)
+        logits = random_logits(seed + length, 6, 9)
+        actual = gen.ban_bad_words(logits.clone(), history, bad)
+        expected = oracle(hf_processor, "NoBadWordsLogitsProcessor", dict(bad_words_ids=bad, eos_token_id=8), history, logits)
+        assert_same_filter(actual, expected, f"ban_bad_words on {history.tolist()}")
+        banned_multi |= bool((torch.isinf(expected[:, [2, 4, 6]])).any())
+    assert banned_multi, "precondition: some history should end with the start of a longer banned sequence"
+
+
+@pytest.mark.exercise("ban_bad_words")
+def test_ban_bad_words_ignores_padding(gen):
+    """A padded row is banned as it would be alone: pads (mask 0) never complete the start of a banned sequence."""
+    history = torch.tensor([[7, 7, 1], [1, 2, 2], [9, 1, 2]])
+    mask = torch.tensor([[0, 0, 1], [1, 1, 1], [0, 1, 1]])
+    out = gen.ban_bad_words(torch.zeros(3, 10), history, [[7, 1, 5], [2, 2, 4], [1, 2, 8]], attention_mask=mask)
+    banned = [set(torch.isinf(row).nonzero().flatten().tolist()) for row in out]
+    assert banned == [set(), {4}, {8}], f"banned tokens per row: {banned}"
 
 
 # ---------------------------------------------------------------------------------------
@@ -623,7 +1104,8 @@ def test_batched_greedy_matches_each_prompt_alone_and_hf(gen, demo, reference, o
 
 @pytest.mark.exercise("generate")
 def test_seeded_sampling_matches_hf_generate(gen, demo, reference, oracle, impl, seed):
-    """Seeded sampling equals Hugging Face generate(do_sample=True, top_k=0, ...) token for token.
+    """Seeded sampling equals Hugging Face generate(do_sample=True, top_k=0, ...) token for token, with typical_p,
+    eta_cutoff, epsilon_cutoff and num_return_sequences too.
 
     Conditions: Hugging Face draws one torch.multinomial(softmax(warped logits), 1) per step on the whole
     (batch, d_vocab), finished rows included, from the global generator after torch.manual_seed(seed);
@@ -632,7 +1114,9 @@ def test_seeded_sampling_matches_hf_generate(gen, demo, reference, oracle, impl,
     if impl.package != "solutions":
         pytest.skip("exact Hugging Face parity is a property of the solutions' draw; your sample() is replayed instead")
     new = 15
-    for settings in (dict(temperature=1.0), dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02)):
+    for settings in (dict(temperature=1.0), dict(temperature=0.8, top_k=40, top_p=0.9, min_p=0.02),
+                     dict(temperature=0.9, typical_p=0.8, eta_cutoff=0.001, epsilon_cutoff=3e-4),
+                     dict(temperature=1.1, top_p=0.95, num_return_sequences=2)):
         out = gen.generate(demo, reference.tokenizer, PROMPTS, new, seed=seed, **settings)
         expected = oracle(hf_generate, reference, PROMPTS, new, seed=seed, do_sample=True, **{"top_k": 0, **settings})
         assert_same_tokens(out, expected, f"seeded sampling with {settings} vs Hugging Face")
@@ -838,6 +1322,194 @@ def test_generate_rejects_bad_arguments(gen, demo, reference):
         gen.generate(demo, tok, "a single string", 3)
     with pytest.raises(ValueError, match="top_p"):
         gen.generate(demo, tok, PROMPTS, 3, top_p=2.0)
+
+
+# ---------------------------------------------------------------------------------------
+# generate: the newer settings
+# ---------------------------------------------------------------------------------------
+
+
+def hf_greedy_alone(reference, prompt_ids: list[int], new: int, eos: int, settings: dict) -> torch.Tensor:
+    """Oracle: Hugging Face's greedy generate on one prompt with ``settings`` (a ``logit_bias`` becomes its one-token
+    sequence_bias), pad and end-of-text ``eos``."""
+    settings = dict(settings)
+    if "logit_bias" in settings:
+        settings["sequence_bias"] = {(t,): b for t, b in settings.pop("logit_bias")}
+    ids = torch.tensor([prompt_ids])
+    return reference.hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=new, do_sample=False,
+                                       pad_token_id=eos, **{**settings, "eos_token_id": eos})
+
+
+@pytest.mark.exercise("generate")
+@pytest.mark.parametrize("settings", [
+    dict(min_new_tokens=6, eos_token_id=None),
+    dict(bad_words_ids=[[17], [2, 3], [371, 289]]),
+    dict(logit_bias={5: 3.0, 17: -2.0, 100: 4.0, 259: -1.5}),
+    dict(repetition_penalty=1.4, bad_words_ids=[[267, 417]], min_new_tokens=3, logit_bias={20: 1.0}),
+], ids=["min_new_tokens", "bad_words_ids", "logit_bias", "together"])
+def test_greedy_with_processors_matches_hf(gen, demo, reference, oracle, settings):
+    """Greedy generate with min_new_tokens, bad_words_ids and logit_bias equals Hugging Face generate (logit_bias as
+    its one-token sequence_bias), each prompt alone (Hugging Face counts left pads as seen tokens). min_new_tokens
+    uses an end-of-text token that the greedy text would otherwise emit early."""
+    tok, new = reference.tokenizer, 10
+    settings = dict(settings)
+    hf_settings = {k: v for k, v in settings.items() if k not in ("logit_bias", "eos_token_id")}
+    if "logit_bias" in settings:  # as pairs: an oracle's argument keys are strings
+        hf_settings["logit_bias"] = sorted(settings["logit_bias"].items())
+    for prompt in PROMPTS:
+        eos = tok.eos_token_id
+        if "eos_token_id" in settings:  # the second greedy token of the prompt becomes the end-of-text token
+            eos = int(gen.generate(demo, tok, [prompt], 2, temperature=0.0, eos_token_id=-1)[0, -1])
+        ours = gen.generate(demo, tok, [prompt], new, temperature=0.0, **{**settings, "eos_token_id": eos})
+        expected = oracle(hf_greedy_alone, reference, tok.encode(prompt), new, eos, hf_settings)
+        assert_same_tokens(ours, expected, f"greedy with {settings}, prompt {prompt!r}")
+
+
+@pytest.mark.exercise("generate")
+def test_num_return_sequences_groups_copies_by_prompt(gen, demo, reference, seed, oracle):
+    """num_return_sequences=3: 3 rows per prompt, grouped by prompt (rows 0-2 continue prompt 0, ...); at temperature 0
+    the copies are the same greedy text; seeded sampling replays your sample() on the copies, one draw per step."""
+    tok = reference.tokenizer
+    greedy = gen.generate(demo, tok, PROMPTS, 6, temperature=0.0, num_return_sequences=3)
+    alone = gen.generate(demo, tok, PROMPTS, 6, temperature=0.0)
+    assert greedy.shape[0] == 3 * len(PROMPTS)
+    assert torch.equal(greedy, alone.repeat_interleave(3, dim=0)), "each prompt's copies must follow it, in prompt order"
+    out = gen.generate(demo, tok, PROMPTS[:2], 5, seed=seed, temperature=1.5, num_return_sequences=3)
+    rows = [tok.encode(p) for p in PROMPTS[:2] for _ in range(3)]
+    generator = torch.Generator().manual_seed(seed)
+    finished = [False] * len(rows)
+    for _ in range(5):
+        logits = torch.stack([oracle(hf_logits_alone, reference, row)[-1] for row in rows])
+        drawn = gen.sample(logits, generator=generator, temperature=1.5).tolist()
+        for r in range(len(rows)):
+            rows[r].append(tok.eos_token_id if finished[r] else int(drawn[r]))
+            finished[r] = finished[r] or drawn[r] == tok.eos_token_id
+    width = out.shape[1] - 5
+    expected = [row[-5:] for row in rows]
+    assert new_tokens_of(out, width) == expected, "the copies' tokens differ from a replay of sample() on the true logits"
+    assert len({tuple(r) for r in expected}) > 1, "precondition: the copies should differ at temperature 1.5"
+
+
+@pytest.mark.exercise("generate")
+def test_generate_with_mirostat_keeps_a_state_per_row(gen, demo, reference, seed, oracle):
+    """generate(mirostat=2) replays your mirostat_step on the true logits after the temperature: one call per step
+    on the whole batch, each row's mu starting at 2 tau and carried from step to step."""
+    tok, new, tau, eta, temperature = reference.tokenizer, 8, 3.0, 0.5, 0.9
+    out = gen.generate(demo, tok, PROMPTS, new, seed=seed, temperature=temperature, mirostat=2, mirostat_tau=tau,
+                       mirostat_eta=eta)
+    rows = [tok.encode(p) for p in PROMPTS]
+    generator = torch.Generator().manual_seed(seed)
+    mu = torch.full((len(rows),), 2 * tau)
+    finished = [False] * len(rows)
+    mus = []
+    for _ in range(new):
+        logits = torch.stack([oracle(hf_logits_alone, reference, row)[-1] for row in rows])
+        tempered = oracle(hf_processor, "TemperatureLogitsWarper", [temperature], None, logits)
+        drawn, mu, _ = gen.mirostat_step(tempered, mu, tau, eta, generator)
+        mus.append(mu.clone())
+        for r in range(len(rows)):
+            rows[r].append(tok.eos_token_id if finished[r] else int(drawn[r]))
+            finished[r] = finished[r] or int(drawn[r]) == tok.eos_token_id
+        if all(finished):
+            break
+    width = out.shape[1] - (len(rows[0]) - len(tok.encode(PROMPTS[0])))
+    expected = [row[len(tok.encode(p)) :] for row, p in zip(rows, PROMPTS)]
+    assert new_tokens_of(out, width) == expected, "generate's tokens differ from a replay of mirostat_step with a mu per row"
+    assert len({round(float(m), 4) for m in mus[-1]}) > 1, "precondition: the rows' states should differ"
+
+
+@pytest.mark.exercise("generate")
+def test_logprobs_returns_the_top_k_of_the_raw_model(gen, demo, reference, oracle):
+    """logprobs=5: at every step each row's 5 most likely tokens under the raw model and their log-probabilities,
+    best first, recomputed here from Hugging Face's full forwards of each row alone; -1 and NaN once a row finished."""
+    tok, new, k = reference.tokenizer, 6, 5
+    out = gen.generate(demo, tok, PROMPTS, new, temperature=0.0, repetition_penalty=1.3, logprobs=k)
+    width = out.sequences.shape[1] - new
+    assert out.top_tokens.shape == out.top_logprobs.shape == (len(PROMPTS), new, k)
+    for r, prompt in enumerate(PROMPTS):
+        real = tok.encode(prompt) + out.sequences[r, width:].tolist()
+        raw = oracle(hf_logits_alone, reference, real).log_softmax(-1)
+        for step in range(new):
+            values, ids = raw[len(tok.encode(prompt)) + step - 1].topk(k)
+            assert out.top_tokens[r, step].tolist() == ids.tolist(), f"row {r}, step {step}: top tokens"
+            torch.testing.assert_close(out.top_logprobs[r, step], values, **TOL)
+
+
+# ---------------------------------------------------------------------------------------
+# generate(num_beams=...): Hugging Face's beam search in the engine
+# ---------------------------------------------------------------------------------------
+
+# Story prompts of different lengths; the end-of-text token is "." for these tests, so that beams finish at
+# sentence ends, after different numbers of tokens, and length_penalty and early_stopping change the answer.
+BEAM_PROMPTS = ["One day, Max and Sunny went to the", "Later, it was raining. Max and Sunny stayed inside and"]
+BEAM_SETTINGS = [(lp, es) for lp in (0.0, 1.0, 2.0, -1.0) for es in (True, False, "never")]
+
+
+@pytest.fixture(scope="module")
+def story_demo(story, impl):
+    return load_demo(story, impl.transformer)
+
+
+def hf_beam_generate(reference, ids: torch.Tensor, mask: torch.Tensor, new: int, length_penalty: float,
+                     early_stopping: bool | str, eos: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Oracle: Hugging Face's beam search (3 beams, 2 returned) on a left-padded batch: (sequences, sequences_scores)."""
+    out = reference.hf_model.generate(ids, attention_mask=mask, max_new_tokens=new, do_sample=False, num_beams=3,
+                                      num_return_sequences=2, length_penalty=length_penalty,
+                                      early_stopping=early_stopping, eos_token_id=eos, pad_token_id=eos,
+                                      output_scores=True, return_dict_in_generate=True)
+    return out.sequences, out.sequences_scores
+
+
+@pytest.mark.exercise("BeamHypotheses")
+def test_engine_beam_search_matches_hf_for_every_setting(gen, story_demo, story, oracle):
+    """generate(num_beams=3, num_return_sequences=2, length_penalty=lp, early_stopping=es) on two left-padded
+    story prompts equals Hugging Face generate with the same settings: the same sequences (padded at the end), the
+    same sequences_scores, for lp in 0, 1, 2, -1 and early_stopping True, False, "never". Which beams win changes
+    with the settings (checked), so each setting is really compared."""
+    tok, new = story.tokenizer, 10
+    dot = tok.encode(".")[0]
+    ids, mask = left_padded([tok.encode(p) for p in BEAM_PROMPTS], dot)
+    answers = set()
+    for lp, es in BEAM_SETTINGS:
+        out = gen.generate(story_demo, tok, BEAM_PROMPTS, new, temperature=0.0, num_beams=3, num_return_sequences=2,
+                           length_penalty=lp, early_stopping=es, eos_token_id=dot, return_dict_in_generate=True)
+        sequences, sequences_scores = oracle(hf_beam_generate, story, ids, mask, new, lp, es, dot)
+        assert_same_tokens(out.sequences, sequences, f"beams with length_penalty={lp}, early_stopping={es!r}")
+        torch.testing.assert_close(out.sequences_scores, sequences_scores, **TOL,
+                                   msg=lambda m: f"sequences_scores, length_penalty={lp}, early_stopping={es!r}.\n{m}")
+        answers.add(tuple(map(tuple, sequences.tolist())))
+    assert len(answers) >= 4, f"precondition: the settings should give different answers, got {len(answers)}"
+
+
+@pytest.mark.exercise("BeamHypotheses")
+def test_engine_beam_search_scores_are_its_tokens(gen, story_demo, story, oracle):
+    """With return_dict_in_generate, a beam's per-token logprobs are its tokens' log-probabilities under the model
+    (NaN past its end) and sum to its score times length ** length_penalty (no processor here)."""
+    tok, lp = story.tokenizer, 1.0
+    dot = tok.encode(".")[0]
+    out = gen.generate(story_demo, tok, BEAM_PROMPTS[:2], 12, temperature=0.0, num_beams=3, num_return_sequences=3,
+                       length_penalty=lp, eos_token_id=dot, return_dict_in_generate=True)
+    width = out.sequences.shape[1] - out.logprobs.shape[1]
+    for r in range(out.sequences.shape[0]):
+        prompt = tok.encode(BEAM_PROMPTS[r // 3])
+        new = out.sequences[r, width:].tolist()
+        length = new.index(dot) + 1 if dot in new else len(new)
+        raw = oracle(hf_logits_alone, story, prompt + new[:length]).log_softmax(-1)
+        expected = raw[len(prompt) - 1 : -1].gather(-1, torch.tensor(new[:length])[:, None])[:, 0]
+        torch.testing.assert_close(out.logprobs[r, :length], expected, **TOL)
+        assert torch.isnan(out.logprobs[r, length:]).all()
+        assert float(out.sequences_scores[r]) == pytest.approx(float(expected.sum()) / length**lp, abs=1e-3)
+
+
+def test_engine_beam_search_rejects_sampling_settings(gen, story_demo, story):
+    """num_beams > 1 takes no temperature, filter or mirostat, and at most num_beams return sequences."""
+    tok = story.tokenizer
+    with pytest.raises(ValueError, match="beam search"):
+        gen.generate(story_demo, tok, ["Once"], 3, num_beams=2, temperature=0.7)
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        gen.generate(story_demo, tok, ["Once"], 3, num_beams=2, num_return_sequences=3, temperature=0.0)
+    with pytest.raises(ValueError, match="early_stopping"):
+        gen.generate(story_demo, tok, ["Once"], 3, num_beams=2, early_stopping="sometimes", temperature=0.0)
 
 
 # ---------------------------------------------------------------------------------------

@@ -25,9 +25,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from sampling_course.grading.tolerances import parity
+
 # fp32 logits of two correct implementations agree to ~2e-5 at the stand-in's logit scale (~25);
 # every classic mistake of part 6 moves them by far more than 1e-3.
-TOL = dict(atol=1e-4, rtol=1e-4)
+# The bounds for the device graded on, float32 (grading/tolerances.py says why).
+TOL = parity()
 
 PROMPTS = ["When I was a kid", "The cat sat on the", "Jingle bells, jingle bells"]
 

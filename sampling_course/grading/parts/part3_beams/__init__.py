@@ -66,6 +66,22 @@ EXERCISES: tuple[Exercise, ...] = (
         "finished.extend(beams.logprobs_and_completions)\n"
         "return finished[:num_return_sequences]",
     ),
+    exercise(
+        "BeamHypotheses", 3, "beams", "BeamHypotheses",
+        "Hugging Face's finished beams: score = sum / length ** length_penalty, keep the num_beams best, and say when the search may stop (early_stopping True, False or \"never\").",
+        "Summed log-probabilities favour short beams: every token adds a negative number. Dividing by "
+        "length ** length_penalty puts beams of different lengths on one scale (1: the mean per token).",
+        "add: append (score, sum, beam), sort best first, drop what is past num_beams. is_done: never "
+        "before num_beams beams have finished; with early_stopping True as soon as they have; otherwise "
+        "when the best running beam cannot beat the worst kept score.",
+        "How good can a running beam still get? Its sum only falls, so with length_penalty > 0 its best "
+        "is its sum now over the longest length, max_new_tokens (\"never\": exact); False scores it at "
+        "its current length (a heuristic).\n"
+        "if len(self.hypotheses) < self.num_beams: return False\n"
+        "if self.early_stopping is True: return True\n"
+        "if self.early_stopping == \"never\" and self.length_penalty > 0: length = self.max_new_tokens\n"
+        "return self.score(best_running_sum, length) <= self.hypotheses[-1][0]",
+    ),
 )
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
@@ -129,6 +145,29 @@ MISTAKES: list[Mistake] = [
             "return (finished + beams.logprobs_and_completions)[:num_return_sequences]",
             "return (beams.logprobs_and_completions + finished)[:num_return_sequences]",
             why="returning the unfinished beams before the finished ones"),
+    Mistake(3, "length penalty multiplies the sum", "beams.py",
+            "return logprob_sum / length**self.length_penalty", "return logprob_sum * length**self.length_penalty",
+            why="multiplying the summed log-probability by length ** length_penalty instead of dividing by it"),
+    Mistake(3, "finished beams kept worst first", "beams.py",
+            "self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)",
+            "self.hypotheses.sort(key=lambda hypothesis: hypothesis[0])",
+            why="sorting the finished beams from worst to best, so that the best are the ones dropped"),
+    Mistake(3, "finished beams ranked by their sums", "beams.py",
+            "self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))",
+            "self.hypotheses.append((logprob_sum, logprob_sum, beam))",
+            why="ranking finished beams by their summed log-probabilities, ignoring length_penalty"),
+    Mistake(3, "early_stopping=True waits for the bound", "beams.py",
+            "        if self.early_stopping is True:\n            return True\n", "",
+            why="not stopping as soon as num_beams beams have finished when early_stopping is True"),
+    Mistake(3, "\"never\" bounds a running beam at its current length", "beams.py",
+            "if self.early_stopping == \"never\" and self.length_penalty > 0:",
+            "if self.early_stopping == \"never\" and self.length_penalty < 0:",
+            why="with early_stopping=\"never\", scoring a running beam's best at its current length when a positive "
+                "length_penalty lets it grow to max_new_tokens"),
+    Mistake(3, "search stops once one beam has finished", "beams.py",
+            "        if len(self.hypotheses) < self.num_beams:\n            return False\n",
+            "        if not self.hypotheses:\n            return False\n",
+            why="allowing the search to stop before num_beams beams have finished"),
 ]
 
 # Correct implementations in other styles than the solutions' (the way learners write them);
@@ -312,4 +351,27 @@ VARIANTS: list[Variant] = [
             "        assert num_return_sequences <= num_beams\n"
             "        if num_return_sequences < 1:\n"
             '            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences!r}")\n'),
+    Variant(3, "BeamHypotheses", "a heap of the best finished beams", "beams.py",
+            "        self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))\n"
+            "        self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)\n"
+            "        del self.hypotheses[self.num_beams :]\n",
+            "        import heapq\n\n"
+            "        best = heapq.nlargest(self.num_beams, self.hypotheses + [(self.score(logprob_sum, length), logprob_sum, beam)],\n"
+            "                              key=lambda hypothesis: hypothesis[0])\n"
+            "        self.hypotheses[:] = best\n"),
+    Variant(3, "BeamHypotheses", "the normalising power computed with torch", "beams.py",
+            "        return logprob_sum / length**self.length_penalty\n",
+            "        return logprob_sum / float(torch.tensor(float(length), dtype=torch.float64).pow(self.length_penalty))\n"),
+    Variant(3, "BeamHypotheses", "is_done written as one condition", "beams.py",
+            "        if len(self.hypotheses) < self.num_beams:\n"
+            "            return False\n"
+            "        if self.early_stopping is True:\n"
+            "            return True\n"
+            "        if self.early_stopping == \"never\" and self.length_penalty > 0:\n"
+            "            length = self.max_new_tokens\n"
+            "        return self.score(best_running_sum, length) <= self.hypotheses[-1][0]\n",
+            "        full = len(self.hypotheses) >= self.num_beams\n"
+            "        longest = self.max_new_tokens if self.early_stopping == \"never\" and self.length_penalty > 0 else length\n"
+            "        worst = min((score for score, _, _ in self.hypotheses), default=float(\"-inf\"))\n"
+            "        return full and (self.early_stopping is True or not self.score(best_running_sum, longest) > worst)\n"),
 ]

@@ -102,3 +102,26 @@ def _probe_beam_search(impl: Impl) -> Any:
         run({a: {b: 0.6, c: 0.4}, b: {x: 0.2, **others}, c: {d: 0.9, e: 0.1}},
             num_return_sequences=1, num_beams=2, max_new_tokens=2),
     ]
+
+
+@probe("BeamHypotheses")
+def _probe_beam_hypotheses(impl: Impl) -> Any:
+    # Finished beams of different lengths, added one at a time: the kept set and is_done after each,
+    # for every length_penalty sign and every early_stopping rule.
+    finished = [(-3.0, 3, "a"), (-5.0, 6, "b"), (-1.5, 1, "c"), (-6.5, 8, "d"), (-4.2, 2, "e")]
+    runs = []
+    for length_penalty in (0.0, 1.0, 2.0, -1.0):
+        for early_stopping in (True, False, "never"):
+
+            def run(lp: float = length_penalty, es: Any = early_stopping) -> Any:
+                hyps = impl.beams.BeamHypotheses(3, lp, es, 12)
+                trace = []
+                for logprob_sum, length, beam in finished:
+                    hyps.add(logprob_sum, length, beam)
+                    kept = [(float(score), float(s), b) for score, s, b in hyps.hypotheses]
+                    done = [bool(hyps.is_done(best, n)) for best in (-0.5, -2.5, -6.0) for n in (1, 4, 9)]
+                    trace.append((kept, done))
+                return [float(hyps.score(-6.0, 3))], trace
+
+            runs.append(attempt(run))
+    return runs

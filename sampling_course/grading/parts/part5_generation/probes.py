@@ -66,7 +66,18 @@ def _probe_warp(impl: Impl) -> Any:
         removed_as_inf(warp(logits.clone(), 2.0, 0, 0.7, 0.0)),
         removed_as_inf(warp(logits.clone(), 2.0, 4, 0.9, 0.1)),
         removed_as_inf(warp(logits.clone(), 0.5)),
+        # The newer steps in Hugging Face's order, and an order asked for: on a row with a flat tail
+        # typical first removes the (atypical) top token, after which min-p's bar follows the new top
+        # token and keeps 22 tokens; in Hugging Face's order min-p leaves the top token alone.
+        removed_as_inf(warp(logits.clone(), 2.0, typical_p=0.8, epsilon_cutoff=0.02, top_n_sigma=2.0)),
+        removed_as_inf(warp(_flat_tail(), 1.0, 0, 1.0, 0.5, typical_p=0.5, samplers="typical_p;min_p")),
     ]
+
+
+def _flat_tail() -> torch.Tensor:
+    """One row: a top token of about .3 and 30 tokens of about .02 each, no two alike."""
+    probs = torch.tensor([0.4] + [0.02 + 0.0004 * i for i in range(30)])
+    return (probs / probs.sum()).log()[None]
 
 
 @probe("batched_sample")
@@ -92,7 +103,14 @@ def _probe_batched_sample(impl: Impl) -> Any:
     first = seeded()
     torch.rand(1)
     reproducible = bool(torch.equal(first, seeded()))
-    return [greedy, rows, reproducible]
+
+    # A setting of the chain beyond the classic four: epsilon 0.25 leaves row 0 its top token alone
+    # (.6; the others are .15 .15 .1), where dropping the setting draws all four.
+    chained = logits_of((0.6, 0.15, 0.15, 0.1, 0.0))
+    g2 = torch.Generator()
+    chain = frequencies(lambda: sample(chained.clone(), 1.0, generator=g2, epsilon_cutoff=0.25)[0], 5, gap=0.3, seed=88,
+                        generator=g2)
+    return [greedy, rows, reproducible, chain]
 
 
 @probe("apply_repetition_penalty")
@@ -185,7 +203,38 @@ def _probe_generate(impl: Impl) -> Any:
     # The presence and frequency penalties count the generated tokens only, never the prompt's.
     penalised = impl.generate.generate(model, tok, prompts, 6, temperature=0.0, presence_penalty=0.8,
                                        frequency_penalty=0.5, return_dict_in_generate=True)
-    return [plain(out.sequences), plain(out.scores), plain(out.logprobs), calls, plain(penalised.scores)]
+    # The processors: no end-of-text before 4 new tokens (it is forced at position 3), a banned
+    # word, a bias. Sequences only: the scores above already say what each step was drawn from.
+    processed = impl.generate.generate(CachedToyLM(model.cfg, table, row_of, by_position), tok, prompts, 6,
+                                       temperature=0.0, min_new_tokens=4, bad_words_ids=[[words[5]]],
+                                       logit_bias={words[6]: 3.0})
+    return [plain(out.sequences), plain(out.scores), plain(out.logprobs), calls, plain(penalised.scores),
+            plain(processed), _mirostat_second_token(impl)]
+
+
+def _mirostat_second_token(impl: Impl) -> Any:
+    """The distribution of the second token mirostat draws, which depends on the state the first draw left.
+
+    After the start token the model offers three words, .5 .25 .25; after any word .5 .3 .2. With
+    tau 1.2 and eta 2, mu starts at 2.4 bits and keeps all three. Drawing the .5 word (1 bit)
+    raises mu to 2.8 and the second step keeps all three again; drawing a .25 word (2 bits) drops
+    it to 0.8, and the second step keeps the .5 word alone. So the second token is .75 .15 .1. A
+    state that is not carried keeps all three at the second step: .5 .3 .2.
+    """
+    tok, words = tokenizer(), word_ids()
+    first, second, third = words[:3]
+    rows = {w: {first: 0.5, second: 0.3, third: 0.2} for w in words}
+    rows[tok.eos_token_id] = {first: 0.5, second: 0.25, third: 0.25}
+    table, row_of = word_table(generator(92), rows=rows)
+    model = CachedToyLM(small_config(d_vocab=len(tok), n_ctx=32), table, row_of)
+    prompt = [tok.decode([tok.eos_token_id])]
+
+    def draw() -> Any:
+        out = impl.generate.generate(model, tok, prompt, 2, mirostat=2, mirostat_tau=1.2, mirostat_eta=2.0,
+                                     eos_token_id=-1)
+        return out[0, -1]
+
+    return frequencies(draw, len(tok), gap=0.2, seed=93)
 
 
 @probe("StopStringCriteria")
@@ -220,3 +269,95 @@ def _probe_streamer(impl: Impl) -> Any:
     streamer.end()
     seen.append(printed.getvalue())
     return seen
+
+
+# ---------------------------------------------------------------------------------------
+# The newer filters, mirostat, DRY and banned words
+# ---------------------------------------------------------------------------------------
+
+
+@probe("typical_filter")
+def _probe_typical(impl: Impl) -> Any:
+    # Row 0: .40 .25 .15 .10 .06 .04 (entropy 1.52 nats); ranked by |surprise - entropy| the
+    # most typical tokens are .25 and .15, and top-p's ranking would start with .40. Row 1 has
+    # one likely token over a flat tail: the likely token is the least typical. No running
+    # total lands on a cutoff.
+    logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.55, 0.1, 0.09, 0.09, 0.085, 0.085))
+    return [removed_as_inf(impl.generate.typical_filter(logits.clone(), p)) for p in (0.3, 0.5, 0.85)]
+
+
+@probe("epsilon_filter")
+def _probe_epsilon(impl: Impl) -> Any:
+    # epsilon 0.2 keeps .40 .25 of row 0 and nothing of the flat row 1 but its top token; 0.05 keeps
+    # row 0's first five and all of row 1.
+    logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.18, 0.17, 0.17, 0.16, 0.16, 0.16))
+    return [removed_as_inf(impl.generate.epsilon_filter(logits.clone(), e)) for e in (0.2, 0.05)]
+
+
+@probe("eta_filter")
+def _probe_eta(impl: Impl) -> Any:
+    # A peaked row (entropy 0.56 nats: sqrt(eta) exp(-H) is .126 for eta .05, so the bar is eta itself
+    # and the .1 token stays) and a flat one (the bar falls far below eta).
+    logits = logits_of((0.85, 0.1, 0.03, 0.01, 0.005, 0.005), (0.18, 0.17, 0.17, 0.16, 0.16, 0.16),
+                       (0.04, 0.40, 0.10, 0.25, 0.15, 0.06))
+    return [removed_as_inf(impl.generate.eta_filter(logits.clone(), eta)) for eta in (0.05, 0.3)]
+
+
+@probe("top_n_sigma_filter")
+def _probe_top_n_sigma(impl: Impl) -> Any:
+    # Row 1 has tokens an earlier filter removed (-inf): the statistics must leave them out.
+    logits = torch.tensor([[3.0, 2.0, 1.5, 0.5, 0.0, -1.0], [3.0, float("-inf"), 1.0, float("-inf"), 0.0, -0.5]])
+    return [removed_as_inf(impl.generate.top_n_sigma_filter(logits.clone(), n)) for n in (0.5, 1.0, 2.0)]
+
+
+@probe("xtc_filter")
+def _probe_xtc(impl: Impl) -> Any:
+    # Probability 1 cuts whenever it can (the same for any correct draw), probability 0 never.
+    # Row 0 has three tokens at or above 0.1, row 1 one, row 2 two.
+    logits = logits_of((0.45, 0.3, 0.15, 0.05, 0.05), (0.8, 0.05, 0.05, 0.05, 0.05), (0.5, 0.4, 0.04, 0.03, 0.03))
+    xtc = impl.generate.xtc_filter
+    return [removed_as_inf(xtc(logits.clone(), t, p, torch.Generator().manual_seed(89)))
+            for t, p in ((0.1, 1.0), (0.2, 1.0), (0.1, 0.0))]
+
+
+@probe("mirostat_step")
+def _probe_mirostat(impl: Impl) -> Any:
+    step = impl.generate.mirostat_step
+    logits = logits_of((0.5, 0.25, 0.15, 0.1), (0.5, 0.25, 0.15, 0.1), (0.7, 0.2, 0.06, 0.04))
+    # Each row its own mu (bits): 0.5 keeps the top token only, 2.2 keeps .5 .25, 3.5 keeps .5 .25 .15 .1.
+    mu = torch.tensor([0.5, 2.2, 3.5])
+    _, _, kept = step(logits.clone(), mu.clone(), 3.0, 0.5, torch.Generator().manual_seed(90))
+    # Rows whose cut leaves one token draw it for sure: then the new mu is known (the drawn
+    # token's surprise after renormalising is 0, so mu moves by eta * tau).
+    tokens, new_mu, _ = step(logits.clone(), torch.tensor([0.5, 0.5, 0.3]), 3.0, 0.5, torch.Generator().manual_seed(91))
+    return [removed_as_inf(kept), plain(tokens), plain(new_mu)]
+
+
+@probe("apply_dry_penalty")
+def _probe_dry(impl: Impl) -> Any:
+    dry = impl.generate.apply_dry_penalty
+    a, b, c, y, brk = 0, 1, 2, 3, 4
+    breakers = torch.tensor([False, False, False, False, True, False])
+    histories = torch.tensor([[a, b, c, c, b, c, y, a, b, c], [c, a, b, y, a, brk, c, a, b, c]])
+    mask = torch.tensor([[1] * 10, [0, 0] + [1] * 8])  # row 1's first two are padding
+    # A breaker as the very next token of a repeat ("a b" was followed by the breaker before).
+    breaker_next = torch.tensor([[y, a, b, brk, c, a, b]])
+    # A repeat of 4 that reaches back across a breaker ("c brk a b" occurred before, followed by y):
+    # the breaker caps it at the 2 tokens after it.
+    across = torch.tensor([[c, brk, a, b, y, c, brk, a, b]])
+    return [
+        plain(dry(torch.zeros(2, 6), histories, 1.0, 2.0, 2, breakers, -1, mask)),
+        plain(dry(torch.zeros(2, 6), histories, 0.5, 1.5, 1, breakers, 6, mask)),
+        plain(dry(torch.zeros(1, 6), breaker_next, 1.0, 2.0, 2, breakers)),
+        plain(dry(torch.zeros(1, 6), across, 1.0, 2.0, 2, breakers)),
+    ]
+
+
+@probe("ban_bad_words")
+def _probe_ban_bad_words(impl: Impl) -> Any:
+    ban = impl.generate.ban_bad_words
+    history = torch.tensor([[7, 7, 1], [1, 2, 2], [9, 1, 2], [3, 4, 5]])
+    mask = torch.tensor([[0, 0, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])
+    bad = [[7, 1, 5], [2, 2, 4], [1, 2, 8], [6], [3, 4]]
+    return [removed_as_inf(ban(torch.zeros(4, 10), history, bad, mask)), removed_as_inf(ban(torch.zeros(4, 10), history, bad))]
+

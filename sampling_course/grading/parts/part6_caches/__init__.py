@@ -275,3 +275,217 @@ VARIANTS: list[Variant] = [
             "        self.buffer[layer, 1].index_copy_(1, slots.to(self.buffer.device), v)\n"
             "        key_pos = self.window_length if full else held + new_pos\n"),
 ]
+
+
+# ---------------------------------------------------------------------------------------
+# Fast decoding on a GPU (notebook 06b, exercises/gpu_decoding.py)
+# ---------------------------------------------------------------------------------------
+
+EXERCISES += (
+    exercise(
+        "fixed_shape_step", 6, "gpu_decoding", "fixed_shape_step",
+        "A decode step that does the same work at every position, so that it can be captured as a CUDA "
+        "graph: the position is a tensor on the device, the new keys and values go into slot `position` of "
+        "the static buffer, and attention reads every slot through a mask.",
+        "Nothing may depend on the position's value on the host: no int(position), no slicing up to it. "
+        "Write the new keys and values with an in-place write at a tensor index (index_copy_), and let the "
+        "new token see slots 0 .. position (its own included) through a boolean mask over all max_len slots.",
+        "Embed with W_E[tokens] + W_pos[position.view(1)] (a 1-element index; a 0-d tensor index is read back "
+        "as an int). Per layer, as in fast_forward: LayerNorm, one addmm for Q, K, V viewed as "
+        "(batch, 3, n_heads, d_head); buffer[layer, 0].index_copy_(1, position.view(1), k[:, None]) and the "
+        "same for values; F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), "
+        "values.transpose(1, 2), attn_mask=visible) with visible = (arange(max_len) <= position)[None, :].",
+        "slot = position.view(1)\n"
+        "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]\n"
+        "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n"
+        "for layer, w in enumerate(fused):\n"
+        "    x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)\n"
+        "    q, k, v = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, 3, cfg.n_heads, cfg.d_head).unbind(1)\n"
+        "    keys, values = buffer[layer, 0], buffer[layer, 1]\n"
+        "    keys.index_copy_(1, slot, k[:, None]); values.index_copy_(1, slot, v[:, None])\n"
+        "    z = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible)\n"
+        "    ... W_O and the MLP as in fast_forward, then ln_final and the unembedding",
+    ),
+    exercise(
+        "race_sample", 6, "gpu_decoding", "race_sample",
+        "Draw one token per row from softmax(logits), torch.multinomial's law, without making the host wait "
+        "for the device: the exponential race.",
+        "Give each token an alarm clock that rings after an exponential time of rate p_i: clock i rings at "
+        "E_i / p_i with E_i ~ Exp(1), and the first to ring is token i with probability exactly p_i. That is "
+        "element-wise work and an argmax, all on the device.",
+        "probs = softmax(logits); clocks = torch.empty_like(probs).exponential_(generator=generator) (one "
+        "clock per token and row, from the generator given); the winner is (probs / clocks).argmax(-1). "
+        "Not torch.multinomial: it draws the same way, but PyTorch has long checked its input on the host first.",
+        "probs = logits.float().softmax(dim=-1)\n"
+        "clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
+        "return (probs / clocks).argmax(dim=-1)",
+    ),
+    exercise(
+        "decode_loop", 6, "gpu_decoding", "decode_loop",
+        "Run the decode steps, looking at which rows have finished only every check_every steps, and return "
+        "the tokens a loop that looked after every step would return.",
+        "bool(finished.all()) makes the host wait for the device: do it only after steps check_every, "
+        "2 check_every, ... Keep finished.all() of every step as a device tensor, and at the end drop the "
+        "columns after the first step at which every row had finished. step() returns the same tensor every "
+        "time: keep a copy of each step's tokens.",
+        "columns.append(step().clone()); all_done.append(finished.all()); stop when (i + 1) % check_every == 0 "
+        "and bool(all_done[-1]). At the end: done = torch.stack(all_done); keep the first "
+        "int(done.long().argmax()) + 1 columns if done.any(), else all of them.",
+        "columns, all_done = [], []\n"
+        "for i in range(max_new_tokens):\n"
+        "    columns.append(step().clone())\n"
+        "    all_done.append(finished.all())\n"
+        "    if (i + 1) % check_every == 0 and bool(all_done[-1]): break\n"
+        "done = torch.stack(all_done)\n"
+        "keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n"
+        "return torch.stack(columns[:keep], dim=1)",
+    ),
+)
+
+_G = "gpu_decoding.py"
+
+MISTAKES += [
+    Mistake(6, "fixed-shape step hides the new token from itself", _G,
+            "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]",
+            "visible = (torch.arange(max_len, device=tokens.device) < position)[None, :]",
+            why="the mask shows slots before the position only; the new token must also see its own slot."),
+    Mistake(6, "fixed-shape step attends to every slot", _G,
+            "values.transpose(1, 2), attn_mask=visible\n", "values.transpose(1, 2)\n",
+            why="attention reads every slot of the buffer, the ones not written yet too; mask all but 0 .. position."),
+    Mistake(6, "fixed-shape step writes the new keys one slot late", _G,
+            "        keys.index_copy_(1, slot, k[:, None])\n        values.index_copy_(1, slot, v[:, None])\n",
+            "        keys.index_copy_(1, slot + 1, k[:, None])\n        values.index_copy_(1, slot + 1, v[:, None])\n",
+            why="the new keys and values go to slot position + 1; they belong in slot `position`."),
+    Mistake(6, "fixed-shape step embeds every token at position 0", _G,
+            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
+            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[:1]",
+            why="the new token gets the embedding of position 0 instead of W_pos[position]."),
+    Mistake(6, "fixed-shape step reads the position back to the host", _G,
+            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
+            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[int(position)]",
+            why=("int(position) copies the position to the host, which waits for the device: a captured step "
+                 "cannot do that. Index with the tensor (position.view(1)).")),
+    Mistake(6, "race multiplies by the clocks", _G,
+            "    return (probs / clocks).argmax(dim=-1)\n", "    return (probs * clocks).argmax(dim=-1)\n",
+            why="the race multiplies p by the clocks; a clock of rate p rings at E / p, so the winner is argmax p / E."),
+    Mistake(6, "race with uniform clocks", _G,
+            "clocks = torch.empty_like(probs).exponential_(generator=generator)",
+            "clocks = torch.empty_like(probs).uniform_(generator=generator)",
+            why="the clocks are uniform; only exponential clocks make token i win with probability p_i."),
+    Mistake(6, "race won by the last clock to ring", _G,
+            "    return (probs / clocks).argmax(dim=-1)\n", "    return (probs / clocks).argmin(dim=-1)\n",
+            why="the winner is the smallest p / E, the last clock to ring; it must be the first (argmax p / E)."),
+    Mistake(6, "race run on the logits", _G,
+            "    return (probs / clocks).argmax(dim=-1)\n", "    return (logits / clocks).argmax(dim=-1)\n",
+            why="the race divides the logits by the clocks; it needs the probabilities, softmax(logits)."),
+    Mistake(6, "race with one set of clocks for every row", _G,
+            "clocks = torch.empty_like(probs).exponential_(generator=generator)",
+            "clocks = torch.empty_like(probs[:1]).exponential_(generator=generator)",
+            why="every row uses the same clocks, so rows with the same logits always draw the same token."),
+    Mistake(6, "race ignores the generator it is given", _G,
+            "clocks = torch.empty_like(probs).exponential_(generator=generator)",
+            "clocks = torch.empty_like(probs).exponential_()",
+            why="the clocks come from torch's global generator instead of the one passed in."),
+    Mistake(6, "race drawn with torch.multinomial", _G,
+            "    return (probs / clocks).argmax(dim=-1)\n",
+            "    return torch.multinomial(probs, 1, generator=generator)[:, 0]\n",
+            why=("torch.multinomial draws from the right law, but the exercise is to draw without it: PyTorch has "
+                 "long checked its input with values read back to the host, which waits for the device.")),
+    Mistake(6, "decode loop looks after every step", _G,
+            "        if (i + 1) % check_every == 0 and bool(all_done[-1]):\n",
+            "        if bool(all_done[-1]):\n",
+            why="the loop reads `finished` after every step; it should look only every check_every steps."),
+    Mistake(6, "decode loop keeps the step's own tensor", _G,
+            "        columns.append(step().clone())", "        columns.append(step())",
+            why="each column is the tensor step() returns, which the next step overwrites: keep a copy."),
+    Mistake(6, "decode loop looks one step early", _G,
+            "        if (i + 1) % check_every == 0 and bool(all_done[-1]):\n",
+            "        if i % check_every == 0 and bool(all_done[-1]):\n",
+            why="the looks come after steps 1, check_every + 1, ...; they belong after steps check_every, 2 check_every, ..."),
+    Mistake(6, "decode loop keeps the pad columns at the end", _G,
+            "    keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n",
+            "    keep = len(columns)\n",
+            why="the columns after the step where the last row finished (pads only) are kept."),
+    Mistake(6, "decode loop drops the step where the last row finished", _G,
+            "    keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n",
+            "    keep = int(done.long().argmax()) if bool(done.any()) else len(columns)\n",
+            why="the column of the step at which the last row finished (its end token) is dropped."),
+]
+
+VARIANTS += [
+    Variant(6, "fixed_shape_step", "attention by hand: einsum, masked_fill with -inf, softmax", _G,
+            "        z = F.scaled_dot_product_attention(\n"
+            "            q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible\n"
+            "        )\n",
+            "        scores = torch.einsum('bnh,bknh->bnk', q, keys) / cfg.d_head**0.5\n"
+            "        pattern = scores.masked_fill(~visible, float('-inf')).softmax(dim=-1)\n"
+            "        z = torch.einsum('bnk,bknh->bnh', pattern, values)\n"),
+    Variant(6, "fixed_shape_step", "writes through torch.where on a one-slot mask", _G,
+            "        keys.index_copy_(1, slot, k[:, None])\n        values.index_copy_(1, slot, v[:, None])\n",
+            "        here = (torch.arange(max_len, device=tokens.device) == position)[None, :, None, None]\n"
+            "        keys.copy_(torch.where(here, k[:, None], keys))\n"
+            "        values.copy_(torch.where(here, v[:, None], values))\n"),
+    Variant(6, "fixed_shape_step", "the position embedding by index_select", _G,
+            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
+            "residual = model.embed.W_E.index_select(0, tokens) + model.pos_embed.W_pos.index_select(0, slot)"),
+    Variant(6, "race_sample", "Gumbel-max: logits minus the log of exponential clocks", _G,
+            "    probs = logits.float().softmax(dim=-1)\n"
+            "    clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
+            "    return (probs / clocks).argmax(dim=-1)\n",
+            "    clocks = torch.empty_like(logits, dtype=torch.float).exponential_(generator=generator)\n"
+            "    return (logits.float() - clocks.log()).argmax(dim=-1)\n"),
+    Variant(6, "race_sample", "the clock that rings first: argmin of clocks / probs", _G,
+            "    return (probs / clocks).argmax(dim=-1)\n",
+            "    return (clocks / probs).argmin(dim=-1)\n"),
+    Variant(6, "race_sample", "inverse of the cumulative distribution with one uniform per row", _G,
+            "    clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
+            "    return (probs / clocks).argmax(dim=-1)\n",
+            "    cdf = probs.cumsum(dim=-1)\n"
+            "    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=probs.dtype) * cdf[:, -1:]\n"
+            "    return torch.searchsorted(cdf, u, right=True)[:, 0]\n"),
+    Variant(6, "decode_loop", "a preallocated output and a device count of the steps before all finished", _G,
+            "    columns, all_done = [], []\n"
+            "    for i in range(max_new_tokens):\n"
+            "        columns.append(step().clone())  # a copy: the next step overwrites the tensor step() returns\n"
+            "        all_done.append(finished.all())  # stays on the device: no waiting\n"
+            "        if (i + 1) % check_every == 0 and bool(all_done[-1]):\n"
+            "            break\n"
+            "    done = torch.stack(all_done)\n"
+            "    # One look at the end: keep the columns up to the first step after which every row had finished.\n"
+            "    keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n"
+            "    return torch.stack(columns[:keep], dim=1)\n",
+            "    out = torch.empty(finished.shape[0], max_new_tokens, dtype=torch.long, device=finished.device)\n"
+            "    before_all_done = torch.zeros((), dtype=torch.long, device=finished.device)\n"
+            "    ran = 0\n"
+            "    for i in range(max_new_tokens):\n"
+            "        out[:, i] = step()\n"
+            "        ran += 1\n"
+            "        before_all_done += (~finished.all()).long()\n"
+            "        if (i + 1) % check_every == 0 and bool(finished.all()):\n"
+            "            break\n"
+            "    return out[:, : int(before_all_done) + 1 if bool(finished.all()) else ran]\n"),
+    Variant(6, "decode_loop", "chunks of check_every steps in a while loop, the first finished step by torch.where", _G,
+            "    columns, all_done = [], []\n"
+            "    for i in range(max_new_tokens):\n"
+            "        columns.append(step().clone())  # a copy: the next step overwrites the tensor step() returns\n"
+            "        all_done.append(finished.all())  # stays on the device: no waiting\n"
+            "        if (i + 1) % check_every == 0 and bool(all_done[-1]):\n"
+            "            break\n"
+            "    done = torch.stack(all_done)\n"
+            "    # One look at the end: keep the columns up to the first step after which every row had finished.\n"
+            "    keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n"
+            "    return torch.stack(columns[:keep], dim=1)\n",
+            "    columns, done_after = [], []\n"
+            "    ran = 0\n"
+            "    while ran < max_new_tokens:\n"
+            "        for _ in range(min(check_every, max_new_tokens - ran)):\n"
+            "            columns.append(step().clone())\n"
+            "            done_after.append(finished.all())\n"
+            "            ran += 1\n"
+            "        if bool(finished.all()):\n"
+            "            break\n"
+            "    done = torch.stack(done_after)\n"
+            "    steps = torch.arange(len(done), device=done.device)\n"
+            "    first = int(torch.where(done, steps, len(done)).min())\n"
+            "    return torch.stack(columns[: first + 1], dim=1)\n"),
+]

@@ -9,12 +9,15 @@ the fast path gets fused weights and a cache made here, so a mistake in ``fuse_q
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import einops
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
-from sampling_course.grading.matching import attempt, plain
+from sampling_course.grading.matching import FALSE_MATCH, Distribution, Frequencies, attempt, draws_for, enumerating, plain
 from sampling_course.grading.probing import (
     Impl, attn_params, demo_params, generator, loaded, probe, randn, small_config,
 )
@@ -150,3 +153,119 @@ def _probe_sink_update(impl: Impl) -> Any:
                 cache.ring = (cache.ring + 1) % recent
             cache.seen += new_pos
     return [returned, plain(cache.buffer)]
+
+
+# ---------------------------------------------------------------------------------------
+# Fast decoding on a GPU (notebook 06b)
+# ---------------------------------------------------------------------------------------
+
+# Operations that make the host wait for the device: a value read back, a shape that depends on data.
+_HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "multinomial", "unique", "item"}
+
+
+class _HostReads(TorchDispatchMode):
+    """Counts the operations run inside it that read a value back to the host; keeps every op's name and shapes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, tuple]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        shapes = tuple(tuple(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+        self.ops.append((func._overloadpacket.__name__, shapes))
+        return out
+
+    @property
+    def reads(self) -> int:
+        return sum(name in _HOST_READS for name, _ in self.ops)
+
+
+@probe("fixed_shape_step")
+def _probe_fixed_shape_step(impl: Impl) -> Any:
+    cfg, g = small_config(), generator(95)
+    model = loaded(impl.transformer.DemoTransformer(cfg), demo_params(cfg, g))
+    # Known numbers in every slot of a buffer of 8 positions, two rows; one new token per row at positions 3 then 4.
+    buffer = randn(g, cfg.n_layers, 2, 2, 8, cfg.n_heads, cfg.d_head)
+    tokens = torch.randint(0, cfg.d_vocab, (2,), generator=g)
+    fused = _fast_layers(impl, model)
+    logits, recorded = [], []
+    for position in (3, 4):
+        with _HostReads() as reads:
+            logits.append(plain(impl.gpu_decoding.fixed_shape_step(model, fused, buffer, tokens, torch.tensor(position))))
+        recorded.append(reads)
+    # Whether it read anything back to the host, and whether both positions ran the same operations on the same shapes.
+    return [logits, plain(buffer), any(r.reads for r in recorded), recorded[0].ops == recorded[1].ops]
+
+
+# Five tokens whose laws under the race's classic mistakes lie at least 0.07 apart from each other and
+# from softmax's (measured over 10^6 draws each: softmax ~[.072 .037 .037 .233 .621]; the clocks
+# multiplied ~[.037 .009 .008 .246 .699]; uniform clocks ~[.049 .025 .024 .172 .731]; the last clock
+# ~[.167 .407 .408 .017 .001]; the logits raced ~[0 0 0 .131 .869]).
+_RACE_LOGITS = torch.tensor([-0.996, -1.657, -1.660, 0.175, 1.162])
+_RACE_GAP = 0.06
+_PLANTED_DRAWS = 10**6
+
+
+def _race_law(race, seed: int) -> Any:
+    """The law of one row's token, from one call on many rows of ``_RACE_LOGITS`` (rows drawn independently).
+
+    Planted code: estimated from 10^6 rows, within ``err`` of its law for every token with
+    probability 1 - 1e-6 (Hoeffding). The learner's: ``draws_for(gap)`` rows, each frequency
+    within gap / 2 with probability 1 - 1e-6; it matches a planted law within gap / 2 + err.
+    Laws at least 0.07 > gap + 2 err apart are then never confused.
+    """
+    k = _RACE_LOGITS.numel()
+    err = math.sqrt(math.log(2 * k / FALSE_MATCH) / (2 * _PLANTED_DRAWS))
+    n = _PLANTED_DRAWS if enumerating() else draws_for(_RACE_GAP, k)
+    draws = race(_RACE_LOGITS.expand(n, k), generator=torch.Generator().manual_seed(seed))
+    counts = torch.bincount(torch.as_tensor(draws).flatten().long(), minlength=k)
+    if enumerating():
+        return Distribution(tuple((counts.double() / n).tolist()), _RACE_GAP / 2 + err)
+    return Frequencies(tuple(counts.tolist()), n, _RACE_GAP / 2 + err)
+
+
+@probe("race_sample")
+def _probe_race_sample(impl: Impl) -> Any:
+    race = impl.gpu_decoding.race_sample
+    rows = _RACE_LOGITS.expand(64, -1)
+    generator_ = torch.Generator()
+    with _HostReads() as reads:
+        first = torch.as_tensor(race(rows, generator=generator_.manual_seed(5)))
+    # Rows of one call drawn independently (64 equal draws: probability about 1e-13 if they are)?
+    same_rows = bool((first == first[0]).all())
+    torch.rand(8)  # the global generator moves on; the seeded one must give the same draws again
+    reproducible = torch.equal(first, torch.as_tensor(race(rows, generator=generator_.manual_seed(5))))
+    # The law is compared only where rows are drawn independently: it is estimated from the rows of one call.
+    law = None if same_rows else _race_law(race, 6)
+    return [same_rows, reproducible, reads.reads > 0, law]
+
+
+class _ScriptedStep:
+    """Rows that end at known calls: at call i, row r gives 99 (the end token) when ``ends[r] == i``, 0 (a pad)
+    after that, and 100 (r + 1) + i before; written into the same tensor each time, ``finished`` updated in place."""
+
+    def __init__(self, ends: list[int]):
+        self.ends, self.done, self.calls = ends, [False] * len(ends), 0
+        self.out = torch.zeros(len(ends), dtype=torch.long)
+        self.finished = torch.zeros(len(ends), dtype=torch.bool)
+
+    def __call__(self) -> torch.Tensor:
+        i, self.calls = self.calls, self.calls + 1
+        values = []
+        for r, end in enumerate(self.ends):
+            values.append(0 if self.done[r] else 99 if end == i else 100 * (r + 1) + i)
+            self.done[r] = self.done[r] or end == i
+        self.out.copy_(torch.tensor(values))
+        self.finished.copy_(torch.tensor(self.done))
+        return self.out
+
+
+@probe("decode_loop")
+def _probe_decode_loop(impl: Impl) -> Any:
+    out = []
+    for ends, max_new_tokens, check_every in (([2, 5, 3], 12, 4), ([1, 6], 7, 3)):
+        step = _ScriptedStep(ends)
+        tokens = attempt(lambda: plain(impl.gpu_decoding.decode_loop(step, step.finished, max_new_tokens, check_every)))
+        out.append((tokens, step.calls))
+    return out

@@ -98,6 +98,21 @@ EXERCISES: tuple[Exercise, ...] = (
         "keep = len(tokens) + len(new) - 1\n"
         "return new, crop_cache(target_cache, keep), crop_cache(draft_cache, min(keep, draft_cache.seq_len))",
     ),
+    exercise(
+        "prompt_lookup", 7, "speculative", "prompt_lookup",
+        "Prompt-lookup drafting: the up to num_tokens tokens that followed the last earlier occurrence of the text's final n-gram (n from max_ngram_size down to 1).",
+        "No draft model: text repeats itself (names, phrases), so what followed the same few tokens last "
+        "time is a good guess. The proposal is certain (q is a point mass), so speculative decoding accepts "
+        "it with probability p(x) and stays exact.",
+        "Try the longest n-gram first. The ending itself does not count as an earlier occurrence, but an "
+        "occurrence may overlap it. Of several occurrences take the most recent, and return what follows "
+        "it (fewer than num_tokens tokens if the text ends first); nothing found for any n: an empty tensor.",
+        "for n in range(min(max_ngram_size, len(tokens) - 1), 0, -1):\n"
+        "    windows = tokens[:len(tokens) - 1].unfold(0, n, 1)\n"
+        "    matches = (windows == tokens[len(tokens) - n:]).all(-1).nonzero()\n"
+        "    if len(matches): start = int(matches[-1]) + n; return tokens[start:start + num_tokens]\n"
+        "return tokens[:0]",
+    ),
 )
 
 _S = "speculative.py"
@@ -199,6 +214,22 @@ MISTAKES: list[Mistake] = [
             "        kth_largest = logits.topk(top_k, dim=-1).values[..., -1:]\n"
             "        logits = logits.masked_fill(logits < kth_largest, float(\"-inf\"))\n",
             why="top-p is applied before top-k; the order is temperature, then top-k, then top-p."),
+    Mistake(7, "prompt lookup takes the first occurrence", _S,
+            "start = int(matches[-1]) + n", "start = int(matches[0]) + n",
+            why=('prompt lookup proposes what followed the first occurrence of the n-gram, where it takes the '
+                 'most recent one.')),
+    Mistake(7, "prompt lookup matches the ending with itself", _S,
+            "windows = tokens[: length - 1].unfold(0, n, 1)", "windows = tokens.unfold(0, n, 1)",
+            why=("prompt lookup counts the text's ending as an earlier occurrence of itself, after which "
+                 'nothing follows.')),
+    Mistake(7, "prompt lookup tries the shortest n-gram first", _S,
+            "for n in range(min(max_ngram_size, length - 1), 0, -1):",
+            "for n in range(1, min(max_ngram_size, length - 1) + 1):",
+            why='prompt lookup tries the shortest n-gram first, where the longest goes first.'),
+    Mistake(7, "prompt lookup proposes the matched n-gram itself", _S,
+            "start = int(matches[-1]) + n", "start = int(matches[-1])",
+            why=('prompt lookup proposes the matched n-gram again, where it proposes the tokens that followed '
+                 'it.')),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
@@ -333,4 +364,29 @@ VARIANTS: list[Variant] = [
             "    extended = torch.cat([tokens, proposals])\n"
             "    logits, target_cache = target(extended.unsqueeze(0), target_cache)\n"
             "    proposals = extended[len(tokens) :]\n"),
+    Variant(7, "prompt_lookup", "plain Python lists, searching backwards", _S,
+            "    length = len(tokens)\n"
+            "    for n in range(min(max_ngram_size, length - 1), 0, -1):\n"
+            "        windows = tokens[: length - 1].unfold(0, n, 1)\n"
+            "        matches = (windows == tokens[length - n :]).all(dim=-1).nonzero()\n"
+            "        if len(matches):\n"
+            "            start = int(matches[-1]) + n\n"
+            "            return tokens[start : start + num_tokens]\n"
+            "    return tokens[:0]\n",
+            "    seq = tokens.tolist()\n"
+            "    for n in reversed(range(1, min(max_ngram_size, len(seq) - 1) + 1)):\n"
+            "        ending = seq[-n:]\n"
+            "        for i in range(len(seq) - n - 1, -1, -1):\n"
+            "            if seq[i : i + n] == ending:\n"
+            "                return tokens.new_tensor(seq[i + n : i + n + num_tokens])\n"
+            "    return tokens.new_tensor([], dtype=torch.long)\n"),
+    Variant(7, "prompt_lookup", "torch.equal on each window, from the end", _S,
+            "        windows = tokens[: length - 1].unfold(0, n, 1)\n"
+            "        matches = (windows == tokens[length - n :]).all(dim=-1).nonzero()\n"
+            "        if len(matches):\n"
+            "            start = int(matches[-1]) + n\n"
+            "            return tokens[start : start + num_tokens]\n",
+            "        for i in range(length - n - 1, -1, -1):\n"
+            "            if torch.equal(tokens[i : i + n], tokens[length - n :]):\n"
+            "                return tokens[i + n : i + n + num_tokens]\n"),
 ]

@@ -155,3 +155,17 @@ def _probe_speculative_round(impl: Impl) -> Any:
         attempt(lambda: round_after([1, 2, 3], _chain_model(g, {**_TARGET, 4: 8}), 3)),
         attempt(lambda: round_after([5, 6], _chain_model(g, _TARGET), 2)),
     ]
+
+
+@probe("prompt_lookup")
+def _probe_prompt_lookup(impl: Impl) -> Any:
+    lookup = impl.speculative.prompt_lookup
+    cases = [
+        ([1, 2, 3, 4, 9, 1, 2], 3, 2),  # a repeated phrase: 3 4 9
+        ([5, 2, 7, 6, 2, 8, 5, 2], 2, 2),  # the 2-gram 5 2 wins over the later 1-gram 2: 7 6
+        ([1, 2, 3, 1, 2, 4, 1, 2], 1, 2),  # the most recent occurrence: 4
+        ([4, 4, 4, 4], 3, 2),  # an occurrence overlapping the ending: 4
+        ([1, 2, 3, 9, 3], 2, 3),  # no 3- or 2-gram: the 1-gram 3 gives 9 3
+        ([1, 2, 3, 4], 3, 2),  # nothing
+    ]
+    return [attempt(lambda t=tokens, k=k, n=n: plain(lookup(torch.tensor(t), k, n))) for tokens, k, n in cases]

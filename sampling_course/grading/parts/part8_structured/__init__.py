@@ -81,12 +81,12 @@ EXERCISES: tuple[Exercise, ...] = (
         "row's state after it, and end a row when its constraint has read EOS.",
         "Mask the logits, not the probabilities after the temperature and the filters: top-k and top-p must "
         "choose among the allowed tokens, or they may keep none of them.",
-        "Right after apply_penalties: processed = constraint.mask_logits(processed, states). After the pads "
+        "Right after process_logits: processed = constraint.mask_logits(processed, states). After the pads "
         "are put in: states = constraint.advance(states, next_tokens). After stopped_rows: "
         "finished |= constraint.finished(states), then states = states.masked_fill(finished, constraint.DONE).",
-        "processed = apply_penalties(...)\n"
+        "processed = process_logits(...)\n"
         "if constraint is not None: processed = constraint.mask_logits(processed, states)\n"
-        "next_tokens = sample(processed, ...).masked_fill(finished, pad_token_id)\n"
+        "next_tokens, drawn_from, mu = choose_tokens(processed, ...); next_tokens = next_tokens.masked_fill(finished, pad_token_id)\n"
         "if constraint is not None: states = constraint.advance(states, next_tokens)\n"
         "...\n"
         "finished |= stopped_rows(criteria, input_ids, processed)\n"
@@ -181,15 +181,16 @@ MISTAKES: list[Mistake] = [
             why="a finished (DONE) row looks its pad up in the index instead of staying DONE."),
     Mistake(8, "masking after the temperature-scaled softmax and the filters instead of the logits", _G,
             "            processed = constraint.mask_logits(processed, states)\n"
-            "        next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
-            "            if temperature > 0:\n"
-            "                probs = warp_logits(processed, temperature, top_k, top_p, min_p).softmax(dim=-1)\n"
-            "                probs = constraint.mask_logits(probs.log(), states).exp()\n"
+            "        next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n",
+            "            if settings.temperature > 0:\n"
+            "                warped = warp_logits(processed, settings.temperature, settings.top_k, settings.top_p, settings.min_p)\n"
+            "                probs = constraint.mask_logits(warped.softmax(dim=-1).log(), states).exp()\n"
             "                next_tokens = torch.multinomial(probs / probs.sum(dim=-1, keepdim=True), 1, generator=generator)[:, 0]\n"
+            "                drawn_from = probs.log()\n"
             "            else:\n"
-            "                next_tokens = sample(constraint.mask_logits(processed, states), temperature, top_k, top_p, min_p, generator)\n"
+            "                next_tokens, drawn_from, mu = choose_tokens(constraint.mask_logits(processed, states), settings, generator, mu)\n"
             "        else:\n"
-            "            next_tokens = sample(processed, temperature, top_k, top_p, min_p, generator)\n",
+            "            next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n",
             why="the mask applied to the probabilities after the temperature and the filters, so top-k and top-p choose among all tokens."),
     Mistake(8, "the constraint never ends a row", _G,
             "            finished |= constraint.finished(states)\n", "",
@@ -340,16 +341,12 @@ VARIANTS: list[Variant] = [
             "\n"
             "        return states.new_tensor([follow(s, t) for s, t in zip(states.tolist(), tokens.tolist())])\n"),
     Variant(8, "constrained_generate", "the mask applied to the raw logits, before the penalties (they leave -inf alone)", _G,
-            "        processed = apply_penalties(\n"
-            "            logits, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty, n_prompt\n"
-            "        )\n"
+            "        processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
             "        if constraint is not None:\n"
             "            # Before the temperature and the filters, so that they choose among allowed tokens only.\n"
             "            processed = constraint.mask_logits(processed, states)\n",
             "        masked = logits if constraint is None else constraint.mask_logits(logits, states)\n"
-            "        processed = apply_penalties(\n"
-            "            masked, input_ids, attention_mask, repetition_penalty, presence_penalty, frequency_penalty, n_prompt\n"
-            "        )\n"),
+            "        processed = process_logits(masked, input_ids, attention_mask, step, settings)\n"),
     Variant(8, "constrained_generate", "finished rows' states set with torch.where", _G,
             "            finished |= constraint.finished(states)\n"
             "            states = states.masked_fill(finished, constraint.DONE)\n",
