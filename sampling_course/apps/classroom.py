@@ -62,6 +62,8 @@ def grade_main(argv: list[str]) -> int:
                         help="also write the (single) submission's Gradescope results.json to PATH")
     parser.add_argument("--title", default="Class report", help="title of the class report")
     parser.add_argument("--quiet", action="store_true", help="no line per graded submission")
+    parser.add_argument("--threads", type=integer("--threads", 1), default=None, metavar="N",
+                        help="torch threads of the grading runs (default 1, or $OMP_NUM_THREADS)")
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
@@ -74,6 +76,10 @@ def grade_main(argv: list[str]) -> int:
     if args.scheduler and args.jobs != 1:
         parser.error("--jobs and --scheduler exclude each other: the cluster decides how many run at once")
 
+    if args.threads is not None:  # the grader's test runs and the submissions' processes read it
+        import os
+
+        os.environ["OMP_NUM_THREADS"] = str(args.threads)
     from sampling_course.grading.classroom.executors import grade_all
     from sampling_course.grading.classroom.reports import write_reports
     from sampling_course.grading.classroom.settings import load_settings
