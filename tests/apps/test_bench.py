@@ -27,6 +27,7 @@ def test_id_tokenizer_round_trip():
     assert tok.eos_token_id < 0
 
 
+@pytest.mark.slow
 def test_quick_bench_runs_and_its_checks_pass(quick_setup):
     """Every method runs (warm-up, then one timed round); greedy and beam answers agree (run() raises otherwise)."""
     results = bench.run(quick_setup, repeats=1, progress=False)

@@ -121,6 +121,7 @@ def test_ctrl_c_ends_every_command_in_one_line(command, monkeypatch, capsys):
     assert [line for line in err.splitlines() if line.strip()] == [f"sampling-course {command}: interrupted"]
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_demo():
     """A real Ctrl-C (SIGINT) while the demo runs: one line, exit code 130, no traceback."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}

@@ -131,6 +131,7 @@ def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
 CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
 
 
+@pytest.mark.slow
 def test_cli_repl_reads_stdin():
     """The REPL in a real process: prompts and commands from stdin, /quit leaves with status 0."""
     stdin = "/set temperature 0\n/show\nThe cat\n/quit\nnever reached\n"

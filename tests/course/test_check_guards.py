@@ -101,6 +101,7 @@ def test_time_limit_stops_a_python_loop_and_leaves_nothing_behind():
     time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_pytest_reports_an_endless_loop_on_one_line(planted_course, capsys):
     """pytest --impl exercises stops the looping test, says "took longer than N s" on one line, skips the
     exercise's other tests, and shows no traceback or FAILED line."""
@@ -117,6 +118,7 @@ def test_pytest_reports_an_endless_loop_on_one_line(planted_course, capsys):
     assert "1 passed, 1 skipped" in out and "1 took too long" in out, out
 
 
+@pytest.mark.slow
 def test_check_and_progress_report_an_endless_loop(planted_course, monkeypatch):
     """check() and progress stop the loop after $SAMPLING_COURSE_TEST_TIMEOUT and show it as the exercise's status."""
     monkeypatch.setattr(runner, "tests_dir", lambda: planted_course)

@@ -216,6 +216,7 @@ def test_layer_norm_solution_is_done():
     assert result.passed >= 2 and result.failed == 0 and result.not_implemented == 0
 
 
+@pytest.mark.slow
 def test_layer_norm_stub_is_not_implemented_and_cli_fails():
     """The generated stub reports 'not implemented yet' naming the stub, and the CLI exits non-zero."""
     exercises_untouched()
@@ -247,6 +248,7 @@ class WrongLayerNorm(torch.nn.Module):
         return residual / scale * self.w + self.b
 
 
+@pytest.mark.slow
 def test_check_with_an_object_from_the_notebook():
     """check(name, obj=...) grades that object: the solution's class passes, a wrong one fails with a message."""
     from solutions.transformer import LayerNorm
@@ -265,6 +267,7 @@ def test_check_with_an_object_from_the_notebook():
     assert "differs from the reference" in text and "Hint:" in text and get_exercise("LayerNorm").hints[0][:40] in text
 
 
+@pytest.mark.slow
 def test_nested_check_leaves_outer_modules_alone():
     """After a check, the modules and classes the caller imported before are the same objects."""
     import exercises.transformer

@@ -196,6 +196,7 @@ def test_a_mistake_planted_on_disk_is_named(learner_package):
         assert name_mistake(exercise, learner_package(_mistake(name))) == _mistake(name)
 
 
+@pytest.mark.slow
 def test_the_solutions_and_unfilled_stubs_are_named_nothing():
     for name in load_probes():
         assert name_mistake(name, "solutions") is None, name

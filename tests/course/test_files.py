@@ -127,6 +127,7 @@ BUILD_AT_ONCE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_two_processes_building_the_cache_at_once_both_succeed(home):
     """Two processes that find no stand-in cache build it at the same time: both load a whole checkpoint."""
     env = {**os.environ, "SAMPLING_COURSE_HOME": str(home), "OMP_NUM_THREADS": "1"}
@@ -200,6 +201,7 @@ def test_the_recompute_switch(monkeypatch, tmp_path):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_check_on_broken_course_files_blames_the_course(monkeypatch):
     """With a shipped checkpoint damaged, check says the course's own files are broken and how to fix
     that; it gives no verdict on the exercise and no hint."""

@@ -408,6 +408,7 @@ def test_demo_transformer_matches_hf_logits(name: str) -> None:
     torch.testing.assert_close(actual, expected, atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_heldout_loss_is_near_the_entropy_floor(script, story, draft, tokenizer) -> None:
     """"story" is within 0.1 nats/token of the floor; the draft within its looser bound, and not the tighter one.
 
