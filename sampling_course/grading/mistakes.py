@@ -155,7 +155,8 @@ def _run_tests(change: Change, package: str, selection: list[str]) -> tuple[int,
 
 def _shared_state() -> dict[str, str]:
     """Fingerprints of what the runs in one worker share: torch's settings and each loaded
-    reference model's weights (the TransformerLens model only once a test has built it)."""
+    reference's weights: the checkpoint's tensors, and its Hugging Face and TransformerLens
+    models once a test has built them (reading them here would build them for nothing)."""
     import torch
 
     from sampling_course.reference import load_reference
@@ -163,10 +164,13 @@ def _shared_state() -> dict[str, str]:
     state = {"torch": repr((torch.is_grad_enabled(), torch.get_default_dtype(), torch.get_num_threads()))}
     for name in SHARED_REFERENCES:
         reference = load_reference(name)
-        models = {"hf": reference.hf_model, **({"tl": reference.model} if reference.model_loaded else {})}
+        models = {"weights": reference.weights,
+                  **({"hf": reference.hf_model} if reference.hf_model_loaded else {}),
+                  **({"tl": reference.model} if reference.model_loaded else {})}
         for kind, model in models.items():
-            digest = hashlib.blake2b(repr(model.training).encode(), digest_size=16)
-            for key, tensor in model.state_dict().items():
+            tensors = model if isinstance(model, dict) else model.state_dict()
+            digest = hashlib.blake2b(repr(getattr(model, "training", None)).encode(), digest_size=16)
+            for key, tensor in tensors.items():
                 digest.update(key.encode())
                 digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
             state[f"{name}/{kind}"] = digest.hexdigest()
