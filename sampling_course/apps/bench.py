@@ -59,6 +59,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sampling_course.apps.weight_bytes import weight_bytes_per_token  # noqa: F401 (also imported from here)
 from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
@@ -232,15 +233,6 @@ def measure_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
         data.sum()
         best = min(best, time.perf_counter() - start)
     return data.numel() * data.element_size() / best
-
-
-def weight_bytes_per_token(model: torch.nn.Module) -> int:
-    """Bytes of weights a one-token decode step reads: every parameter, except the one row of
-    the embedding and of the position embedding that the token uses."""
-    total = sum(p.numel() * p.element_size() for p in model.parameters())
-    for table in (model.embed.W_E, model.pos_embed.W_pos):
-        total -= (table.shape[0] - 1) * table.shape[1] * table.element_size()
-    return total
 
 
 def bandwidth_report(setup: Setup, results: list[Method], bandwidth: float, console) -> None:

@@ -185,7 +185,7 @@ def methods(
 
 def build_cases(args: argparse.Namespace, device: torch.device, capture: bool = True, compile: bool = True) -> tuple[list[Case], str]:
     """The weights in each dtype on ``device``, DemoTransformers holding them, the prompts, the methods."""
-    from sampling_course.apps.bench import weight_bytes_per_token
+    from sampling_course.apps.weight_bytes import weight_bytes_per_token
     from sampling_course.config import Config
     from sampling_course.weights import demo_state_dict
 
@@ -342,7 +342,7 @@ def kernels_launched(fn: Callable[[], object], device: torch.device) -> int | No
 def eager_step_costs(model, caches, batches=(1, 8), context: int = 64, repeats: int = 20, seed: int = 0) -> list[StepCost]:
     """For each batch size: the best time of one eager decode step (part 6's static cache and fast path) with
     ``context`` tokens cached, and the kernels it launches."""
-    from sampling_course.apps.bench import weight_bytes_per_token
+    from sampling_course.apps.weight_bytes import weight_bytes_per_token
 
     device = model.embed.W_E.device
     generator = torch.Generator().manual_seed(seed)
