@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompt = args.prompt if args.prompt is not None else STORY_PROMPT if story else DEFAULT_PROMPT
     n_prompt = len(tokenizer.encode(prompt))
     if n_prompt + args.max_tokens > cfg.n_ctx:
-        raise UsageError(f"the prompt ({n_prompt} tokens) and --max-tokens {args.max_tokens} do not fit in "
+        raise UsageError(f"the prompt ({n_prompt} token{'s' * (n_prompt != 1)}) and --max-tokens {args.max_tokens} do not fit in "
                          f"{name}'s context of {cfg.n_ctx} tokens")
     device = device_from(parser, args)
     from sampling_course.apps.threads import course_threads, torch_threads

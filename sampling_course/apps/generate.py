@@ -450,8 +450,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name, cfg, tokenizer = checked_settings(args.model, "--model")
     n_prompt = len(tokenizer.encode(args.prompt)) if args.prompt is not None else 1
     if n_prompt + settings["max_new_tokens"] > cfg.n_ctx:
-        raise UsageError(f"the prompt ({n_prompt} tokens) and --max-new-tokens {settings['max_new_tokens']} do not fit "
-                         f"in {name}'s context of {cfg.n_ctx} tokens: ask for at most {max(0, cfg.n_ctx - n_prompt)}")
+        raise UsageError(f"the prompt ({n_prompt} token{'s' * (n_prompt != 1)}) and --max-new-tokens "
+                         f"{settings['max_new_tokens']} do not fit in {name}'s context of {cfg.n_ctx} tokens: ask for "
+                         f"at most {max(0, cfg.n_ctx - n_prompt)}")
     from sampling_course.devices import pick_device
 
     try:  # a device this machine lacks: one line, before the model loads

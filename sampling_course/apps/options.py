@@ -184,7 +184,10 @@ def run_command(prog: str, main: Callable[[], int]) -> int:
     try:
         return main()
     except SystemExit as exc:  # argparse's --help (0) and usage errors (2), already printed
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else (print(exc.code, file=sys.stderr), 1)[1])
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(f"{prog}: error: {exc.code}", file=sys.stderr, flush=True)  # SystemExit("message"): one line, 1
+        return EXIT_NOT_OK
     except KeyboardInterrupt:
         # On a terminal ^C was echoed without a newline: end that line first.
         print(f"{chr(10) if sys.stderr.isatty() else ''}{prog}: interrupted", file=sys.stderr, flush=True)
