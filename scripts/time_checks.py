@@ -20,8 +20,9 @@ transformers or transformer_lens (it should not).
 
 Timings on a shared machine are noisy: the load average is printed next to them, the
 CPU seconds (user + system) are printed next to the wall-clock seconds (on a busy machine
-they are closer to what an idle one would take), and ``--repeat`` keeps the fastest of
-several runs. The targets are for wall-clock time; exits 1 when one is missed.
+they are closer to what an idle one would take), and ``--repeat N`` runs N interleaved
+rounds and prints the median and the spread (fastest-slowest) of each measurement. The
+targets are for the median wall-clock time; exits 1 when one is missed.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("exercise", nargs="*", default=DEFAULT_EXERCISES, help="exercises to time (default: a few of parts 1-3)")
     parser.add_argument("--impl", default="exercises", choices=["exercises", "solutions"])
-    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved rounds; the median counts, the spread is printed (default 1)")
     parser.add_argument("--no-progress", action="store_true", help="skip timing `sampling-course progress`")
     args = parser.parse_args(argv)
     if args.repeat < 1:
@@ -108,31 +110,36 @@ def main(argv: list[str] | None = None) -> int:
     wall, _, imported = _timed(_cli("check", *args.exercise, "--impl", args.impl))
     print(f"filling the store of reference outputs (one check of them all, untimed target): {wall:.1f} s, "
           f"imported {imported}")
-    rows: list[tuple[str, str, tuple[float, float, str]]] = []
-    for name in args.exercise:
-        rows.append(("first check", f"sampling-course check {name}",
-                     min(_timed(_cli("check", name, "--impl", args.impl)) for _ in range(args.repeat))))
-    later: dict[str, tuple[float, float, str]] = {}
+    # Interleaved rounds: every measurement once per round, so that a burst of load on the
+    # machine spreads over all of them instead of spoiling one.
+    runs: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
     for _ in range(args.repeat):
+        for name in args.exercise:
+            runs.setdefault(("first check", f"sampling-course check {name}"), []).append(
+                _timed(_cli("check", name, "--impl", args.impl)))
         proc = subprocess.run([sys.executable, "-c", _LATER, args.impl, *args.exercise],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-2000:], file=sys.stderr)
             return 2
         for name, timing in json.loads(proc.stdout.strip().splitlines()[-1]).items():
-            later[name] = min(tuple(timing), later.get(name, (float("inf"), 0.0, "")))
-    rows += [("later check", f"check({name!r}) again", timing) for name, timing in later.items()]
-    if not args.no_progress:
-        rows.append(("progress", "sampling-course progress",
-                     min(_timed(_cli("progress", "--impl", args.impl)) for _ in range(args.repeat))))
+            runs.setdefault(("later check", f"check({name!r}) again"), []).append(tuple(timing))
+        if not args.no_progress:
+            runs.setdefault(("progress", "sampling-course progress"), []).append(
+                _timed(_cli("progress", "--impl", args.impl)))
 
     missed = 0
-    width = max(len(what) for _, what, _ in rows)
-    print(f"  {'':<{width}}  {'wall':>7}  {'cpu':>7}   {'target':<12}  {'':<6}  oracle libraries imported")
-    for kind, what, (wall, cpu, imported) in rows:
+    width = max(len(what) for _, what in runs)
+    print(f"  {'':<{width}}  {'wall':>7}  {'spread':>11}  {'cpu':>7}   {'target':<12}  {'':<6}  "
+          f"oracle libraries imported")
+    for (kind, what), timings in runs.items():
+        walls = sorted(t[0] for t in timings)
+        wall, cpu = statistics.median(walls), statistics.median(t[1] for t in timings)
+        imported = ", ".join(sorted({t[2] for t in timings}))
         ok = wall < TARGETS[kind]
         missed += not ok
-        print(f"  {what:<{width}}  {wall:5.1f} s  {cpu:5.1f} s   target < {TARGETS[kind]:2.0f} s  "
+        spread = f"{walls[0]:.1f}-{walls[-1]:.1f} s" if len(walls) > 1 else ""
+        print(f"  {what:<{width}}  {wall:5.1f} s  {spread:>11}  {cpu:5.1f} s   target < {TARGETS[kind]:2.0f} s  "
               f"{'ok' if ok else 'MISSED':<6}  {imported}")
     print(f"after: {_load()}")
     return 1 if missed else 0

@@ -14,7 +14,7 @@ and stopped by this script.
 
     python scripts/time_threads.py              # idle, then one busy core
     python scripts/time_threads.py --busy 0 1 2
-    python scripts/time_threads.py --repeat 3   # the fastest of three runs each
+    python scripts/time_threads.py --repeat 3   # median and spread of three interleaved runs each
 
 Only the wall-clock times of an otherwise idle machine mean what they say; the script
 prints the load average next to them.
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -85,23 +86,34 @@ def _decode(threads: str) -> float:
     return float(out.stdout.split()[0])
 
 
+def _summary(seconds: list[float]) -> str:
+    """The median, and the spread (fastest-slowest) when there are several runs."""
+    median = statistics.median(seconds)
+    return f"{median:.2f} s" + (f" ({min(seconds):.2f}-{max(seconds):.2f})" if len(seconds) > 1 else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy processes to add, in turn (default 0 1)")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per measurement; the fastest counts (default 1)")
+    parser.add_argument("--repeat", type=int, default=1, help="interleaved runs per measurement; the median counts, the spread is printed (default 1)")
     args = parser.parse_args(argv)
     if args.repeat < 1 or min(args.busy) < 0:
         parser.error("--repeat must be >= 1 and --busy >= 0")
     default = str(_default_threads())
     print(f"torch's default: {default} threads; {_load()}")
-    print(f"{'extra busy processes':>20}  {'workload':<28} {'default (' + default + ' threads)':>22} {'policy':>10}")
+    print(f"{'extra busy processes':>20}  {'workload':<28} {'default (' + default + ' threads)':>22} {'policy':>22}")
     for busy in args.busy:
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
         try:
             time.sleep(1.0 if busy else 0.0)
             for name, run in (("demo (story)", _demo), ("64-token uncached decode", _decode)):
-                timings = {t: min(run(t) for _ in range(args.repeat)) for t in (default, "policy")}
-                print(f"{busy:>20}  {name:<28} {timings[default]:>20.2f} s {timings['policy']:>8.2f} s", flush=True)
+                # Interleaved: default, policy, default, policy, ... so that drifting load hits both alike.
+                timings: dict[str, list[float]] = {default: [], "policy": []}
+                for _ in range(args.repeat):
+                    for threads in timings:
+                        timings[threads].append(run(threads))
+                print(f"{busy:>20}  {name:<28} {_summary(timings[default]):>22} {_summary(timings['policy']):>22}",
+                      flush=True)
         finally:
             for hog in hogs:
                 hog.kill()
