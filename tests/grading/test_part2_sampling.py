@@ -54,9 +54,18 @@ def draws_needed(delta: float = 0.07, alpha: float = ALPHA, beta: float = 1e-6, 
 
 
 @cache
-def n_draws() -> int:
-    """The draws of every frequency test below: ``draws_needed()``, about 5,200 (one call per draw)."""
-    return draws_needed()
+def n_draws(delta: float = 0.07) -> int:
+    """The draws of a frequency test: ``draws_needed(delta)``, about 5,200 for the default
+    (one call per draw); tests whose mistakes move more probability pass a larger ``delta``."""
+    return draws_needed(delta)
+
+
+# Every classic top-p mistake changes which tokens are kept, and on at least one setting of
+# each top-p test below that moves 0.15 or more of probability (an exclusive cutoff at
+# top_p = 0.79 drops a token of probability .375; ignoring min_tokens_to_keep = 3 at 0.3
+# drops .457; sorting ascending or returning the rank puts mass on tokens never allowed).
+# So these tests are sized for delta = 0.15: about 1,100 draws instead of 5,200.
+NUCLEUS_DELTA = 0.15
 
 
 def binom():
@@ -397,7 +406,7 @@ def test_sample_top_p_inclusive_cutoff(Sampler, top_p, kept, seed):
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p)
     assert int((expected > 0).sum()) == kept  # the oracle itself
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(), top_p)
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(NUCLEUS_DELTA), top_p)
     assert_draws_follow(draws, expected, f"top_p={top_p}")
 
 
@@ -410,7 +419,7 @@ def test_sample_top_p_min_tokens_to_keep(Sampler, top_p, min_tokens_to_keep, see
     """
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p, min_tokens_to_keep)
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(), top_p, min_tokens_to_keep=min_tokens_to_keep)
+    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(NUCLEUS_DELTA), top_p, min_tokens_to_keep=min_tokens_to_keep)
     assert_draws_follow(draws, expected, f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}")
 
 
@@ -421,7 +430,7 @@ def test_sample_top_p_on_unsorted_logits(Sampler, seed):
     Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
-    draws = draws_of(Sampler.sample_top_p, LOGITS_2, n_draws(), 0.6)
+    draws = draws_of(Sampler.sample_top_p, LOGITS_2, n_draws(NUCLEUS_DELTA), 0.6)
     assert_draws_follow(draws, top_p_probs(softmax64(LOGITS_2), 0.6), "top_p=0.6")
 
 
