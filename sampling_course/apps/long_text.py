@@ -38,25 +38,36 @@ route (Hugging Face's eager attention), how much attention each layer and head p
 first few tokens of a text: the "attention sinks" that the sink cache keeps. The command
 prints that table too.
 
-The computing functions are importable (the part 6 notebook uses them) and print nothing;
-``table`` (and ``attention_sinks.attention_table``) turn their results into rich tables.
+The computing functions are importable (the part 6 notebook uses them) and print nothing:
+``story_texts`` and ``run_experiment`` here, one NLL function per method in
+``sampling_course.apps.long_text_nll``, and the results in
+``sampling_course.apps.long_text_results``, whose ``table`` (and
+``attention_sinks.attention_table``) turn them into rich tables.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import math
 import os
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from jaxtyping import Float, Int
+from jaxtyping import Int
 
+from sampling_course.apps.long_text_nll import cached_nll, full_attention_nll, reprefill_nll, sliding_window_nll
+from sampling_course.apps.long_text_results import (
+    FULL,
+    POSITION_RULES,
+    REPREFILL,
+    SLIDING,
+    LongTextResults,
+    MethodResult,
+    cache_method,
+    table,
+)
 from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
@@ -71,43 +82,12 @@ from sampling_course.stories import HELDOUT_SEED, sample_stories
 if TYPE_CHECKING:  # torch loads once the arguments are known to be good
     from torch import Tensor
 
-POSITION_RULES = ("cache", "absolute")
-FULL = "full attention"
-SLIDING = "sliding window, recomputed"
-REPREFILL = "window, re-prefilled when full"
-
-
-def synchronize(*args, **kwargs):
-    """``sampling_course.devices.synchronize``, imported when first used (it loads torch)."""
-    from sampling_course import devices
-
-    return devices.synchronize(*args, **kwargs)
-
 
 def model_device(*args, **kwargs):
     """``sampling_course.devices.model_device``, imported when first used (it loads torch)."""
     from sampling_course import devices
 
     return devices.model_device(*args, **kwargs)
-
-
-def _inference_mode(function):
-    """``torch.inference_mode()`` around ``function``, with torch imported when it first runs."""
-
-    @functools.wraps(function)
-    def run(*args, **kwargs):
-        import torch
-
-        with torch.inference_mode():
-            return function(*args, **kwargs)
-
-    return run
-
-
-def cache_method(num_sink_tokens: int, position_rule: str) -> str:
-    """The name of a SinkCache method in the results: 'window cache' without sinks, 'sink cache' with."""
-    kind = "sink cache" if num_sink_tokens else "window cache"
-    return f"{kind}, {position_rule} positions"
 
 
 # ---------------------------------------------------------------------------------------
@@ -140,202 +120,8 @@ def story_texts(tokenizer, n_texts: int, length: int, seed: int = HELDOUT_SEED) 
 
 
 # ---------------------------------------------------------------------------------------
-# Per-position NLL, one function per way of reading the text
-# ---------------------------------------------------------------------------------------
-
-
-def next_token_nll(
-    logits: Float[Tensor, "text pos d_vocab"], targets: Int[Tensor, "text pos"]
-) -> Float[Tensor, "text pos"]:
-    """-log p(target) at every position: the cross-entropy of each prediction."""
-    return -logits.float().log_softmax(dim=-1).gather(-1, targets[..., None])[..., 0]
-
-
-def _empty_nll(tokens: Tensor) -> Tensor:
-    # NaN marks the positions a method did not score (past n_ctx, or skipped by a stride).
-    import torch
-
-    return torch.full((tokens.shape[0], tokens.shape[1] - 1), float("nan"))
-
-
-@_inference_mode
-def full_attention_nll(model, tokens: Int[Tensor, "text pos"]) -> Float[Tensor, "text pos_minus_1"]:
-    """NLL at every position ``t < n_ctx`` from one uncached forward pass over the first n_ctx tokens.
-
-    Entry ``t`` is the NLL of token ``t + 1`` given tokens ``0 .. t``; NaN from n_ctx on.
-    """
-    n = min(tokens.shape[1] - 1, model.cfg.n_ctx)
-    nll = _empty_nll(tokens)
-    nll[:, :n] = next_token_nll(model(tokens[:, :n]), tokens[:, 1 : n + 1]).cpu()
-    return nll
-
-
-@_inference_mode
-def cached_nll(model, tokens: Int[Tensor, "text pos"], cache, n_positions: int | None = None) -> tuple[Tensor, float]:
-    """NLL at positions ``0 .. n_positions - 1``, feeding the text one token per call through ``cache``.
-
-    One token per call is how a generator uses a cache, so the time (returned in seconds,
-    model calls only) is the time of decode steps. ``cache`` is an empty
-    ``StaticKeyValueCache`` or ``SinkCache`` with one row per text.
-    """
-    steps = tokens.shape[1] - 1 if n_positions is None else n_positions
-    nll = _empty_nll(tokens)
-    seconds = 0.0
-    for t in range(steps):
-        start = time.perf_counter()
-        logits, cache = model(tokens[:, : t + 1], cache)  # only token t is new to the cache
-        synchronize(tokens.device)  # on a GPU the step has only been queued until now
-        seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0].cpu()
-    return nll, seconds
-
-
-@_inference_mode
-def sliding_window_nll(
-    model, tokens: Int[Tensor, "text pos"], window: int, positions: list[int] | range
-) -> tuple[Tensor, float]:
-    """NLL at each of ``positions`` from the last ``window`` tokens, recomputed from scratch.
-
-    The window is an ordinary uncached forward pass over tokens ``t - window + 1 .. t``, at
-    positions ``0 .. window - 1`` (the whole prefix while ``t < window``). Returns the NLL
-    (NaN at the positions not asked for) and the seconds spent in the model.
-    """
-    nll = _empty_nll(tokens)
-    seconds = 0.0
-    for t in positions:
-        if not 0 <= t < tokens.shape[1] - 1:
-            raise ValueError(f"position {t} has no next token to predict in a text of {tokens.shape[1]} tokens")
-        start = time.perf_counter()
-        logits = model(tokens[:, max(0, t + 1 - window) : t + 1])[:, -1:]
-        synchronize(tokens.device)
-        seconds += time.perf_counter() - start
-        nll[:, t] = next_token_nll(logits, tokens[:, t + 1 : t + 2])[:, 0].cpu()
-    return nll, seconds
-
-
-def reprefill_starts(length: int, window: int) -> list[int]:
-    """For each position ``t < length``: the first token of the window that reads token ``t``
-    in ``reprefill_nll`` (0 until the window first fills)."""
-    keep = max(1, window // 2)
-    starts, start = [], 0
-    for t in range(length):
-        if t - start == window:  # the window holds tokens start .. t - 1: full
-            start = t + 1 - keep
-        starts.append(start)
-    return starts
-
-
-@_inference_mode
-def reprefill_nll(model, tokens: Int[Tensor, "text pos"], cache, window: int) -> tuple[Tensor, float, int]:
-    """NLL at every position from a window of ``window`` tokens that is re-prefilled whenever it is full.
-
-    ``cache`` is an empty ``StaticKeyValueCache`` with at least ``window`` slots, one row per
-    text. Tokens run one per call, each at its position in the window. When a token arrives
-    and the window is full, the cache is emptied (``crop(0)``) and one prefill runs the last
-    ``window // 2`` tokens, the new one included, at positions ``0 .. window // 2 - 1``; one
-    token at a time again from there. Returns the NLL, the seconds spent in the model, and
-    the number of prefills.
-    """
-    nll = _empty_nll(tokens)
-    seconds, prefills = 0.0, 0
-    starts = reprefill_starts(tokens.shape[1] - 1, window)
-    for t, start in enumerate(starts):
-        if start > 0 and start != starts[t - 1]:  # a new window: forget the old one
-            cache.crop(0)
-            prefills += 1
-        begin = time.perf_counter()
-        logits, cache = model(tokens[:, start : t + 1], cache)  # token t alone, or the prefill that ends with it
-        synchronize(tokens.device)
-        seconds += time.perf_counter() - begin
-        nll[:, t] = next_token_nll(logits[:, -1:], tokens[:, t + 1 : t + 2])[:, 0].cpu()
-    return nll, seconds, prefills
-
-
-# ---------------------------------------------------------------------------------------
 # The experiment
 # ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class MethodResult:
-    """One method's per-position NLL, model time and memory."""
-
-    name: str
-    nll: Float[Tensor, "text pos_minus_1"]  # NaN where the method did not score
-    seconds: float  # time spent in the model
-    cache_bytes: int  # the keys and values it holds for one text (0: it holds none)
-    how: str  # how it ran, for the table
-
-    @property
-    def scored(self) -> int:
-        """Token predictions scored, over all texts."""
-        return int((~self.nll.isnan()).sum())
-
-    @property
-    def ms_per_token(self) -> float:
-        return 1000 * self.seconds / self.scored
-
-
-@dataclass
-class LongTextResults:
-    model_name: str
-    n_ctx: int
-    window: int
-    num_sink_tokens: int
-    stride: int
-    tokens: Int[Tensor, "text pos"]
-    methods: dict[str, MethodResult] = field(default_factory=dict)
-    uncached_full_nll: Tensor | None = None  # full attention from one uncached pass, for the checks
-    device: str = "cpu"  # where the model ran
-
-    def ranges(self) -> list[tuple[str, int, int]]:
-        """(label, start, end) of the position ranges the table averages over."""
-        end = self.tokens.shape[1] - 1
-        w, n = min(self.window, end), min(self.n_ctx, end)
-        return [(f"t < {w}", 0, w), (f"{w} ≤ t < {n}", w, n), (f"t ≥ {n}", n, end)]
-
-    def common_positions(self, start: int, end: int) -> Tensor:
-        """Where, in positions ``start .. end - 1``, every method that scores any of them has scored.
-
-        The recomputed sliding window scores only every ``stride``-th position: comparing
-        every method on the same positions keeps the comparison fair (position 0, say, is
-        hard to predict for everyone).
-        """
-        import torch
-
-        common = torch.ones_like(self.tokens[:, start:end], dtype=torch.bool)
-        for result in self.methods.values():
-            scored = ~result.nll[:, start:end].isnan()
-            if scored.any():
-                common &= scored
-        return common
-
-    def mean_nll(self, name: str, start: int, end: int, common: bool = True) -> float:
-        """Mean NLL of a method over positions ``start .. end - 1`` (NaN if it scored none of them).
-
-        ``common``: only over the positions every method scored (``common_positions``);
-        otherwise over every position this method scored.
-        """
-        values = self.methods[name].nll[:, start:end]
-        keep = ~values.isnan() & (self.common_positions(start, end) if common else True)
-        return values[keep].mean().item() if keep.any() else float("nan")
-
-    def checks(self) -> dict[str, float]:
-        """Largest |NLL difference| where methods must agree: the window covers the whole prefix."""
-        full = self.methods[FULL].nll
-        w = min(self.window, full.shape[1])
-        out = {}
-        if self.uncached_full_nll is not None:
-            out["full attention: static cache vs one uncached pass"] = _max_diff(full, self.uncached_full_nll)
-        for name, result in self.methods.items():
-            if name != FULL:
-                out[f"{name} vs full attention, t < {w}"] = _max_diff(result.nll[:, :w], full[:, :w])
-        return out
-
-
-def _max_diff(a: Tensor, b: Tensor) -> float:
-    both = ~(a.isnan() | b.isnan())
-    return (a[both] - b[both]).abs().max().item() if both.any() else float("nan")
 
 
 def cache_bytes(cache) -> int:
@@ -413,71 +199,6 @@ def run_experiment(
             how = f"{sinks} sinks + {window - sinks} recent" if sinks else f"{window} recent"
             results.methods[name] = MethodResult(name, nll, seconds, cache_bytes(cache), how)
     return results
-
-
-def smoothed_nll(nll: Float[Tensor, "text pos"], width: int = 32) -> Float[Tensor, "pos"]:
-    """For plotting: the mean NLL over texts at each position, averaged over the ``width`` positions
-    ending there. Positions a method did not score (NaN) are skipped; NaN comes out where none was,
-    and after the last position it scored (full attention stops at n_ctx)."""
-    import torch
-
-    if width < 1:
-        raise ValueError(f"width must be >= 1, got {width}")
-    scored = ~nll.isnan()
-    # Running sums make every window's total a difference of two entries.
-    zero = torch.zeros(1, device=nll.device)
-    sums = torch.cat([zero, torch.where(scored, nll, 0.0).sum(0).cumsum(0)])
-    counts = torch.cat([zero, scored.sum(0).cumsum(0).float()])
-    end = torch.arange(1, nll.shape[1] + 1, device=nll.device)
-    start = (end - width).clamp(min=0)
-    count = counts[end] - counts[start]
-    curve = torch.where(count > 0, (sums[end] - sums[start]) / count.clamp(min=1), float("nan"))
-    if scored.any():
-        curve[int(scored.any(0).nonzero().max()) + 1 :] = float("nan")
-    return curve
-
-
-# ---------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------
-
-
-def _nll_cell(value: float) -> str:
-    return "—" if math.isnan(value) else f"{value:.3f} ({math.exp(value):.3g})"
-
-
-def _size(n_bytes: int) -> str:
-    return "none" if n_bytes == 0 else f"{n_bytes / 2**20:.2f} MiB"
-
-
-def table(results: LongTextResults):
-    """The results as a rich Table: NLL (perplexity) per position range, memory and time per method."""
-    import torch
-    from rich.table import Column, Table
-
-    n_texts, length = results.tokens.shape
-    where = f"CPU, {torch.get_num_threads()} torch thread(s)" if results.device == "cpu" else results.device
-    ranges = results.ranges()
-    every = f" (every {results.stride}th)" if results.stride > 1 and SLIDING in results.methods else ""
-    out = Table(
-        "method", "cache\nper text", "ms per\ntoken",
-        *[Column(f"NLL (ppl)\n{label}", no_wrap=True) for label, _, _ in ranges],
-        title=(
-            f"Long texts on {results.model_name} (n_ctx {results.n_ctx}): {n_texts} texts x {length} tokens, "
-            f"window W = {results.window}, {results.num_sink_tokens} sink tokens"
-        ),
-        caption=(
-            "NLL: mean negative log-likelihood of the true next token in nats, ppl = exp(NLL), over the positions "
-            f"t every method scored{every}; t: position of the last token read. cache: keys and values held for "
-            f"one text. ms per token: time in the model per token scored; every method but the recomputed sliding "
-            f"window runs 1 token per step (the re-prefilled window adds its prefills); {n_texts} texts per step, "
-            f"{where}."
-        ),
-    )
-    for name, result in results.methods.items():
-        cells = [_nll_cell(results.mean_nll(name, start, end)) for _, start, end in ranges]
-        out.add_row(f"{name}\n[dim]{result.how}[/]", _size(result.cache_bytes), f"{result.ms_per_token:.2f}", *cells)
-    return out
 
 
 # ---------------------------------------------------------------------------------------

@@ -20,6 +20,8 @@ import pytest
 import torch
 
 from sampling_course.apps import attention_sinks, long_text
+from sampling_course.apps.long_text_nll import reprefill_starts, sliding_window_nll
+from sampling_course.apps.long_text_results import FULL, POSITION_RULES, REPREFILL, SLIDING, cache_method, smoothed_nll
 from sampling_course.implementation import impl_module, load_demo
 from sampling_course.stories import parse_story
 
@@ -66,7 +68,7 @@ def test_story_texts_are_stories_after_end_of_text(tiny):
 
 
 def test_every_method_equals_full_attention_until_the_window_fills(results):
-    full = results.methods[long_text.FULL].nll
+    full = results.methods[FULL].nll
     torch.testing.assert_close(full, results.uncached_full_nll, atol=TOL, rtol=0, equal_nan=True)
     for name, result in results.methods.items():
         scored = ~result.nll[:, :WINDOW].isnan()
@@ -78,10 +80,10 @@ def test_every_method_equals_full_attention_until_the_window_fills(results):
 
 def test_windowed_methods_differ_once_the_window_is_full(results):
     """Past W the methods see less than the prefix: their NLL must move (else the checks above prove nothing)."""
-    full = results.methods[long_text.FULL].nll
+    full = results.methods[FULL].nll
     n_ctx = results.n_ctx
     for name, result in results.methods.items():
-        if name == long_text.FULL:
+        if name == FULL:
             continue
         past = result.nll[:, WINDOW:n_ctx] - full[:, WINDOW:n_ctx]
         assert past[~past.isnan()].abs().max() > 1e-2, f"{name} equals full attention even after the window is full"
@@ -89,37 +91,37 @@ def test_windowed_methods_differ_once_the_window_is_full(results):
 
 def test_which_positions_each_method_scores(results, tokens):
     n_ctx, length = results.n_ctx, tokens.shape[1]
-    full = results.methods[long_text.FULL].nll
+    full = results.methods[FULL].nll
     assert not full[:, :n_ctx].isnan().any() and full[:, n_ctx:].isnan().all()
-    sliding = results.methods[long_text.SLIDING].nll
+    sliding = results.methods[SLIDING].nll
     assert (~sliding.isnan()).any(0).nonzero().flatten().tolist() == list(range(0, length - 1, STRIDE))
-    names = [long_text.REPREFILL] + [long_text.cache_method(s, r) for s in (0, SINKS) for r in long_text.POSITION_RULES]
+    names = [REPREFILL] + [cache_method(s, r) for s in (0, SINKS) for r in POSITION_RULES]
     for name in names:
         assert not results.methods[name].nll.isnan().any(), f"{name} must score every position"
-    assert results.methods[long_text.cache_method(SINKS, "cache")].cache_bytes * n_ctx == (
-        results.methods[long_text.FULL].cache_bytes * WINDOW
+    assert results.methods[cache_method(SINKS, "cache")].cache_bytes * n_ctx == (
+        results.methods[FULL].cache_bytes * WINDOW
     ), "a cache of W slots holds W / n_ctx of a full cache"
-    assert results.methods[long_text.SLIDING].cache_bytes == 0
+    assert results.methods[SLIDING].cache_bytes == 0
     # The table compares every method on the positions they all scored: the sliding window's.
     _, start, end = results.ranges()[1]
     on_stride = [t for t in range(start, end) if t % STRIDE == 0]
     assert results.common_positions(start, end).any(0).nonzero().flatten().add(start).tolist() == on_stride
-    assert results.mean_nll(long_text.FULL, start, end) == pytest.approx(full[:, on_stride].mean().item(), rel=1e-6)
-    assert results.mean_nll(long_text.FULL, start, end, common=False) == pytest.approx(
+    assert results.mean_nll(FULL, start, end) == pytest.approx(full[:, on_stride].mean().item(), rel=1e-6)
+    assert results.mean_nll(FULL, start, end, common=False) == pytest.approx(
         full[:, start:end].mean().item(), rel=1e-6  # float32 means summed in another order
     )
 
 
 def test_sliding_window_covering_the_whole_prefix_is_full_attention(model, tokens, results):
-    full = results.methods[long_text.FULL].nll
+    full = results.methods[FULL].nll
     positions = [0, 40, results.n_ctx - 1]
-    nll, _ = long_text.sliding_window_nll(model, tokens, window=results.n_ctx, positions=positions)
+    nll, _ = sliding_window_nll(model, tokens, window=results.n_ctx, positions=positions)
     torch.testing.assert_close(nll[:, positions], full[:, positions], atol=TOL, rtol=0)
 
 
 def test_sliding_window_equals_hugging_face_on_the_same_window(tiny, model, tokens):
     t = tokens.shape[1] - 2  # the last position: past n_ctx
-    nll, _ = long_text.sliding_window_nll(model, tokens, WINDOW, [t])
+    nll, _ = sliding_window_nll(model, tokens, WINDOW, [t])
     with torch.inference_mode():
         logits = tiny.hf_model(tokens[:, t + 1 - WINDOW : t + 1]).logits[:, -1]
     expected = -logits.log_softmax(-1).gather(-1, tokens[:, t + 1 : t + 2])[:, 0]
@@ -130,7 +132,7 @@ def test_reprefill_windows_follow_their_schedule():
     """The window starts at token 0 until it holds W tokens; then each new window starts with the last W // 2 tokens
     (the arriving one included) and grows to W again: a prefill every W - W // 2 + 1 tokens."""
     window, keep = 6, 3
-    starts = long_text.reprefill_starts(20, window)
+    starts = reprefill_starts(20, window)
     assert starts[:window] == [0] * window
     for t, start in enumerate(starts):
         assert start <= t and t - start < window, f"token {t}: window from {start} holds more than {window} tokens"
@@ -142,15 +144,15 @@ def test_reprefill_windows_follow_their_schedule():
 def test_reprefill_equals_hugging_face_on_each_window(tiny, model, tokens, results):
     """At every position the re-prefilled window gives Hugging Face's NLL for the tokens from its window's start,
     run from scratch at positions 0, 1, ... (an independent route: one uncached forward per position)."""
-    nll = results.methods[long_text.REPREFILL].nll
-    starts = long_text.reprefill_starts(tokens.shape[1] - 1, WINDOW)
+    nll = results.methods[REPREFILL].nll
+    starts = reprefill_starts(tokens.shape[1] - 1, WINDOW)
     with torch.inference_mode():
         for t, start in enumerate(starts):
             logits = tiny.hf_model(tokens[:, start : t + 1]).logits[:, -1]
             expected = -logits.log_softmax(-1).gather(-1, tokens[:, t + 1 : t + 2])[:, 0]
             torch.testing.assert_close(nll[:, t], expected, atol=TOL, rtol=0, msg=lambda m: f"position {t}.\n{m}")
     new_windows = sum(1 for a, b in zip(starts, starts[1:]) if a != b)
-    assert f"({new_windows} prefills)" in results.methods[long_text.REPREFILL].how
+    assert f"({new_windows} prefills)" in results.methods[REPREFILL].how
 
 
 def test_attention_patterns_are_distributions_and_the_mass_is_read_from_them(tiny, tokens):
@@ -185,13 +187,13 @@ def test_bad_settings_fail_with_a_message(model, tokens, tiny):
     with pytest.raises(ValueError, match="num_sink_tokens"):
         long_text.run_experiment(model, caches, tokens, 8, num_sink_tokens=8)
     with pytest.raises(ValueError, match="next token"):
-        long_text.sliding_window_nll(model, tokens, 8, [tokens.shape[1] - 1])
+        sliding_window_nll(model, tokens, 8, [tokens.shape[1] - 1])
     assert long_text.main(["--model", "tiny", "--window", str(tiny.cfg.n_ctx + 1), "--texts", "1"]) == 2
 
 
 def test_smoothed_nll_averages_what_was_scored():
     nll = torch.tensor([[1.0, float("nan"), 3.0, 5.0, float("nan")], [3.0, float("nan"), 5.0, 7.0, float("nan")]])
-    curve = long_text.smoothed_nll(nll, width=2)
+    curve = smoothed_nll(nll, width=2)
     # Position means 2, -, 4, 6, -; windows of 2 ending at each position; nothing after the last one scored.
     torch.testing.assert_close(curve, torch.tensor([2.0, 2.0, 4.0, 5.0, float("nan")]), equal_nan=True)
-    assert long_text.smoothed_nll(torch.full((2, 3), float("nan"))).isnan().all()
+    assert smoothed_nll(torch.full((2, 3), float("nan"))).isnan().all()

@@ -284,11 +284,11 @@ def test_check_grades_on_the_device_it_is_given(monkeypatch):
 def test_notebook_helpers_run_when_torchs_default_device_is_another(tiny_demo, impl):
     """The first cells of the notebooks put torch's default device on the GPU; the helpers they call keep
     their tensors where their inputs are (here the model is on the CPU and the default device is meta)."""
-    from sampling_course.apps import bench_gpu, long_text
+    from sampling_course.apps import bench_gpu, long_text_results
     from sampling_course.apps.notebook import time_per_token
 
     nll = torch.rand(2, 40)
     with torch.device("meta"):
-        assert long_text.smoothed_nll(nll, width=8).device.type == "cpu"
+        assert long_text_results.smoothed_nll(nll, width=8).device.type == "cpu"
         assert bench_gpu.eager_step_costs(tiny_demo, impl.caches, batches=(1,), context=4, repeats=1)[0].ms > 0
         assert len(time_per_token(tiny_demo, impl.transformer.KeyValueCache, [4, 8], repeats=1)["cached"]) == 2

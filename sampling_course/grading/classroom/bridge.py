@@ -7,7 +7,7 @@ process. Each side of the connection is an ``Endpoint``. What crosses is data, n
   more plain types (``codec.py``);
 * everything else crosses as a *handle*: a number naming an object that stays where it is.
   The receiving side gets a ``RemoteObject`` (``proxies.py``) whose calls, attribute reads
-  and indexing travel back to the object's own side and run there;
+  and indexing travel back to the object's own side, where ``perform`` does them;
 * a ``torch.nn.Module`` of the submission crosses as a *mirror*: a local module with a copy
   of its parameters (so ``load_weights`` and ``state_dict`` work on the grader's side) whose
   ``forward`` runs in the submission's process. Parameters, and tensors that are an object's
@@ -21,14 +21,16 @@ calls the submission gets the same draws as in a local run.
 
 The grader trusts nothing it receives: a handle from the submission can only be used to ask
 the submission for more; the grader's own objects that the submission holds handles to
-answer only public, read-only questions (``codec.refused_name``).
+answer only public, read-only questions (``policy.py``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import io
 import itertools
+import operator
 import socket
 import sys
 import time
@@ -41,15 +43,16 @@ from sampling_course.grading.classroom.codec import (
     RemoteError,
     SubmissionLost,
     error_of,
+    expect_list,
     raise_remote,
-    refused_name,
-    _list,
-    _version,
+    tensor_version,
 )
+from sampling_course.grading.classroom.policy import SAFE_OPS, may_hand_out, refused_name
+from sampling_course.grading.classroom.proxies import RemoteObject
 from sampling_course.grading.classroom.wire import Closed, Deadline, WireError, decode_tensor, encode_tensor, read_frame, write_frame
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["Endpoint", "RemoteError", "SubmissionLost", "refused_name"]
+__all__ = ["Endpoint", "RemoteError", "SubmissionLost", "perform"]
 
 
 class Endpoint(Codec):
@@ -122,8 +125,8 @@ class Endpoint(Codec):
             self._rng = state
         if "grad" in message:
             torch.set_grad_enabled(bool(message["grad"]))
-        for item in _list(message.get("sync", [])):
-            ref, name, spec = _list(item, 3)
+        for item in expect_list(message.get("sync", [])):
+            ref, name, spec = expect_list(item, 3)
             entry = self._tracked.get((ref, name)) if isinstance(name, str) and isinstance(ref, int) else None
             if entry is None:
                 continue
@@ -201,8 +204,8 @@ class Endpoint(Codec):
 
     def _write_back(self, reply: dict[str, Any], blobs: list[memoryview], sent: list) -> None:
         """Tensors and generators the other side modified in place are modified here too."""
-        for item in _list(reply.get("mut", [])):
-            index, spec = _list(item, 2)
+        for item in expect_list(reply.get("mut", [])):
+            index, spec = expect_list(item, 2)
             if not (isinstance(index, int) and 0 <= index < len(sent)):
                 continue
             original = sent[index]
@@ -249,10 +252,8 @@ class Endpoint(Codec):
         received: list = []
         out: list[bytes] = []
         try:
-            from sampling_course.grading.classroom.proxies import perform
-
             target = None if message.get("ref") is None else self.local(message["ref"])
-            args = [self.decode(a, blobs, received) for a in _list(message.get("a", []))]
+            args = [self.decode(a, blobs, received) for a in expect_list(message.get("a", []))]
             extra = {k: self.decode(v, blobs, received) for k, v in message.items()
                      if k in ("kw", "name", "value")}
             with self._captured() as printed:  # noqa: F841 - read after the block
@@ -277,10 +278,94 @@ class Endpoint(Codec):
                 state = original.get_state()
                 if not torch.equal(state, version):
                     mutated.append([index, encode_tensor(state, out)])
-            elif version is not None and _version(original) != version:
+            elif version is not None and tensor_version(original) != version:
                 mutated.append([index, encode_tensor(original, out)])
         if mutated:
             reply["mut"] = mutated
         self._send(reply, out)
 
 
+# ---------------------------------------------------------------------------------------
+# Answering a request
+# ---------------------------------------------------------------------------------------
+
+
+def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[str, Any]) -> Any:
+    """Do one request on this side's object ``target``, refusing what the policy forbids."""
+    untrusted = not endpoint.peer_trusted
+    if untrusted:
+        if op not in SAFE_OPS:
+            raise PermissionError(f"the grader's objects do not allow {op!r}")
+        if target is not None and not may_hand_out(target):
+            raise PermissionError("that object of the grader's is not available to a submission")
+    kw = extra.get("kw") or {}
+    if not isinstance(kw, dict) or not all(isinstance(k, str) for k in kw):
+        raise TypeError("keyword arguments must be a dict with string keys")
+    name = extra.get("name")
+    if op in ("getattr", "method") and untrusted and refused_name(name):
+        raise PermissionError(f"the grader's objects do not give out {name!r}")
+    if op == "import":
+        if target is not None or not isinstance(name, str):
+            raise TypeError("import takes a module name")
+        return importlib.import_module(name)
+    if op == "getattr":
+        return getattr(target, name)
+    if op == "method":
+        return getattr(target, name)(*args, **kw)
+    if op == "call":
+        return target(*args, **kw)
+    if op == "subclass":  # the grader's class deriving from one of ours: its methods call the grader
+        base, members = args
+        namespace = {k: _forwarder(v) if isinstance(v, RemoteObject) and object.__getattribute__(v, "_rc") else v
+                     for k, v in members.items()}
+        return type(str(name), (base,), namespace)
+    if op == "torch":  # a torch function given the submission's own tensors: run it here, with its classes
+        return _torch_function(name, bool(extra.get("value")))(*args, **kw)
+    if op == "setattr":
+        setattr(target, name, extra.get("value"))
+        return None
+    if op == "delattr":
+        delattr(target, name)
+        return None
+    simple = {
+        "getitem": lambda: target[args[0]], "len": lambda: len(target), "iter": lambda: iter(target),
+        "next": lambda: next(target), "contains": lambda: args[0] in target, "bool": lambda: bool(target),
+        "repr": lambda: repr(target), "str": lambda: str(target), "eq": lambda: target == args[0],
+        "instancecheck": lambda: isinstance(args[0], target), "int": lambda: int(target),
+        "float": lambda: float(target), "index": lambda: operator.index(target),
+        "setitem": lambda: operator.setitem(target, args[0], args[1]),
+        "value": lambda: target.as_subclass(torch.Tensor) if isinstance(target, torch.Tensor) else _no_value(target),
+        "delitem": lambda: operator.delitem(target, args[0]),
+    }
+    if op not in simple:
+        raise ValueError(f"unknown request {op!r}")
+    result = simple[op]()
+    if op == "eq" and isinstance(result, torch.Tensor):
+        return result
+    if op in ("bool", "contains", "instancecheck"):
+        return bool(result)
+    return result
+
+
+def _torch_function(name: Any, method: bool) -> Any:
+    """A torch function or Tensor method by name (nothing else can be named)."""
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError("a torch function's name")
+    owner = torch.Tensor if method else torch
+    function = getattr(owner, name, None) if not name.startswith("_") or method else None
+    if function is None and not method:
+        function = getattr(torch.nn.functional, name, None)
+    if function is None or not callable(function):
+        raise TypeError(f"no torch function {name!r}")
+    return function
+
+
+def _no_value(target: Any) -> None:
+    raise TypeError(f"a {type(target).__name__} is not a tensor")
+
+
+def _forwarder(function: Any) -> Any:
+    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return function(self, *args, **kwargs)
+
+    return method

@@ -13,8 +13,8 @@
 * anything else: a *handle* (``proxies.RemoteObject``), which names the object and the
   special methods its class has, so ``hasattr(handle, "__len__")`` answers as the object would.
 
-The grader refuses a submission private names, the introspection that leads to code and
-frames, and methods that would change or save the grader's state (``refused_name``).
+What the grader's objects refuse a submission is in ``policy.py``: a handle to one of them
+that the policy keeps back crosses as "refused".
 """
 
 from __future__ import annotations
@@ -26,9 +26,11 @@ from typing import Any
 import torch
 
 from sampling_course.config import Config
+from sampling_course.grading.classroom.policy import may_hand_out
+from sampling_course.grading.classroom.proxies import SPECIALS, ModuleMirror, RemoteObject, build_mirror, local_type
 from sampling_course.grading.classroom.wire import DTYPES, WireError, decode_tensor, encode_tensor
 
-__all__ = ["Codec", "RemoteError", "SPECIALS", "SubmissionLost", "raise_remote", "error_of", "refused_name"]
+__all__ = ["Codec", "RemoteError", "SubmissionLost", "error_of", "expect_list", "raise_remote", "tensor_version"]
 
 _MAX_DEPTH = 64
 
@@ -49,23 +51,6 @@ _CLASSES: dict[str, type] = {
     "Config": Config,
 }
 _CLASS_NAMES = {cls: name for name, cls in _CLASSES.items()}
-
-# What a submission may not ask of the grader's objects: private names and the introspection
-# that leads to code and frames, and the methods that would change or save the grader's state.
-_REFUSED_PREFIXES = ("_", "register_", "save", "push_", "from_", "load", "set_", "add_", "to_json", "dump",
-                     "export", "resize", "tie_", "init_", "apply")
-_REFUSED_NAMES = frozenset({
-    "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "ag_frame", "ag_code",
-    "f_globals", "f_locals", "f_back", "f_builtins", "f_code", "tb_frame", "tb_next", "func_globals",
-    "train", "to", "cuda", "cpu", "half", "float", "double", "bfloat16", "type", "share_memory",
-    "requires_grad_", "zero_grad", "post_init", "copy_", "fill_", "zero_", "data", "grad", "storage",
-    "untyped_storage", "set_", "modules", "named_modules", "children", "named_children",
-})
-
-
-def refused_name(name: str) -> bool:
-    """Whether a submission is refused the attribute ``name`` of one of the grader's objects."""
-    return not isinstance(name, str) or name.startswith(_REFUSED_PREFIXES) or name in _REFUSED_NAMES
 
 
 class RemoteError(RuntimeError):
@@ -106,14 +91,6 @@ def error_of(exc: BaseException) -> dict[str, Any]:
     return error
 
 
-# Special methods a handle has exactly when the object's class has them.
-SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-            "__bool__", "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
-            "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
-            "__mod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
-            "__and__", "__or__", "__xor__", "__neg__", "__pos__", "__abs__", "__invert__")
-
-
 class Codec:
     """Encoding and decoding of values, for an ``Endpoint`` (which holds the state they use)."""
 
@@ -130,8 +107,6 @@ class Codec:
             sent.append(value)
             spec["i"] = len(sent) - 1
             return spec
-        from sampling_course.grading.classroom.proxies import ModuleMirror, RemoteObject
-
         if isinstance(value, (RemoteObject, ModuleMirror)) and value._endpoint() is self:
             return {"Y": value._ref()}
         enc = lambda v: self.encode(v, blobs, sent, depth + 1)  # noqa: E731
@@ -185,7 +160,7 @@ class Codec:
             kind = "tensor"
         else:
             kind = "object"
-        if not self.owns_modules and not _may_hand_out(value):
+        if not self.owns_modules and not may_hand_out(value):
             kind = "refused"
         spec = {"H": self.export(value), "k": kind, "t": type(value).__name__[:100], "c": callable(value),
                 "d": [name for name in SPECIALS if getattr(type(value), name, None) is not None]}
@@ -236,36 +211,36 @@ class Codec:
             tensor = decode_tensor(value, blobs)
             if value.get("rg") and tensor.is_floating_point():
                 tensor.requires_grad_(True)
-            received.append((value.get("i"), tensor, _version(tensor)))
+            received.append((value.get("i"), tensor, tensor_version(tensor)))
             return tensor
         if "Y" in value:
             return self.local(value["Y"])
         if "H" in value:
             return self._proxy(value)
         if "M" in value:
-            return self._mirror(value, blobs)
+            return self.mirror(value, blobs)
         if "L" in value:
-            return [dec(v) for v in _list(value["L"])]
+            return [dec(v) for v in expect_list(value["L"])]
         if "U" in value:
-            return tuple(dec(v) for v in _list(value["U"]))
+            return tuple(dec(v) for v in expect_list(value["U"]))
         if "D" in value:
-            return {_hashable(dec(k)): dec(v) for k, v in (_pair(p) for p in _list(value["D"]))}
+            return {_hashable(dec(k)): dec(v) for k, v in (_pair(p) for p in expect_list(value["D"]))}
         if "S" in value or "F" in value:
-            items = [_hashable(dec(v)) for v in _list(value.get("S", value.get("F")))]
+            items = [_hashable(dec(v)) for v in expect_list(value.get("S", value.get("F")))]
             return set(items) if "S" in value else frozenset(items)
         if "Z" in value:
-            return torch.Size([_int(n) for n in _list(value["Z"])])
+            return torch.Size([_int(n) for n in expect_list(value["Z"])])
         if "dt" in value:
             return DTYPES[_choice(value["dt"], DTYPES)]
         if "dev" in value:
             return torch.device("cpu")  # grading runs on the CPU, whatever the other side names
         if "sl" in value:
-            start, stop, step = (dec(v) for v in _list(value["sl"], 3))
+            start, stop, step = (dec(v) for v in expect_list(value["sl"], 3))
             return slice(start, stop, step)
         if "E" in value:
             return Ellipsis
         if "rg" in value:
-            return range(*(_int(n) for n in _list(value["rg"], 3)))
+            return range(*(_int(n) for n in expect_list(value["rg"], 3)))
         if "by" in value:
             index = value["by"]
             if not (isinstance(index, int) and 0 <= index < len(blobs)):
@@ -314,8 +289,6 @@ class Codec:
             raise WireError("bad handle")
         proxy = self._proxies.get(ref)
         if proxy is None:
-            from sampling_course.grading.classroom.proxies import local_type
-
             kind, name = str(spec.get("k", "object")), str(spec.get("t", "?"))[:100]
             specials = spec.get("d")
             specials = tuple(sorted(str(n) for n in specials)) if isinstance(specials, list) else None
@@ -330,9 +303,8 @@ class Codec:
             self._proxies[ref] = proxy
         return proxy
 
-    def _mirror(self, spec: dict[str, Any], blobs: list[memoryview]) -> Any:
-        from sampling_course.grading.classroom.proxies import build_mirror
-
+    def mirror(self, spec: dict[str, Any], blobs: list[memoryview]) -> Any:
+        """The local mirror of a module the other side sent (the same one each time it is sent again)."""
         ref = spec["M"]
         if not isinstance(ref, int):
             raise WireError("bad module handle")
@@ -343,16 +315,14 @@ class Codec:
         return build_mirror(self, spec, blobs)
 
     def track(self, ref: int, name: str, tensor: torch.Tensor) -> None:
-        if _version(tensor) is not None:  # an inference-mode tensor cannot change in place
-            self._tracked[(ref, name)] = [tensor, _version(tensor)]
+        if tensor_version(tensor) is not None:  # an inference-mode tensor cannot change in place
+            self._tracked[(ref, name)] = [tensor, tensor_version(tensor)]
 
     def remember(self, ref: int, proxy: Any) -> None:
         self._proxies[ref] = proxy
 
-    # ----- messages ----------------------------------------------------------------------
 
-
-def _version(tensor: torch.Tensor) -> int | None:
+def tensor_version(tensor: torch.Tensor) -> int | None:
     """How often ``tensor`` was modified in place; None for an inference-mode tensor (it cannot be)."""
     try:
         return tensor._version
@@ -360,20 +330,15 @@ def _version(tensor: torch.Tensor) -> int | None:
         return None
 
 
-def _may_hand_out(value: Any) -> bool:
-    """The grader's objects a submission may hold a handle to: not modules, builtins or code."""
-    return not isinstance(value, (types.ModuleType, types.BuiltinFunctionType, types.CodeType, types.FrameType,
-                                  types.TracebackType))
-
-
-def _list(value: Any, length: int | None = None) -> list:
+def expect_list(value: Any, length: int | None = None) -> list:
+    """``value``, which a message must give as a list (of ``length`` items, if given)."""
     if not isinstance(value, list) or (length is not None and len(value) != length):
         raise WireError("expected a list" + (f" of {length}" if length else ""))
     return value
 
 
 def _pair(value: Any) -> tuple[Any, Any]:
-    first, second = _list(value, 2)
+    first, second = expect_list(value, 2)
     return first, second
 
 

@@ -70,11 +70,11 @@ def _safely(student: str, path: Path, settings: GradeSettings, tests: str | None
 
 
 def _failed(student: str, path: Path | str, settings: GradeSettings, why: str) -> dict[str, Any]:
-    from sampling_course.grading.classroom.grade import _zero
+    from sampling_course.grading.classroom.grade import not_graded
 
     why = f"the grader failed on this submission: {why.strip().splitlines()[-1][:300] if why.strip() else why}"
     return {"student": student, "submission": str(path), "flags": [], "notes": [], "sandbox": {}, "error": why,
-            "exercises": [_zero(n, settings, why) for n in settings.exercises], "score": 0.0,
+            "exercises": [not_graded(n, settings, why) for n in settings.exercises], "score": 0.0,
             "max_score": settings.max_score, "seconds": 0.0}
 
 

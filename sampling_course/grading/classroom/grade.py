@@ -35,7 +35,7 @@ import pytest
 
 from sampling_course.grading import runner
 from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
-from sampling_course.grading.classroom.proxies import RemotePackage
+from sampling_course.grading.classroom.remote_package import RemotePackage
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
 from sampling_course.grading.classroom.worker import Template, Worker
@@ -44,7 +44,7 @@ from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome,
 from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["MAX_RESTARTS", "grade_submission", "readable_roots"]
+__all__ = ["MAX_RESTARTS", "grade_submission", "not_graded", "readable_roots"]
 
 MAX_RESTARTS = 3
 GRACE_S = 3.0  # after an interruption, how long the submission has to give up before it is stopped
@@ -298,7 +298,7 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
             result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
     except SubmissionError as exc:
         result["error"] = str(exc)
-        result["exercises"] = [_zero(name, settings, str(exc)) for name in settings.exercises]
+        result["exercises"] = [not_graded(name, settings, str(exc)) for name in settings.exercises]
     finally:
         if connection is not None:
             connection.retire()
@@ -349,7 +349,8 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
     }
 
 
-def _zero(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
+def not_graded(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
+    """An exercise's entry in a report when the submission could not be graded: no points, and ``why``."""
     exercise = get_exercise(name)
     return {"exercise": name, "part": exercise.part, "status": "not graded", "points": 0.0,
             "max_points": settings.points_of(name).points, "partial": settings.points_of(name).partial,

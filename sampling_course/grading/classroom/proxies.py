@@ -1,105 +1,50 @@
-"""What a handle looks like on the side that holds it, and what the owning side does when asked.
+"""What an object of the other side looks like on the side that holds a handle to it.
 
 * ``RemoteObject``: any object of the other side. Attribute reads, calls, indexing, ``len``,
   iteration, ``repr``, ``==`` and ``isinstance(x, remote_class)`` travel to its side.
+  ``local_type`` makes its class: one per class of the other side, with the special methods
+  (``SPECIALS``) that class has.
 * ``ModuleMirror`` / ``MirrorList``: a submission's ``torch.nn.Module`` on the grader's side,
   with local copies of its parameters and buffers (kept in step by the bridge) and a
-  ``forward`` that runs in the submission's process.
-* ``RemoteModule`` and ``RemotePackage``: the submission's package, importable in the grader
-  under the name the tests import (``exercises``), each attribute a handle.
-* ``perform``: the owning side's answer to one request, under the policy that the grader's
-  objects answer the submission's questions read-only (``bridge.refused_name``).
+  ``forward`` that runs in the submission's process (``build_mirror``).
+
+A handle asks its questions through the endpoint it came from (a ``Channel``:
+``bridge.Endpoint``), which ``codec.py`` gives it when it decodes one; the other side's answer
+is ``bridge.perform``. This module imports neither.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import operator
-import types
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
-from sampling_course.grading.classroom.bridge import Endpoint
-from sampling_course.grading.classroom.codec import SPECIALS, _may_hand_out, refused_name
 from sampling_course.grading.classroom.wire import WireError, decode_tensor
 
-__all__ = ["ModuleMirror", "MirrorList", "RemoteModule", "RemoteObject", "RemotePackage", "build_mirror", "perform"]
+__all__ = ["SPECIALS", "Channel", "ModuleMirror", "MirrorList", "RemoteObject", "build_mirror", "local_type"]
 
-# Requests a submission may make of the grader's objects; "import", "setattr" and the like are not among them.
-_SAFE_OPS = frozenset({"getattr", "call", "method", "getitem", "len", "iter", "next", "contains", "bool", "repr",
-                       "str", "eq", "instancecheck", "int", "float", "index"})
-
-
-def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[str, Any]) -> Any:
-    """Do one request on this side's object ``target``, refusing what the policy forbids."""
-    untrusted = not endpoint.peer_trusted
-    if untrusted:
-        if op not in _SAFE_OPS:
-            raise PermissionError(f"the grader's objects do not allow {op!r}")
-        if target is not None and not _may_hand_out(target):
-            raise PermissionError("that object of the grader's is not available to a submission")
-    kw = extra.get("kw") or {}
-    if not isinstance(kw, dict) or not all(isinstance(k, str) for k in kw):
-        raise TypeError("keyword arguments must be a dict with string keys")
-    name = extra.get("name")
-    if op in ("getattr", "method") and untrusted and refused_name(name):
-        raise PermissionError(f"the grader's objects do not give out {name!r}")
-    if op == "import":
-        if target is not None or not isinstance(name, str):
-            raise TypeError("import takes a module name")
-        return importlib.import_module(name)
-    if op == "getattr":
-        return getattr(target, name)
-    if op == "method":
-        return getattr(target, name)(*args, **kw)
-    if op == "call":
-        return target(*args, **kw)
-    if op == "subclass":  # the grader's class deriving from one of ours: its methods call the grader
-        base, members = args
-        namespace = {k: _forwarder(v) if isinstance(v, RemoteObject) and object.__getattribute__(v, "_rc") else v
-                     for k, v in members.items()}
-        return type(str(name), (base,), namespace)
-    if op == "torch":  # a torch function given the submission's own tensors: run it here, with its classes
-        return _torch_function(name, bool(extra.get("value")))(*args, **kw)
-    if op == "setattr":
-        setattr(target, name, extra.get("value"))
-        return None
-    if op == "delattr":
-        delattr(target, name)
-        return None
-    simple = {
-        "getitem": lambda: target[args[0]], "len": lambda: len(target), "iter": lambda: iter(target),
-        "next": lambda: next(target), "contains": lambda: args[0] in target, "bool": lambda: bool(target),
-        "repr": lambda: repr(target), "str": lambda: str(target), "eq": lambda: target == args[0],
-        "instancecheck": lambda: isinstance(args[0], target), "int": lambda: int(target),
-        "float": lambda: float(target), "index": lambda: operator.index(target),
-        "setitem": lambda: operator.setitem(target, args[0], args[1]),
-        "value": lambda: target.as_subclass(torch.Tensor) if isinstance(target, torch.Tensor) else _no_value(target),
-        "delitem": lambda: operator.delitem(target, args[0]),
-    }
-    if op not in simple:
-        raise ValueError(f"unknown request {op!r}")
-    result = simple[op]()
-    if op == "eq" and isinstance(result, torch.Tensor):
-        return result
-    if op in ("bool", "contains", "instancecheck"):
-        return bool(result)
-    return result
+# Special methods a handle has exactly when the object's class has them.
+SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
+            "__bool__", "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
+            "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
+            "__mod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
+            "__and__", "__or__", "__xor__", "__neg__", "__pos__", "__abs__", "__invert__")
 
 
-def _torch_function(name: Any, method: bool) -> Any:
-    """A torch function or Tensor method by name (nothing else can be named)."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError("a torch function's name")
-    owner = torch.Tensor if method else torch
-    function = getattr(owner, name, None) if not name.startswith("_") or method else None
-    if function is None and not method:
-        function = getattr(torch.nn.functional, name, None)
-    if function is None or not callable(function):
-        raise TypeError(f"no torch function {name!r}")
-    return function
+class Channel(Protocol):
+    """What a handle or a mirror needs of the endpoint it came through (``bridge.Endpoint`` is one)."""
+
+    def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
+        """Ask the other side to do ``op`` on its object ``ref``."""
+
+    def remember(self, ref: int, proxy: Any) -> None:
+        """Keep ``proxy`` as the local stand-in for the other side's object ``ref``."""
+
+    def track(self, ref: int, name: str, tensor: torch.Tensor) -> None:
+        """Keep ``tensor`` in step with its copy on the other side."""
+
+    def mirror(self, spec: dict[str, Any], blobs: list[memoryview]) -> Any:
+        """The mirror of a module the other side sent."""
 
 
 def _remote_in(value: Any) -> "RemoteObject | None":
@@ -110,10 +55,6 @@ def _remote_in(value: Any) -> "RemoteObject | None":
     if isinstance(value, dict):
         return next((r for r in map(_remote_in, value.values()) if r is not None), None)
     return None
-
-
-def _no_value(target: Any) -> None:
-    raise TypeError(f"a {type(target).__name__} is not a tensor")
 
 
 def _values(value: Any) -> Any:
@@ -155,13 +96,13 @@ class RemoteObject:
         pass  # set up by make()
 
     @classmethod
-    def make(cls, endpoint: Endpoint, ref: int, type_name: str, kind: str, is_callable: bool) -> "RemoteObject":
+    def make(cls, endpoint: Channel, ref: int, type_name: str, kind: str, is_callable: bool) -> "RemoteObject":
         obj = object.__new__(cls)
         for slot, value in zip(RemoteObject.__slots__[:6], (endpoint, ref, type_name, kind, is_callable, {})):
             object.__setattr__(obj, slot, value)
         return obj
 
-    def _endpoint(self) -> Endpoint:
+    def _endpoint(self) -> Channel:
         return object.__getattribute__(self, "_rb")
 
     def _ref(self) -> int:
@@ -229,6 +170,7 @@ class RemoteObject:
             return remote._endpoint().request("torch", None, *args, kw=kwargs, name=name, value=method)
         return func(*_values(args), **_values(kwargs))
 
+
 def _remote_subclass(cls: type, base: type, remote_class: Any) -> Any:
     """The other side's subclass of ``remote_class`` for the local class ``cls``: its methods call back here."""
     made = cls.__dict__.get("_bridge_made")
@@ -242,13 +184,6 @@ def _remote_subclass(cls: type, base: type, remote_class: Any) -> Any:
     made = remote_class._endpoint().request("subclass", None, remote_class, members, name=cls.__name__)
     type.__setattr__(cls, "_bridge_made", made)
     return made
-
-
-def _forwarder(function: Any) -> Any:
-    def method(self: Any, *args: Any, **kwargs: Any) -> Any:
-        return function(self, *args, **kwargs)
-
-    return method
 
 
 class _Specials:
@@ -362,6 +297,7 @@ class _Specials:
 
     def __xor__(self, other: Any) -> Any:
         return self._ask("method", other, name="__xor__")
+
     def __neg__(self) -> Any:
         return self._ask("method", name="__neg__")
 
@@ -402,7 +338,7 @@ def _valid_name(name: Any) -> str:
 class _MirrorMixin:
     """What ModuleMirror and MirrorList share: where they live, attribute fallback, train()."""
 
-    def _endpoint(self) -> Endpoint:
+    def _endpoint(self) -> Channel:
         return self.__dict__["_bridge_ep"]
 
     def _ref(self) -> int:
@@ -439,8 +375,8 @@ class MirrorList(_MirrorMixin, torch.nn.ModuleList):
     """A submission's ModuleList or Sequential: indexable and iterable here, callable there."""
 
 
-def build_mirror(endpoint: Endpoint, spec: dict[str, Any], blobs: list[memoryview]) -> torch.nn.Module:
-    """The mirror of a module the submission sent (``bridge.Endpoint._encode_module``)."""
+def build_mirror(endpoint: Channel, spec: dict[str, Any], blobs: list[memoryview]) -> torch.nn.Module:
+    """The mirror of a module the submission sent (``codec.Codec._encode_module``)."""
     ref = spec["M"]
     mirror = (MirrorList if spec.get("list") else ModuleMirror)()
     mirror.__dict__.update(_bridge_ep=endpoint, _bridge_ref=ref, _bridge_type=str(spec.get("t", "?"))[:100])
@@ -460,7 +396,7 @@ def build_mirror(endpoint: Endpoint, spec: dict[str, Any], blobs: list[memoryvie
         name, child = item
         if not isinstance(child, dict) or "M" not in child:
             raise WireError("a submodule must be a module")
-        mirror._modules[_valid_name(name)] = endpoint._mirror(child, blobs)
+        mirror._modules[_valid_name(name)] = endpoint.mirror(child, blobs)
     mirror.__dict__["training"] = bool(spec.get("training"))
     return mirror
 
@@ -469,59 +405,3 @@ def _items(value: Any, width: int) -> list:
     if not isinstance(value, list) or not all(isinstance(v, list) and len(v) == width for v in value):
         raise WireError("a malformed module description")
     return value
-
-
-# ---------------------------------------------------------------------------------------
-# The submission's package, importable in the grader
-# ---------------------------------------------------------------------------------------
-
-
-class RemoteModule(types.ModuleType):
-    """A module of the submission's package; each attribute is asked of the submission's process."""
-
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("__"):
-            raise AttributeError(name)
-        package: RemotePackage = self.__dict__["_bridge_package"]
-        return package.attribute(self.__name__, name)
-
-
-class RemotePackage(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Serves ``<name>`` and ``<name>.<module>`` as RemoteModules while installed in ``sys.meta_path``.
-
-    ``connect`` gives the current endpoint (a fresh process after one was stopped); each
-    module is imported there again when the endpoint changes.
-    """
-
-    def __init__(self, name: str, modules: set[str], connect: Any):
-        self.name = name
-        self.modules = set(modules)
-        self.connect = connect
-        self._handles: dict[str, tuple[Endpoint, RemoteObject]] = {}
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        package, _, module = fullname.partition(".")
-        if package != self.name or "." in module or (module and module not in self.modules):
-            return None
-        return importlib.util.spec_from_loader(fullname, self, origin=f"<submission>/{fullname}",
-                                               is_package=not module)
-
-    def create_module(self, spec: Any) -> types.ModuleType:
-        module = RemoteModule(spec.name)
-        module.__dict__["_bridge_package"] = self
-        return module
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self.handle(module.__name__)  # import it there now: an import error shows up as one here
-
-    def handle(self, fullname: str) -> RemoteObject:
-        endpoint = self.connect()
-        known = self._handles.get(fullname)
-        if known is not None and known[0] is endpoint:
-            return known[1]
-        remote = endpoint.request("import", None, name=fullname)
-        self._handles[fullname] = (endpoint, remote)
-        return remote
-
-    def attribute(self, fullname: str, name: str) -> Any:
-        return getattr(self.handle(fullname), name)
