@@ -1,0 +1,104 @@
+"""The package's house rules (docs/design.md, "Who imports whom"), checked on its source.
+
+Every import counts, including those inside functions: an import deferred to run time
+still ties two modules together, and a cycle among them is still a cycle.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+
+import sampling_course
+
+PACKAGE = Path(sampling_course.__file__).parent
+MAX_LINES = 500
+
+
+def _modules() -> dict[str, Path]:
+    """Dotted name -> file, for every module of the package."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return modules
+
+
+def _imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names imported from it) for every absolute import in the file, at any depth."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.module, [alias.name for alias in node.names]))
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports (``from pkg import mod`` counts as importing mod)."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for target, names in _imports(path):
+            for candidate in [target, *(f"{target}.{n}" for n in names)]:
+                if candidate in modules and candidate != name:
+                    graph[name].add(candidate)
+    return graph
+
+
+def test_no_import_cycles():
+    """No module imports a module that imports it back, directly or through others."""
+    try:
+        tuple(TopologicalSorter(_graph()).static_order())
+    except CycleError as exc:
+        pytest.fail(f"import cycle among sampling_course modules: {' -> '.join(exc.args[1])}")
+
+
+def test_the_cycle_check_can_fail():
+    """The check above sees a cycle when there is one (two modules importing each other)."""
+    with pytest.raises(CycleError):
+        tuple(TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())
+
+
+def test_no_module_is_too_long():
+    """Every module of the package fits in 500 lines, so it can be read in one sitting."""
+    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_no_private_names_cross_modules():
+    """A name two modules share is public: no module imports another's ``_name``."""
+    modules = _modules()
+    private = [
+        f"{name} imports {target}.{n}"
+        for name, path in modules.items()
+        for target, names in _imports(path)
+        if target in modules and target != name
+        for n in names
+        if n.startswith("_") and not n.startswith("__")
+    ]
+    assert not private, "private names imported across modules:\n" + "\n".join(private)
+
+
+def test_the_model_layer_never_imports_the_grader_or_the_programs():
+    """The modules at the top of the package (model, references, tokenizer, ...) import
+    neither ``grading`` nor ``apps``, so notebooks and programs can use them alone."""
+    top = {name for name in _modules() if name.count(".") == 1}
+    graph = _graph()
+    wrong = sorted(f"{name} imports {target}" for name in top for target in graph[name]
+                   if target.startswith(("sampling_course.grading", "sampling_course.apps")))
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_grader_never_imports_the_programs():
+    """``grading/`` never imports ``apps/`` (the programs use the grader, not the other way round)."""
+    graph = _graph()
+    wrong = sorted(f"{name} imports {target}" for name, targets in graph.items()
+                   if name.startswith("sampling_course.grading") for target in targets
+                   if target.startswith("sampling_course.apps"))
+    assert not wrong, "\n".join(wrong)
