@@ -7,6 +7,7 @@ still ties two modules together, and a cycle among them is still a cycle.
 from __future__ import annotations
 
 import ast
+from functools import cache
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -18,6 +19,7 @@ PACKAGE = Path(sampling_course.__file__).parent
 MAX_LINES = 500
 
 
+@cache
 def _modules() -> dict[str, Path]:
     """Dotted name -> file, for every module of the package."""
     modules = {}
@@ -27,6 +29,7 @@ def _modules() -> dict[str, Path]:
     return modules
 
 
+@cache
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
     """(module, names imported from it) for every absolute import in the file, at any depth."""
     found = []
@@ -38,6 +41,7 @@ def _imports(path: Path) -> list[tuple[str, list[str]]]:
     return found
 
 
+@cache
 def _graph() -> dict[str, set[str]]:
     """Module -> the package's modules it imports (``from pkg import mod`` counts as importing mod)."""
     modules = _modules()
