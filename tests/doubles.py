@@ -125,6 +125,7 @@ class NeverEOSModel(nn.Module):
 
     Every other logit is -inf, so greedy decoding and sampling agree. It records every input
     (``inputs``), so the number of steps and the context the sampler passes are observable.
+    The rule is written in tensor operations, so it runs on whatever device the tokens are.
     """
 
     def __init__(self, cfg, eos: int):
@@ -132,9 +133,10 @@ class NeverEOSModel(nn.Module):
         self.cfg, self.eos = cfg, eos
         self.inputs: list[torch.Tensor] = []
 
-    def successor(self, token: int) -> int:
+    def successor(self, token):
+        """The next token after ``token``: an int for an int, a tensor of them for a tensor."""
         nxt = (token * 7 + 3) % (self.cfg.d_vocab - 1)
-        return nxt + 1 if nxt >= self.eos else nxt
+        return nxt + (nxt >= self.eos)  # step over the EOS id
 
     def continuation(self, prompt_ids: list[int], n: int) -> list[int]:
         """The prompt followed by the ``n`` tokens the rule gives."""
@@ -145,7 +147,7 @@ class NeverEOSModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, *args, **kwargs):
         self.inputs.append(tokens.detach().clone())
-        nxt = tokens.clone().apply_(self.successor)
+        nxt = self.successor(tokens)
         return torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf")).scatter(-1, nxt[..., None], 0.0)
 
 
@@ -190,14 +192,16 @@ class TrigramModel(nn.Module):
     as a transformer reads its past. Every cache it is given is checked against the
     tokens: a cache holding a token the sequence does not have (a rejected proposal that
     was not cropped) raises an AssertionError saying so. ``calls`` records
-    (positions passed, positions cached, or None uncached) for every call.
+    (positions passed, positions cached, or None uncached) for every call. The table is the
+    model's one (frozen) parameter, so the model is on the device its table is on, as a
+    transformer is on the device of its weights.
     """
 
     def __init__(self, table: torch.Tensor, name: str, n_ctx: int = 64):
         super().__init__()
         vocab = table.shape[-1]
         assert table.shape == (vocab + 1, vocab, vocab), f"a trigram table has shape (V + 1, V, V), got {tuple(table.shape)}"
-        self.table = table.float()
+        self.table = nn.Parameter(table.float(), requires_grad=False)
         self.start = vocab  # the table's row for "no previous token"
         self.name = name
         self.cfg = Config(d_model=1, d_vocab=vocab, n_ctx=n_ctx, d_head=1, d_mlp=1, n_heads=1, n_layers=1)

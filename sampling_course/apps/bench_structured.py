@@ -300,6 +300,15 @@ def decode_step_seconds(impl: str, quick: bool, repeats: int) -> tuple[float, st
 
 
 def measure(impl: str = "solutions", quick: bool = False, repeats: int = 3, seed: int = 0) -> dict:
+    """Index build times, masking costs per token and one decode step's time, all on the CPU (where the peers
+    mask), whatever torch's default device is: a notebook on a GPU makes that device the default."""
+    import torch
+
+    with torch.device("cpu"):
+        return _measure(impl, quick, repeats, seed)
+
+
+def _measure(impl: str, quick: bool, repeats: int, seed: int) -> dict:
     structured = importlib.import_module(f"{impl}.structured")
     vocabulary = load_vocabulary(structured, quick)
     found, missing = peers(vocabulary)

@@ -46,10 +46,11 @@ def next_token_nll(
 
 
 def _empty_nll(tokens: Tensor) -> Tensor:
-    # NaN marks the positions a method did not score (past n_ctx, or skipped by a stride).
+    # NaN marks the positions a method did not score (past n_ctx, or skipped by a stride). On the CPU
+    # whatever torch's default device is (a notebook on a GPU sets it): the results live there.
     import torch
 
-    return torch.full((tokens.shape[0], tokens.shape[1] - 1), float("nan"))
+    return torch.full((tokens.shape[0], tokens.shape[1] - 1), float("nan"), device="cpu")
 
 
 @_inference_mode

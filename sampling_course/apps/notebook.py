@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from sampling_course.apps.threads import use_course_threads
+from sampling_course.devices import synchronize
 from sampling_course.implementation import load_demo as _load_demo
 
 __all__ = [
@@ -111,13 +112,16 @@ def plot_attention(axes, pattern: Tensor, labels: Sequence[str], title: str = ""
     axes[0].set_ylabel("query (attending)", fontsize=8)
 
 
-def _best_seconds(fn: Callable[[], object], repeats: int) -> float:
-    """The fastest of ``repeats`` runs after a warm-up: the usual way to time short code on a busy machine."""
+def _best_seconds(fn: Callable[[], object], repeats: int, device: torch.device | str = "cpu") -> float:
+    """The fastest of ``repeats`` runs after a warm-up: the usual way to time short code on a busy machine.
+    Each run is timed from an idle ``device`` to a finished one (a GPU only queues the work a call asks for)."""
     fn()  # warm-up: the first call pays for allocations
     times = []
     for _ in range(repeats):
+        synchronize(device)
         start = time.perf_counter()
         fn()
+        synchronize(device)
         times.append(time.perf_counter() - start)
     return min(times)
 
@@ -139,6 +143,6 @@ def time_per_token(model: torch.nn.Module, cache_cls, lengths: Sequence[int], re
     for length in lengths:
         prefix = tokens[:, :length]
         _, cache = model(prefix[:, :-1], cache_cls.new_empty(model.cfg, batch=1, device=device))
-        out["uncached"].append(_best_seconds(lambda: model(prefix), repeats))
-        out["cached"].append(_best_seconds(lambda: model(prefix, cache), repeats))
+        out["uncached"].append(_best_seconds(lambda: model(prefix), repeats, device))
+        out["cached"].append(_best_seconds(lambda: model(prefix, cache), repeats, device))
     return out

@@ -55,14 +55,16 @@ def explain(mistake: Mistake) -> str:
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Seeded, gradient-free, silent (progress bars, prints), and the caller's RNG state kept."""
+    """Seeded, gradient-free, silent (progress bars, prints), on the CPU, and the caller's RNG state kept."""
     sink = io.StringIO()
     # One thread: the probes' tensors are tiny, and on a busy machine waking a thread pool
     # for every small op costs more than the op.
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad(), terminal_like(), \
+        # torch.device("cpu"): the probes' tensors (and seeded CPU generators) stay on the CPU even where
+        # torch's default device is a GPU, as in a notebook on a GPU runtime.
+        with torch.device("cpu"), torch.random.fork_rng(devices=[]), torch.no_grad(), terminal_like(), \
                 contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
             seed_cpu(0)
             yield

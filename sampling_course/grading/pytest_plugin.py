@@ -250,7 +250,9 @@ def start_device_session(config: pytest.Config) -> None:
     contexts = [use_device(device)]  # loaders left to their default use it
     if device.type == "cuda":
         contexts.append(full_fp32_precision())  # no TF32: float32 parity at float32's tolerances
-    if device != torch.get_default_device():
+    # Also when torch's default device is already the session's (a notebook on a GPU sets it): only
+    # DeviceSession draws from the tests' seeded CPU generators on the CPU and moves the result.
+    if device.type != "cpu" or device != torch.get_default_device():
         contexts.append(DeviceSession(device))
     for context in contexts:
         context.__enter__()

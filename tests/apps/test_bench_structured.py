@@ -16,7 +16,9 @@ from sampling_course.apps import bench_structured as bench
 
 @pytest.fixture(scope="module")
 def quick():
-    return bench.measure("solutions", quick=True, repeats=1)
+    # Torch's default device elsewhere, as a notebook on a GPU sets it: the bench still runs on the CPU.
+    with torch.device("meta"):
+        return bench.measure("solutions", quick=True, repeats=1)
 
 
 def test_quick_run_measures_every_library(quick, capsys):

@@ -4,10 +4,16 @@ Everything here runs on the CPU. GPUs are stood in for in two ways: the rule is 
 telling it which devices exist (torch's availability checks replaced for the test), and a
 model on torch's "meta" device (tensors with shapes and no data) stands for a model on
 another device than its inputs, so the course's messages can be checked where the only
-real device is the CPU. The tests that need a real GPU skip with a one-line reason.
+real device is the CPU. Where running cannot show it, the text is read: the grading tests and
+the notebooks hand the course's draws a generator on the model's device (``cpu_generator_misuses``).
+The tests that need a real GPU skip with a one-line reason.
 """
 
 from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -284,11 +290,129 @@ def test_check_grades_on_the_device_it_is_given(monkeypatch):
 def test_notebook_helpers_run_when_torchs_default_device_is_another(tiny_demo, impl):
     """The first cells of the notebooks put torch's default device on the GPU; the helpers they call keep
     their tensors where their inputs are (here the model is on the CPU and the default device is meta)."""
-    from sampling_course.apps import bench_gpu, long_text_results
+    from sampling_course.apps import bench_gpu, long_text_nll, long_text_results
     from sampling_course.apps.notebook import time_per_token
 
     nll = torch.rand(2, 40)
+    tokens = torch.randint(0, tiny_demo.cfg.d_vocab, (2, 12))
     with torch.device("meta"):
         assert long_text_results.smoothed_nll(nll, width=8).device.type == "cpu"
+        assert long_text_nll.full_attention_nll(tiny_demo, tokens).device.type == "cpu"  # results on the CPU
         assert bench_gpu.eager_step_costs(tiny_demo, impl.caches, batches=(1,), context=4, repeats=1)[0].ms > 0
         assert len(time_per_token(tiny_demo, impl.transformer.KeyValueCache, [4, 8], repeats=1)["cached"]) == 2
+
+
+# ---------------------------------------------------------------------------------------
+# Seeded generators in the grading tests and the notebooks
+# ---------------------------------------------------------------------------------------
+# A torch.Generator draws on its own device only. A test's seeded CPU generator may make the test's
+# inputs (a tensor constructor: the grading session draws on the CPU and moves the result, so every
+# device grades on the same numbers), but a draw made by the code under test happens on the model's
+# device and needs a generator there. No GPU here, so the rule is checked on the tests' text.
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def _constructor_names() -> frozenset[str]:
+    """The names ``torch.<name>`` of the functions that make a tensor on a device (what DeviceSession places)."""
+    from sampling_course.grading.pytest_plugin import _constructors
+
+    functions = {name: getattr(torch, name) for name in dir(torch)}
+    return frozenset(name for name, value in functions.items() if callable(value) and value in _constructors())
+
+
+def _is_cpu_generator(node: ast.AST) -> bool:
+    """``torch.Generator()``: a generator made without naming a device, so on the CPU."""
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "Generator"
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "torch"
+            and not node.args and not any(k.arg == "device" for k in node.keywords))
+
+
+def cpu_generator_misuses(source: str, cpu_inputs_only: bool = False) -> list[int]:
+    """Lines where a CPU generator (``torch.Generator()``, seeded or not, or a name bound to one) is passed
+    anywhere but as ``generator=`` of a ``torch.<constructor>(...)``. With ``cpu_inputs_only`` (a notebook:
+    no grading session moves the draw) that constructor must also say ``device="cpu"``."""
+    tree = ast.parse(source)
+    parent = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    constructors = _constructor_names()
+
+    def seeded(expr: ast.AST) -> ast.AST:  # torch.Generator().manual_seed(s) is the same generator
+        while (isinstance(parent.get(expr), ast.Attribute) and parent[expr].attr == "manual_seed"
+               and isinstance(parent.get(parent[expr]), ast.Call)):
+            expr = parent[parent[expr]]
+        return expr
+
+    def makes_an_input(expr: ast.AST) -> bool:
+        keyword, call = parent.get(expr), parent.get(parent.get(expr))
+        if not (isinstance(keyword, ast.keyword) and keyword.arg == "generator" and isinstance(call, ast.Call)):
+            return False
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "torch"
+                and func.attr in constructors):
+            return False
+        on_cpu = any(k.arg == "device" and isinstance(k.value, ast.Constant) and k.value.value == "cpu" for k in call.keywords)
+        return on_cpu or not cpu_inputs_only
+
+    def scope_of(node: ast.AST) -> ast.AST:
+        while node in parent and not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            node = parent[node]
+        return node
+
+    bad = []
+    for node in ast.walk(tree):
+        if not _is_cpu_generator(node):
+            continue
+        expr = seeded(node)
+        holder = parent.get(expr)
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and isinstance(holder.targets[0], ast.Name):
+            name = holder.targets[0].id
+            uses = [use for use in ast.walk(scope_of(holder)) if isinstance(use, ast.Name) and use.id == name
+                    and isinstance(use.ctx, ast.Load)]
+            bad += [use.lineno for use in uses if not makes_an_input(seeded(use))]
+        elif not makes_an_input(expr):
+            bad.append(node.lineno)
+    return sorted(bad)
+
+
+def test_the_generator_rule_catches_a_cpu_generator_given_to_the_code_under_test():
+    """The rule itself: inputs from CPU generators pass, a CPU generator handed to a draw does not."""
+    fine = """
+def test(gen, device):
+    generator = torch.Generator().manual_seed(0)
+    logits = torch.randn(4, 9, generator=generator)
+    ids = torch.randint(0, 9, (3,), generator=torch.Generator().manual_seed(1))
+    gen.sample(logits, generator=torch.Generator(device=device).manual_seed(2))
+"""
+    assert cpu_generator_misuses(fine) == []
+    assert cpu_generator_misuses(fine, cpu_inputs_only=True) == [4, 5]  # a notebook must say device="cpu"
+    wrong = """
+def test(gen, q):
+    generator = torch.Generator().manual_seed(0)
+    gen.sample(torch.randn(4, 9, generator=generator), generator=generator)
+    gen.xtc_filter(q, 0.1, 1.0, generator=torch.Generator().manual_seed(3))
+    torch.multinomial(q, 5, generator=torch.Generator())
+"""
+    assert cpu_generator_misuses(wrong) == [4, 5, 6]
+
+
+@pytest.mark.parametrize("path", sorted((TESTS / "grading").glob("test_*.py")) + [TESTS / "doubles.py"],
+                         ids=lambda p: p.name)
+def test_grading_tests_give_the_code_under_test_a_generator_on_the_grading_device(path):
+    """Seeded draws that the code under test makes (sample, draft_tokens, race_sample, ...) take
+    torch.Generator(device=device) (the ``device`` fixture); a CPU generator only makes the test's inputs."""
+    bad = cpu_generator_misuses(path.read_text())
+    assert not bad, (f"{path.name}, lines {bad}: a CPU torch.Generator() goes to a draw on the grading device; "
+                     "make it with torch.Generator(device=device) (the `device` fixture)")
+
+
+@pytest.mark.parametrize("path", sorted((TESTS.parent / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_notebook_cells_give_draws_a_generator_on_the_notebooks_device(path):
+    """On a GPU a notebook makes its device torch's default, so a CPU generator may only make inputs with
+    device="cpu" (then moved); a draw in the course's code takes torch.Generator(device=DEVICE)."""
+    cells = [cell for cell in json.loads(path.read_text())["cells"] if cell["cell_type"] == "code"]
+    for index, cell in enumerate(cells):
+        source = "".join(cell["source"])
+        python = "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in source.splitlines())
+        bad = cpu_generator_misuses(python, cpu_inputs_only=True)
+        assert not bad, (f"{path.name}, code cell {index}, lines {bad}: a CPU torch.Generator() is used where the "
+                         "draw happens on DEVICE; use torch.Generator(device=DEVICE), or device=\"cpu\" then .to(DEVICE)")

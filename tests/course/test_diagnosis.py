@@ -287,6 +287,14 @@ def test_mistakes_drawn_in_another_style_are_named_statistically():
     assert name_mistake("batched_sample", "solutions", sample_gumbel) is None
 
 
+def test_mistakes_are_named_when_torchs_default_device_is_another():
+    """A notebook on a GPU makes the GPU torch's default device; the probes still run on the CPU (here the
+    default device is "meta", whose tensors hold no values) and the mistake is still named."""
+    with torch.device("meta"):
+        assert name_mistake("accept_or_resample", "solutions", accept_or_resample_from_p) == _mistake(
+            "replacement drawn from p instead of max(0, p - q)")
+
+
 # Parts 5-7: mistakes written in other styles than the planted ones, and correct code in other styles.
 
 

@@ -23,7 +23,10 @@ How the tests judge:
 * Stop strings are compared with Hugging Face's ``StopStringCriteria`` on the same
   sequences; the streamer's printed text with the final decode, on multi-byte text.
 
-Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any seed must pass.
+Seeded tests take their seed from ``SAMPLING_COURSE_TEST_SEED`` (default 0); any seed must pass. The
+draws your code makes take a ``torch.Generator`` on the grading device (``pytest --device``): a generator
+draws on its own device only. The tests' random inputs come from seeded CPU generators, drawn on the CPU
+and moved, so every device grades on the same inputs.
 """
 
 from __future__ import annotations
@@ -352,19 +355,19 @@ def xtc_rows(seed: int) -> torch.Tensor:
 
 
 @pytest.mark.exercise("xtc_filter")
-def test_xtc_filter_when_it_applies_follows_llama_cpp(gen, seed):
+def test_xtc_filter_when_it_applies_follows_llama_cpp(gen, seed, device):
     """With xtc_probability=1 every row is cut as the transcription says: at least two tokens above the threshold
     leave all but the least likely of them; fewer leave the row alone. Kept values are unchanged."""
     rows = xtc_rows(seed)
     for threshold in (0.05, 0.1, 0.2, 0.6):
-        actual = gen.xtc_filter(rows.clone(), threshold, 1.0, generator=torch.Generator().manual_seed(seed))
+        actual = gen.xtc_filter(rows.clone(), threshold, 1.0, generator=torch.Generator(device=device).manual_seed(seed))
         keep = torch.tensor([llama_xtc_cut(row, threshold) for row in rows.tolist()])
         assert_same_filter(actual, rows.masked_fill(~keep, float("-inf")), f"xtc_filter(threshold={threshold})")
     assert torch.equal(gen.xtc_filter(rows.clone(), 0.1, 0.0), rows), "xtc_probability=0 must change nothing"
 
 
 @pytest.mark.exercise("xtc_filter")
-def test_xtc_filter_applies_with_its_probability(gen, seed):
+def test_xtc_filter_applies_with_its_probability(gen, seed, device):
     """20,000 copies of a row with three tokens above the threshold, xtc_probability=0.3: each copy is either
     untouched or cut exactly as above, the number cut is Binomial(20,000, 0.3) (two-sided binomial test,
     false-failure probability 1e-6), and the same seeded generator cuts the same rows."""
@@ -372,7 +375,7 @@ def test_xtc_filter_applies_with_its_probability(gen, seed):
     n = 20_000
     batch = row.expand(n, -1).clone()
     cut = row.masked_fill(~torch.tensor([llama_xtc_cut(row[0].tolist(), 0.1)]), float("-inf"))
-    out = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator().manual_seed(seed))
+    out = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator(device=device).manual_seed(seed))
     untouched = (out == row).all(dim=-1)
     was_cut = (out == cut).all(dim=-1)
     assert (untouched | was_cut).all(), "every row must be either left alone or cut as llama.cpp cuts it"
@@ -381,7 +384,7 @@ def test_xtc_filter_applies_with_its_probability(gen, seed):
 
     p_value = stats.binomtest(k, n, 0.3).pvalue
     assert p_value > FALSE_FAILURE, f"{k} of {n} rows were cut with xtc_probability=0.3 (binomial p = {p_value:.2e})"
-    again = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator().manual_seed(seed))
+    again = gen.xtc_filter(batch.clone(), 0.1, 0.3, generator=torch.Generator(device=device).manual_seed(seed))
     assert torch.equal(again, out), "the same seeded generator must cut the same rows: draw with generator="
 
 
@@ -488,11 +491,11 @@ CHAIN_SETTINGS = [
 
 @pytest.mark.exercise("warp_logits")
 @pytest.mark.parametrize("settings", CHAIN_SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
-def test_warp_logits_runs_the_whole_chain_in_hf_order(gen, seed, settings, oracle):
+def test_warp_logits_runs_the_whole_chain_in_hf_order(gen, seed, settings, oracle, device):
     """With the newer filters switched on too, warp_logits equals the steps applied one after the other in Hugging
     Face's order (its processors; top-n-sigma and XTC last, from the llama.cpp transcriptions)."""
     logits = random_logits(seed, 8, 400, scale=3.0)
-    actual = gen.warp_logits(logits.clone(), generator=torch.Generator().manual_seed(seed), **settings)
+    actual = gen.warp_logits(logits.clone(), generator=torch.Generator(device=device).manual_seed(seed), **settings)
     assert_same_filter(actual, oracle(oracle_chain, logits, settings), f"warp_logits({settings})")
 
 
@@ -526,10 +529,11 @@ def test_samplers_order_is_checked(gen):
 
 
 def draw_counts(gen, logits: torch.Tensor, n: int, settings: dict, seed: int) -> torch.Tensor:
-    """(rows, d_vocab) counts of ``n`` draws per row of ``logits``, made in one sample() call."""
+    """(rows, d_vocab) counts of ``n`` draws per row of ``logits``, made in one sample() call (with a generator
+    where the logits are: a generator draws on its own device only)."""
     rows, d_vocab = logits.shape
     batch = logits.repeat_interleave(n, dim=0)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=logits.device).manual_seed(seed)
     tokens = gen.sample(batch, generator=generator, **settings)
     assert tokens.shape == (rows * n,), f"sample returned shape {tuple(tokens.shape)}, expected ({rows * n},)"
     assert not tokens.is_floating_point(), f"sample must return token ids (integers), got {tokens.dtype}"
@@ -579,13 +583,13 @@ def test_sample_at_temperature_zero_is_argmax(gen, seed):
 
 
 @pytest.mark.exercise("batched_sample")
-def test_sample_draws_from_the_generator_it_is_given(gen, seed):
+def test_sample_draws_from_the_generator_it_is_given(gen, seed, device):
     """The same seeded generator gives the same draws, whatever torch's global generator is doing."""
     logits = random_logits(seed, 64, 30, scale=0.5)
     torch.manual_seed(1)
-    first = gen.sample(logits, generator=torch.Generator().manual_seed(seed + 10))
+    first = gen.sample(logits, generator=torch.Generator(device=device).manual_seed(seed + 10))
     torch.manual_seed(2)
-    second = gen.sample(logits, generator=torch.Generator().manual_seed(seed + 10))
+    second = gen.sample(logits, generator=torch.Generator(device=device).manual_seed(seed + 10))
     assert torch.equal(first, second), "the same seeded generator gave different tokens: is sample using the global generator?"
 
 
@@ -652,7 +656,7 @@ def oracle_mirostat(row: list[float], mu: float) -> list[float]:
 
 
 @pytest.mark.exercise("mirostat_step")
-def test_mirostat_step_draws_from_the_truncated_distribution_and_moves_mu(gen, seed):
+def test_mirostat_step_draws_from_the_truncated_distribution_and_moves_mu(gen, seed, device):
     """Three states mu (bits) on the same logits, 20,000 rows each, in one call: each row draws from its own
     truncation (support exact; chi-square per state, false-failure probability 1e-6 in all), the returned logits
     are -inf exactly where it cut, and each row's new mu is mu - eta (-log2 p(token) - tau), with p the
@@ -661,7 +665,7 @@ def test_mirostat_step_draws_from_the_truncated_distribution_and_moves_mu(gen, s
     mus, tau, eta, n = [0.3, 2.5, 5.0], 3.0, 0.1, 20_000
     batch = logits.expand(3 * n, -1).clone()
     mu = torch.tensor(mus).repeat_interleave(n)
-    tokens, new_mu, kept = gen.mirostat_step(batch, mu.clone(), tau, eta, torch.Generator().manual_seed(seed))
+    tokens, new_mu, kept = gen.mirostat_step(batch, mu.clone(), tau, eta, torch.Generator(device=device).manual_seed(seed))
     assert tokens.shape == (3 * n,) and new_mu.shape == (3 * n,) and kept.shape == batch.shape
     for i, m in enumerate(mus):
         probs = torch.tensor(oracle_mirostat(logits[0].tolist(), m))
@@ -1123,16 +1127,16 @@ def test_seeded_sampling_matches_hf_generate(gen, demo, reference, oracle, impl,
 
 
 @pytest.mark.exercise("generate")
-def test_seeded_sampling_replays_your_sample(gen, demo, reference, oracle, seed):
+def test_seeded_sampling_replays_your_sample(gen, demo, reference, oracle, seed, device):
     """generate(seed=s) draws exactly what your own sample() draws on the true logits: one call per step on the
-    whole batch with a torch.Generator seeded with s, and rows that emitted EOS get pads from then on. The logits
-    come from Hugging Face, each row run alone."""
+    whole batch with a torch.Generator on the model's device seeded with s, and rows that emitted EOS get pads from
+    then on. The logits come from Hugging Face, each row run alone."""
     tok = reference.tokenizer
     new, settings = 12, dict(temperature=0.9, top_p=0.95)
     out = gen.generate(demo, tok, PROMPTS, new, seed=seed, **settings)
 
     rows = [tok.encode(p) for p in PROMPTS]
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     finished = [False] * len(rows)
     for _ in range(new):
         logits = torch.stack([oracle(hf_logits_alone, reference, row)[-1] for row in rows])
@@ -1366,7 +1370,7 @@ def test_greedy_with_processors_matches_hf(gen, demo, reference, oracle, setting
 
 
 @pytest.mark.exercise("generate")
-def test_num_return_sequences_groups_copies_by_prompt(gen, demo, reference, seed, oracle):
+def test_num_return_sequences_groups_copies_by_prompt(gen, demo, reference, seed, oracle, device):
     """num_return_sequences=3: 3 rows per prompt, grouped by prompt (rows 0-2 continue prompt 0, ...); at temperature 0
     the copies are the same greedy text; seeded sampling replays your sample() on the copies, one draw per step."""
     tok = reference.tokenizer
@@ -1376,7 +1380,7 @@ def test_num_return_sequences_groups_copies_by_prompt(gen, demo, reference, seed
     assert torch.equal(greedy, alone.repeat_interleave(3, dim=0)), "each prompt's copies must follow it, in prompt order"
     out = gen.generate(demo, tok, PROMPTS[:2], 5, seed=seed, temperature=1.5, num_return_sequences=3)
     rows = [tok.encode(p) for p in PROMPTS[:2] for _ in range(3)]
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     finished = [False] * len(rows)
     for _ in range(5):
         logits = torch.stack([oracle(hf_logits_alone, reference, row)[-1] for row in rows])
@@ -1391,14 +1395,14 @@ def test_num_return_sequences_groups_copies_by_prompt(gen, demo, reference, seed
 
 
 @pytest.mark.exercise("generate")
-def test_generate_with_mirostat_keeps_a_state_per_row(gen, demo, reference, seed, oracle):
+def test_generate_with_mirostat_keeps_a_state_per_row(gen, demo, reference, seed, oracle, device):
     """generate(mirostat=2) replays your mirostat_step on the true logits after the temperature: one call per step
     on the whole batch, each row's mu starting at 2 tau and carried from step to step."""
     tok, new, tau, eta, temperature = reference.tokenizer, 8, 3.0, 0.5, 0.9
     out = gen.generate(demo, tok, PROMPTS, new, seed=seed, temperature=temperature, mirostat=2, mirostat_tau=tau,
                        mirostat_eta=eta)
     rows = [tok.encode(p) for p in PROMPTS]
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     mu = torch.full((len(rows),), 2 * tau)
     finished = [False] * len(rows)
     mus = []

@@ -169,6 +169,15 @@ LOGITS_2 = LOGITS[torch.tensor([7, 2, 9, 5, 0, 1, 8, 3, 6, 4])]
 N_ROWS = 20_000
 
 
+def global_rng_state(device: torch.device) -> torch.Tensor:
+    """The state of torch's global generator on ``device``: the one a draw there without a generator uses."""
+    if device.type == "cuda":
+        return torch.cuda.get_rng_state(device)
+    if device.type == "mps":
+        return torch.mps.get_rng_state()
+    return torch.get_rng_state()
+
+
 def assert_draws_follow(draws: torch.Tensor, probs: torch.Tensor, what: str, alpha: float = ALPHA) -> None:
     """Support first, then each supported token's count within [ppf(q), isf(q)] of Binomial(n, p),
     q = alpha / (2 * supported tokens): a correct sampler fails with probability at most alpha."""
@@ -204,35 +213,35 @@ def test_race_sample_draws_with_torch_multinomials_law(gpu, seed):
 
 
 @pytest.mark.exercise("race_sample")
-def test_race_sample_rows_follow_their_own_logits(gpu, seed):
+def test_race_sample_rows_follow_their_own_logits(gpu, seed, device):
     """Rows with different logits in one batch, in alternation: each group follows its own softmax.
     Binomial bounds with Bonferroni, alpha / 2 per group: false-failure probability <= 1e-6."""
     logits = torch.stack([LOGITS, LOGITS_2]).repeat(N_ROWS // 2, 1)
-    draws = gpu.race_sample(logits, generator=torch.Generator().manual_seed(seed))
+    draws = gpu.race_sample(logits, generator=torch.Generator(device=device).manual_seed(seed))
     for group, row in ((0, LOGITS), (1, LOGITS_2)):
         assert_draws_follow(draws[group::2], torch.softmax(row.double(), -1), f"race_sample, rows like row {group}", ALPHA / 2)
 
 
 @pytest.mark.exercise("race_sample")
-def test_race_sample_draws_from_the_generator_it_is_given(gpu, seed):
+def test_race_sample_draws_from_the_generator_it_is_given(gpu, seed, device):
     """The same seeded generator gives the same tokens whatever torch's global generator did, and the global
-    generator is left alone."""
+    generator (the one of the device the draw runs on) is left alone."""
     logits = LOGITS.expand(64, -1)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     first = gpu.race_sample(logits, generator=generator)
-    torch.rand(100)  # the global generator moves on
-    before = torch.get_rng_state()
+    torch.rand(100)  # the global generator moves on (on the grading device, where the test's tensors are made)
+    before = global_rng_state(device)
     again = gpu.race_sample(logits, generator=generator.manual_seed(seed))
     assert torch.equal(first, again), "race_sample must draw from the generator it is given (same seed, same tokens)"
-    assert torch.equal(before, torch.get_rng_state()), "with a generator, race_sample must leave torch's global generator alone"
+    assert torch.equal(before, global_rng_state(device)), "with a generator, race_sample must leave torch's global generator alone"
 
 
 @pytest.mark.exercise("race_sample")
-def test_race_sample_reads_nothing_back_to_the_host(gpu, seed):
+def test_race_sample_reads_nothing_back_to_the_host(gpu, seed, device):
     """No .item(), no data-dependent shapes, and not torch.multinomial (the exercise is to draw without it: it has
     checked its input with values read back to the host)."""
     with OpRecorder() as recorder:
-        gpu.race_sample(LOGITS.expand(8, -1), generator=torch.Generator().manual_seed(seed))
+        gpu.race_sample(LOGITS.expand(8, -1), generator=torch.Generator(device=device).manual_seed(seed))
     assert not recorder.host_reads(), (
         f"race_sample makes the host wait for the device ({', '.join(recorder.host_reads())}); draw with "
         "element-wise operations and an argmax"

@@ -42,8 +42,10 @@ sample size is the smallest for which a distribution at chi-square distance
 distribution move it much farther, in at least one setting: accepting when r >= p/q by 0.9
 to 2.1 (or onto outcomes of probability 0), reading p from the first rows of the target's
 logits by 0.6 to 7.5, resampling from p instead of the residual by 0.23 (measured with
-4,000 runs each). The seed comes from ``SAMPLING_COURSE_TEST_SEED`` (see
-tests/test_sampling.py).
+4,000 runs each). The seed comes from ``SAMPLING_COURSE_TEST_SEED`` (any seed must pass). The draws
+your code makes take a ``torch.Generator`` on the grading device (``pytest --device``), where the
+models are: a generator draws on its own device only. The toy models' tables are their weights, so
+they live there too.
 """
 
 from __future__ import annotations
@@ -341,7 +343,7 @@ def test_filtered_probs_rejects_bad_settings(spec, settings, message):
 @pytest.mark.exercise("draft_tokens")
 @pytest.mark.parametrize("settings", [dict(temperature=1.0), dict(temperature=0.6, top_k=2), dict(temperature=1.5, top_p=0.7)], ids=str)
 @pytest.mark.parametrize("cached", [0, 2], ids=lambda n: f"{n}-cached")
-def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached, seed):
+def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached, seed, device):
     """gamma cached forwards, each on its new positions only; q rows are the filtered draft distributions
     after each prefix (uncached oracle); every proposal lies in its q's support; the cache holds all but the last."""
     KVC = impl.transformer.KeyValueCache
@@ -352,7 +354,7 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
         _, cache = draft(tokens[None, :cached], cache)
         draft.calls.clear()
     gamma = 5
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     proposals, q, cache = spec.draft_tokens(draft, tokens, cache, gamma, generator=generator, **settings)
     assert proposals.shape == (gamma,) and q.shape == (gamma, V), f"shapes {tuple(proposals.shape)}, {tuple(q.shape)}"
     assert len(draft.calls) == gamma, f"expected {gamma} forward passes of the draft, got {len(draft.calls)}"
@@ -370,7 +372,7 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
 
 
 @pytest.mark.exercise("draft_tokens")
-def test_draft_tokens_is_greedy_at_temperature_zero_and_follows_the_generator(spec, impl):
+def test_draft_tokens_is_greedy_at_temperature_zero_and_follows_the_generator(spec, impl, device):
     """Temperature 0 proposes the draft's greedy chain; the same generator seed gives the same proposals."""
     KVC = impl.transformer.KeyValueCache
     _, draft = toy_pair()
@@ -382,7 +384,7 @@ def test_draft_tokens_is_greedy_at_temperature_zero_and_follows_the_generator(sp
     assert proposals.tolist() == sequence[2:], f"proposals {proposals.tolist()}, the draft's greedy chain {sequence[2:]}"
     assert q.sum(-1).tolist() == [1.0] * 4 and (q.max(-1).values == 1).all()
     runs = [
-        spec.draft_tokens(draft, tokens, KVC.new_empty(draft.cfg), 6, generator=torch.Generator().manual_seed(5))[0]
+        spec.draft_tokens(draft, tokens, KVC.new_empty(draft.cfg), 6, generator=torch.Generator(device=device).manual_seed(5))[0]
         for _ in range(2)
     ]
     assert torch.equal(*runs), "the same generator seed must give the same proposals: draw with generator="
@@ -435,37 +437,37 @@ def rule_closed_form() -> dict[tuple[int, ...], float]:
 
 
 @pytest.mark.exercise("accept_or_resample")
-def test_accept_or_resample_follows_its_closed_form(spec, seed):
+def test_accept_or_resample_follows_its_closed_form(spec, seed, device):
     """Every outcome (accepted proposals, then one token) has its exact probability: reject the first
     (3/4) and draw from normalize(max(0, p0 - q0)); accept it, reject the second (1/4 * 2/5) and draw from
     normalize(max(0, p1 - q1)); accept both (3/20) and draw the bonus from p2. Chi-square:
     false-failure probability <= 1e-6."""
     expected = rule_closed_form()
     n = sample_size(sum(prob > 0 for prob in expected.values()) - 1)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     p, q, proposals = RULE_P.float(), RULE_Q.float(), torch.tensor(RULE_PROPOSALS)
     observed = Counter(tuple(spec.accept_or_resample(p, q, proposals, generator).tolist()) for _ in range(n))
     assert_frequencies_match(observed, expected, n, "accept_or_resample(p, q, proposals)")
 
 
 @pytest.mark.exercise("accept_or_resample")
-def test_draft_then_judge_gives_the_target_distribution(spec, seed):
+def test_draft_then_judge_gives_the_target_distribution(spec, seed, device):
     """The theorem: a proposal drawn from q and then judged yields a first token distributed exactly as p.
     Chi-square: false-failure probability <= 1e-6."""
     p = torch.tensor([[0.05, 0.45, 0.2, 0.3], [0.25, 0.25, 0.25, 0.25]])
     q = torch.tensor([[0.4, 0.1, 0.3, 0.2]])
     n = sample_size(V - 1)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     proposals = torch.multinomial(q[0], n, replacement=True, generator=generator)
     observed = Counter(int(spec.accept_or_resample(p, q, x[None], generator)[0]) for x in proposals)
     assert_frequencies_match(observed, dict(enumerate(p[0].double().tolist())), n, "first token after drafting from q and judging")
 
 
 @pytest.mark.exercise("accept_or_resample")
-def test_accept_or_resample_certain_cases(spec):
+def test_accept_or_resample_certain_cases(spec, device):
     """p >= q at every proposal: all accepted, plus a bonus from p[-1]. p(x) = 0: rejected at once, replaced by
     a token where p > q. One-hot p and q (temperature 0): the target's argmax wins."""
-    generator = torch.Generator().manual_seed(0)
+    generator = torch.Generator(device=device).manual_seed(0)
     p = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.2, 0.2, 0.5, 0.1], [0.0, 0.0, 0.0, 1.0]])
     q = torch.tensor([[0.3, 0.3, 0.3, 0.1], [0.3, 0.3, 0.3, 0.1]])
     for _ in range(20):
@@ -545,13 +547,13 @@ def generate(spec, target, draft, prompt: str, n: int, tokenizer=None, **setting
 
 
 @pytest.mark.exercise("speculative_round")
-def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed):
+def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, device):
     """One round: 1 to gamma + 1 new tokens; one target forward over the last token and every proposal;
     afterwards each cache holds only the tokens kept (the toy models check their content).
     40 rounds from the same start, which include rejections except with probability < 1e-11."""
     KVC = impl.transformer.KeyValueCache
     target, draft = toy_pair()
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device=device).manual_seed(seed)
     tokens = torch.tensor([2, 0, 1])
     target_cache, draft_cache = KVC.new_empty(target.cfg), KVC.new_empty(draft.cfg)
     _, target_cache = target(tokens[None, :2], target_cache)
