@@ -75,8 +75,8 @@ def demo_state_dict(source: torch.nn.Module | Mapping[str, Tensor], cfg: Config 
             demo + "mlp.W_out": sd[hf + "mlp.c_proj.weight"],
             demo + "mlp.b_out": sd[hf + "mlp.c_proj.bias"],
         })
-    # Contiguous copies, so the demo model never shares storage with the HF model.
-    return {k: v.contiguous().clone() for k, v in out.items()}
+    # Contiguous copies (one copy each), so the demo model never shares storage with the HF model.
+    return {k: v.clone(memory_format=torch.contiguous_format) for k, v in out.items()}
 
 
 def load_weights(model: torch.nn.Module, state_dict: dict[str, Tensor]) -> torch.nn.Module:

@@ -79,3 +79,14 @@ def test_load_demo_rejects_a_misnamed_parameter(tiny):
 
     with pytest.raises(ValueError, match="'blocks.0.attn.W_q' what the weights call 'blocks.0.attn.W_Q'"):
         load_demo(tiny, SimpleNamespace(DemoTransformer=MisnamedQuery))
+
+
+def test_demo_state_dict_copies_into_contiguous_tensors(tiny):
+    """Every converted weight is contiguous and has storage of its own, so editing the demo
+    model's weights never changes the Hugging Face model's."""
+    from sampling_course.weights import demo_state_dict
+
+    hf_pointers = {p.untyped_storage().data_ptr() for p in tiny.hf_model.parameters()}
+    for name, tensor in demo_state_dict(tiny.hf_model).items():
+        assert tensor.is_contiguous(), name
+        assert tensor.untyped_storage().data_ptr() not in hf_pointers, f"{name} shares storage with the HF model"
