@@ -225,7 +225,7 @@ class DeviceSession(torch.overrides.TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if kwargs.get("device") is None and func in _constructors():
+        if kwargs.get("device") is None and func in device_constructors():
             generator = kwargs.get("generator")
             if isinstance(generator, torch.Generator) and generator.device != self.device:
                 return func(*args, **{**kwargs, "device": generator.device}).to(self.device)
@@ -234,7 +234,8 @@ class DeviceSession(torch.overrides.TorchFunctionMode):
 
 
 @cache
-def _constructors() -> frozenset:
+def device_constructors() -> frozenset:
+    """The torch functions that make a tensor on a device (those ``DeviceSession`` places)."""
     from torch.utils._device import _device_constructors
 
     return frozenset(_device_constructors())

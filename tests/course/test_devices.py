@@ -315,10 +315,10 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def _constructor_names() -> frozenset[str]:
     """The names ``torch.<name>`` of the functions that make a tensor on a device (what DeviceSession places)."""
-    from sampling_course.grading.pytest_plugin import _constructors
+    from sampling_course.grading.pytest_plugin import device_constructors
 
     functions = {name: getattr(torch, name) for name in dir(torch)}
-    return frozenset(name for name, value in functions.items() if callable(value) and value in _constructors())
+    return frozenset(name for name, value in functions.items() if callable(value) and value in device_constructors())
 
 
 def _is_cpu_generator(node: ast.AST) -> bool:
