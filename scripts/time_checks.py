@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
 import sys
 import time
+
+from timing import load_average, median_and_spread
 
 TARGETS = {"first check": 5.0, "later check": 2.0, "progress": 15.0}
 # One exercise per kind of test fixture: part 1 (TransformerLens activations), part 2, part 3.
@@ -88,14 +89,6 @@ def _timed(command: list[str]) -> tuple[float, float, str]:
     return wall, cpu, imported
 
 
-def _load() -> str:
-    try:
-        one, five, _ = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("exercise", nargs="*", default=DEFAULT_EXERCISES, help="exercises to time (default: a few of parts 1-3)")
@@ -106,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1:
         parser.error("--repeat must be at least 1")
 
-    print(f"Timing checks against {args.impl}/; {_load()}")
+    print(f"Timing checks against {args.impl}/; {load_average()}")
     wall, _, imported = _timed(_cli("check", *args.exercise, "--impl", args.impl))
     print(f"filling the store of reference outputs (one check of them all, untimed target): {wall:.1f} s, "
           f"imported {imported}")
@@ -133,15 +126,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'':<{width}}  {'wall':>7}  {'spread':>11}  {'cpu':>7}   {'target':<12}  {'':<6}  "
           f"oracle libraries imported")
     for (kind, what), timings in runs.items():
-        walls = sorted(t[0] for t in timings)
-        wall, cpu = statistics.median(walls), statistics.median(t[1] for t in timings)
+        wall, fastest, slowest = median_and_spread([t[0] for t in timings])
+        cpu = statistics.median(t[1] for t in timings)
         imported = ", ".join(sorted({t[2] for t in timings}))
         ok = wall < TARGETS[kind]
         missed += not ok
-        spread = f"{walls[0]:.1f}-{walls[-1]:.1f} s" if len(walls) > 1 else ""
+        spread = f"{fastest:.1f}-{slowest:.1f} s" if len(timings) > 1 else ""
         print(f"  {what:<{width}}  {wall:5.1f} s  {spread:>11}  {cpu:5.1f} s   target < {TARGETS[kind]:2.0f} s  "
               f"{'ok' if ok else 'MISSED':<6}  {imported}")
-    print(f"after: {_load()}")
+    print(f"after: {load_average()}")
     return 1 if missed else 0
 
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
+
+from timing import load_average, median_and_spread
 
 DECODE = """
 import sys, time
@@ -50,14 +51,6 @@ print(f"{time.perf_counter() - start:.3f} {torch.get_num_threads()}")
 """
 
 DEMO = "import sys; from sampling_course.apps.cli import main; sys.exit(main(sys.argv[1:]))"
-
-
-def _load() -> str:
-    try:
-        one, five, _ = os.getloadavg()
-    except OSError:
-        return "load average unknown"
-    return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} cores"
 
 
 def _default_threads() -> int:
@@ -88,8 +81,8 @@ def _decode(threads: str) -> float:
 
 def _summary(seconds: list[float]) -> str:
     """The median, and the spread (fastest-slowest) when there are several runs."""
-    median = statistics.median(seconds)
-    return f"{median:.2f} s" + (f" ({min(seconds):.2f}-{max(seconds):.2f})" if len(seconds) > 1 else "")
+    median, fastest, slowest = median_and_spread(seconds)
+    return f"{median:.2f} s" + (f" ({fastest:.2f}-{slowest:.2f})" if len(seconds) > 1 else "")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -100,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.repeat < 1 or min(args.busy) < 0:
         parser.error("--repeat must be >= 1 and --busy >= 0")
     default = str(_default_threads())
-    print(f"torch's default: {default} threads; {_load()}")
+    print(f"torch's default: {default} threads; {load_average()}")
     print(f"{'extra busy processes':>20}  {'workload':<28} {'default (' + default + ' threads)':>22} {'policy':>22}")
     for busy in args.busy:
         hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
@@ -118,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
             for hog in hogs:
                 hog.kill()
                 hog.wait()
-    print(f"after: {_load()}")
+    print(f"after: {load_average()}")
     return 0
 
 
