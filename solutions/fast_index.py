@@ -51,12 +51,12 @@ class TokenTrie:
         ids_array = np.array(ids, dtype=np.int64)
         lengths = np.array([len(token) for token in tokens], dtype=np.int64)
         width = int(lengths.max()) if tokens else 0
-        matrix = np.frombuffer(b"".join(token.ljust(width, b"\0") for token in tokens), dtype=np.uint8).reshape(-1, width)
+        matrix = np.frombuffer(b"".join(token.ljust(width, b"\0") for token in tokens), dtype=np.uint8).reshape(len(tokens), width)
         # In sorted order, token i shares its first `common[i]` bytes with token i - 1 and
         # brings new nodes for its longer prefixes: one per depth from common[i] + 1 to its length.
         differ = matrix[1:] != matrix[:-1]
-        first_difference = np.where(differ.any(axis=1), differ.argmax(axis=1), width)
-        common = np.concatenate([[0], np.minimum(first_difference, np.minimum(lengths[1:], lengths[:-1]))])
+        first_difference = np.where(differ.any(axis=1), differ.argmax(axis=1), width) if width else np.zeros(0, dtype=np.int64)
+        common = np.concatenate([[0], np.minimum(first_difference, np.minimum(lengths[1:], lengths[:-1]))]).astype(np.int64)
 
         byte, parent, node_of_token = [], [], np.zeros(len(tokens), dtype=np.int64)
         self.level_start = [0]  # nodes of depth d: level_start[d - 1] to level_start[d]
@@ -141,6 +141,8 @@ def walk_all(trie: TokenTrie, moves: MoveTable, starts: np.ndarray) -> tuple[np.
     Returns three arrays of equal length, one entry per (start, token) pair that can be read:
     the position of the start in ``starts``, the token id and the automaton state it ends in.
     """
+    if trie.n_nodes == 0:  # a vocabulary of special tokens only: nothing can be read
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     first_level = np.arange(trie.level_start[1])
     who = np.repeat(np.arange(len(starts)), len(first_level))
     node = np.tile(first_level, len(starts))

@@ -334,3 +334,12 @@ def test_fast_index_agrees_with_outlines_core(fast, automaton_of, story, pattern
     theirs = outlines_core.Index(pattern, outlines_core.Vocabulary(eos, table))
     ours = fast.build_index_fast(automaton_of(pattern), vocabulary, eos)
     assert same_as_outlines(ours, theirs, eos) is None, same_as_outlines(ours, theirs, eos)
+
+
+@pytest.mark.exercise("build_index")
+def test_fast_index_on_degenerate_vocabularies(st, fast, automaton_of):
+    """No readable token, empty tokens, duplicate tokens and NUL bytes: the same index as build_index."""
+    for vocabulary in ([None, None], [b"", None], [b"a", None, b"a", b"ab", b"\0", b"\0a"]):
+        for pattern in ["a?", "a*b?", "\0a?"]:
+            expected = st.build_index(automaton_of(pattern), vocabulary, 1).transitions
+            assert fast.build_index_fast(automaton_of(pattern), vocabulary, 1).transitions == expected, (vocabulary, pattern)
