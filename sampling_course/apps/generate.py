@@ -276,12 +276,11 @@ def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
 
     impl = resolve_impl(impl, default="solutions")
     reference = load_reference(model_name, device)
-    generate = impl_module("generate", impl)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
         tokenizer=reference.tokenizer,
-        generate=generate.generate,
-        text_streamer=generate.TextStreamer,
+        generate=impl_module("generate", impl).generate,
+        text_streamer=impl_module("outputs", impl).TextStreamer,
         sampler=impl_module("sampling", impl).TransformerSampler,
         static_cache=impl_module("caches", impl).StaticKeyValueCache,
     )
