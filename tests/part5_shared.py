@@ -139,10 +139,17 @@ PART5_MODULES = ("padding", "filters", "batched_sampling", "generate", "outputs"
                  "batched_beam_search")
 
 
+# The modules whose functions take logits and return new ones: each call through ``Part5`` checks that
+# the tensors it was given are left as they were (Hugging Face's tests assert the same of every processor).
+LEAVES_INPUTS_ALONE = ("filters", "modern_filters", "penalties")
+
+
 class Part5:
     """Part 5's names of one implementation, wherever they live: ``Part5(impl).top_k_filter``.
 
-    A module is imported when a name is first looked for in it, in course order."""
+    A module is imported when a name is first looked for in it, in course order. A function of a filter or
+    penalty module, and ``warp_logits``, come wrapped: every call also asserts that the tensors passed to it
+    are unchanged afterwards."""
 
     def __init__(self, impl):
         self.impl = impl
@@ -153,15 +160,33 @@ class Part5:
         for module in PART5_MODULES:
             found = getattr(getattr(self.impl, module), name, None)
             if found is not None:
+                if callable(found) and not isinstance(found, type) and (
+                        module in LEAVES_INPUTS_ALONE or name == "warp_logits"):
+                    return leaves_its_inputs_alone(found, name)
                 return found
         raise AttributeError(f"no part-5 module of {self.impl!r} defines {name}")
 
 
+def leaves_its_inputs_alone(function, name: str):
+    """``function``, checking after every call that no tensor argument was changed."""
+
+    def checked(*args, **kwargs):
+        given = [value for value in (*args, *kwargs.values()) if isinstance(value, torch.Tensor)]
+        before = [value.clone() for value in given]
+        result = function(*args, **kwargs)
+        for old, new in zip(before, given):
+            unchanged(old, new, name)
+        return result
+
+    return checked
+
+
 def unchanged(before: torch.Tensor, after: torch.Tensor, what: str) -> None:
     """A filter, penalty or processor must leave the tensor it was given as it was (``generate`` still needs it)."""
-    assert torch.equal(before, after) or (before.isnan() == after.isnan()).all() and torch.equal(
-        before.nan_to_num(0.0), after.nan_to_num(0.0)
-    ), f"{what} changed the logits it was given; return a new tensor (masked_fill, not masked_fill_)"
+    same = before.shape == after.shape and bool(
+        ((before == after) | (before.isnan() & after.isnan()) if before.is_floating_point() else before == after).all())
+    assert same, (f"{what} changed a tensor it was given (its logits or tokens); return a new tensor instead "
+                  "(masked_fill, not masked_fill_; logits = logits.clone() before writing into it)")
 
 
 def assert_same_tokens(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:

@@ -302,7 +302,7 @@ def top_p_filter_exclusive(logits, top_p, min_tokens_to_keep=1):
     """The exclusive cutoff, spelled as "keep while the running total, this token included, is <= top_p"."""
     probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
     keep = probs.cumsum(dim=-1) <= top_p
-    keep[:, 0] = True
+    keep[:, :min_tokens_to_keep] = True
     return logits.masked_fill(~keep.gather(1, order.argsort(dim=1)), -1e10)
 
 

@@ -92,10 +92,11 @@ MISTAKES: list[Mistake] = [
             "        if finished.all():\n            break", "        if finished.any():\n            break",
             why=("generation stops when any row finishes; it must go on until every row has finished (or "
                  "the length limit).")),
-    Mistake(5, "finished rows not padded", "generate.py",
+    Mistake(5, "a generate that keeps sampling finished rows", "generate.py",
             "next_tokens = next_tokens.masked_fill(finished, pad_token_id)", "next_tokens = next_tokens",
-            why=("a row that has finished keeps sampling tokens; once it has produced the end token it "
-                 "must be filled with the pad token.")),
+            why=("a row that has finished keeps sampling tokens; once it has produced the end token (or a "
+                 "criterion stopped it), give it the pad token at every later step: "
+                 "next_tokens.masked_fill(finished, pad_token_id).")),
     Mistake(5, "the whole sequence re-run every step (no cache after the prefill)", "generate.py",
             "logits, cache = decode_step(model, input_ids, attention_mask, cache)",
             "logits, cache = prefill(model, input_ids, attention_mask)",
@@ -245,4 +246,48 @@ MISTAKES: list[Mistake] = [
             "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)",
             "next_tokens, drawn_from, _ = choose_tokens(processed, settings, generator, mu)",
             why="generate drops mirostat's new mu, so every step starts again from 2 tau."),
+    # Written into the tensor they were given: generate reports log-probabilities from the raw logits afterwards.
+    Mistake(5, "top_k_filter writes -inf into its argument", "filters.py",
+            'return logits.masked_fill(logits < kth_largest, float("-inf"))',
+            'return logits.masked_fill_(logits < kth_largest, float("-inf"))',
+            why=("top_k_filter writes -inf into the logits it was given (masked_fill_), so the caller's tensor "
+                 "changes too; return a new tensor with masked_fill.")),
+    Mistake(5, "min_p_filter writes -inf into its argument", "filters.py",
+            "    remove = spare_the_best(probs < bar, logits, min_tokens_to_keep)\n"
+            '    return logits.masked_fill(remove, float("-inf"))\n',
+            "    remove = spare_the_best(probs < bar, logits, min_tokens_to_keep)\n"
+            '    logits[remove] = float("-inf")\n    return logits\n',
+            why=("min_p_filter writes -inf into the logits it was given, so the caller's tensor changes too; "
+                 "return a new tensor (masked_fill).")),
+    Mistake(5, "repetition penalty written into its argument", "penalties.py",
+            "    return torch.where(seen, penalised, logits)\n",
+            "    logits[seen] = penalised[seen]\n    return logits\n",
+            why=("apply_repetition_penalty writes the penalised values into the logits it was given, so the "
+                 "caller's tensor changes too; build a new tensor (torch.where).")),
+    Mistake(5, "top-p's running total rounded past top_p (cumsum - p)", "filters.py",
+            "    sorted_logits, order = logits.sort(dim=-1)\n"
+            "    mass_up_to = sorted_logits.softmax(dim=-1).cumsum(dim=-1)\n"
+            "    remove_sorted = mass_up_to <= 1 - top_p\n",
+            "    sorted_logits, order = logits.sort(dim=-1, descending=True)\n"
+            "    sorted_probs = sorted_logits.softmax(dim=-1)\n"
+            "    remove_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs >= top_p\n"
+            "    remove_sorted[:, 0] = False\n",
+            why=("the mass above each token is taken as cumsum - p, which rounds: on [0.3, 0.1, 0.1, 0.5] at "
+                 "top_p = 0.8 it keeps three tokens where 0.5 + 0.3 already reach 0.8, and at top_p = 1.0 it drops "
+                 "the least likely tokens of a long row; sum from the least likely token up instead.")),
+    Mistake(5, "top-p ignores min_tokens_to_keep", "filters.py",
+            "remove = spare_the_best(remove, logits, min_tokens_to_keep)",
+            "remove = spare_the_best(remove, logits, 1)",
+            why=("top_p_filter keeps a single token where min_tokens_to_keep asks for more; spare the row's "
+                 "min_tokens_to_keep most likely tokens.")),
+    Mistake(5, "typical drops tokens tied with the cut token", "modern_filters.py",
+            "remove_sorted = sorted_gap > sorted_gap.gather(-1, cut)",
+            "remove_sorted = torch.arange(logits.shape[-1], device=logits.device) > cut",
+            why=("typical_filter cuts by rank, so tokens exactly as typical as the cut token go (a uniform row "
+                 "loses tokens); keep every token whose gap is no larger than the cut token's, as Hugging Face does.")),
+    Mistake(5, "bad_words_ids=[[eos]] bans the end of the text", "penalties.py",
+            "    bad_words_ids = [banned for banned in bad_words_ids if list(banned) != [eos_token_id]]\n",
+            "",
+            why=("the one-token sequence [eos] is banned, so rows can never end; Hugging Face leaves it out of "
+                 "bad_words_ids (min_new_tokens is the setting that holds the end back).")),
 ]

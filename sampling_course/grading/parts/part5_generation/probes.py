@@ -30,11 +30,19 @@ def removed_as_inf(logits: Any) -> torch.Tensor:
     return logits.masked_fill(logits < -1e4, float("-inf"))
 
 
+def left_alone(function, logits: torch.Tensor, *args: Any) -> bool:
+    """Whether ``function(copy of logits, *args)`` leaves that copy as it was (a filter returns new logits)."""
+    given = logits.clone()
+    function(given, *args)
+    return bool(torch.equal(given, logits))
+
+
 @probe("top_k_filter")
 def _probe_top_k(impl: Impl) -> Any:
     # Distinct values (no ties at the k-th largest), so keeping ties or exactly k agree.
     logits = randn(generator(80), 3, 10, std=2.0)
-    return [removed_as_inf(impl.filters.top_k_filter(logits.clone(), k)) for k in (1, 3)]
+    return [removed_as_inf(impl.filters.top_k_filter(logits.clone(), k)) for k in (1, 3)] + [
+        left_alone(impl.filters.top_k_filter, logits, 3)]
 
 
 @probe("top_p_filter")
@@ -45,7 +53,12 @@ def _probe_top_p(impl: Impl) -> Any:
     # probabilities tie (a threshold at the last kept logit would keep both).
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.7, 0.1, 0.08, 0.06, 0.04, 0.02),
                        (0.2, 0.18, 0.17, 0.16, 0.15, 0.14))
-    return [removed_as_inf(impl.filters.top_p_filter(logits.clone(), p)) for p in (0.6, 0.3)]
+    # Hugging Face's own row: .5 + .3 is exactly 0.8, so top_p = 0.8 keeps two (a running total
+    # taken as cumsum - p rounds below 0.8 and keeps a third). With min_tokens_to_keep = 3 row 1 keeps three.
+    hf_row = logits_of((0.3, 0.1, 0.1, 0.5))
+    return [removed_as_inf(impl.filters.top_p_filter(logits.clone(), p)) for p in (0.6, 0.3)] + [
+        removed_as_inf(impl.filters.top_p_filter(hf_row, 0.8)),
+        removed_as_inf(impl.filters.top_p_filter(logits.clone(), 0.3, min_tokens_to_keep=3))]
 
 
 @probe("min_p_filter")
@@ -53,7 +66,8 @@ def _probe_min_p(impl: Impl) -> Any:
     # min_p = 0.3: row 0's bar is 0.3 x .40 = .12, keeping .40 .25 .15 (a bar of 0.3 itself
     # keeps .40 only); row 1's top token is .9, whose bar .27 is near the unscaled one.
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.9, 0.04, 0.03, 0.01, 0.01, 0.01))
-    return [removed_as_inf(impl.filters.min_p_filter(logits.clone(), m)) for m in (0.3, 0.05)]
+    return [removed_as_inf(impl.filters.min_p_filter(logits.clone(), m)) for m in (0.3, 0.05)] + [
+        left_alone(impl.filters.min_p_filter, logits, 0.3)]
 
 
 @probe("warp_logits")
@@ -119,7 +133,8 @@ def _probe_repetition_penalty(impl: Impl) -> Any:
     input_ids = torch.tensor([[1, 3, 3, 5, 0], [2, 2, 6, 7, 4]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # row 1's first two are padding
     penalise = impl.penalties.apply_repetition_penalty
-    return [plain(penalise(logits.clone(), input_ids, 1.5)), plain(penalise(logits.clone(), input_ids, 1.5, mask))]
+    return [plain(penalise(logits.clone(), input_ids, 1.5)), plain(penalise(logits.clone(), input_ids, 1.5, mask)),
+            left_alone(penalise, logits, input_ids, 1.5)]
 
 
 @probe("apply_presence_and_frequency_penalty")
@@ -213,13 +228,14 @@ def _probe_generate(impl: Impl) -> Any:
 
 
 def _mirostat_second_token(impl: Impl) -> Any:
-    """The distribution of the second token mirostat draws, which depends on the state the first draw left.
+    """The second tokens mirostat draws in 64 rows of one seeded batch; each depends on the state the row's first draw left.
 
     After the start token the model offers three words, .5 .25 .25; after any word .5 .3 .2. With
     tau 1.2 and eta 2, mu starts at 2.4 bits and keeps all three. Drawing the .5 word (1 bit)
     raises mu to 2.8 and the second step keeps all three again; drawing a .25 word (2 bits) drops
-    it to 0.8, and the second step keeps the .5 word alone. So the second token is .75 .15 .1. A
-    state that is not carried keeps all three at the second step: .5 .3 .2.
+    it to 0.8, and the second step keeps the .5 word alone. A state that is not carried keeps all
+    three at the second step, so some of the 64 rows draw another word. One seeded call makes
+    every draw (the rows' draws are ``choose_tokens``', given code), so the output is exact.
     """
     tok, words = tokenizer(), word_ids()
     first, second, third = words[:3]
@@ -227,14 +243,10 @@ def _mirostat_second_token(impl: Impl) -> Any:
     rows[tok.eos_token_id] = {first: 0.5, second: 0.25, third: 0.25}
     table, row_of = word_table(generator(92), rows=rows)
     model = CachedToyLM(small_config(d_vocab=len(tok), n_ctx=32), table, row_of)
-    prompt = [tok.decode([tok.eos_token_id])]
-
-    def draw() -> Any:
-        out = impl.generate.generate(model, tok, prompt, 2, mirostat=2, mirostat_tau=1.2, mirostat_eta=2.0,
-                                     eos_token_id=-1)
-        return out[0, -1]
-
-    return frequencies(draw, len(tok), gap=0.2, seed=93)
+    prompts = [tok.decode([tok.eos_token_id])] * 64
+    out = impl.generate.generate(model, tok, prompts, 2, mirostat=2, mirostat_tau=1.2, mirostat_eta=2.0,
+                                 eos_token_id=-1, seed=93)
+    return plain(out[:, -1])
 
 
 @probe("StopStringCriteria")
@@ -283,7 +295,10 @@ def _probe_typical(impl: Impl) -> Any:
     # one likely token over a flat tail: the likely token is the least typical. No running
     # total lands on a cutoff.
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.55, 0.1, 0.09, 0.09, 0.085, 0.085))
-    return [removed_as_inf(impl.modern_filters.typical_filter(logits.clone(), p)) for p in (0.3, 0.5, 0.85)]
+    # A uniform row: every token is as typical as the cut token, so all stay (Hugging Face's rule).
+    uniform = torch.zeros(1, 5)
+    return [removed_as_inf(impl.modern_filters.typical_filter(logits.clone(), p)) for p in (0.3, 0.5, 0.85)] + [
+        removed_as_inf(impl.modern_filters.typical_filter(uniform, 0.5))]
 
 
 @probe("epsilon_filter")
@@ -359,5 +374,7 @@ def _probe_ban_bad_words(impl: Impl) -> Any:
     history = torch.tensor([[7, 7, 1], [1, 2, 2], [9, 1, 2], [3, 4, 5]])
     mask = torch.tensor([[0, 0, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])
     bad = [[7, 1, 5], [2, 2, 4], [1, 2, 8], [6], [3, 4]]
-    return [removed_as_inf(ban(torch.zeros(4, 10), history, bad, mask)), removed_as_inf(ban(torch.zeros(4, 10), history, bad))]
+    # [[eos]] is left out, as Hugging Face leaves it out: the end of the text stays allowed.
+    return [removed_as_inf(ban(torch.zeros(4, 10), history, bad, mask)), removed_as_inf(ban(torch.zeros(4, 10), history, bad)),
+            removed_as_inf(ban(torch.zeros(4, 10), history, [[9], [3]], mask, eos_token_id=9))]
 
