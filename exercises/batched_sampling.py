@@ -1,6 +1,6 @@
 # GENERATED from solutions/batched_sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: eb3063d288a5ba20a4991664ec500af74dec7f01cd3c1556734eab1317b3bf70
+# stub-checksum: 75d707d4c4f88c6dcdfc9b1ffd001c333a1b36f8dfa6467c552336ad84b617e1
 """Part 5: sampling a whole batch at once: the chain of filters, then one draw per row.
 
 ``warp_logits`` applies the temperature and the filters that are switched on, in Hugging
@@ -9,7 +9,7 @@ top-n-sigma and XTC) unless ``samplers`` gives another, as llama.cpp's ``--sampl
 does. ``sample`` draws one token per row from what is left: the argmax at temperature 0,
 otherwise one ``torch.multinomial`` draw per row, the draw Hugging Face makes. (Part 2's
 ``sample`` takes one position's logits and returns an int; this one takes a batch, and is
-graded as ``batched_sample``.)
+checked as ``check("batched_sample")``.)
 
 Both take their settings as one ``SamplerSettings`` (``sampling_course.sampling_settings``,
 checked once when it is made) or as keywords: ``sample(logits, temperature=0.7, top_p=0.9)``.

@@ -1,6 +1,6 @@
 # GENERATED from solutions/generate.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 3235cc79a681cca4384bcf6d554fae068014c6406d0bbc76e9213d6eae1e3fbf
+# stub-checksum: d5037646e900f9612098e1496ca8eadfe6f30810df6fd49876b8eb6a4f1520b1
 """Part 5: the generation engine, many prompts at once.
 
 Parts 2-4 continue one prompt with a loop written for teaching. ``generate`` is the loop you
@@ -113,7 +113,8 @@ def generate(
     to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
     row whose state reads the end-of-text token (``constraint.finished``) is finished, even
     when ``eos_token_id`` is switched off; a row finished otherwise is done for the
-    constraint too (its state becomes ``constraint.DONE``).
+    constraint too (its state becomes ``constraint.DONE``). Part 8 checks this branch as
+    ``check("constrained_generate")``; the rest of the loop is ``check("generate")``.
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_counts(num_return_sequences, logprobs, num_beams, length_penalty, early_stopping)

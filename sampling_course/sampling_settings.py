@@ -30,7 +30,7 @@ from typing import Any
 
 __all__ = [
     "DRY_SEQUENCE_BREAKERS", "HF_ORDER", "LLAMA_CPP_ORDER", "SamplerSettings", "check_sampling_settings",
-    "check_setting", "check_bad_words",
+    "check_setting", "check_bad_words", "describe",
 ]
 
 
@@ -63,9 +63,11 @@ def any_number(value) -> bool:
     return is_number(value) and not math.isnan(value)
 
 
-def setting(default: Any, allowed: str, check: Callable[[Any], bool], error: type[Exception] = ValueError):
-    """A field of ``SamplerSettings``: its default, the sentence saying what is allowed, and the check."""
-    return field(default=default, metadata={"allowed": allowed, "check": check, "error": error})
+def setting(default: Any, allowed: str, check: Callable[[Any], bool], error: type[Exception] = ValueError,
+            about: str = ""):
+    """A field of ``SamplerSettings``: its default, the sentence saying what is allowed, the check, and what
+    it does in a few words (the command's ``--help`` shows it)."""
+    return field(default=default, metadata={"allowed": allowed, "check": check, "error": error, "about": about})
 
 
 def check_bad_words(bad_words_ids, d_vocab: int | None = None) -> None:
@@ -132,37 +134,63 @@ class SamplerSettings:
     function takes either an object or keywords.
     """
 
-    temperature: float = setting(1.0, "a finite number >= 0 (0 means greedy)", interval(0, math.inf, high_open=True))
-    top_k: int = setting(0, "an integer >= 0 (0 turns it off)", at_least(0, integer=True))
-    top_p: float = setting(1.0, "in (0, 1] (1.0 turns it off)", interval(0, 1, low_open=True))
-    min_p: float = setting(0.0, "in [0, 1] (0.0 turns it off)", interval(0, 1))
-    typical_p: float = setting(1.0, "in (0, 1] (1.0 turns it off)", interval(0, 1, low_open=True))
-    epsilon_cutoff: float = setting(0.0, "in [0, 1) (0 turns it off)", interval(0, 1, high_open=True))
-    eta_cutoff: float = setting(0.0, "in [0, 1) (0 turns it off)", interval(0, 1, high_open=True))
-    top_n_sigma: float = setting(0.0, "a number >= 0 (0 turns it off)", at_least(0))
-    xtc_probability: float = setting(0.0, "in [0, 1] (0 turns it off)", interval(0, 1))
-    xtc_threshold: float = setting(0.1, "in (0, 1]", interval(0, 1, low_open=True))
-    min_tokens_to_keep: int = setting(1, "an integer >= 1", at_least(1, integer=True))
+    temperature: float = setting(1.0, "a finite number >= 0 (0 means greedy)", interval(0, math.inf, high_open=True),
+        about='0 is greedy')
+    top_k: int = setting(0, "an integer >= 0 (0 turns it off)", at_least(0, integer=True),
+        about='keep the k most likely tokens (0 is off)')
+    top_p: float = setting(1.0, "in (0, 1] (1.0 turns it off)", interval(0, 1, low_open=True),
+        about='nucleus: smallest set with this mass, in (0, 1] (1 is off)')
+    min_p: float = setting(0.0, "in [0, 1] (0.0 turns it off)", interval(0, 1),
+        about='drop tokens below min_p x the top probability (0 is off)')
+    typical_p: float = setting(1.0, "in (0, 1] (1.0 turns it off)", interval(0, 1, low_open=True),
+        about='typical sampling: the most typical tokens with this mass (1 is off)')
+    epsilon_cutoff: float = setting(0.0, "in [0, 1) (0 turns it off)", interval(0, 1, high_open=True),
+        about='drop tokens below this probability (0 is off)')
+    eta_cutoff: float = setting(0.0, "in [0, 1) (0 turns it off)", interval(0, 1, high_open=True),
+        about='eta sampling: a bar that falls with the entropy (0 is off)')
+    top_n_sigma: float = setting(0.0, "a number >= 0 (0 turns it off)", at_least(0),
+        about='keep logits within n standard deviations of the top (0 is off)')
+    xtc_probability: float = setting(0.0, "in [0, 1] (0 turns it off)", interval(0, 1),
+        about='XTC: how often to remove the top choices (0 is off)')
+    xtc_threshold: float = setting(0.1, "in (0, 1]", interval(0, 1, low_open=True),
+        about='XTC: tokens at or above this probability are top choices')
+    min_tokens_to_keep: int = setting(1, "an integer >= 1", at_least(1, integer=True),
+        about='top-p, min-p, typical, epsilon and eta keep at least this many tokens')
     samplers: str | Sequence[str] | None = setting(
-        None, "None, a list of step names or a ';'-separated string", samplers_ok, TypeError)
+        None, "None, a list of step names or a ';'-separated string", samplers_ok, TypeError,
+        about="the chain's order, e.g. top_k;top_p;min_p;temperature (none: Hugging Face's)")
     mirostat: int = setting(0, "0 (off) or 2 (mirostat v2; version 1 is not implemented)",
-                            lambda v: is_integer(v) and v in (0, 2))
-    mirostat_tau: float = setting(5.0, "a number >= 0", at_least(0))
-    mirostat_eta: float = setting(0.1, "a number >= 0", at_least(0))
+                            lambda v: is_integer(v) and v in (0, 2),
+        about='2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)')
+    mirostat_tau: float = setting(5.0, "a number >= 0", at_least(0),
+        about="mirostat's target surprise, in bits")
+    mirostat_eta: float = setting(0.1, "a number >= 0", at_least(0),
+        about="mirostat's learning rate")
     logit_bias: dict[int, float] | None = setting(
-        None, "None or a dict {token_id: bias} of numbers", logit_bias_ok, TypeError)
-    repetition_penalty: float = setting(1.0, "> 0 (1.0 is off)", at_least(0, open_=True))
-    presence_penalty: float = setting(0.0, "a number (0 is off)", any_number)
-    frequency_penalty: float = setting(0.0, "a number (0 is off)", any_number)
-    dry_multiplier: float = setting(0.0, "a number >= 0 (0 turns DRY off)", at_least(0))
-    dry_base: float = setting(1.75, "a number >= 1", at_least(1))
-    dry_allowed_length: int = setting(2, "an integer >= 1", at_least(1, integer=True))
-    dry_penalty_last_n: int = setting(-1, "-1 (every token), 0 (off) or a positive integer", at_least(-1, integer=True))
+        None, "None or a dict {token_id: bias} of numbers", logit_bias_ok, TypeError,
+        about="add BIAS to TOKEN's logit: TOKEN:BIAS pairs (repeatable flag)")
+    repetition_penalty: float = setting(1.0, "> 0 (1.0 is off)", at_least(0, open_=True),
+        about='above 1 discourages repeats (1 is off)')
+    presence_penalty: float = setting(0.0, "a number (0 is off)", any_number,
+        about='subtracted once from every token generated so far (0 is off)')
+    frequency_penalty: float = setting(0.0, "a number (0 is off)", any_number,
+        about='subtracted per occurrence in the generated text (0 is off)')
+    dry_multiplier: float = setting(0.0, "a number >= 0 (0 turns DRY off)", at_least(0),
+        about='DRY: penalise tokens that extend a repeat (0 is off)')
+    dry_base: float = setting(1.75, "a number >= 1", at_least(1),
+        about='DRY: the penalty grows as base ** (repeat - allowed length)')
+    dry_allowed_length: int = setting(2, "an integer >= 1", at_least(1, integer=True),
+        about='DRY: repeats this long go unpunished')
+    dry_penalty_last_n: int = setting(-1, "-1 (every token), 0 (off) or a positive integer", at_least(-1, integer=True),
+        about='DRY: look at the last n tokens (-1: all)')
     dry_sequence_breakers: Sequence[str] = setting(
-        DRY_SEQUENCE_BREAKERS, "a list of non-empty strings", breakers_ok)
+        DRY_SEQUENCE_BREAKERS, "a list of non-empty strings", breakers_ok,
+        about='DRY: a repeat never reaches back across these texts')
     bad_words_ids: list[list[int]] | None = setting(
-        None, "None or a list of non-empty lists of token ids", bad_words_ok)
-    min_new_tokens: int = setting(0, "an integer >= 0", at_least(0, integer=True))
+        None, "None or a list of non-empty lists of token ids", bad_words_ok,
+        about='token sequences never to complete')
+    min_new_tokens: int = setting(0, "an integer >= 0", at_least(0, integer=True),
+        about='no end-of-text token before this many new tokens')
 
     def __post_init__(self) -> None:
         for spec in fields(self):
@@ -234,6 +262,12 @@ class SamplerSettings:
 
 DEFAULTS = {spec.name: spec.default for spec in fields(SamplerSettings)}
 SPECS = {spec.name: spec for spec in fields(SamplerSettings)}
+
+
+def describe(name: str) -> tuple[Any, str, str]:
+    """A setting's default, what it allows and what it does, as ``SamplerSettings`` declares them."""
+    spec = SPECS[name]
+    return spec.default, spec.metadata["allowed"], spec.metadata["about"]
 
 
 def check_setting(name: str, value: Any) -> None:

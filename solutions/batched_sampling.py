@@ -6,7 +6,7 @@ top-n-sigma and XTC) unless ``samplers`` gives another, as llama.cpp's ``--sampl
 does. ``sample`` draws one token per row from what is left: the argmax at temperature 0,
 otherwise one ``torch.multinomial`` draw per row, the draw Hugging Face makes. (Part 2's
 ``sample`` takes one position's logits and returns an int; this one takes a batch, and is
-graded as ``batched_sample``.)
+checked as ``check("batched_sample")``.)
 
 Both take their settings as one ``SamplerSettings`` (``sampling_course.sampling_settings``,
 checked once when it is made) or as keywords: ``sample(logits, temperature=0.7, top_p=0.9)``.

@@ -110,7 +110,8 @@ def generate(
     to -inf, and ``constraint.advance`` moves each row's state along the token it got. A
     row whose state reads the end-of-text token (``constraint.finished``) is finished, even
     when ``eos_token_id`` is switched off; a row finished otherwise is done for the
-    constraint too (its state becomes ``constraint.DONE``).
+    constraint too (its state becomes ``constraint.DONE``). Part 8 checks this branch as
+    ``check("constrained_generate")``; the rest of the loop is ``check("generate")``.
     """
     check_generate_args(prompts, max_new_tokens, streamer, stopping_criteria)
     check_counts(num_return_sequences, logprobs, num_beams, length_penalty, early_stopping)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import math
 
 import pytest
 import torch
@@ -383,5 +384,32 @@ def test_logprobs_returns_the_top_k_of_the_raw_model(gen, demo, reference, oracl
         raw = oracle(hf_logits_alone, reference, real).log_softmax(-1)
         for step in range(new):
             values, ids = raw[len(tok.encode(prompt)) + step - 1].topk(k)
+            assert out.top_tokens[r, step].tolist() == ids.tolist(), f"row {r}, step {step}: top tokens"
+            torch.testing.assert_close(out.top_logprobs[r, step], values, **TOL)
+
+
+@pytest.mark.exercise("generate")
+def test_logprobs_with_one_filter_and_no_penalty(gen, demo, reference, oracle, seed):
+    """top_k=5 at temperature 1 with logprobs=3 and nothing else: no processor makes a fresh tensor, so the
+    logits the filter sees are the very tensor the log-probabilities are read from. logprobs and the top 3 are the
+    raw model's, scores those of the top-5 distribution, all recomputed from Hugging Face's forward of each row
+    alone. (A filter that wrote -inf into its argument would report its own filtered values as the raw ones.)"""
+    tok, new = reference.tokenizer, 6
+    out = gen.generate(demo, tok, PROMPTS, new, top_k=5, temperature=1.0, logprobs=3, seed=seed)
+    width = out.sequences.shape[1] - out.logprobs.shape[1]
+    for r, prompt in enumerate(PROMPTS):
+        n_prompt = len(tok.encode(prompt))
+        real = tok.encode(prompt) + out.sequences[r, width:].tolist()
+        raw = oracle(hf_logits_alone, reference, real).log_softmax(-1)
+        for step in range(out.logprobs.shape[1]):
+            if math.isnan(float(out.logprobs[r, step])):
+                break  # the row had finished
+            here, chosen = raw[n_prompt + step - 1], real[n_prompt + step]
+            kept = here.topk(5).indices
+            assert chosen in kept.tolist(), f"row {r}, step {step}: token {chosen} is outside the top 5"
+            top5 = here[kept].log_softmax(-1)[kept.tolist().index(chosen)]
+            torch.testing.assert_close(out.logprobs[r, step], here[chosen], **TOL)
+            torch.testing.assert_close(out.scores[r, step], top5, **TOL)
+            values, ids = here.topk(3)
             assert out.top_tokens[r, step].tolist() == ids.tolist(), f"row {r}, step {step}: top tokens"
             torch.testing.assert_close(out.top_logprobs[r, step], values, **TOL)
