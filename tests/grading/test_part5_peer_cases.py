@@ -23,8 +23,9 @@ import math
 import pytest
 import torch
 
-from part5_shared import Part5
 from sampling_course.sampling_settings import SamplerSettings
+
+from part5_shared import Part5
 
 
 @pytest.fixture(scope="module")
