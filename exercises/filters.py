@@ -1,6 +1,6 @@
 # GENERATED from solutions/filters.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 264d6b6c4db40b1bbe1a3101ab3e650463a0bccfb77c135ff37c3adcd2990a0e
+# stub-checksum: f9f291f487cfa8cfeb9a583c9d89e527de5a196ac43edc8eae6298bc60b556e4
 """Part 5: the three classic filters, on a whole batch of logits at once.
 
 Each filter takes ``(batch, d_vocab)`` logits and returns new logits in which the tokens it
@@ -19,6 +19,7 @@ whose probability reaches ``top_p``; min-p (Nguyen et al. 2024) keeps the tokens
 
 from __future__ import annotations
 
+import torch  # for the code you write in the filters
 from jaxtyping import Bool, Float
 from torch import Tensor
 

@@ -16,6 +16,7 @@ whose probability reaches ``top_p``; min-p (Nguyen et al. 2024) keeps the tokens
 
 from __future__ import annotations
 
+import torch  # for the code you write in the filters
 from jaxtyping import Bool, Float
 from torch import Tensor
 

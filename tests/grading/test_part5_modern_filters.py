@@ -132,7 +132,7 @@ def test_new_filters_reject_bad_arguments(gen):
         (lambda: gen.typical_filter(logits, 1.5), "typical_p"),
         (lambda: gen.epsilon_filter(logits, -0.1), "epsilon"),
         (lambda: gen.eta_filter(logits, 1.0), "eta"),
-        (lambda: gen.top_n_sigma_filter(logits, 0.0), "top_n_sigma"),
+        (lambda: gen.top_n_sigma_filter(logits, -1.0), "top_n_sigma"),  # 0 is off, as in llama.cpp
         (lambda: gen.xtc_filter(logits, 0.0, 0.5), "xtc_threshold"),
         (lambda: gen.xtc_filter(logits, 0.1, 1.5), "xtc_probability"),
     ]

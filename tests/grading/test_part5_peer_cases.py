@@ -230,11 +230,12 @@ def test_eta_hugging_face_rows(gen):
 @pytest.mark.exercise("xtc_filter")
 @pytest.mark.parametrize("threshold, expected", [(0.09, [0.1]), (0.19, [0.2, 0.1]), (0.29, [0.3, 0.2, 0.1]),
                                                  (0.39, [0.4, 0.3, 0.2, 0.1])])
-def test_xtc_llama_cpp(gen, threshold, expected):
+def test_xtc_llama_cpp(gen, threshold, expected, device):
     """llama.cpp test_xtc on [0.4, 0.3, 0.2, 0.1]: every token at or above the threshold goes but the least
     likely of them; at 0.39 only one token is above, so nothing goes. (llama.cpp's probability is 0.99 with its
     own seed; here 1.0.) Its expected values are the probabilities before renormalising."""
-    filtered = gen.xtc_filter(log_of([0.4, 0.3, 0.2, 0.1]), threshold, 1.0, torch.Generator().manual_seed(0))
+    logits = log_of([0.4, 0.3, 0.2, 0.1]).to(device)
+    filtered = gen.xtc_filter(logits, threshold, 1.0, torch.Generator(device=device).manual_seed(0)).cpu()
     kept = sorted(filtered[0].exp()[torch.isfinite(filtered[0])].tolist())
     assert len(kept) == len(expected) and all(abs(a - b) < 1e-5 for a, b in zip(kept, sorted(expected))), (
         f"xtc_filter(threshold={threshold}) kept {kept}, llama.cpp keeps {sorted(expected)}")
