@@ -69,7 +69,7 @@ def render_result(result: Result) -> Panel:
             body.append(Text(f"First failure: {result.failing_test}", style="red"))
         if result.message:
             body.append(Text(_indent(result.message)))
-        if result.hint:
+        if result.hint and not result.mistake:  # a named mistake's own sentence says what to fix
             body.append(Text("Hint: ", style="bold") + Text(result.hint))
         body.append(Text(f'More hints, one level at a time: hint("{ex.name}")  or  sampling-course hint {ex.name}',
                          style="dim"))

@@ -165,13 +165,13 @@ def test_a_generator_on_another_device_than_the_logits():
     solutions = Impl("solutions")
     logits = torch.zeros(2, 5, device="meta")
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu but the model is on meta") as info:
-        solutions.generate.sample(logits, generator=torch.Generator())
+        solutions.batched_sampling.sample(logits, generator=torch.Generator())
     one_line_naming(info, "torch.Generator(device='meta')")
     p, q = torch.full((2, 5), 0.2, device="meta"), torch.full((1, 5), 0.2, device="meta")
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu"):
         solutions.speculative.accept_or_resample(p, q, torch.zeros(1, dtype=torch.long, device="meta"), torch.Generator())
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
-        solutions.generate.sample(torch.zeros(2, 5), generator=7)
+        solutions.batched_sampling.sample(torch.zeros(2, 5), generator=7)
 
 
 def test_draft_tokens_refuses_a_prompt_or_generator_away_from_the_draft(meta_model):

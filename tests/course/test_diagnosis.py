@@ -298,15 +298,15 @@ def test_mistakes_are_named_when_torchs_default_device_is_another():
 # Parts 5-7: mistakes written in other styles than the planted ones, and correct code in other styles.
 
 
-def top_p_filter_exclusive(logits, top_p):
+def top_p_filter_exclusive(logits, top_p, min_tokens_to_keep=1):
     """The exclusive cutoff, spelled as "keep while the running total, this token included, is <= top_p"."""
     probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
     keep = probs.cumsum(dim=-1) <= top_p
-    keep[:, 0] = True
+    keep[:, :min_tokens_to_keep] = True
     return logits.masked_fill(~keep.gather(1, order.argsort(dim=1)), -1e10)
 
 
-def min_p_filter_unscaled(logits, min_p):
+def min_p_filter_unscaled(logits, min_p, min_tokens_to_keep=1):
     return torch.where(logits.softmax(dim=-1) >= min_p, logits, torch.finfo(logits.dtype).min)
 
 
@@ -331,20 +331,20 @@ def accept_or_resample_from_p(p, q, proposals, generator=None):
     return torch.cat([proposals, _draw(p[-1], generator)])
 
 
-def sample_gumbel(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, use_generator=True, **chain):
+def sample_gumbel(logits, settings=None, generator=None, use_generator=True, **changes):
     """A correct sample in another style: the Gumbel-max trick on the warped logits."""
-    if temperature == 0:
+    sampling = importlib.import_module("solutions.batched_sampling")
+    settings = sampling.SamplerSettings.of(settings, **changes)
+    if settings.temperature == 0:
         return logits.argmax(dim=-1)
     generator = generator if use_generator else None
-    warped = importlib.import_module("solutions.generate").warp_logits(
-        logits, temperature, top_k, top_p, min_p, generator=generator, **chain
-    )
+    warped = sampling.warp_logits(logits, settings, generator)
     u = torch.rand(warped.shape, generator=generator)
     return (warped - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
 
 
-def sample_gumbel_ignoring_the_generator(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, **chain):
-    return sample_gumbel(logits, temperature, top_k, top_p, min_p, generator, use_generator=False, **chain)
+def sample_gumbel_ignoring_the_generator(logits, settings=None, generator=None, **changes):
+    return sample_gumbel(logits, settings, generator, use_generator=False, **changes)
 
 
 @pytest.mark.parametrize("exercise, obj, mistake", [

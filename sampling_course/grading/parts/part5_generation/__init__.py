@@ -10,7 +10,7 @@ TITLE = "The generation engine"
 
 EXERCISES: tuple[Exercise, ...] = (
     exercise(
-        "top_k_filter", 5, "generate", "top_k_filter",
+        "top_k_filter", 5, "filters", "top_k_filter",
         "Keep the top_k largest logits of every row of a (batch, d_vocab) tensor; set the others to -inf.",
         "Work row by row without a loop: every operation takes dim=-1. Removed tokens must get "
         "-inf, so that softmax gives them probability exactly 0.",
@@ -21,7 +21,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(logits < kth_largest, float("-inf"))',
     ),
     exercise(
-        "top_p_filter", 5, "generate", "top_p_filter",
+        "top_p_filter", 5, "filters", "top_p_filter",
         "Keep the smallest set of most likely tokens whose probability reaches top_p (inclusive); -inf for the rest.",
         "Sort each row from most to least likely. A token stays while the probability of the "
         "tokens ranked above it is still below top_p, so the token that crosses top_p stays too.",
@@ -36,7 +36,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(remove, float("-inf"))',
     ),
     exercise(
-        "min_p_filter", 5, "generate", "min_p_filter",
+        "min_p_filter", 5, "filters", "min_p_filter",
         "Keep the tokens whose probability is at least min_p times their row's top probability; -inf for the rest.",
         "The bar is relative: min_p times the largest probability of the same row, not min_p itself.",
         "probs = logits.softmax(dim=-1); the bar is min_p * probs.max(dim=-1, keepdim=True).values. "
@@ -46,7 +46,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(probs < bar, float("-inf"))',
     ),
     exercise(
-        "typical_filter", 5, "generate", "typical_filter",
+        "typical_filter", 5, "modern_filters", "typical_filter",
         "Typical sampling: keep the tokens whose surprise -log p is closest to the row's entropy, up to a mass of typical_p.",
         "The entropy H is the average surprise, -sum(p log p). A token is typical when its own surprise "
         "-log p is close to H, whether it is likely or not: on a flat row a very likely token is atypical.",
@@ -62,7 +62,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(remove_sorted.scatter(1, order, remove_sorted), float("-inf"))',
     ),
     exercise(
-        "epsilon_filter", 5, "generate", "epsilon_filter",
+        "epsilon_filter", 5, "modern_filters", "epsilon_filter",
         "Epsilon sampling: remove the tokens whose probability is below epsilon; the row's most likely token always stays.",
         "The bar is a probability, so compare softmax(logits), not the logits, with it.",
         "A flat row can have every token below the bar; removing them all would leave nothing to draw. "
@@ -72,7 +72,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill((probs < epsilon) & (logits < top), float("-inf"))',
     ),
     exercise(
-        "eta_filter", 5, "generate", "eta_filter",
+        "eta_filter", 5, "modern_filters", "eta_filter",
         "Eta sampling: remove the tokens below min(eta, sqrt(eta) * exp(-entropy)); the top token always stays.",
         "Like epsilon sampling, with a bar per row that falls as the row's entropy H (in nats) grows: a "
         "flat, uncertain row keeps more of its many plausible tokens.",
@@ -86,7 +86,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill((probs < bar) & (logits < top), float("-inf"))',
     ),
     exercise(
-        "top_n_sigma_filter", 5, "generate", "top_n_sigma_filter",
+        "top_n_sigma_filter", 5, "modern_filters", "top_n_sigma_filter",
         "Top-n-sigma (llama.cpp): keep the tokens whose logit is at least max - n * std of the row's logits.",
         "It works on logits, not probabilities: the statistics are the largest logit and the standard "
         "deviation of the logits still in the row.",
@@ -99,7 +99,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(logits < logits.max(-1, keepdim=True).values - n * std, float("-inf"))',
     ),
     exercise(
-        "xtc_filter", 5, "generate", "xtc_filter",
+        "xtc_filter", 5, "modern_filters", "xtc_filter",
         "XTC (llama.cpp): with probability xtc_probability per row, remove every token at or above the threshold but the least likely of them.",
         "Two decisions per row: whether XTC applies this time (one uniform draw per row from the "
         "generator), and which tokens are 'top choices' (probability >= threshold).",
@@ -112,7 +112,7 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(above & (probs > least) & applies[:, None], float("-inf"))',
     ),
     exercise(
-        "warp_logits", 5, "generate", "warp_logits",
+        "warp_logits", 5, "batched_sampling", "warp_logits",
         "Apply the steps of `order` one after the other: the temperature and each filter that is switched on.",
         "Order matters: Hugging Face applies the temperature first, so every filter judges the "
         "distribution that will actually be sampled; llama.cpp applies it last. `order` (given) already "
@@ -128,7 +128,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return logits",
     ),
     exercise(
-        "batched_sample", 5, "generate", "sample",
+        "batched_sample", 5, "batched_sampling", "sample",
         "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits (passing **chain on).",
         "Temperature 0 is greedy and skips every filter. Otherwise warp, turn into probabilities, "
         "and draw one index per row.",
@@ -140,7 +140,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
     ),
     exercise(
-        "mirostat_step", 5, "generate", "mirostat_step",
+        "mirostat_step", 5, "modern_filters", "mirostat_step",
         "Mirostat v2 (llama.cpp): keep the tokens with surprise at most mu (bits), draw, and move each row's mu towards the target tau.",
         "Surprise is measured in bits: -log2 p. Each row has its own mu; a row keeps the tokens whose "
         "surprise is at most its mu, and always its most likely token.",
@@ -155,7 +155,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return tokens, mu - eta * (observed - tau), kept",
     ),
     exercise(
-        "apply_repetition_penalty", 5, "generate", "apply_repetition_penalty",
+        "apply_repetition_penalty", 5, "penalties", "apply_repetition_penalty",
         "Hugging Face's repetition penalty: divide the positive logits and multiply the negative ones of every token seen.",
         "The penalty must make a seen token less likely whatever its sign: dividing a negative "
         "logit by a penalty above 1 would raise it. Once per distinct token, however often it occurs.",
@@ -165,7 +165,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return torch.where(seen, penalised, logits)",
     ),
     exercise(
-        "apply_presence_and_frequency_penalty", 5, "generate", "apply_presence_and_frequency_penalty",
+        "apply_presence_and_frequency_penalty", 5, "penalties", "apply_presence_and_frequency_penalty",
         "OpenAI's penalties: subtract presence_penalty once per token seen and frequency_penalty once per occurrence.",
         "`counts` (given) says how often each token occurred in each row. Presence asks whether "
         "(counts > 0), frequency how often (counts).",
@@ -174,7 +174,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)",
     ),
     exercise(
-        "apply_dry_penalty", 5, "generate", "apply_dry_penalty",
+        "apply_dry_penalty", 5, "penalties", "apply_dry_penalty",
         "DRY (llama.cpp): lower the logit of each token that would extend a repeat of at least allowed_length tokens, by multiplier * base ** (length - allowed_length).",
         "For every earlier position, how many tokens ending there equal the tokens ending at the last "
         "position (a common suffix)? The token right after that earlier position is the one that would "
@@ -191,7 +191,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "logits[row] -= where(penalised, multiplier * base ** (longest - allowed_length), 0)",
     ),
     exercise(
-        "ban_bad_words", 5, "generate", "ban_bad_words",
+        "ban_bad_words", 5, "penalties", "ban_bad_words",
         "Hugging Face's bad_words_ids: ban a one-token sequence everywhere, and the last token of a longer one where the row ends with the rest of it.",
         "Only the last token of a banned sequence is ever banned, and only where writing it would complete "
         "the sequence: the row's last len - 1 tokens must be the sequence's first len - 1 tokens.",
@@ -205,7 +205,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "ban[(tail == torch.tensor(start)).all(-1) & real, last] = True",
     ),
     exercise(
-        "left_pad", 5, "generate", "left_pad",
+        "left_pad", 5, "padding", "left_pad",
         "Stack prompts of different lengths into (input_ids, attention_mask), padding each on the left up to the longest.",
         "Left, so that every row's last real token sits in the last column and its next-token logits are at "
         "[:, -1]. The mask is 1 at real tokens and 0 at pads.",
@@ -277,7 +277,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "if finished.all(): break",
     ),
     exercise(
-        "StopStringCriteria", 5, "generate", "StopStringCriteria",
+        "StopStringCriteria", 5, "outputs", "StopStringCriteria",
         "Stop a row when a stop string ends in the newest token's text, even when it spans several tokens.",
         "One token's text is not enough: a stop string can be split over tokens, and a character "
         "over bytes. Decode the last few tokens together.",
@@ -290,7 +290,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return any(s in text[max(0, start - len(s) + 1):] for s in self.stop_strings)",
     ),
     exercise(
-        "TextStreamer", 5, "generate", "TextStreamer",
+        "TextStreamer", 5, "outputs", "TextStreamer",
         "Print generated text a word at a time, never half a character, and flush the rest at the end.",
         "Decode all tokens so far every time (a token alone may be half a character), and print "
         "only what you have not printed yet.",

@@ -184,7 +184,8 @@ MISTAKES: list[Mistake] = [
             "            processed = constraint.mask_logits(processed, states)\n"
             "        next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n",
             "            if settings.temperature > 0:\n"
-            "                warped = warp_logits(processed, settings.temperature, settings.top_k, settings.top_p, settings.min_p)\n"
+            "                from .batched_sampling import warp_logits\n\n"
+            "                warped = warp_logits(processed, settings)\n"
             "                probs = constraint.mask_logits(warped.softmax(dim=-1).log(), states).exp()\n"
             "                next_tokens = torch.multinomial(probs / probs.sum(dim=-1, keepdim=True), 1, generator=generator)[:, 0]\n"
             "                drawn_from = probs.log()\n"
@@ -342,12 +343,12 @@ VARIANTS: list[Variant] = [
             "\n"
             "        return states.new_tensor([follow(s, t) for s, t in zip(states.tolist(), tokens.tolist())])\n"),
     Variant(8, "constrained_generate", "the mask applied to the raw logits, before the penalties (they leave -inf alone)", _G,
-            "        processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
+            "        processed = process_logits(logits, input_ids, attention_mask, step, settings, eos_token_id, dry_breakers)\n"
             "        if constraint is not None:\n"
             "            # Before the temperature and the filters, so that they choose among allowed tokens only.\n"
             "            processed = constraint.mask_logits(processed, states)\n",
             "        masked = logits if constraint is None else constraint.mask_logits(logits, states)\n"
-            "        processed = process_logits(masked, input_ids, attention_mask, step, settings)\n"),
+            "        processed = process_logits(masked, input_ids, attention_mask, step, settings, eos_token_id, dry_breakers)\n"),
     Variant(8, "constrained_generate", "finished rows' states set with torch.where", _G,
             "            finished |= constraint.finished(states)\n"
             "            states = states.masked_fill(finished, constraint.DONE)\n",
