@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 02ce8c34570704e796849047873717c5845251482c7bbb5f5074d3154cc6dea2
+# stub-checksum: c1e6d3c3aebc1cfcebcaf6b08bf21ff81e99e14efaec88ce3f50091b804e1985
 """Part 6: the fast path, the forward pass that part 6's caches run (and part 6b's captured step).
 
 Part 6's caches run the model themselves: ``DemoTransformer.forward(tokens, kv_cache)``
@@ -19,8 +19,8 @@ What the pass needs of a cache is two things: ``cache.fused``, the model's weigh
 layout the pass reads (``fused_weights``), and ``cache.update(layer, k, v)``, which stores
 a layer's new keys and values where the cache decides and returns those to attend to.
 The static cache (solutions/caches.py) and the sink cache (solutions/sink_cache.py) are
-two such caches; part 6b's fixed-shape step (solutions/gpu_decoding.py) is a third
-(``FusedCache``).
+two such caches; part 6b's fixed-shape step (solutions/gpu_decoding.py) runs the same pass
+with a third, a ``FusedCache`` whose ``update`` writes at a position held on the device.
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ What the pass needs of a cache is two things: ``cache.fused``, the model's weigh
 layout the pass reads (``fused_weights``), and ``cache.update(layer, k, v)``, which stores
 a layer's new keys and values where the cache decides and returns those to attend to.
 The static cache (solutions/caches.py) and the sink cache (solutions/sink_cache.py) are
-two such caches; part 6b's fixed-shape step (solutions/gpu_decoding.py) is a third
-(``FusedCache``).
+two such caches; part 6b's fixed-shape step (solutions/gpu_decoding.py) runs the same pass
+with a third, a ``FusedCache`` whose ``update`` writes at a position held on the device.
 """
 
 from __future__ import annotations
