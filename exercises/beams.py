@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 01b9ef39523925ff359eb03f97ef01aeb8592543414139fe30646b6fee2a8f35
+# stub-checksum: 83fff32e99f52026e3abae9f4e799378de1d807012c1b5d576818410fe0281a6
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -22,7 +22,8 @@ from rich.table import Table
 from rich.text import Text
 from torch import Tensor
 
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 @dataclass

@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 9a8c8808a2d73101b269fbe68c956756ae047d01ff2a0f0ad0f3147fe668380f
+# stub-checksum: 7e9063129750cdf8cc15b2b7c6ab0be6c28bc8d343549725539947386de4fdfd
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -27,7 +27,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .beams import BeamHypotheses, Beams
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 class TransformerSampler:

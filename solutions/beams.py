@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 from torch import Tensor
 
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 @dataclass

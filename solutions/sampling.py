@@ -24,7 +24,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .beams import BeamHypotheses, Beams
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 class TransformerSampler:

@@ -37,10 +37,10 @@ def test_a_mistake_runs_its_exercises_tests_and_stops_at_the_first_failure():
 
 def test_a_mistake_in_no_exercises_code_is_not_caught_and_says_why():
     """Through a real worker process (which, with no test to run, never imports torch)."""
-    nowhere = Mistake(1, "given code", "transformer.py", "def check_cache_fits(", "def check_cache_fits(")
+    nowhere = Mistake(1, "given code", "transformer.py", "def check_tokens(", "def check_tokens(")
     [verdict] = mistakes.plant_mistakes([nowhere])
     assert not verdict.ok
-    assert verdict.detail == "its code (check_cache_fits) belongs to no part-1 exercise"
+    assert verdict.detail == "its code (check_tokens) belongs to no part-1 exercise"
 
 
 @pytest.fixture

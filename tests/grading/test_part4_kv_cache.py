@@ -62,7 +62,7 @@ SCHEDULES = {
 @pytest.fixture(scope="module")
 def KVC(impl):
     """The KeyValueCache class under test."""
-    return impl.transformer.KeyValueCache
+    return impl.kv_cache.KeyValueCache
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
