@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from sampling_course.grading.course import EXERCISES
+from sampling_course.grading.course import EXERCISES, get_exercise
 from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +39,17 @@ NOTEBOOKS = {
 # A part's exercises of one module may have a notebook of their own, after the part's:
 # notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
 MODULE_NOTEBOOKS = {"06b_gpu_decoding.ipynb": (6, "gpu_decoding")}
-ALL_NOTEBOOKS = sorted([*NOTEBOOKS.values(), *MODULE_NOTEBOOKS])
-NOTEBOOK_PART = {name: part for part, name in NOTEBOOKS.items()} | {name: p for name, (p, _) in MODULE_NOTEBOOKS.items()}
+# Or a part's named exercises: notebook -> (part, exercises). Part 5b: the sampler chain and penalties,
+# after part 5's engine.
+EXERCISE_NOTEBOOKS = {
+    "05b_sampler_chain.ipynb": (5, (
+        "typical_filter", "epsilon_filter", "eta_filter", "top_n_sigma_filter", "xtc_filter", "mirostat_step",
+        "apply_repetition_penalty", "apply_presence_and_frequency_penalty", "apply_dry_penalty", "ban_bad_words",
+    )),
+}
+ALL_NOTEBOOKS = sorted([*NOTEBOOKS.values(), *MODULE_NOTEBOOKS, *EXERCISE_NOTEBOOKS])
+NOTEBOOK_PART = ({name: part for part, name in NOTEBOOKS.items()} | {name: p for name, (p, _) in MODULE_NOTEBOOKS.items()}
+                 | {name: p for name, (p, _) in EXERCISE_NOTEBOOKS.items()})
 
 # How each notebook gets its models, on the device it picked: the reference chosen by "auto",
 # except in part 7, which needs a target and a draft (the story pair, or a labelled stand-in pair).
@@ -51,10 +60,20 @@ MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(IMPL, device=DEVICE)
 def checked_in(name: str) -> list[str]:
     """The exercises notebook ``name`` checks, in course order."""
     part = NOTEBOOK_PART[name]
+    if name in EXERCISE_NOTEBOOKS:
+        return [e.name for e in EXERCISES if e.name in EXERCISE_NOTEBOOKS[name][1]]
     own_module = MODULE_NOTEBOOKS.get(name, (part, None))[1]
     elsewhere = {module for p, module in MODULE_NOTEBOOKS.values() if p == part}
-    return [e.name for e in EXERCISES if e.part == part
+    taken = {n for p, names in EXERCISE_NOTEBOOKS.values() if p == part for n in names}
+    return [e.name for e in EXERCISES if e.part == part and e.name not in taken
             and (e.module == own_module if own_module else e.module not in elsewhere)]
+
+
+def test_every_exercise_given_its_own_notebook_exists():
+    names = {e.name for e in EXERCISES}
+    for notebook, (part, exercises) in EXERCISE_NOTEBOOKS.items():
+        missing = [n for n in exercises if n not in names or get_exercise(n).part != part]
+        assert not missing, f"{notebook} names exercises that part {part} does not have: {missing}"
 
 CHECK_CALL = re.compile(r"""\bcheck\(\s*["']([^"']+)["']([^)]*)\)""")
 
