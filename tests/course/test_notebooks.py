@@ -54,7 +54,7 @@ NOTEBOOK_PART = ({name: part for part, name in NOTEBOOKS.items()} | {name: p for
 # How each notebook gets its models, on the device it picked: the reference chosen by "auto",
 # except in part 7, which needs a target and a draft (the story pair, or a labelled stand-in pair).
 MODEL_LOADING = {name: 'load_reference("auto", device=DEVICE)' for name in ALL_NOTEBOOKS}
-MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(IMPL, device=DEVICE)"
+MODEL_LOADING["07_speculative_decoding.ipynb"] = "load_pair(EARLIER_IMPL, device=DEVICE)"
 
 
 def checked_in(name: str) -> list[str]:
@@ -178,6 +178,50 @@ def test_notebook_holds_no_solution_code(name):
         for line in source.splitlines():
             where = lines.get(line.strip())
             assert where is None, f"{name}: code cell {index} copies a solution line ({where}): {line.strip()!r}"
+
+
+def executed_copies():
+    """scripts/execute_notebooks.py, loaded from its file (scripts/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("execute_notebooks", REPO / "scripts" / "execute_notebooks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# Executed copies are for reading: plots as PNG, no huge tensors printed.
+EXECUTED_COPY_MAX_BYTES = 3_000_000
+
+
+@pytest.mark.parametrize("name", ALL_NOTEBOOKS)
+def test_executed_copy_is_current(name):
+    """notebooks/executed/<name> exists, ran without an error, and was made from the notebook's present cells
+    (``python scripts/execute_notebooks.py <name>`` makes it again)."""
+    script = executed_copies()
+    copy = script.EXECUTED_DIR / name
+    assert copy.exists(), f"no executed copy of {name}: run python scripts/execute_notebooks.py {name}"
+    executed = json.loads(copy.read_text())
+    recorded = executed["metadata"].get(script.METADATA_KEY, {}).get("source_hash")
+    assert recorded == script.source_hash(json.loads((NOTEBOOK_DIR / name).read_text())), (
+        f"{name} changed after its executed copy was made: run python scripts/execute_notebooks.py {name}"
+    )
+    executed = nbformat.read(copy, as_version=4)
+    assert [c.source for c in executed.cells] == [c.source for c in load(name).cells]
+    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    assert not errors, f"the executed copy of {name} holds an error: {errors[0].get('ename')}"
+    assert copy.stat().st_size <= EXECUTED_COPY_MAX_BYTES, f"the executed copy of {name} is {copy.stat().st_size:,} bytes"
+
+
+def test_source_hash_sees_the_cells_and_nothing_else():
+    script = executed_copies()
+    nb = json.loads((NOTEBOOK_DIR / ALL_NOTEBOOKS[0]).read_text())
+    before = script.source_hash(nb)
+    nb["cells"][0]["id"] = "changed"
+    nb["metadata"]["something"] = 1
+    assert script.source_hash(nb) == before
+    nb["cells"][0]["source"] = ["an edit"]
+    assert script.source_hash(nb) != before
 
 
 # ---------------------------------------------------------------------------------------
