@@ -66,7 +66,11 @@ def execute(name: str, kernel_dir: Path, timeout: int) -> float:
     client = NotebookClient(nb, km=km, kernel_name="python3", timeout=timeout, record_timing=False,
                             resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
     start = time.perf_counter()
-    client.execute()  # raises CellExecutionError at the first failing cell: no copy is written then
+    try:
+        client.execute()  # raises CellExecutionError at the first failing cell: no copy is written then
+    finally:
+        if km.has_kernel:  # each notebook's kernel ends with it
+            km.shutdown_kernel(now=True)
     seconds = time.perf_counter() - start
     nb.metadata[METADATA_KEY] = {
         "source_hash": digest,
