@@ -296,6 +296,9 @@ def test_notebook_runs_top_to_bottom(name, kernel_spec_dir, timings, monkeypatch
         client.execute()
     except CellExecutionError as exc:
         pytest.fail(f"{name} failed while running against solutions/:\n{exc}", pytrace=False)
+    finally:
+        if km.has_kernel:  # each notebook's kernel ends with its test
+            km.shutdown_kernel(now=True)
     seconds = time.perf_counter() - start
     timings[name] = seconds
     record_property("execution_seconds", round(seconds, 1))
