@@ -8,7 +8,62 @@ from sampling_course.grading.catalogue import Exercise, exercise
 PART = 5
 TITLE = "The generation engine"
 
+# In the notebooks' order: part 5's engine (05), then the sampler chain and the penalties (05b).
 EXERCISES: tuple[Exercise, ...] = (
+    exercise(
+        "left_pad", 5, "padding", "left_pad",
+        "Stack prompts of different lengths into (input_ids, attention_mask), padding each on the left up to the longest.",
+        "Left, so that every row's last real token sits in the last column and its next-token logits are at "
+        "[:, -1]. The mask is 1 at real tokens and 0 at pads.",
+        "width is the longest prompt's length. A row is [pad_token_id] * (width - len(ids)) followed by its ids, "
+        "its mask [0] * (width - len(ids)) followed by [1] * len(ids); torch.tensor of the lists gives each tensor.",
+        "width = max(len(ids) for ids in token_lists)\n"
+        "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
+        "attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
+        "return torch.tensor(input_ids), torch.tensor(attention_mask)",
+    ),
+    exercise(
+        "position_ids_from_mask", 5, "transformer", "position_ids_from_mask",
+        "Each token's position among the real tokens of its row: 0, 1, 2, ... whatever padding comes first; pads get 0.",
+        "A real token's position is the number of real tokens before it in its row. Pads are never attended, "
+        "so their position only has to be a valid one (Hugging Face gives them 0).",
+        "attention_mask.long().cumsum(dim=-1) counts the real tokens up to and including each column; subtract "
+        "one, then write 0 where the mask is 0 with masked_fill.",
+        "positions = attention_mask.long().cumsum(dim=-1) - 1\n"
+        "return positions.masked_fill(attention_mask == 0, 0)",
+    ),
+    exercise(
+        "masked_forward", 5, "transformer", "Attention.masked_forward",
+        "Attention for padded batches: write the new keys and values into kv's last slots, then let each new query "
+        "attend to the real tokens up to its own position, through scaled_dot_product_attention.",
+        "q, k and v as in forward. kv already has slots for the new positions, its last new_pos ones: write the new "
+        "keys and values there, in place, and attend to all of kv. A pad key is masked exactly like a future key.",
+        "One additive mask for every head: apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos) (IGNORE on "
+        "future keys, shifted for the cached ones), then IGNORE where attention_mask[:, None, None, :] == 0. Pass it "
+        "as attn_mask to F.scaled_dot_product_attention, with q, keys and values transposed to (batch, n_heads, pos, "
+        "d_head). (is_causal=True aligns its mask to the top left: wrong as soon as keys are cached.)",
+        "kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, ...) + self.b_K   # and kv[1] with W_V, b_V\n"
+        "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))\n"
+        "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)\n"
+        "z = F.scaled_dot_product_attention(q.transpose(1, 2), kv[0].transpose(1, 2), kv[1].transpose(1, 2), attn_mask=bias)\n"
+        'return einops.einsum(z, self.W_O, "b n q h, n h d -> b q d") + self.b_O',
+    ),
+    exercise(
+        "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
+        "A padding-aware forward pass: each new token embedded at its position among real tokens, each block's "
+        "attention through masked_forward, with or without a cache.",
+        "Only the columns from past on are new. Embed each at its position among its row's real tokens, not at its "
+        "column: PosEmbed gives every row the same positions, so it cannot do that.",
+        "positions = position_ids_from_mask(attention_mask)[:, past:] (the mask covers the cached columns too, so "
+        "slice after counting); add self.pos_embed.W_pos[positions]. A block's own forward has no mask: call its "
+        "ln1, attn.masked_forward(..., kv, attention_mask), ln2 and mlp yourself, adding each to the residual.",
+        "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
+        "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
+        "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
+        "    residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
+        "    residual = residual + block.mlp(block.ln2(residual))\n"
+        "logits = self.unembed(self.ln_final(residual))",
+    ),
     exercise(
         "top_k_filter", 5, "filters", "top_k_filter",
         "Keep the top_k largest logits of every row of a (batch, d_vocab) tensor; set the others to -inf.",
@@ -44,6 +99,77 @@ EXERCISES: tuple[Exercise, ...] = (
         "probs = logits.softmax(dim=-1)\n"
         "bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
         'return logits.masked_fill(probs < bar, float("-inf"))',
+    ),
+    exercise(
+        "warp_logits", 5, "batched_sampling", "warp_logits",
+        "Apply the steps of `order` one after the other: the temperature and each filter that is switched on.",
+        "Order matters: Hugging Face applies the temperature first, so every filter judges the "
+        "distribution that will actually be sampled; llama.cpp applies it last. `order` (given) already "
+        "holds the steps to run, in the order asked for.",
+        "Walk `order`: \"temperature\" divides the logits by the temperature, every other name calls its "
+        "filter with its setting (\"xtc\" also takes the generator). Feed each step the output of the one "
+        "before, and return the last.",
+        "for name in order:\n"
+        "    if name == \"temperature\": logits = logits / temperature\n"
+        "    elif name == \"top_k\": logits = top_k_filter(logits, top_k)\n"
+        "    ... one branch per step ...\n"
+        "    elif name == \"xtc\": logits = xtc_filter(logits, xtc_threshold, xtc_probability, generator)\n"
+        "return logits",
+    ),
+    exercise(
+        "batched_sample", 5, "batched_sampling", "sample",
+        "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits (passing **chain on).",
+        "Temperature 0 is greedy and skips every filter. Otherwise warp, turn into probabilities, "
+        "and draw one index per row.",
+        "torch.multinomial(probs, num_samples=1, generator=generator) draws one index per row of a "
+        "2-D tensor; pass the generator, so that a seed gives the same tokens. Return shape (batch,).",
+        "if temperature == 0:\n"
+        "    return logits.argmax(dim=-1)\n"
+        "probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
+        "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
+    ),
+    exercise(
+        "generate", 5, "generate", "generate",
+        "Prefill the left-padded prompts once, then one token per row per step, padding each row once it is finished.",
+        "In the loop, the first step is the prefill (every prompt at once) and every later step runs only the new "
+        "tokens on top of the cache. A finished row gets the pad token from then on, masked out like the left padding.",
+        "Per step: process_logits (the processors; it counts the last `step` columns as generated, for the presence "
+        "and frequency penalties and min_new_tokens), choose_tokens (whole batch, once; it also returns mirostat's new "
+        "state: keep it for the next step), replace the tokens of finished rows by the pad, append tokens and mask, "
+        "record, then finished |= stopped_rows(...). Stop when every row is finished, not when the first one is.",
+        "logits, cache = prefill(...) if cache is None else decode_step(...)\n"
+        "processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
+        "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n"
+        "next_tokens = next_tokens.masked_fill(finished, pad_token_id)\n"
+        "input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)\n"
+        "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)\n"
+        "finished |= stopped_rows(criteria, input_ids, processed)\n"
+        "if finished.all(): break",
+    ),
+    exercise(
+        "StopStringCriteria", 5, "outputs", "StopStringCriteria",
+        "Stop a row when a stop string ends in the newest token's text, even when it spans several tokens.",
+        "One token's text is not enough: a stop string can be split over tokens, and a character "
+        "over bytes. Decode the last few tokens together.",
+        "Decode the tail with and without the newest token; the newest token's text starts where "
+        "the two stop agreeing. A stop string counts when it occurs in the tail and ends at or "
+        "after that point.",
+        "tail = ids[-self.tail_tokens:]\n"
+        "before, text = self.decode(tail[:-1]), self.decode(tail)\n"
+        "start = length of the common prefix of before and text\n"
+        "return any(s in text[max(0, start - len(s) + 1):] for s in self.stop_strings)",
+    ),
+    exercise(
+        "TextStreamer", 5, "outputs", "TextStreamer",
+        "Print generated text a word at a time, never half a character, and flush the rest at the end.",
+        "Decode all tokens so far every time (a token alone may be half a character), and print "
+        "only what you have not printed yet.",
+        "Print up to and including the last space or newline: what follows may still grow, and a "
+        "split character decodes as '\\ufffd' until its last byte arrives. end() prints the rest.",
+        "self.token_ids.extend(token_ids)\n"
+        "text = self.decode()\n"
+        'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n'
+        "if safe_end > self.printed: self.emit(text[self.printed:safe_end]); self.printed = safe_end",
     ),
     exercise(
         "typical_filter", 5, "modern_filters", "typical_filter",
@@ -112,34 +238,6 @@ EXERCISES: tuple[Exercise, ...] = (
         'return logits.masked_fill(above & (probs > least) & applies[:, None], float("-inf"))',
     ),
     exercise(
-        "warp_logits", 5, "batched_sampling", "warp_logits",
-        "Apply the steps of `order` one after the other: the temperature and each filter that is switched on.",
-        "Order matters: Hugging Face applies the temperature first, so every filter judges the "
-        "distribution that will actually be sampled; llama.cpp applies it last. `order` (given) already "
-        "holds the steps to run, in the order asked for.",
-        "Walk `order`: \"temperature\" divides the logits by the temperature, every other name calls its "
-        "filter with its setting (\"xtc\" also takes the generator). Feed each step the output of the one "
-        "before, and return the last.",
-        "for name in order:\n"
-        "    if name == \"temperature\": logits = logits / temperature\n"
-        "    elif name == \"top_k\": logits = top_k_filter(logits, top_k)\n"
-        "    ... one branch per step ...\n"
-        "    elif name == \"xtc\": logits = xtc_filter(logits, xtc_threshold, xtc_probability, generator)\n"
-        "return logits",
-    ),
-    exercise(
-        "batched_sample", 5, "batched_sampling", "sample",
-        "One token per row: argmax at temperature 0, otherwise one draw per row from softmax of warp_logits (passing **chain on).",
-        "Temperature 0 is greedy and skips every filter. Otherwise warp, turn into probabilities, "
-        "and draw one index per row.",
-        "torch.multinomial(probs, num_samples=1, generator=generator) draws one index per row of a "
-        "2-D tensor; pass the generator, so that a seed gives the same tokens. Return shape (batch,).",
-        "if temperature == 0:\n"
-        "    return logits.argmax(dim=-1)\n"
-        "probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
-        "return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]",
-    ),
-    exercise(
         "mirostat_step", 5, "modern_filters", "mirostat_step",
         "Mirostat v2 (llama.cpp): keep the tokens with surprise at most mu (bits), draw, and move each row's mu towards the target tau.",
         "Surprise is measured in bits: -log2 p. Each row has its own mu; a row keeps the tokens whose "
@@ -203,103 +301,6 @@ EXERCISES: tuple[Exercise, ...] = (
         "tail = input_ids[:, -len(start):]\n"
         "real = attention_mask[:, -len(start):].bool().all(-1)\n"
         "ban[(tail == torch.tensor(start)).all(-1) & real, last] = True",
-    ),
-    exercise(
-        "left_pad", 5, "padding", "left_pad",
-        "Stack prompts of different lengths into (input_ids, attention_mask), padding each on the left up to the longest.",
-        "Left, so that every row's last real token sits in the last column and its next-token logits are at "
-        "[:, -1]. The mask is 1 at real tokens and 0 at pads.",
-        "width is the longest prompt's length. A row is [pad_token_id] * (width - len(ids)) followed by its ids, "
-        "its mask [0] * (width - len(ids)) followed by [1] * len(ids); torch.tensor of the lists gives each tensor.",
-        "width = max(len(ids) for ids in token_lists)\n"
-        "input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
-        "attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
-        "return torch.tensor(input_ids), torch.tensor(attention_mask)",
-    ),
-    exercise(
-        "position_ids_from_mask", 5, "transformer", "position_ids_from_mask",
-        "Each token's position among the real tokens of its row: 0, 1, 2, ... whatever padding comes first; pads get 0.",
-        "A real token's position is the number of real tokens before it in its row. Pads are never attended, "
-        "so their position only has to be a valid one (Hugging Face gives them 0).",
-        "attention_mask.long().cumsum(dim=-1) counts the real tokens up to and including each column; subtract "
-        "one, then write 0 where the mask is 0 with masked_fill.",
-        "positions = attention_mask.long().cumsum(dim=-1) - 1\n"
-        "return positions.masked_fill(attention_mask == 0, 0)",
-    ),
-    exercise(
-        "masked_forward", 5, "transformer", "Attention.masked_forward",
-        "Attention for padded batches: write the new keys and values into kv's last slots, then let each new query "
-        "attend to the real tokens up to its own position, through scaled_dot_product_attention.",
-        "q, k and v as in forward. kv already has slots for the new positions, its last new_pos ones: write the new "
-        "keys and values there, in place, and attend to all of kv. A pad key is masked exactly like a future key.",
-        "One additive mask for every head: apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos) (IGNORE on "
-        "future keys, shifted for the cached ones), then IGNORE where attention_mask[:, None, None, :] == 0. Pass it "
-        "as attn_mask to F.scaled_dot_product_attention, with q, keys and values transposed to (batch, n_heads, pos, "
-        "d_head). (is_causal=True aligns its mask to the top left: wrong as soon as keys are cached.)",
-        "kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, ...) + self.b_K   # and kv[1] with W_V, b_V\n"
-        "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))\n"
-        "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)\n"
-        "z = F.scaled_dot_product_attention(q.transpose(1, 2), kv[0].transpose(1, 2), kv[1].transpose(1, 2), attn_mask=bias)\n"
-        'return einops.einsum(z, self.W_O, "b n q h, n h d -> b q d") + self.b_O',
-    ),
-    exercise(
-        "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
-        "A padding-aware forward pass: each new token embedded at its position among real tokens, each block's "
-        "attention through masked_forward, with or without a cache.",
-        "Only the columns from past on are new. Embed each at its position among its row's real tokens, not at its "
-        "column: PosEmbed gives every row the same positions, so it cannot do that.",
-        "positions = position_ids_from_mask(attention_mask)[:, past:] (the mask covers the cached columns too, so "
-        "slice after counting); add self.pos_embed.W_pos[positions]. A block's own forward has no mask: call its "
-        "ln1, attn.masked_forward(..., kv, attention_mask), ln2 and mlp yourself, adding each to the residual.",
-        "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
-        "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
-        "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
-        "    residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
-        "    residual = residual + block.mlp(block.ln2(residual))\n"
-        "logits = self.unembed(self.ln_final(residual))",
-    ),
-    exercise(
-        "generate", 5, "generate", "generate",
-        "Prefill the left-padded prompts once, then one token per row per step, padding each row once it is finished.",
-        "In the loop, the first step is the prefill (every prompt at once) and every later step runs only the new "
-        "tokens on top of the cache. A finished row gets the pad token from then on, masked out like the left padding.",
-        "Per step: process_logits (the processors; it counts the last `step` columns as generated, for the presence "
-        "and frequency penalties and min_new_tokens), choose_tokens (whole batch, once; it also returns mirostat's new "
-        "state: keep it for the next step), replace the tokens of finished rows by the pad, append tokens and mask, "
-        "record, then finished |= stopped_rows(...). Stop when every row is finished, not when the first one is.",
-        "logits, cache = prefill(...) if cache is None else decode_step(...)\n"
-        "processed = process_logits(logits, input_ids, attention_mask, step, settings)\n"
-        "next_tokens, drawn_from, mu = choose_tokens(processed, settings, generator, mu)\n"
-        "next_tokens = next_tokens.masked_fill(finished, pad_token_id)\n"
-        "input_ids = torch.cat([input_ids, next_tokens[:, None]], dim=1)\n"
-        "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)\n"
-        "finished |= stopped_rows(criteria, input_ids, processed)\n"
-        "if finished.all(): break",
-    ),
-    exercise(
-        "StopStringCriteria", 5, "outputs", "StopStringCriteria",
-        "Stop a row when a stop string ends in the newest token's text, even when it spans several tokens.",
-        "One token's text is not enough: a stop string can be split over tokens, and a character "
-        "over bytes. Decode the last few tokens together.",
-        "Decode the tail with and without the newest token; the newest token's text starts where "
-        "the two stop agreeing. A stop string counts when it occurs in the tail and ends at or "
-        "after that point.",
-        "tail = ids[-self.tail_tokens:]\n"
-        "before, text = self.decode(tail[:-1]), self.decode(tail)\n"
-        "start = length of the common prefix of before and text\n"
-        "return any(s in text[max(0, start - len(s) + 1):] for s in self.stop_strings)",
-    ),
-    exercise(
-        "TextStreamer", 5, "outputs", "TextStreamer",
-        "Print generated text a word at a time, never half a character, and flush the rest at the end.",
-        "Decode all tokens so far every time (a token alone may be half a character), and print "
-        "only what you have not printed yet.",
-        "Print up to and including the last space or newline: what follows may still grow, and a "
-        "split character decodes as '\\ufffd' until its last byte arrives. end() prints the rest.",
-        "self.token_ids.extend(token_ids)\n"
-        "text = self.decode()\n"
-        'safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n'
-        "if safe_end > self.printed: self.emit(text[self.printed:safe_end]); self.printed = safe_end",
     ),
 )
 
