@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 9a8c8808a2d73101b269fbe68c956756ae047d01ff2a0f0ad0f3147fe668380f
+# stub-checksum: 9b8b09d87e52cc9113c8f1a7d85a9947df99b4a5df36be26c65825d794b4b6ab
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -158,7 +158,8 @@ class TransformerSampler:
             raise ValueError(f"top_p must be in [0, 1], got {top_p!r}")
         if min_tokens_to_keep < 1:
             raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep!r}")
-        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p.
+        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p,
+        # Hint: that is, when the mass from it down to the end of the list is > 1 - top_p.
         raise NotImplementedError()
 
     @torch.inference_mode()
