@@ -123,6 +123,18 @@ MISTAKES: list[Mistake] = [
             "live = (ngrams[:, :, :-1] == tail[:, None, :]).all(dim=-1)",
             "live = (ngrams[:, :, 1:] == tail[:, None, :]).all(dim=-1)",
             why="comparing the beam's last n - 1 tokens with the end of each earlier n-gram instead of its start"),
+    Mistake(3, "n-gram window of n tokens instead of n - 1", "beams.py",
+            "        if seq_len >= n:\n"
+            "            # Every n-gram of every beam: (batch, n_windows, n).\n"
+            "            ngrams = self.tokens.unfold(dimension=1, size=n, step=1)\n"
+            "            # An n-gram is \"live\" when its first n-1 tokens equal the beam's last n-1 tokens.\n"
+            "            tail = self.tokens[:, seq_len - (n - 1) :]\n",
+            "        if seq_len >= n + 1:\n"
+            "            ngrams = self.tokens.unfold(dimension=1, size=n + 1, step=1)\n"
+            "            tail = self.tokens[:, seq_len - n :]\n",
+            why="matching the beam's last n tokens instead of its last n - 1 (the classic off-by-one): that blocks "
+                "repeated (n + 1)-grams, so a repeated n-gram gets through. The blocked token completes an n-gram "
+                "together with the n - 1 tokens before it"),
     Mistake(3, "n-gram tail by negative index (wrong for n = 1)", "beams.py",
             "tail = self.tokens[:, seq_len - (n - 1) :]", "tail = self.tokens[:, -(n - 1) :]",
             why="taking the last n - 1 tokens as tokens[:, -(n - 1):], which for n = 1 is the whole beam instead of nothing"),
@@ -164,6 +176,13 @@ MISTAKES: list[Mistake] = [
             "if self.early_stopping == \"never\" and self.length_penalty < 0:",
             why="with early_stopping=\"never\", scoring a running beam's best at its current length when a positive "
                 "length_penalty lets it grow to max_new_tokens"),
+    Mistake(3, "\"never\" treated like False (the bound at the current length)", "beams.py",
+            "        if self.early_stopping == \"never\" and self.length_penalty > 0:\n"
+            "            length = self.max_new_tokens\n",
+            "",
+            why="with early_stopping=\"never\", scoring the best running beam at its current length, as "
+                "early_stopping=False does; with a positive length_penalty a running beam can still gain by growing, "
+                "so \"never\" scores it at max_new_tokens, the longest it can get"),
     Mistake(3, "search stops once one beam has finished", "beams.py",
             "        if len(self.hypotheses) < self.num_beams:\n            return False\n",
             "        if not self.hypotheses:\n            return False\n",
@@ -351,6 +370,36 @@ VARIANTS: list[Variant] = [
             "        assert num_return_sequences <= num_beams\n"
             "        if num_return_sequences < 1:\n"
             '            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences!r}")\n'),
+    # Written whole, as the classic notebook has it: the one classic assert and none of the
+    # course's given argument checks (those are not graded as the learner's).
+    Variant(3, "beam_search", "classic, written whole: no argument checks but the assert", "sampling.py",
+            "        if num_beams < 1:\n"
+            '            raise ValueError(f"num_beams must be >= 1, got {num_beams!r}")\n'
+            "        if not 1 <= num_return_sequences <= num_beams:\n"
+            "            raise ValueError(\n"
+            '                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences!r}"\n'
+            "            )\n"
+            "        if max_new_tokens < 0:\n"
+            '            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")\n'
+            "        if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:\n"
+            '            raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")\n'
+            "        if length_penalty is not None and (\n"
+            "            isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or length_penalty != length_penalty\n"
+            "        ):\n"
+            '            raise ValueError(f"length_penalty must be None or a number, got {length_penalty!r}")\n'
+            '        if early_stopping is not None and (not isinstance(early_stopping, (bool, str)) or early_stopping not in (True, False, "never")):\n'
+            """            raise ValueError(f'early_stopping must be None, True, False or "never", got {early_stopping!r}')\n"""
+            "\n"
+            '        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)\n'
+            "        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:\n"
+            "            raise ValueError(\n"
+            '                f"the prompt ({tokens.shape[1]} tokens) plus max_new_tokens={max_new_tokens} is longer than the "\n'
+            """                f"model's n_ctx={self.cfg.n_ctx}; beam search keeps every beam's whole history, so shorten one of them"\n"""
+            "            )\n"
+            "        beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)\n",
+            "        assert num_return_sequences <= num_beams\n"
+            '        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)\n'
+            "        beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)\n"),
     Variant(3, "BeamHypotheses", "a heap of the best finished beams", "beams.py",
             "        self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))\n"
             "        self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)\n"
