@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.grading.course import PARTS, Exercise
+from sampling_course.grading.course import SECTIONS, Exercise
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -45,7 +45,8 @@ def render_result(result: Result) -> Panel:
         tests = f"All {result.ran} tests" if result.ran != 1 else "The 1 test"
         body.append(Text(f"✓ {tests} passed.", style="bold green"))
         if result.skipped:
-            body.append(Text(f"({result.skipped} skipped, e.g. the real-GPT-2 tier when its weights are not cached)", style="dim"))
+            reason = (result.message or "").removeprefix("Skipped: ").strip()
+            body.append(Text(f"({result.skipped} skipped" + (f", e.g. {reason})" if reason else ")"), style="dim"))
     elif result.status == NOT_IMPLEMENTED_YET:
         stubs = ", ".join(result.stubs) or ex.target
         body.append(Text(f"… Not implemented yet: {stubs}", style="bold yellow"))
@@ -77,7 +78,7 @@ def render_result(result: Result) -> Panel:
         body.append(Text("· No tests for this exercise yet.", style="bold blue"))
         if result.message:
             body.append(Text(f"(all {result.total} tests skipped: {result.message})", style="dim"))
-    title = f"[bold]{ex.name}[/]  [dim]part {ex.part}: {PARTS[ex.part]}[/]"
+    title = f"[bold]{ex.name}[/]  [dim]part {ex.part_label}: {SECTIONS[ex.part_label]}[/]"
     return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[result.status], expand=False)
 
 
@@ -94,9 +95,9 @@ def render_table(results: Sequence[Result], title: str | None = None) -> Table:
     table.add_column("tests", justify="right", no_wrap=True, style="dim")
     part = None
     for result in results:
-        if result.exercise.part != part:
-            part = result.exercise.part
-            table.add_row("", Text(f"Part {part}: {PARTS[result.exercise.part]}", style="bold"), "", "")
+        if result.exercise.part_label != part:
+            part = result.exercise.part_label
+            table.add_row("", Text(f"Part {part}: {SECTIONS[part]}", style="bold"), "", "")
         style = _STYLE[result.status]
         table.add_row(
             Text(f"  {_SYMBOL[result.status]}", style=style),
