@@ -69,6 +69,8 @@ class Mistake:
     # when a learner's failing code behaves like it (see grading/diagnosis.py).
     why: str = ""
     exercise: str | None = None  # as in @pytest.mark.exercise(...); None: the exercise whose code it rewrites
+    # How to put it right, shown after "Fix: " with the why; "" when the why already says it.
+    fix: str = ""
 
 
 @dataclass(frozen=True)

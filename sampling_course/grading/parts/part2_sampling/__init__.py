@@ -127,30 +127,30 @@ MISTAKES: list[Mistake] = [
     Mistake(2, "multiplicative frequency penalty", "sampling.py",
             "return logits - freq_penalty * counts.to(logits.dtype)",
             "return logits * (1 - freq_penalty) ** counts.to(logits.dtype)",
-            why="multiplying each logit by (1 - freq_penalty) once per occurrence instead of subtracting "
-                "freq_penalty per occurrence: a factor shrinks large logits more than small ones and raises "
-                "negative ones, where the penalty is the same amount off every occurrence"),
+            why="multiplying each logit by (1 - freq_penalty) once per occurrence: a factor shrinks large logits "
+                "more than small ones and raises negative ones",
+            fix="subtract freq_penalty once for every occurrence: logits - freq_penalty * counts"),
     Mistake(2, "frequency penalty written into the caller's logits", "sampling.py",
             "return logits - freq_penalty * counts.to(logits.dtype)",
             "return logits.sub_(freq_penalty * counts.to(logits.dtype))",
-            why="subtracting the penalty in place (sub_), which changes the caller's logits as well; return a new "
-                "tensor (logits - ...) and leave the argument alone"),
+            why="subtracting the penalty in place (sub_), which changes the caller's logits as well",
+            fix="return a new tensor (logits - ...) and leave the argument alone"),
     Mistake(2, "temperature written into the caller's logits", "sampling.py",
             "return logits / temperature", "return logits.div_(temperature)",
-            why="dividing the logits in place (div_), which changes the caller's tensor as well; return "
-                "logits / temperature and leave the argument alone"),
+            why="dividing the logits in place (div_), which changes the caller's tensor as well",
+            fix="return logits / temperature and leave the argument alone"),
     Mistake(2, "top-k writes -inf into the caller's logits", "sampling.py",
             "        top_logits, top_tokens = logits.topk(k)\n",
             "        logits[logits < logits.topk(k).values[-1]] = float(\"-inf\")\n"
             "        top_logits, top_tokens = logits.topk(k)\n",
-            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered "
-                "too; filter a copy, or use masked_fill (not masked_fill_)"),
+            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered too",
+            fix="filter a copy, or use masked_fill (not masked_fill_ or item assignment)"),
     Mistake(2, "top-p writes -inf into the caller's logits", "sampling.py",
             "        n_kept = int(keep.sum())\n",
             "        n_kept = int(keep.sum())\n"
             "        logits[sorted_tokens[n_kept:]] = float(\"-inf\")\n",
-            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered "
-                "too; filter a copy, or use masked_fill (not masked_fill_)"),
+            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered too",
+            fix="filter a copy, or use masked_fill (not masked_fill_ or item assignment)"),
     Mistake(2, "sample_basic returns the argmax", "sampling.py",
             "return int(torch.multinomial(probs, num_samples=1))", "return int(probs.argmax())",
             why="always returning the most likely token instead of drawing one at random from the probabilities"),

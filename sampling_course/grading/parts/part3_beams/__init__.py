@@ -133,8 +133,9 @@ MISTAKES: list[Mistake] = [
             "            ngrams = self.tokens.unfold(dimension=1, size=n + 1, step=1)\n"
             "            tail = self.tokens[:, seq_len - n :]\n",
             why="matching the beam's last n tokens instead of its last n - 1 (the classic off-by-one): that blocks "
-                "repeated (n + 1)-grams, so a repeated n-gram gets through. The blocked token completes an n-gram "
-                "together with the n - 1 tokens before it"),
+                "repeated (n + 1)-grams, so a repeated n-gram gets through",
+            fix="compare the first n - 1 tokens of every n-gram with the beam's last n - 1 tokens; the blocked "
+                "token is the n-gram's last"),
     Mistake(3, "n-gram tail by negative index (wrong for n = 1)", "beams.py",
             "tail = self.tokens[:, seq_len - (n - 1) :]", "tail = self.tokens[:, -(n - 1) :]",
             why="taking the last n - 1 tokens as tokens[:, -(n - 1):], which for n = 1 is the whole beam instead of nothing"),
@@ -181,8 +182,9 @@ MISTAKES: list[Mistake] = [
             "            length = self.max_new_tokens\n",
             "",
             why="with early_stopping=\"never\", scoring the best running beam at its current length, as "
-                "early_stopping=False does; with a positive length_penalty a running beam can still gain by growing, "
-                "so \"never\" scores it at max_new_tokens, the longest it can get"),
+                "early_stopping=False does, though with a positive length_penalty it can still gain by growing",
+            fix="with \"never\" and length_penalty > 0, score the best running beam at max_new_tokens, the longest "
+                "it can get"),
     Mistake(3, "search stops once one beam has finished", "beams.py",
             "        if len(self.hypotheses) < self.num_beams:\n            return False\n",
             "        if not self.hypotheses:\n            return False\n",

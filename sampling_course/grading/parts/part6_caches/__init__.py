@@ -187,8 +187,8 @@ MISTAKES: list[Mistake] = [
     Mistake(6, "sink positions wrap around the window (t % window)", _C,
             "        return t.clamp(max=last)\n",
             "        return t % (last + 1)\n",
-            why=("positions wrap around (t % window_length) once the window is full, where the newest token always "
-                 "stays at the window's last index, window_length - 1 (n_ctx - 1 for 'absolute'): clamp t there.")),
+            why="positions wrap around (t % window_length) once the window is full, where the newest token stays last",
+            fix="clamp t at the last index, window_length - 1 (n_ctx - 1 for 'absolute')"),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
