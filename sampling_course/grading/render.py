@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.grading.course import SECTIONS, Exercise
+from sampling_course.grading.course import EXERCISES, SECTIONS, Exercise
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -37,6 +37,11 @@ def _tests_text(result: Result) -> str:
     return text + (f" ({result.skipped} skipped)" if result.skipped else "")
 
 
+def stub_owner(stub: str) -> Exercise | None:
+    """The exercise whose code a stub's qualified name (``LayerNorm.forward``) is in; the first in course order."""
+    return next((e for e in EXERCISES if stub == e.target or stub.startswith(e.target + ".")), None)
+
+
 def render_result(result: Result) -> Panel:
     """A panel for one exercise: green done, yellow not implemented yet, red failing."""
     ex = result.exercise
@@ -50,7 +55,13 @@ def render_result(result: Result) -> Panel:
     elif result.status == NOT_IMPLEMENTED_YET:
         stubs = ", ".join(result.stubs) or ex.target
         body.append(Text(f"… Not implemented yet: {stubs}", style="bold yellow"))
-        body.append(Text(f"Fill it in ({ex.location}), then run the check again."))
+        # A stub of another exercise that this one calls: name that exercise and its file.
+        others = [o for o in dict.fromkeys(stub_owner(stub) for stub in result.stubs) if o is not None and o != ex]
+        if others and all(stub_owner(stub) != ex for stub in result.stubs):
+            names = ", ".join(f"{o.name} ({o.location})" for o in others)
+            body.append(Text(f"{ex.name} calls {names}: fill that in first, then run the check again."))
+        else:
+            body.append(Text(f"Fill it in ({ex.location}), then run the check again."))
         body.append(Text(f"Task: {ex.task}", style="dim"))
         if result.passed:
             body.append(Text(f"{result.passed}/{result.ran} tests already pass.", style="dim"))

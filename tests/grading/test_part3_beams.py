@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from doubles import BigramModel
-from sampling_course.implementation import load_demo
+from sampling_course.implementation import Impl, load_demo
 from sampling_course.reference import load_reference
 
 
@@ -200,8 +200,14 @@ def test_generate_from_a_prompt_then_again(impl, tiny, tiny_demo, oracle):
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle):
-    """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking."""
+def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle, monkeypatch):
+    """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking.
+
+    generate's job is to pass no_repeat_ngram_size on to get_topk_non_repeating, the next
+    exercise: so this runs with the solutions' get_topk_non_repeating, and grades generate
+    alone whether or not get_topk_non_repeating is written yet (and whether it is right).
+    """
+    monkeypatch.setattr(impl.beams.Beams, "get_topk_non_repeating", Impl("solutions").beams.Beams.get_topk_non_repeating)
     start = torch.tensor([tiny.tokenizer.encode("When I was")])
     # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
     seq = oracle(greedy_continuation, tiny, start, 30)[0]

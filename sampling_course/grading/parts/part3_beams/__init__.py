@@ -216,8 +216,6 @@ _GENERATE_LOOPS = (
     "        return self.new_beams(torch.stack(sums), torch.stack(rows), new_cache)\n"
 )
 _NGRAM = (
-    "        if no_repeat_ngram_size is None:\n"
-    "            return logprobs.topk(k, dim=-1)\n"
     "        n = no_repeat_ngram_size\n"
     "        batch, seq_len = self.tokens.shape\n"
     "        if seq_len >= n:\n"
@@ -275,8 +273,6 @@ VARIANTS: list[Variant] = [
             "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"),
     # Beams.get_topk_non_repeating
     Variant(3, "Beams.get_topk_non_repeating", "Python loop over windows, finite fill -100", "beams.py", _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        logprobs = logprobs.clone()\n"
             "        for row, seq in enumerate(self.tokens.tolist()):\n"
@@ -287,8 +283,6 @@ VARIANTS: list[Variant] = [
             "        return logprobs.topk(k, dim=-1)\n"),
     Variant(3, "Beams.get_topk_non_repeating", "dict of n-gram prefixes (HF's _get_ngrams), fill -1e9", "beams.py",
             _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        banned = torch.zeros_like(logprobs, dtype=torch.bool)\n"
             "        for row, seq in enumerate(self.tokens.tolist()):\n"
@@ -300,8 +294,6 @@ VARIANTS: list[Variant] = [
             "        return logprobs.masked_fill(banned, -1e9).topk(k, dim=-1)\n"),
     Variant(3, "Beams.get_topk_non_repeating", "loop over window starts, vectorised over the batch", "beams.py",
             _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        seq_len = self.tokens.shape[1]\n"
             "        blocked = torch.zeros_like(logprobs, dtype=torch.bool)\n"
