@@ -611,6 +611,7 @@ def hf_generate(oracle, reference, prompt: str, max_new_tokens: int, **kwargs) -
     return reference.tokenizer.decode(oracle(hf_generate_ids, reference, prompt, max_new_tokens, **kwargs))
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("sample")
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sample_greedy_matches_hf_generate(Sampler, parity_demo, parity_reference, oracle, prompt):

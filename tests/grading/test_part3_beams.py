@@ -512,6 +512,7 @@ def assert_same_beams(actual, expected):
     )
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("beam_search")
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
@@ -686,6 +687,7 @@ def normalised_beam_case(reference_name: str, oracle):
     return reference, prompt, oracle(hf_second_likeliest, reference, prompt), 12
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("BeamHypotheses")
 @pytest.mark.parametrize("reference_name", ["tiny", "story"])
 def test_length_normalised_beam_search_matches_hf(impl, reference_name, oracle):

@@ -451,6 +451,7 @@ def assert_same_beams(actual, expected, what: str) -> None:
     )
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("cached_beam_search")
 @pytest.mark.parametrize(
     "prompt, num_beams, ngram",
