@@ -105,7 +105,7 @@ def planted_output(exercise: Exercise | str, change: Mistake | None) -> Any:
 
 @functools.lru_cache(maxsize=None)
 def helpers_of(exercise: Exercise) -> tuple[Exercise, ...]:
-    """The exercises of this part or earlier ones that ``exercise``'s solution calls (named in its source).
+    """The exercises of the same part and file that ``exercise``'s solution calls (named in its source).
 
     A learner's probe runs with the solutions' versions of these, so that a mistake in a
     helper (an n-gram off by one in get_topk_non_repeating) is named on the helper, not on
@@ -131,7 +131,11 @@ def helpers_of(exercise: Exercise) -> tuple[Exercise, ...]:
         holds_own = any(module == other.module and target is not None
                         and (target == other.target or target.startswith(other.target + "."))
                         for module, target in own_code)
-        if other.part <= exercise.part and not related and not holds_own and re.search(pattern, code):
+        # Same part and file only: a later part's probe builds whole models and caches, where the
+        # solutions' classes would meet the learner's (a solutions' DemoTransformer handed the
+        # learner's cache) and the probe could no longer run.
+        same_lesson = other.part == exercise.part and other.module == exercise.module
+        if same_lesson and not related and not holds_own and re.search(pattern, code):
             helpers.append(other)
     return tuple(helpers)
 
