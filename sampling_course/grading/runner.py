@@ -266,8 +266,12 @@ def run_report(
     if diagnose and any(r.status == FAILING for r in results):
         from sampling_course.grading.diagnosis import describe_match  # imports torch: only when needed
 
+        described = {r.name: describe_match(r.exercise, impl, obj) for r in results if r.status == FAILING}
+        # A named mistake comes with its own why (and fix): the exercise's first, general hint
+        # would only point elsewhere, so it gives way.
         results = [
-            dataclasses.replace(r, mistake=describe_match(r.exercise, impl, obj)) if r.status == FAILING else r
+            dataclasses.replace(r, mistake=described[r.name], hint=None if described[r.name] else r.hint)
+            if r.name in described else r
             for r in results
         ]
     return CheckReport(results, impl=impl, collection_errors=collector.collection_errors, notices=notices)

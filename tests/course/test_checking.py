@@ -25,7 +25,7 @@ from sampling_course.grading import compare as compare_module
 from sampling_course.apps.course_commands import check_main, hint_main
 from sampling_course.grading.checking import check, hint
 from sampling_course.grading.compare import compare
-from sampling_course.grading.render import render_progress
+from sampling_course.grading.render import render_progress, render_result
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -204,6 +204,30 @@ def test_progress_overview_counts_done_exercises():
     assert all(e.name in text for e in EXERCISES)
 
 
+def test_progress_lists_part_6b_as_6b():
+    """Notebook 06b's exercises appear under "Part 6b", not under part 6."""
+    console = recording_console()
+    console.print(render_progress(CheckReport([summarize(e, []) for e in EXERCISES])))
+    text = console.export_text()
+    assert "Part 6b: Fast decoding on a GPU" in text
+    assert text.index("Part 6b") < text.index("race_sample") < text.index("Part 7")
+    assert text.index("SinkCache.update") < text.index("Part 6b")
+
+
+def test_a_stub_of_another_exercise_is_named_with_its_own_file():
+    """An exercise whose test runs into another exercise's stub says which exercise and file to fill in."""
+    result = summarize(get_exercise("Beams.generate"),
+                       [_outcome("not implemented", "x", "Beams.get_topk_non_repeating")])
+    console = recording_console()
+    console.print(render_result(result))
+    text = " ".join(console.export_text().split())
+    assert "Beams.get_topk_non_repeating (exercises/beams.py: Beams.get_topk_non_repeating)" in text
+    assert "exercises/beams.py: Beams.generate" not in text
+    own = summarize(get_exercise("LayerNorm"), [_outcome("not implemented", "x", "LayerNorm.forward")])
+    console.print(render_result(own))
+    assert "Fill it in (exercises/transformer.py: LayerNorm)" in " ".join(console.export_text().split())
+
+
 # ---------------------------------------------------------------------------------------
 # Running the checks (nested, in-process pytest)
 # ---------------------------------------------------------------------------------------
@@ -264,7 +288,9 @@ def test_check_with_an_object_from_the_notebook():
     assert not bad and result.status == FAILING
     assert "differs from the reference" in result.message
     text = console.export_text()
-    assert "differs from the reference" in text and "Hint:" in text and get_exercise("LayerNorm").hints[0][:40] in text
+    assert "differs from the reference" in text and "This matches a classic mistake" in text
+    # The named mistake's own why replaces the exercise's general first hint.
+    assert result.hint is None and get_exercise("LayerNorm").hints[0][:40] not in text
 
 
 @pytest.mark.slow

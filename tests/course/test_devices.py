@@ -114,7 +114,7 @@ def one_line_naming(info, *names: str) -> None:
 
 
 def test_tokens_on_another_device_than_the_model(meta_model):
-    with pytest.raises(DeviceMismatchError, match="the tokens is on cpu but the model is on meta") as info:
+    with pytest.raises(DeviceMismatchError, match="the tokens are on cpu but the model is on meta") as info:
         meta_model(torch.zeros(1, 3, dtype=torch.long))
     one_line_naming(info, "cpu", "meta")
     mask = torch.ones(1, 3, dtype=torch.long)
@@ -178,7 +178,7 @@ def test_a_generator_on_another_device_than_the_logits():
 def test_draft_tokens_refuses_a_prompt_or_generator_away_from_the_draft(meta_model):
     speculative = Impl("solutions").speculative
     kvc = Impl("solutions").kv_cache.KeyValueCache
-    with pytest.raises(DeviceMismatchError, match="the tokens is on cpu but the model is on meta"):
+    with pytest.raises(DeviceMismatchError, match="the tokens are on cpu but the model is on meta"):
         speculative.draft_tokens(meta_model, torch.zeros(3, dtype=torch.long), kvc.new_empty(SMALL), 2)
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu"):
         speculative.draft_tokens(meta_model, torch.zeros(3, dtype=torch.long, device="meta"), kvc.new_empty(SMALL), 2,

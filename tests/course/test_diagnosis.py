@@ -210,6 +210,30 @@ def test_a_mistake_in_another_exercise_is_not_blamed_here(learner_package):
     assert name_mistake("LayerNorm", package) == _mistake("LayerNorm with unbiased variance")
 
 
+@pytest.mark.parametrize("mistake, helper, caller", [
+    ("n-gram window of n tokens instead of n - 1", "Beams.get_topk_non_repeating", "Beams.generate"),
+    ("n-gram blocking misses the last n-gram", "Beams.get_topk_non_repeating", "Beams.generate"),
+    ("top-p cutoff exclusive instead of inclusive", "sample_top_p", "sample_next_token"),
+    ("LayerNorm eps outside the sqrt", "LayerNorm", "TransformerBlock"),
+])
+def test_a_mistake_in_a_helper_is_named_on_the_helper_not_its_caller(learner_package, mistake, helper, caller):
+    """The caller's probe runs with the solutions' helper (helpers_of), so the helper's mistake
+    is not blamed on the caller (a generate that does pass no_repeat_ngram_size on was once
+    told it did not)."""
+    assert get_exercise(helper) in diagnosis.helpers_of(get_exercise(caller))
+    package = learner_package(_mistake(mistake))
+    assert name_mistake(helper, package) == _mistake(mistake)
+    assert name_mistake(caller, package) is None
+
+
+def test_a_named_mistake_comes_with_its_own_fix(learner_package):
+    """The sentence says the mistake's why and then its fix, not the exercise's general first hint."""
+    mistake = _mistake("n-gram window of n tokens instead of n - 1")
+    assert mistake.fix
+    sentence = describe_match("Beams.get_topk_non_repeating", learner_package(mistake))
+    assert sentence == f"This matches a classic mistake: {explain(mistake)} Fix: {mistake.fix}."
+
+
 class FunctionalLayerNorm(torch.nn.Module):
     """A correct LayerNorm in another style: torch's own layer_norm."""
 

@@ -68,3 +68,17 @@ def test_a_run_that_changes_the_shared_state_is_not_trusted(planted_home):
     finally:
         torch.set_grad_enabled(True)
     assert verdict.disturbed
+
+
+def test_model_variants_also_run_the_later_parts_downstream_tests():
+    """A correct variant of part 1 or 4 is the model the later parts run on: the planter also runs the
+    later parts' tests marked `downstream` on it (and only the later parts'). Other changes do not."""
+    from sampling_course.grading.course import VARIANTS
+
+    layer_norm = next(v for v in VARIANTS if v.exercise == "LayerNorm")
+    files = [path.rsplit("/", 1)[-1] for path in mistakes.downstream_files(layer_norm)]
+    assert "test_part3_beams.py" in files and "test_part2_sampling.py" in files
+    assert not any(name.startswith("test_part1_") for name in files)
+    cache = next(v for v in VARIANTS if v.part == 4)
+    assert all(int(name[len("test_part")]) > 4 for name in (p.rsplit("/", 1)[-1] for p in mistakes.downstream_files(cache)))
+    assert mistakes.downstream_files(GREEDY_AS_IS) == [] and mistakes.downstream_files(GREEDY_MISTAKE) == []

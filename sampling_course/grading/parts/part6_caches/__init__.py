@@ -7,6 +7,7 @@ from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exerci
 
 PART = 6
 TITLE = "Caches for long and fast generation"
+SECTIONS = {"6b": "Fast decoding on a GPU"}  # notebook 06b's exercises: part 6 in the map, listed as "6b"
 
 EXERCISES: tuple[Exercise, ...] = (
     exercise(
@@ -185,6 +186,11 @@ MISTAKES: list[Mistake] = [
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n",
             "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n",
             why="positions inside the sink cache are counted from 1 instead of 0."),
+    Mistake(6, "sink positions wrap around the window (t % window)", _C,
+            "        return t.clamp(max=last)\n",
+            "        return t % (last + 1)\n",
+            why="positions wrap around (t % window_length) once the window is full, where the newest token stays last",
+            fix="clamp t at the last index, window_length - 1 (n_ctx - 1 for 'absolute')"),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
@@ -305,6 +311,7 @@ EXERCISES += (
         "    return keys, values\n"
         "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n"
         "return fast_forward(model, tokens[:, None], slot[None], FusedCache(fused, update), visible)[:, 0]",
+        section="6b",
     ),
     exercise(
         "race_sample", 6, "gpu_decoding", "race_sample",
@@ -319,6 +326,7 @@ EXERCISES += (
         "probs = logits.float().softmax(dim=-1)\n"
         "clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
         "return (probs / clocks).argmax(dim=-1)",
+        section="6b",
     ),
     exercise(
         "decode_loop", 6, "gpu_decoding", "decode_loop",
@@ -339,6 +347,7 @@ EXERCISES += (
         "done = torch.stack(all_done)\n"
         "keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n"
         "return torch.stack(columns[:keep], dim=1)",
+        section="6b",
     ),
 )
 
