@@ -186,7 +186,7 @@ MISTAKES: list[Mistake] = [
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n",
             "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n",
             why="positions inside the sink cache are counted from 1 instead of 0."),
-    Mistake(6, "sink positions wrap around the window (t % window)", _C,
+    Mistake(6, "sink positions wrap around the window (t % window)", _K,
             "        return t.clamp(max=last)\n",
             "        return t % (last + 1)\n",
             why="positions wrap around (t % window_length) once the window is full, where the newest token stays last",
