@@ -70,9 +70,12 @@ def export_gpt2(model: torch.nn.Module, cfg: Config, folder: str | Path, tokeniz
     if not isinstance(cfg, Config):
         raise TypeError(f"export_gpt2 takes the model's Config, got {type(cfg).__name__}")
     state, tied = gpt2_hf_state_dict({k: v.detach() for k, v in model.state_dict().items()}, cfg)
+    eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else (50256 if cfg.d_vocab > 50256 else None)
     hf_config = GPT2Config(vocab_size=cfg.d_vocab, n_positions=cfg.n_ctx, n_embd=cfg.d_model, n_layer=cfg.n_layers,
                            n_head=cfg.n_heads, n_inner=cfg.d_mlp, layer_norm_epsilon=cfg.layer_norm_eps,
                            activation_function="gelu_new", tie_word_embeddings=tied,
+                           # GPT2Config's default end-of-text id (50256) lies outside a smaller vocabulary.
+                           bos_token_id=eos, eos_token_id=eos,
                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
     if cfg.d_head * cfg.n_heads != cfg.d_model:
         raise ValueError(f"GPT2LMHeadModel needs d_head * n_heads == d_model, got {cfg.d_head} * {cfg.n_heads} != {cfg.d_model}")

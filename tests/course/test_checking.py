@@ -60,7 +60,8 @@ COURSE_ORDER = [
     "prompt_lookup",
     "token_bytes", "walk_token", "build_index", "TokenConstraint", "constrained_generate", "schema_to_regex",
     "exact_laws", "kl_divergence",
-    "RMSNorm", "Rotary", "GroupedQueryAttention", "SwiGLU", "LlamaTransformer",
+    "RMSNorm", "Rotary", "GroupedQueryAttention", "SwiGLU", "LlamaTransformer", "rerotate",
+    "RotatingSinkCache.make_room",
 ]
 
 

@@ -70,6 +70,30 @@ EXERCISES: tuple[Exercise, ...] = (
         "    residual = block(residual, offset, cache)\n"
         "return self.ln_final(residual) @ self.W_U",
     ),
+    exercise(
+        "rerotate", 9, "rope_sink", "rerotate",
+        "Turn keys that were rotated at positions p to positions p - shift: every key by the same angle.",
+        "Rotations compose: rotating by the angle of position p and then by that of position -shift "
+        "is rotating by p - shift. So one rotation, the same for every key, does it.",
+        "rotary.cos_sin(torch.tensor([-shift])) gives that one angle's cos and sin; apply them as in "
+        "Rotary.forward. Calling rotary(keys, -shift) instead would turn key i by i - shift, not by -shift.",
+        "cos, sin = rotary.cos_sin(torch.tensor([-shift], device=keys.device))\n"
+        "first, second = keys.chunk(2, dim=-1)\n"
+        "return keys * cos[:, None] + torch.cat((-second, first), dim=-1) * sin[:, None]",
+    ),
+    exercise(
+        "RotatingSinkCache.make_room", 9, "rope_sink", "RotatingSinkCache.make_room",
+        "Evict the oldest non-sink positions so that n_new more fit in the capacity, and re-rotate the "
+        "window's keys that stay to their new, lower slots.",
+        "How many go: max(seq_len + n_new - capacity, 0). They are the first positions after the sinks: "
+        "slots n_sink .. n_sink + evict - 1 of every layer's keys and values.",
+        "Keep k[:, :n_sink] as they are; the keys after the evicted block move down by evict slots, so "
+        "rerotate them by evict. Values carry no position: just drop the evicted ones.",
+        "evict = max(self.seq_len + n_new - self.capacity, 0)\n"
+        "for layer, (k, v) in enumerate(zip(self.keys, self.values)):\n"
+        "    kept = rerotate(self.rotary, k[:, self.n_sink + evict:], evict)\n"
+        "    self.keys[layer] = torch.cat([k[:, :self.n_sink], kept], dim=1)   # values: the same without rerotate",
+    ),
 )
 
 _NORMALIZED = "        normalized = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + self.eps)\n"
@@ -125,6 +149,23 @@ MISTAKES: list[Mistake] = [
             why="the cached tokens' positions are ignored: every step's tokens are rotated as if at position 0"),
     Mistake(9, "final RMSNorm skipped", "llama.py", "return self.ln_final(residual) @ self.W_U", "return residual @ self.W_U",
             why="the final RMSNorm (ln_final) is never applied before unembedding"),
+    Mistake(9, "re-rotating the wrong way", "rope_sink.py", "torch.tensor([-shift], device=keys.device)",
+            "torch.tensor([shift], device=keys.device)",
+            why="the kept keys are turned forward by shift instead of back, to p + shift instead of p - shift"),
+    Mistake(9, "re-rotating each key by its own index", "rope_sink.py",
+            "    cos, sin = rotary.cos_sin(torch.tensor([-shift], device=keys.device))\n",
+            "    cos, sin = rotary.cos_sin(torch.arange(-shift, keys.shape[1] - shift, device=keys.device))\n",
+            why="key i is turned by i - shift (as rotary(keys, -shift) would do) instead of every key by -shift"),
+    Mistake(9, "kept keys not re-rotated", "rope_sink.py",
+            "            kept = rerotate(self.rotary, k[:, self.n_sink + evict :], evict)\n",
+            "            kept = k[:, self.n_sink + evict :]\n",
+            why="the keys that stay keep their old rotation, so their positions no longer match their slots"),
+    Mistake(9, "sinks evicted", "rope_sink.py",
+            "            self.keys[layer] = torch.cat([k[:, : self.n_sink], kept], dim=1)\n"
+            "            self.values[layer] = torch.cat([v[:, : self.n_sink], v[:, self.n_sink + evict :]], dim=1)\n",
+            "            self.keys[layer] = rerotate(self.rotary, k[:, evict:], evict)\n"
+            "            self.values[layer] = v[:, evict:]\n",
+            why="the oldest positions are evicted whatever they are, sinks included (a plain sliding window)"),
 ]
 
 _ROTATE = (
@@ -149,6 +190,24 @@ _MODEL = (
     "        for block in self.blocks:\n"
     "            residual = block(residual, offset, cache)\n"
     "        return self.ln_final(residual) @ self.W_U\n"
+)
+
+_REROTATE = (
+    "    cos, sin = rotary.cos_sin(torch.tensor([-shift], device=keys.device))\n"
+    "    k32 = keys.float()\n"
+    "    first, second = k32.chunk(2, dim=-1)\n"
+    "    return (k32 * cos[:, None, :] + torch.cat((-second, first), dim=-1) * sin[:, None, :]).to(keys.dtype)\n"
+)
+_MAKE_ROOM = (
+    "        evict = max(self.seq_len + n_new - self.capacity, 0)\n"
+    "        if evict == 0:\n"
+    "            return 0\n"
+    "        for layer, (k, v) in enumerate(zip(self.keys, self.values)):\n"
+    "            # The sinks keep their slots; everything after the evicted block moves down by `evict`.\n"
+    "            kept = rerotate(self.rotary, k[:, self.n_sink + evict :], evict)\n"
+    "            self.keys[layer] = torch.cat([k[:, : self.n_sink], kept], dim=1)\n"
+    "            self.values[layer] = torch.cat([v[:, : self.n_sink], v[:, self.n_sink + evict :]], dim=1)\n"
+    "        return evict\n"
 )
 
 VARIANTS: list[Variant] = [
@@ -219,4 +278,37 @@ VARIANTS: list[Variant] = [
             "        start = cache.seq_len if cache else 0\n"
             "        residual = functools.reduce(lambda r, blk: blk(r, start, cache), self.blocks, self.W_E[tokens])\n"
             "        return torch.einsum(\"bsd,dv->bsv\", self.ln_final(residual), self.W_U)\n"),
+    # rerotate
+    Variant(9, "rerotate", "every position as its own batch entry through rotary(..., offset=-shift)", "rope_sink.py",
+            _REROTATE,
+            "    batch, pos, heads, d_head = keys.shape\n"
+            "    return rotary(keys.reshape(batch * pos, 1, heads, d_head), -shift).reshape(batch, pos, heads, d_head)\n"),
+    Variant(9, "rerotate", "explicit pair formulas with math.cos and math.sin of each frequency", "rope_sink.py",
+            _REROTATE,
+            "    angles = -shift * rotary.inv_freq.to(keys.device)\n"
+            "    c, s = angles.cos(), angles.sin()\n"
+            "    half = keys.shape[-1] // 2\n"
+            "    x1, x2 = keys[..., :half], keys[..., half:]\n"
+            "    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)\n"),
+    # RotatingSinkCache.make_room
+    Variant(9, "RotatingSinkCache.make_room", "lists rebuilt with comprehensions, index_select of the kept slots",
+            "rope_sink.py", _MAKE_ROOM,
+            "        evict = self.seq_len + n_new - self.capacity\n"
+            "        if evict <= 0:\n"
+            "            return 0\n"
+            "        keep = torch.cat([torch.arange(self.n_sink), torch.arange(self.n_sink + evict, self.seq_len)])\n"
+            "        keep = keep.to(self.keys[0].device)\n"
+            "        sinks = self.n_sink\n"
+            "        self.keys = [torch.cat([k[:, :sinks], rerotate(self.rotary, k.index_select(1, keep)[:, sinks:], evict)], 1)\n"
+            "                     for k in self.keys]\n"
+            "        self.values = [v.index_select(1, keep) for v in self.values]\n"
+            "        return evict\n"),
+    Variant(9, "RotatingSinkCache.make_room", "re-rotate the whole window, then slice", "rope_sink.py", _MAKE_ROOM,
+            "        overflow = self.seq_len + n_new - self.capacity\n"
+            "        if overflow > 0:\n"
+            "            for i in range(len(self.keys)):\n"
+            "                window = rerotate(self.rotary, self.keys[i][:, self.n_sink :], overflow)[:, overflow:]\n"
+            "                self.keys[i] = torch.cat((self.keys[i][:, : self.n_sink], window), 1)\n"
+            "                self.values[i] = torch.cat((self.values[i][:, : self.n_sink], self.values[i][:, self.n_sink + overflow :]), 1)\n"
+            "        return max(overflow, 0)\n"),
 ]

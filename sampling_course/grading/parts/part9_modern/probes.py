@@ -76,3 +76,21 @@ def _probe_model(impl: Impl) -> Any:
     with torch.no_grad():
         return [plain(model(tokens)), plain(model(tokens[:, :4], cache)), plain(model(tokens[:, 4:5], cache)),
                 plain(model(tokens[:, 5:], cache))]
+
+
+@probe("rerotate")
+def _probe_rerotate(impl: Impl) -> Any:
+    cfg, g = _config(), generator(6)
+    keys = randn(g, 2, 4, cfg.n_key_value_heads, cfg.d_head)
+    return [plain(impl.rope_sink.rerotate(impl.llama.Rotary(cfg), keys, shift)) for shift in (1, 3)]
+
+
+@probe("RotatingSinkCache.make_room")
+def _probe_make_room(impl: Impl) -> Any:
+    cfg, g = _config(), generator(7)
+    cache = impl.rope_sink.RotatingSinkCache(cfg, n_sink=2, window=3)
+    shape = (1, 5, cfg.n_key_value_heads, cfg.d_head)
+    for layer in range(cfg.n_layers):
+        cache.update(layer, randn(g, *shape), randn(g, *shape))
+    evicted = cache.make_room(2)
+    return [evicted, [plain(k) for k in cache.keys], [plain(v) for v in cache.values]]
