@@ -65,10 +65,10 @@ def _save(model: Any, state: dict[str, Tensor], folder: str | Path, tokenizer: A
 
 def export_gpt2(model: torch.nn.Module, cfg: Config, folder: str | Path, tokenizer: Any = None) -> Path:
     """Save a DemoTransformer (``cfg`` its Config) as a GPT2LMHeadModel folder; returns the folder."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     if not isinstance(cfg, Config):
         raise TypeError(f"export_gpt2 takes the model's Config, got {type(cfg).__name__}")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
     state, tied = gpt2_hf_state_dict({k: v.detach() for k, v in model.state_dict().items()}, cfg)
     eos = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else (50256 if cfg.d_vocab > 50256 else None)
     hf_config = GPT2Config(vocab_size=cfg.d_vocab, n_positions=cfg.n_ctx, n_embd=cfg.d_model, n_layer=cfg.n_layers,
@@ -84,11 +84,11 @@ def export_gpt2(model: torch.nn.Module, cfg: Config, folder: str | Path, tokeniz
 
 def export_llama(model: torch.nn.Module, cfg: LlamaConfig, folder: str | Path, tokenizer: Any = None) -> Path:
     """Save a Llama-style model as a LlamaForCausalLM folder (Qwen3ForCausalLM with q/k norms); returns the folder."""
+    if not isinstance(cfg, LlamaConfig):
+        raise TypeError(f"export_llama takes the model's LlamaConfig, got {type(cfg).__name__}")
     from transformers import LlamaConfig as HFLlamaConfig
     from transformers import LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
-    if not isinstance(cfg, LlamaConfig):
-        raise TypeError(f"export_llama takes the model's LlamaConfig, got {type(cfg).__name__}")
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     config_class, model_class = (Qwen3Config, Qwen3ForCausalLM) if cfg.qk_norm else (HFLlamaConfig, LlamaForCausalLM)
     return _save(model_class(config_class(**cfg.hf_kwargs())), hf_llama_state_dict(state, cfg), folder, tokenizer)
