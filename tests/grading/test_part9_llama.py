@@ -182,7 +182,8 @@ def test_rms_norm_eps_inside_the_sqrt(arch, oracle):
 @pytest.mark.parametrize("offset", [0, 7])
 def test_rotary_matches_hugging_face(arch, oracle, offset):
     """Queries and keys rotated at positions offset, offset + 1, ... as Hugging Face rotates them."""
-    cfg, g = arch["cfg"], torch.Generator().manual_seed(3)
+    cfg = arch["cfg"]
+    g = torch.Generator().manual_seed(3)
     q = torch.randn(2, 5, cfg.n_heads, cfg.d_head, generator=g)
     k = torch.randn(2, 5, cfg.n_key_value_heads, cfg.d_head, generator=g)
     expected_q, expected_k = oracle(hf_rotary, cfg.to_dict(), arch["weights"], q, k, offset)
