@@ -35,6 +35,7 @@ NOTEBOOKS = {
     6: "06_caches.ipynb",
     7: "07_speculative_decoding.ipynb",
     8: "08_structured_generation.ipynb",
+    9: "09_modern_decoders.ipynb",
 }
 # A part's exercises of one module may have a notebook of their own, after the part's:
 # notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
