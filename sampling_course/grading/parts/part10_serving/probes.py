@@ -25,11 +25,12 @@ def probe_block_pool(impl: Impl) -> Any:
     pool = impl.block_pool.BlockPool(3, 2)
     a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
     pool.share(a)
-    first, n_free_after_first = pool.free(a), pool.n_free
-    second, n_free_after_second = pool.free(a), pool.n_free
-    again = pool.allocate()
-    return [sorted([a, b, c]), first, n_free_after_first, second, n_free_after_second, again == a,
-            pool.free(b), attempt(lambda: pool.free(b)), pool.n_free]
+    seen = [sorted([a, b, c])]
+    # Free the shared block twice, then ask for a block: each result and the free count after it.
+    for step in (lambda: pool.free(a), lambda: pool.free(a), lambda: pool.allocate() == a, lambda: pool.free(b),
+                 lambda: pool.free(b)):
+        seen += [attempt(step), pool.n_free]
+    return seen
 
 
 @probe("BlockTable")
