@@ -243,6 +243,11 @@ def test_mixed_greedy_and_seeded_requests_arriving_over_time_equal_generate_alon
         for job, out in zip(jobs, (r.output for r in requests)):
             assert out == alone[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): the engine gave {out}, generate alone {alone[job[0], job[2]]}"
         assert_pool_empty(engine)
+    # And directly: a greedy and a seeded request served alone by the engine give what they gave in the mix.
+    mixed = {(job[0], job[2]): r.output for job, r in zip(jobs, requests)}
+    for job in jobs[2:4]:
+        [request], _ = serve(impl, parity_demo, parity_reference.tokenizer, [job])
+        assert request.output == mixed[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): alone {request.output}, mixed in a batch {mixed[job[0], job[2]]}"
 
 
 @pytest.mark.exercise("BlockPool")
