@@ -97,7 +97,8 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
     freed blocks; each request's gather equals its own contiguous cache, in every layer."""
     bp = impl.block_pool
     cfg = Config(d_model=8, n_heads=2, d_head=4, n_layers=2, d_vocab=11, n_ctx=64, d_mlp=16)
-    rng, gen = random.Random(0), torch.Generator().manual_seed(0)
+    rng = random.Random(0)
+    draws = torch.Generator().manual_seed(0)  # the test's inputs, drawn on the CPU
     pool, cache = bp.BlockPool(20, 3), bp.PagedKVCache(cfg, 20, 3)
     filler = bp.BlockTable(3)
     filler.grow(pool, 12)
@@ -108,7 +109,7 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
             filler.release(pool)  # the freed blocks come back at the end of the free list
         r = rng.randrange(3)
         n = rng.randint(1, 4)
-        new = torch.randn(cfg.n_layers, 2, n, cfg.n_heads, cfg.d_head, generator=gen)
+        new = torch.randn(cfg.n_layers, 2, n, cfg.n_heads, cfg.d_head, generator=draws)
         start = contiguous[r].shape[2]
         tables[r].grow(pool, start + n)
         for layer in range(cfg.n_layers):
