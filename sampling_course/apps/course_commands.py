@@ -134,6 +134,10 @@ def progress_main(argv: Sequence[str] | None = None) -> int:
     """``sampling-course progress [--impl ...] [--threads N]``: every exercise; 0 when none fails or is unimplemented."""
     parser = OneLineParser(prog="sampling-course progress", description="Show every exercise and its status.")
     _add_check_options(parser)
+    parser.add_argument("--rerun", action="store_true",
+                        help="run every exercise's tests, even those whose verdict is stored and nothing they depend on changed")
+    parser.add_argument("--jobs", type=integer("--jobs", 1, 64), default=None, metavar="N",
+                        help="processes that run the tests (default: one per core no other program is using)")
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
@@ -141,8 +145,12 @@ def progress_main(argv: Sequence[str] | None = None) -> int:
     device = _checked_device(parser, args)
     from sampling_course.grading.checking import progress
 
+    if args.jobs is None:
+        from sampling_course.apps.threads import free_cores
+
+        args.jobs = free_cores()
     return _exit_code(progress(impl=impl, device=device, console=Console(), threads=args.threads,
-                               recompute_oracle=args.recompute_oracle))
+                               recompute_oracle=args.recompute_oracle, reuse=not args.rerun, jobs=args.jobs))
 
 
 @command("sampling-course hint")
