@@ -19,6 +19,8 @@ compares the shared reference models' weights and torch's global settings with w
 were; when they changed, or the worker died, the change is judged again in a fresh worker
 of its own, and the disturbed worker is replaced.
 
+The same workers walk the course in order (``judge_step``, ``walk_course``; see ``grading/walk.py``).
+
 ``plant_mistakes`` and ``plant_variants`` judge many changes, ``jobs`` workers at a time;
 ``sampling-course plant-mistakes`` (``sampling_course.apps.course_commands``) prints the tables.
 """
