@@ -19,6 +19,8 @@ compares the shared reference models' weights and torch's global settings with w
 were; when they changed, or the worker died, the change is judged again in a fresh worker
 of its own, and the disturbed worker is replaced.
 
+The same workers walk the course in order (``judge_step``, ``walk_course``; see ``grading/walk.py``).
+
 ``plant_mistakes`` and ``plant_variants`` judge many changes, ``jobs`` workers at a time;
 ``sampling-course plant-mistakes`` (``sampling_course.apps.course_commands``) prints the tables.
 """
@@ -44,13 +46,16 @@ from typing import Any
 
 from sampling_course.grading.catalogue import Mistake, Variant
 from sampling_course.grading.planting import exercises_of, mistake_target, write_package
+from sampling_course.grading.walk import Step, walk_sources
 
-__all__ = ["DOWNSTREAM_OF", "Verdict", "downstream_files", "judge", "plant_mistakes", "plant_variants", "serve"]
+__all__ = ["DOWNSTREAM_OF", "Verdict", "downstream_files", "judge", "judge_step", "plant_mistakes", "plant_variants",
+           "serve", "walk_course"]
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 Change = Mistake | Variant
+Job = Mistake | Variant | Step
 
 # A test of a planted copy that runs longer than this is stopped, as a learner's would be
 # (the pytest plugin's DEFAULT_TEST_TIMEOUT; not imported from there, which would load torch here).
@@ -75,6 +80,8 @@ class Verdict:
     ok: bool
     detail: str
     disturbed: bool = False
+    # A walk's step only (see ``judge_step``): the stubs the next exercise's first unpassed test ran into.
+    stubs: tuple[str, ...] = ()
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,6 +98,7 @@ class _Reports:
         self.errors: list[str] = []  # a fixture or collection that broke
         self.passed = 0
         self.skipped = 0
+        self.stubs: list[str] = []  # the stubs that raised NotImplementedError, by qualified name
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
@@ -104,7 +112,9 @@ class _Reports:
             if TOOK_TOO_LONG in keys:
                 self.stopped.append(f"{report.nodeid}: took longer than {TEST_TIMEOUT_S:g} s")
             elif NOT_IMPLEMENTED in keys:
-                self.errors.append(f"{report.nodeid}: not implemented")
+                stub = dict(report.user_properties)[NOT_IMPLEMENTED]
+                self.stubs.append(stub)
+                self.errors.append(f"{report.nodeid}: {stub} not implemented")
             else:
                 self.failed.append(f"{report.nodeid} - {_first_line(report)}")
         elif report.failed:
@@ -149,7 +159,7 @@ def downstream_files(change: Change) -> list[str]:
             if int("".join(c for c in path.stem.split("_")[1] if c.isdigit())) > change.part]
 
 
-def _run_tests(change: Change, package: str, selection: list[str], paths: Sequence[str] = (),
+def _run_tests(change: Job, package: str, selection: list[str], paths: Sequence[str] = (),
                marks: str = "not gpt2") -> tuple[int, _Reports, str]:
     """pytest on the tests of ``selection`` in ``paths`` (all the tests by default) carrying ``marks``,
     in this process, grading the planted ``package``."""
@@ -231,14 +241,50 @@ def judge(change: Change, directory: Path, package: str) -> Verdict:
     return Verdict(False, (reports.failed + reports.stopped + reports.errors + [reports.summary()])[0], disturbed)
 
 
-def _to_json(change: Change) -> str:
+def judge_step(step: Step, directory: Path, package: str) -> Verdict:
+    """One step of the course walked in order (``grading/walk.py``), in this process: with every
+    exercise up to ``step.graded`` solved and every later one a stub, ``step.graded``'s tests must
+    all pass (``ok``), and ``step.next``'s first unpassed test must run into a stub (``stubs``: the
+    ones it ran into, for the caller to check they are ``step.next``'s own). One package serves both.
+    """
+    before = _shared_state()
+    write_package_sources(directory / package, walk_sources(step.index))
+    ok, detail, stubs = True, "", ()
+    try:
+        if step.graded is not None:
+            code, reports, output = _run_tests(step, package, ["--exercise", step.graded.name])
+            ok = code == 0 and bool(reports.passed) and not (reports.failed or reports.stopped or reports.errors)
+            detail = (reports.failed + reports.stopped + reports.errors + [reports.summary()])[0]
+            if code in (3, 4):
+                ok, detail = False, f"pytest could not run (exit code {code}): " + output.strip()[-300:]
+        if step.next is not None:
+            # A learner's check stops running an exercise's tests at its first stub: so do we (-x).
+            code, reports, output = _run_tests(step, package, ["--exercise", step.next.name, "-x"])
+            stubs = tuple(reports.stubs)
+            if not stubs:
+                detail += f"; {step.next.name} stubbed: " + (reports.failed + reports.errors + [reports.summary()])[0]
+    finally:
+        shutil.rmtree(directory / package, ignore_errors=True)
+    after = _shared_state()
+    disturbed = any(before[key] != after[key] for key in before.keys() & after.keys())
+    return Verdict(ok, detail, disturbed, stubs)
+
+
+def write_package_sources(package: Path, sources: dict[str, str]) -> None:
+    """Write ``sources`` (module name -> source) as the package folder ``package``."""
+    package.mkdir(parents=True)
+    for module, source in sources.items():
+        (package / f"{module}.py").write_text(source)
+
+
+def _to_json(change: Job) -> str:
     return json.dumps({"kind": type(change).__name__, **dataclasses.asdict(change)})
 
 
-def _from_json(line: str) -> Change:
+def _from_json(line: str) -> Job:
     fields = json.loads(line)
     kind = fields.pop("kind")
-    return {"Mistake": Mistake, "Variant": Variant}[kind](**fields)
+    return {"Mistake": Mistake, "Variant": Variant, "Step": Step}[kind](**fields)
 
 
 def serve() -> None:
@@ -255,7 +301,8 @@ def serve() -> None:
         for line in sys.stdin:
             if not line.strip():
                 continue
-            verdict = judge(_from_json(line), Path(tmp), next(names))
+            job = _from_json(line)
+            verdict = (judge_step if isinstance(job, Step) else judge)(job, Path(tmp), next(names))
             channel.write(json.dumps(dataclasses.asdict(verdict)) + "\n")
 
 
@@ -286,7 +333,7 @@ class _Worker:
             self.verdicts.put(line)
         self.verdicts.put(None)  # the worker ended
 
-    def ask(self, change: Change, timeout: float = CHANGE_TIMEOUT_S) -> Verdict | None:
+    def ask(self, change: Job, timeout: float = CHANGE_TIMEOUT_S) -> Verdict | None:
         """The worker's verdict on ``change``; None when it died or gave none in time."""
         assert self.process.stdin is not None
         try:
@@ -295,7 +342,10 @@ class _Worker:
             line = self.verdicts.get(timeout=timeout)
         except (OSError, queue.Empty):
             return None
-        return None if line is None else Verdict(**json.loads(line))
+        if line is None:
+            return None
+        fields = json.loads(line)
+        return Verdict(**{**fields, "stubs": tuple(fields.get("stubs", ()))})
 
     def last_words(self) -> str:
         self.log.seek(0)
@@ -313,7 +363,7 @@ class _Worker:
         self.log.close()
 
 
-def _judge_alone(change: Change) -> Verdict:
+def _judge_alone(change: Job) -> Verdict:
     """Judge ``change`` in a fresh worker of its own."""
     worker = _Worker()
     try:
@@ -330,7 +380,7 @@ def _judge_alone(change: Change) -> Verdict:
         worker.close()
 
 
-def judge_all(changes: Sequence[Change], jobs: int, on_verdict: Callable[[int, Verdict], None] | None = None
+def judge_all(changes: Sequence[Job], jobs: int, on_verdict: Callable[[int, Verdict], None] | None = None
               ) -> list[Verdict]:
     """A verdict on every change, ``jobs`` workers at a time, in the changes' order."""
     todo: queue.Queue[int] = queue.Queue()
@@ -377,3 +427,8 @@ def plant_mistakes(mistakes: Sequence[Mistake], jobs: int = 1) -> list[Verdict]:
 def plant_variants(variants: Sequence[Variant], jobs: int = 1) -> list[Verdict]:
     """Whether the tests accept each variant: ``Verdict.ok`` when every test of its exercise passes."""
     return judge_all(variants, jobs)
+
+
+def walk_course(steps: Sequence[Step], jobs: int = 1) -> list[Verdict]:
+    """The course walked in order, one verdict per step (see ``judge_step``)."""
+    return judge_all(steps, jobs)

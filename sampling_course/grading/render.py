@@ -37,9 +37,16 @@ def _tests_text(result: Result) -> str:
     return text + (f" ({result.skipped} skipped)" if result.skipped else "")
 
 
+def _holds(exercise: Exercise, stub: str) -> bool:
+    return stub == exercise.target or stub.startswith(exercise.target + ".")
+
+
 def stub_owner(stub: str) -> Exercise | None:
-    """The exercise whose code a stub's qualified name (``LayerNorm.forward``) is in; the first in course order."""
-    return next((e for e in EXERCISES if stub == e.target or stub.startswith(e.target + ".")), None)
+    """The exercise whose code a stub's qualified name (``LayerNorm.forward``) is in: the one with the most
+    specific target (``DemoTransformer.padded_forward`` is padded_forward's, not DemoTransformer's), the first
+    in course order among exercises sharing it."""
+    holders = [e for e in EXERCISES if _holds(e, stub)]
+    return max(holders, key=lambda e: e.target.count("."), default=None)
 
 
 def render_result(result: Result) -> Panel:
@@ -56,8 +63,11 @@ def render_result(result: Result) -> Panel:
         stubs = ", ".join(result.stubs) or ex.target
         body.append(Text(f"… Not implemented yet: {stubs}", style="bold yellow"))
         # A stub of another exercise that this one calls: name that exercise and its file.
-        others = [o for o in dict.fromkeys(stub_owner(stub) for stub in result.stubs) if o is not None and o != ex]
-        if others and all(stub_owner(stub) != ex for stub in result.stubs):
+        # A stub in the exercise's own target is its own, even where an earlier exercise shares that
+        # target (cached_sample fills in the cached branch of part 2's TransformerSampler.sample).
+        theirs = [stub for stub in result.stubs if not _holds(ex, stub)]
+        others = [o for o in dict.fromkeys(stub_owner(stub) for stub in theirs) if o is not None and o != ex]
+        if others and len(theirs) == len(result.stubs):
             names = ", ".join(f"{o.name} ({o.location})" for o in others)
             body.append(Text(f"{ex.name} calls {names}: fill that in first, then run the check again."))
         else:

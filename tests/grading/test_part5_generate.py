@@ -11,7 +11,14 @@ import torch
 from doubles import IdTokenizer, SuccessorModel
 from part5_shared import (
     assert_same_tokens, hf_logits_alone, hf_processor, hf_warpers, left_padded, new_tokens_of, Part5, PROMPTS, TOL,
+    with_05b_solved,
 )
+
+
+@pytest.fixture(autouse=True)
+def later_helpers(request, impl, monkeypatch):
+    """Notebook 05's exercises run with notebook 05b's functions as the solutions write them (see with_05b_solved)."""
+    with_05b_solved(request, impl, monkeypatch)
 
 
 @pytest.fixture(scope="module")

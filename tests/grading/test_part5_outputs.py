@@ -6,7 +6,13 @@ import pytest
 import torch
 
 from doubles import RecordingFile
-from part5_shared import assert_same_tokens, left_padded, Part5, PROMPTS
+from part5_shared import assert_same_tokens, left_padded, Part5, PROMPTS, with_05b_solved
+
+
+@pytest.fixture(autouse=True)
+def later_helpers(request, impl, monkeypatch):
+    """Notebook 05's exercises run with notebook 05b's functions as the solutions write them (see with_05b_solved)."""
+    with_05b_solved(request, impl, monkeypatch)
 
 
 @pytest.fixture(scope="module")

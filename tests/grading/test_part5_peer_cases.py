@@ -25,7 +25,13 @@ import torch
 
 from sampling_course.sampling_settings import SamplerSettings
 
-from part5_shared import Part5
+from part5_shared import Part5, with_05b_solved
+
+
+@pytest.fixture(autouse=True)
+def later_helpers(request, impl, monkeypatch):
+    """Notebook 05's exercises run with notebook 05b's functions as the solutions write them (see with_05b_solved)."""
+    with_05b_solved(request, impl, monkeypatch)
 
 
 @pytest.fixture(scope="module")

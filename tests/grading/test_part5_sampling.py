@@ -7,7 +7,14 @@ import torch
 
 from part5_shared import (
     assert_same_filter, chi_square_p_value, FALSE_FAILURE, hf_warped, llama_top_n_sigma, llama_xtc_cut, Part5, random_logits, xtc_rows,
+    with_05b_solved,
 )
+
+
+@pytest.fixture(autouse=True)
+def later_helpers(request, impl, monkeypatch):
+    """Notebook 05's exercises run with notebook 05b's functions as the solutions write them (see with_05b_solved)."""
+    with_05b_solved(request, impl, monkeypatch)
 
 
 @pytest.fixture(scope="module")
