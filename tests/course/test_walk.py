@@ -82,7 +82,7 @@ def test_a_stub_is_named_with_the_exercise_whose_target_holds_it_most_closely():
     assert "calls padded_forward (exercises/transformer.py: DemoTransformer.padded_forward)" in text, text
 
 
-@pytest.mark.planted
+@pytest.mark.walk
 def test_the_course_walked_in_order():
     steps = [Step(i) for i in range(-1, len(EXERCISES))]
     verdicts = mistakes.walk_course(steps, jobs=os.cpu_count() or 1)
