@@ -23,7 +23,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import site
 import sys
 import tempfile
 import time
@@ -34,54 +33,44 @@ from typing import Any
 import pytest
 
 from sampling_course.grading import runner
+from sampling_course.grading.classroom import jail
 from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
 from sampling_course.grading.classroom.remote_package import RemotePackage
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
-from sampling_course.grading.classroom.worker import Template, Worker
+from sampling_course.grading.classroom.worker import Worker
 from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
 from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["MAX_RESTARTS", "grade_submission", "not_graded", "readable_roots"]
+__all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool"]
+
+SANDBOX_MISSING = ("bubblewrap (bwrap) is not installed or cannot make a sandbox here; install it "
+                   "(Debian/Ubuntu: apt-get install bubblewrap) or pass --unsafe-no-sandbox to grade unconfined")
+
+
+class SandboxMissing(RuntimeError):
+    """No sandbox, and the instructor did not ask to grade without one."""
 
 MAX_RESTARTS = 3
 GRACE_S = 3.0  # after an interruption, how long the submission has to give up before it is stopped
 PACKAGE = "exercises"  # the name the tests import the implementation under test by
-
-
-def readable_roots(hidden: list[Path]) -> list[Path]:
-    """What a submission's process may read: Python, the system libraries and the course package.
-
-    A candidate that holds anything in ``hidden`` (the tests, the solutions, the submissions,
-    the reports) is left out.
-    """
-    import sampling_course
-
-    candidates = [Path(p) for p in ("/usr", "/lib", "/lib64", "/lib32", "/etc", "/proc", "/sys", "/dev")]
-    candidates += [Path(sys.base_prefix), Path(sys.prefix), *(Path(p) for p in site.getsitepackages())]
-    candidates.append(Path(sampling_course.__file__).parent)
-    hidden = [h.resolve() for h in hidden]
-    roots = []
-    for path in dict.fromkeys(p.resolve() for p in candidates if p.exists()):
-        if not any(h == path or path in h.parents for h in hidden):
-            roots.append(path)
-    return roots
+SUBMISSION_BYTES = 4 << 30  # what one process of a submission may send the grader in all
+BASE_MEMORY = 2 << 30  # address space of Python and torch themselves, before the submission allocates anything
 
 
 class Connection:
     """The grader's side of one submission's process: started on demand, restarted when it dies."""
 
-    def __init__(self, copy: Path, settings: GradeSettings, hidden: list[Path]):
+    def __init__(self, copy: Path, settings: GradeSettings, bwrap: str | None):
         self.copy = copy
         self.settings = settings
-        self.readable = readable_roots(hidden)
+        self.bwrap = bwrap
         self.worker: Worker | None = None
         self.endpoint: Endpoint | None = None
         self.started = 0
         self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
-        self.attempts: list[dict[str, str]] = []
         self.measures: dict[str, str] = {}
         self.allowance: float | None = None
         self.limit_s = settings.seconds_per_test
@@ -95,24 +84,26 @@ class Connection:
         if self.endpoint is not None and self.endpoint.alive:
             return self.endpoint
         if self.worker is not None:
-            self.flag("process", "its process stopped or broke off during grading and was started again")
+            if self.worker.process.poll() is not None:  # it ended on its own (the grader had not stopped it)
+                self.flag("process", "its process ended during grading and was started again")
             self.retire()
         if self.started > MAX_RESTARTS:
             raise SubmissionLost(f"the submission's process was started {self.started} times; no more")
-        limits = {"memory_bytes": self.settings.memory_mb << 20, "cpu_seconds": int(self.settings.seconds_per_submission),
-                  "file_bytes": 64 << 20, "processes": 32, "open_files": 256}
-        self.worker = Template.get().spawn(self.copy, self.readable, limits)
+        limits = {"memory_bytes": (self.settings.memory_mb << 20) + BASE_MEMORY,
+                  "cpu_seconds": int(self.settings.seconds_per_submission), "file_bytes": 64 << 20, "open_files": 256}
+        self.worker = Worker.start(self.copy, limits, self.bwrap)
         self.started += 1
         self.measures = self.worker.measures
         endpoint = Endpoint(self.worker.sock, peer_trusted=False, owns_modules=False)
         endpoint.on_wait = self._on_wait
         endpoint.on_error = self._on_error
         endpoint.allowance = self.allowance
+        endpoint.budget = SUBMISSION_BYTES
         self.endpoint = endpoint
         return endpoint
 
     def set_limit(self, seconds: float, context: str) -> None:
-        """The submission may now take ``seconds`` of its own time (the grader's time does not count)."""
+        """The next test may take ``seconds``: the submission's time and the grader's time serving it."""
         self.allowance, self.limit_s, self.context = seconds, seconds, context
         if self.endpoint is not None:
             self.endpoint.allowance = seconds
@@ -147,20 +138,8 @@ class Connection:
         if self.endpoint is not None:
             self._waited += self.endpoint.waited
         if self.worker is not None:
-            self.attempts += self.worker.attempts()
             self.worker.stop()
         self.worker, self.endpoint = None, None
-
-    def integrity(self) -> list[str]:
-        """What the submission replaced in its own process (asked of it; informative only)."""
-        if self.endpoint is None or not self.endpoint.alive:
-            return []
-        try:
-            self.set_limit(10, "the final check")
-            report = self.endpoint.request("import", None, name="sampling_course.grading.classroom.worker").integrity()
-            return [str(x)[:100] for x in report][:20] if isinstance(report, list) else []
-        except (Exception, TookTooLong):  # noqa: BLE001
-            return []
 
 
 class _Judge(runner._Collector):
@@ -280,14 +259,10 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
     try:
         copy, result["notes"] = prepare_copy(submission, workdir)
         before = _files_in(copy)
-        hidden = [tests, tests.parent / "solutions", submission.parent, workdir.parent]
-        connection = Connection(copy, settings, hidden)
+        bwrap = sandbox_tool(settings)
+        connection = Connection(copy, settings, bwrap)
         judge, results, output = _run_tests(connection, settings, tests)
         result["exercises"] = [_exercise_entry(r, judge, settings) for r in results]
-        replaced = connection.integrity()
-        if replaced:
-            connection.flag("replaced", "replaced in its own process: " + ", ".join(replaced)
-                            + " (no effect: the grader compares outside it)")
         connection.retire()
         left = sorted(_files_in(copy) - before)
         if left:
@@ -309,24 +284,23 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
     return result
 
 
-_ATTEMPT_REASONS = {
-    "read": "tried to read files outside its folder (refused)", "write": "tried to write outside its folder (refused)",
-    "delete": "tried to change or delete files outside its folder (refused)",
-    "network": "tried to open a network connection (refused)", "process": "tried to start a process (refused)",
-    "ctypes": "tried to call C code directly (refused)", "signal": "tried to signal another process (refused)",
-}
-
-
 def _flags(connection: Connection) -> list[dict[str, str]]:
-    flags = [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
-    seen = set()
-    for attempt in connection.attempts:
-        kind = attempt["kind"]
-        if kind in seen or kind not in _ATTEMPT_REASONS:
-            continue
-        seen.add(kind)
-        flags.append({"kind": kind, "reason": f"{_ATTEMPT_REASONS[kind]}: {attempt['detail']}"})
-    return flags
+    """What the grader itself saw (time, memory, a process that ended, files written): never the submission's word."""
+    return [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
+
+
+_BWRAP: list[str | None] = []
+
+
+def sandbox_tool(settings: GradeSettings) -> str | None:
+    """``bwrap``'s path; None when the instructor chose ``unsafe_no_sandbox``. Without it, SandboxMissing."""
+    if settings.unsafe_no_sandbox:
+        return None
+    if not _BWRAP:
+        _BWRAP.append(jail.available())
+    if _BWRAP[0] is None:
+        raise SandboxMissing(SANDBOX_MISSING)
+    return _BWRAP[0]
 
 
 def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict[str, Any]:
