@@ -78,7 +78,7 @@ def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
             "name": f"Part {e['part']}: {e['exercise']}", "number": str(number),
             "score": e["points"], "max_score": e["max_points"],
             "status": "passed" if e["status"] == "done" else "failed",
-            "output": "\n\n".join(lines), "visibility": "visible",
+            "output": "\n\n".join(lines), "output_format": "text", "visibility": "visible",
         })
     return {
         "score": result["score"],
