@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from sampling_course.grading.classroom.bridge import Endpoint
-from sampling_course.grading.classroom.grade import Connection, _flags
+from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
 
 MODULE = "classroom_boundary_submission"
@@ -149,4 +149,4 @@ def test_what_the_submission_says_is_never_a_flag(grader):
     module = grader.request("import", None, name=MODULE)
     with pytest.raises(PermissionError):
         module.forge()
-    assert _flags(connection) == []
+    assert supervisor_flags(connection) == []

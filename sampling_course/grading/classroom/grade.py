@@ -1,16 +1,17 @@
 """Grade one submission: a pure function from a submission on disk to its result (plain data).
 
-``grade_submission`` copies the submission into a fresh folder, starts a confined process for
-it (``worker.py``) and runs the course's own tests *in this process* (the grader's) against
-the package ``exercises`` as the bridge presents it (``bridge.py``): every object of the
-submission is a handle, every value its code returns arrives as data. The tests compare those
+``grade_submission`` copies the submission into a fresh folder, starts a process for it in
+bubblewrap's sandbox (``worker.py``, ``jail.py``) and runs the course's own tests *in this
+process* (the grader's) against the package ``exercises`` as the bridge presents it
+(``bridge.py``): every object of the submission is a handle, every value its code returns
+arrives as data. The tests compare those
 values with the references here, where the submission's code never runs, so nothing it does
 in its own process (replacing ``torch.allclose``, pytest's reporting, writing a fake report)
 can change a grade.
 
-Limits count the submission's own time, the time the grader waits for it (the grader's own
-work, such as computing a reference, does not count against a student): the code one test
-calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
+Limits count the time the grader waits for the submission and the time it spends serving the
+submission's requests (computing a reference, which every student needs alike, does not
+count): the code one test calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
 it will not stop); one exercise's tests together ``seconds_per_exercise``, after which its
 remaining tests are not run; the whole submission ``seconds_per_submission``. A submission
 whose process dies is restarted for the next test, at most ``MAX_RESTARTS`` times.
@@ -44,7 +45,8 @@ from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome,
 from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool"]
+__all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool",
+           "supervisor_flags"]
 
 SANDBOX_MISSING = ("bubblewrap (bwrap) is not installed or cannot make a sandbox here; install it "
                    "(Debian/Ubuntu: apt-get install bubblewrap) or pass --unsafe-no-sandbox to grade unconfined")
@@ -267,7 +269,7 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
         left = sorted(_files_in(copy) - before)
         if left:
             connection.flag("files", f"wrote {', '.join(left[:5])} in its folder (ignored: grades come from the grader)")
-        result["flags"] = _flags(connection)
+        result["flags"] = supervisor_flags(connection)
         result["sandbox"] = connection.measures
         if judge.collection_errors:
             result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
@@ -284,7 +286,7 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
     return result
 
 
-def _flags(connection: Connection) -> list[dict[str, str]]:
+def supervisor_flags(connection: Connection) -> list[dict[str, str]]:
     """What the grader itself saw (time, memory, a process that ended, files written): never the submission's word."""
     return [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
 
