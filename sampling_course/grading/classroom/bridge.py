@@ -337,7 +337,7 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
         raise PermissionError(f"the grader's objects do not give out {name!r}")
     if untrusted:
         result = _perform(op, target, args, extra, kw, name)
-        if not plain(result) and not (inspect.ismethod(result) and result.__self__ is target):
+        if not (plain(result, endpoint) or op == "iter" or (inspect.ismethod(result) and result.__self__ is target)):
             raise PermissionError(f"the grader's objects give a submission plain data only, not a {type(result).__name__}")
         return result
     return _perform(op, target, args, extra, kw, name)
@@ -368,6 +368,7 @@ def _perform(op: str, target: Any, args: list, extra: dict[str, Any], kw: dict, 
     simple = {
         "getitem": lambda: target[args[0]], "len": lambda: len(target), "iter": lambda: iter(target),
         "next": lambda: next(target), "repr": lambda: repr(target), "str": lambda: str(target),
+        "contains": lambda: args[0] in target, "bool": lambda: bool(target), "eq": lambda: target == args[0],
         "instancecheck": lambda: isinstance(args[0], target), "int": lambda: int(target),
         "float": lambda: float(target), "index": lambda: operator.index(target),
         "setitem": lambda: operator.setitem(target, args[0], args[1]), "value": lambda: _data(target),
@@ -376,7 +377,9 @@ def _perform(op: str, target: Any, args: list, extra: dict[str, Any], kw: dict, 
     if op not in simple:
         raise ValueError(f"unknown request {op!r}")
     result = simple[op]()
-    return bool(result) if op == "instancecheck" else result
+    if op == "eq" and isinstance(result, torch.Tensor):
+        return result
+    return bool(result) if op in ("instancecheck", "contains", "bool", "eq") else result
 
 
 def _data(target: Any) -> torch.Tensor:

@@ -326,18 +326,21 @@ _PLAIN_LEAVES = (type(None), bool, int, float, str, bytes, torch.Size, torch.dty
                  torch.Generator)
 
 
-def plain(value: Any, depth: int = 0) -> bool:
-    """Whether ``value`` is plain data: what crosses by value (no handle), built of plain types only."""
+def plain(value: Any, endpoint: Any = None, depth: int = 0) -> bool:
+    """Whether ``value`` is plain data: what crosses by value, built of plain types only. With ``endpoint``,
+    a handle to the other side's own object through it counts too (it goes back as its name)."""
     if depth > _MAX_DEPTH:
         return False
     if type(value) in _PLAIN_LEAVES or type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
         return True
+    if endpoint is not None and isinstance(value, (RemoteObject, ModuleMirror)) and value._endpoint() is endpoint:
+        return True
     if type(value) in (list, tuple, set, frozenset):
-        return all(plain(v, depth + 1) for v in value)
+        return all(plain(v, endpoint, depth + 1) for v in value)
     if type(value) is dict:
-        return all(plain(k, depth + 1) and plain(v, depth + 1) for k, v in value.items())
+        return all(plain(k, endpoint, depth + 1) and plain(v, endpoint, depth + 1) for k, v in value.items())
     if type(value) is slice:
-        return all(plain(v, depth + 1) for v in (value.start, value.stop, value.step))
+        return all(plain(v, endpoint, depth + 1) for v in (value.start, value.stop, value.step))
     return False
 
 

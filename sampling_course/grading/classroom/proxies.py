@@ -24,8 +24,8 @@ from sampling_course.grading.classroom.wire import WireError, decode_tensor
 __all__ = ["SPECIALS", "Channel", "ModuleMirror", "MirrorList", "RemoteObject", "build_mirror", "local_type"]
 
 # Special methods a handle has exactly when the object's class has them.
-# Never a comparison, truth value or membership test: those are the grader's judgement, made on
-# plain data (RemoteObject.__eq__ is identity, __bool__ refuses).
+# Never a comparison: on the grader's side that is its own judgement, made on plain data
+# (RemoteObject.__eq__ is identity there, and truth and membership are refused).
 SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__",
             "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
             "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
@@ -35,6 +35,8 @@ SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__set
 
 class Channel(Protocol):
     """What a handle or a mirror needs of the endpoint it came through (``bridge.Endpoint`` is one)."""
+
+    peer_trusted: bool  # True on the submission's side: the handles it holds name the grader's objects
 
     def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
         """Ask the other side to do ``op`` on its object ``ref``."""
@@ -131,15 +133,29 @@ class RemoteObject:
         object.__getattribute__(self, "_cache").clear()
         self._ask("delattr", name=name)
 
-    def __eq__(self, other: Any) -> bool:
+    def _trusted(self) -> bool:
+        """Whether this handle names an object of the grader's (held by the submission's side)."""
+        return bool(getattr(self._endpoint(), "peer_trusted", False))
+
+    def __eq__(self, other: Any) -> Any:
+        if self._trusted():
+            return self._ask("eq", other)  # the grader's object answers for itself
         return self is other  # the submission's object never says what it equals
 
-    def __ne__(self, other: Any) -> bool:
-        return self is not other
+    def __ne__(self, other: Any) -> Any:
+        result = self.__eq__(other)
+        return ~result if isinstance(result, torch.Tensor) else not result
 
     def __bool__(self) -> bool:
+        if self._trusted():
+            return self._ask("bool") is True
         raise TypeError(f"the submission's {object.__getattribute__(self, '_rt')} has no truth value here: "
                         "a test judges plain data only")
+
+    def __contains__(self, item: Any) -> bool:
+        if self._trusted():
+            return self._ask("contains", item) is True
+        raise TypeError(f"the submission's {object.__getattribute__(self, '_rt')} is not asked what it contains")
 
     def __hash__(self) -> int:
         return hash((id(self._endpoint()), self._ref()))
