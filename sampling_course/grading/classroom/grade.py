@@ -36,6 +36,7 @@ import pytest
 from sampling_course.grading import runner
 from sampling_course.grading.classroom import jail
 from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
+from sampling_course.grading.classroom.proxies import ModuleMirror, RemoteObject
 from sampling_course.grading.classroom.remote_package import RemotePackage
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
@@ -153,6 +154,7 @@ class _Judge(runner._Collector):
         self.settings = settings
         self.hidden: set[str] = set()
         self.spent: dict[str, float] = {}
+        self.generation = 0  # how many processes the submission had when the fixtures were made
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
@@ -170,6 +172,9 @@ class _Judge(runner._Collector):
         budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
         if budget <= 0:
             pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
+        if self.connection.started != self.generation:  # a process was stopped: its objects are gone
+            self.generation = self.connection.started
+            _forget_lost_fixtures(item.session)
         super().pytest_runtest_setup(item)
         limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
         self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
@@ -187,6 +192,27 @@ class _Judge(runner._Collector):
         if outcome is not None and outcome.outcome == "took too long" and "0 s" in outcome.message:
             self.outcomes[report.nodeid] = TestOutcome(outcome.nodeid, outcome.exercises, outcome.outcome,
                                                        f"took longer than {self.connection.limit_s:g} s")
+
+
+def _holds_lost_handle(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is, or holds in a list, tuple or dict, a handle to a process that was stopped."""
+    if isinstance(value, (RemoteObject, ModuleMirror)):
+        return not value._endpoint().alive
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return any(_holds_lost_handle(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_lost_handle(v, depth + 1) for v in value.values())
+    return False
+
+
+def _forget_lost_fixtures(session: Any) -> None:
+    """Fixture values that hold handles to a stopped process are made again for the next test, so a time
+    limit reached in one exercise never costs a later one its objects."""
+    for definitions in session._fixturemanager._arg2fixturedefs.values():
+        for definition in definitions:
+            cached = getattr(definition, "cached_result", None)
+            if cached is not None and _holds_lost_handle(cached[0]):
+                definition.cached_result = None
 
 
 def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:

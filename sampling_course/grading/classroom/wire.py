@@ -81,9 +81,9 @@ def encode_tensor(tensor: torch.Tensor, blobs: list[bytes]) -> dict[str, Any]:
     name = _NAMES.get(data.dtype)
     if name is None:
         raise TypeError(f"a tensor of dtype {data.dtype} cannot be sent (allowed: {', '.join(DTYPES)})")
-    data = data.contiguous()
-    # as_subclass: a tensor subclass's own __torch_function__ must not run while we read its bytes.
-    flat = data.as_subclass(torch.Tensor).reshape(-1)
+    # as_subclass: a tensor subclass's own __torch_function__ must not run while we read its bytes. A copy
+    # into fresh memory: a "contiguous" tensor may still have a size-1 dimension with a stride other than 1.
+    flat = torch.empty(data.numel(), dtype=data.dtype).copy_(data.as_subclass(torch.Tensor).reshape(-1))
     raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
     blobs.append(raw)
     return {"T": len(blobs) - 1, "dtype": name, "shape": list(data.shape)}
