@@ -2,12 +2,14 @@
 
     sampling-course release OUT                  # the student copy (no solutions, no hidden tests)
     sampling-course grade SUBMISSIONS --out REPORT [--jobs N | --scheduler ADDRESS] [--config FILE]
+                          [--unsafe-no-sandbox]
     sampling-course autograder OUT.zip [--config FILE]   # Gradescope's autograder bundle
 
 ``grade`` writes ``grades.csv``, ``feedback/<student>.md``, ``class_report.html`` and
 ``results.json`` into REPORT (and, with ``--gradescope PATH``, one submission's Gradescope
-``results.json``). Every submission runs in a confined process of its own; the grade is
-decided in the grader's process (see ``sampling_course.grading.classroom``).
+``results.json``). Every submission runs in a bubblewrap sandbox of its own (``grade`` refuses
+without bubblewrap unless given ``--unsafe-no-sandbox``, and then every report says so); the
+grade is decided in the grader's process (see ``sampling_course.grading.classroom``).
 """
 
 from __future__ import annotations
