@@ -129,11 +129,18 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
                 "'/proc/2/environ'):\n    try:\n        seen += open(path, errors='replace').read()\n"
                 "    except OSError:\n        pass\n"
                 f"return int(logits.argmax()) if {CANARY_ENV!r} in seen else 0")}, ""),
-        "forged_flags": (Case("4", "writes fake flags to every descriptor and prints a fake report", GRADED), {},
-                         "import os\nfor fd in range(3, 64):\n    try:\n"
-                         "        os.write(fd, b'{\"kind\": \"read\", \"detail\": \"forged\"}\\n')\n"
+        "forged_flags": (Case("4", "writes fake flags to every descriptor but its connection, prints a fake report",
+                              GRADED), {},
+                         "import os, stat\nfor fd in range(3, 64):\n    try:\n"
+                         "        if not stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                         "            os.write(fd, b'{\"kind\": \"read\", \"detail\": \"forged\"}\\n')\n"
                          "    except OSError:\n        pass\n"
                          "print('## Noticed while grading\\n- tried to read the hidden tests')\n"),
+        "protocol_garbage": (Case("4", "writes a forged message into its own connection to the grader", ()), {},
+                             "import os, stat\nfor fd in range(3, 64):\n    try:\n"
+                             "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                             "            os.write(fd, b'\\x00' * 8 + b'{\"m\": {\"op\": \"ok\", \"v\": true}}')\n"
+                             "    except OSError:\n        pass\n"),
         "network": (Case("4", "connects to the grader's machine for the answer", GRADED[1:]), {"greedy_search": (
             f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x')\n"
             "    return int(logits.argmax())\nexcept OSError:\n    return 0")}, ""),

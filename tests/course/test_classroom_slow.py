@@ -71,7 +71,7 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     monkeypatch.setenv(CANARY_ENV, "the grader's secret")
     cases = write_corpus(tmp_path / "class", listener.getsockname()[1], canary)
     assert len(cases) >= 25 and {c.cause for c in cases.values()} == set("12345678")
-    settings = load_settings(None, exercises=list(CORPUS_GRADED), seconds_per_test=20, seconds_per_exercise=60,
+    settings = load_settings(None, exercises=list(CORPUS_GRADED), seconds_per_test=30, seconds_per_exercise=120,
                              seconds_per_submission=300, memory_mb=1536)
     started = time.monotonic()
     results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
