@@ -73,6 +73,7 @@ class Connection:
         self.worker: Worker | None = None
         self.endpoint: Endpoint | None = None
         self.started = 0
+        self.stopped_for_time = 0  # processes the grader stopped because a call ran past its time limit
         self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
         self.measures: dict[str, str] = {}
         self.allowance: float | None = None
@@ -90,7 +91,7 @@ class Connection:
             if self.worker.process.poll() is not None:  # it ended on its own (the grader had not stopped it)
                 self.flag("process", "its process ended during grading and was started again")
             self.retire()
-        if self.started > MAX_RESTARTS:
+        if self.started - self.stopped_for_time > MAX_RESTARTS:  # a time limit's restart is never held against it
             raise SubmissionLost(f"the submission's process was started {self.started} times; no more")
         limits = {"memory_bytes": (self.settings.memory_mb << 20) + BASE_MEMORY,
                   "cpu_seconds": int(self.settings.seconds_per_submission), "file_bytes": 64 << 20, "open_files": 256}
@@ -126,6 +127,7 @@ class Connection:
             endpoint.allowance = GRACE_S
             return
         endpoint.alive = False
+        self.stopped_for_time += 1
         self.retire()
         raise TookTooLong(f"stopped after {self.limit_s:g} s")
 
@@ -154,7 +156,6 @@ class _Judge(runner._Collector):
         self.settings = settings
         self.hidden: set[str] = set()
         self.spent: dict[str, float] = {}
-        self.generation = 0  # how many processes the submission had when the fixtures were made
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
@@ -172,8 +173,8 @@ class _Judge(runner._Collector):
         budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
         if budget <= 0:
             pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
-        if self.connection.started != self.generation:  # a process was stopped: its objects are gone
-            self.generation = self.connection.started
+        endpoint = self.connection.endpoint
+        if endpoint is None or not endpoint.alive:  # a process was stopped: fixtures holding its objects are made again
             _forget_lost_fixtures(item.session)
         super().pytest_runtest_setup(item)
         limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
