@@ -173,9 +173,7 @@ class _Judge(runner._Collector):
         budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
         if budget <= 0:
             pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
-        endpoint = self.connection.endpoint
-        if endpoint is None or not endpoint.alive:  # a process was stopped: fixtures holding its objects are made again
-            _forget_lost_fixtures(item.session)
+        _forget_lost_fixtures(item)  # a process was stopped: the fixtures that held its objects are made again
         super().pytest_runtest_setup(item)
         limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
         self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
@@ -206,10 +204,10 @@ def _holds_lost_handle(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def _forget_lost_fixtures(session: Any) -> None:
-    """Fixture values that hold handles to a stopped process are made again for the next test, so a time
+def _forget_lost_fixtures(item: Any) -> None:
+    """The fixture values ``item`` uses that hold handles to a stopped process are made again, so a time
     limit reached in one exercise never costs a later one its objects."""
-    for definitions in session._fixturemanager._arg2fixturedefs.values():
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
         for definition in definitions:
             cached = getattr(definition, "cached_result", None)
             if cached is not None and _holds_lost_handle(cached[0]):

@@ -48,7 +48,8 @@ def _points(value: float) -> str:
 
 
 UNSAFE = "Graded WITHOUT a sandbox (--unsafe-no-sandbox): the submissions' code ran unconfined."
-_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]#|~])")  # marks that act anywhere in a line
+_LINE_START = re.compile(r"^(\s*\d*)([-+>=.)])", re.MULTILINE)  # marks that act at a line's start (1. is a list)
 
 
 def unsafe(result: dict[str, Any]) -> bool:
@@ -57,8 +58,9 @@ def unsafe(result: dict[str, Any]) -> bool:
 
 
 def md_escape(text: Any) -> str:
-    """``text`` as literal Markdown: HTML escaped, every Markdown punctuation mark backslashed, lines kept."""
+    """``text`` as literal Markdown: HTML escaped, Markdown's marks backslashed, lines kept."""
     escaped = _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False))
+    escaped = _LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), escaped)
     return "  \n".join(escaped.splitlines())
 
 
