@@ -266,7 +266,7 @@ class Endpoint(Codec):
         if not self.peer_trusted:
             yield None
             return
-        buffer = io.StringIO()
+        buffer = _CappedText(PRINT_BUDGET)
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             yield buffer
 
@@ -315,6 +315,22 @@ class Endpoint(Codec):
         if mutated:
             reply["mut"] = mutated
         self._send(reply, out)
+
+
+class _CappedText(io.StringIO):
+    """Printed text, of which only the first ``limit`` characters are kept: what goes back is capped
+    anyway, and a submission printing without end must not fill its memory with it."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+        self.kept = 0
+
+    def write(self, text: str) -> int:
+        if self.kept < self.limit:
+            kept = super().write(text[:self.limit - self.kept])
+            self.kept += kept
+        return len(text)
 
 
 # ---------------------------------------------------------------------------------------
