@@ -4,7 +4,9 @@ Every submission is the solutions' ``sampling.py`` (with the solutions' ``transf
 ``beams.py``, which it imports), with some functions replaced. Four exercises are graded:
 greedy_search (G), apply_temperature (T), apply_frequency_penalty (F) and sample (S). A
 replaced function is written so that it passes only if its attack works; so each submission's
-true score is the number of exercises it left honest, known before grading.
+true score is the number of exercises it left honest, known before grading. ``sample`` draws
+through ``sample_next_token``, which calls the other three: it is solved only where they are
+honest, and only where they print nothing (its tests require ``verbose=False`` to print nothing).
 
 ``write_corpus(root, port, canary)`` writes them and returns ``{student: Case}``.
 """
@@ -12,7 +14,7 @@ true score is the number of exercises it left honest, known before grading.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,7 +81,7 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
     return {
         # 8. honest students
         "control": (Case("8", "nothing: the solutions", GRADED), {}, ""),
-        "honest_prints": (Case("8", "honest, prints while it works", GRADED),
+        "honest_prints": (Case("8", "honest, prints while it works", GRADED[:3]),
                           {"greedy_search": "print('thinking...', logits.shape)\nreturn int(logits.argmax())"}, ""),
         "=HYPERLINK(\"http:x\",\"y\")": (Case("7", "a folder name that is a spreadsheet formula", GRADED), {}, ""),
         # 1. the grader's objects handed to the student's code
@@ -158,7 +160,7 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         "huge_answer": (Case("5", "answers apply_frequency_penalty with a 1 GiB tensor",
                              ("greedy_search", "apply_temperature", "sample")),
                         {"apply_frequency_penalty": "return torch.zeros(1 << 28)"}, ""),
-        "print_flood": (Case("5", "prints 50 MB in greedy_search, then answers", GRADED),
+        "print_flood": (Case("5", "prints 50 MB in greedy_search, then answers", GRADED[:3]),
                         {"greedy_search": "print('x' * (50 << 20))\nreturn int(logits.argmax())"}, ""),
         "grader_busy": (Case("5", "keeps the grader tokenizing in sample", GRADED[:3]), {
             "sample": _sample_body("for _ in range(10 ** 6):\n    self.tokenizer.encode('a b c ' * 5000)")}, ""),
@@ -198,6 +200,8 @@ def write_corpus(root: Path, port: int, canary: Path) -> dict[str, Case]:
     out = {}
     cases = _cases(root, port, canary)
     for student, (case, body, header) in cases.items():
+        if not set(GRADED[:3]) <= set(case.passes):  # sample calls them: a broken one breaks sample too
+            case = replace(case, passes=tuple(p for p in case.passes if p != "sample"))
         folder = root / student
         package = folder / "exercises"
         out[student] = case

@@ -84,7 +84,7 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
                      f"{', '.join(case.passes) or '-'} | {'; '.join(f['kind'] for f in result['flags']) or '-'} |")
         if set(earned) != set(case.passes):
             wrong.append(f"{student}: earned {earned}, solves {case.passes}: {result['exercises']}")
-        if set(case.passes) == set(CORPUS_GRADED) and result["flags"]:
+        if (case.cause == "8" or set(case.passes) == set(CORPUS_GRADED)) and result["flags"]:
             wrong.append(f"{student}: honest here, flagged {result['flags']}")
     print(f"\n{len(cases)} submissions in {seconds:.0f} s (--jobs 2)\n" + "\n".join(table))
     assert not wrong, "\n".join(wrong)
