@@ -1,176 +1,35 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 01d7d1b4a955326046abc9c07cf4177395035f041e7995927afaccdd9bdddd92
-"""Part 6: caches for long and fast generation.
+# stub-checksum: 352a0328fffa9ad203e5925336c81c226425e91ac553e59ce25d2aecaf43b36d
+"""Part 6: caches for long and fast generation; first, the static cache.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
 far into a new tensor, and it stops at n_ctx because each cached key was computed at its
-own position. Production generators use two other designs, built here:
+own position. Production generators use two other designs, built in part 6:
 
-* ``StaticKeyValueCache``: one buffer sized for the whole generation, allocated once. A
-  step writes its keys and values into the next free slots, in place, and attention reads
-  the filled prefix only. ``crop(n)`` (speculative decoding) moves a counter back;
-  ``reorder(rows)`` (beam search) gathers rows into the same buffer.
-* ``SinkCache``: a fixed budget of ``window_length`` slots. The first ``num_sink_tokens``
-  tokens (the "attention sinks") stay forever; the other slots hold the most recent
-  tokens, so generation goes on past n_ctx with bounded memory.
+* ``StaticKeyValueCache`` (here): one buffer sized for the whole generation, allocated
+  once. A step writes its keys and values into the next free slots, in place, and
+  attention reads the filled prefix only. ``crop(n)`` (speculative decoding) moves a
+  counter back; ``reorder(rows)`` (beam search) gathers rows into the same buffer.
+* ``SinkCache`` (solutions/sink_cache.py): a fixed budget of ``window_length`` slots. The
+  first ``num_sink_tokens`` tokens (the "attention sinks") stay forever; the other slots
+  hold the most recent tokens, so generation goes on past n_ctx with bounded memory.
 
-Both caches run the model themselves: ``DemoTransformer.forward(tokens, kv_cache)`` hands
-any cache that is not a ``KeyValueCache`` the whole pass, ``kv_cache.forward(model, tokens,
-attention_mask)``. They share one forward pass, ``fast_forward``, the fast path:
-
-    tokens -> embed + positions -> per layer: LayerNorm -> one fused QKV matmul
-           -> cache.update writes K, V in place, returns the keys to attend
-           -> scaled_dot_product_attention -> W_O -> MLP -> ... -> logits
-
-A one-token decode step reads every weight of the model once and does little arithmetic
-with each, so it is bound by memory bandwidth; the fast path's job is to add as little as
-possible on top of that: no concatenation, no copies of the cache, few small operations.
+Both run the model themselves, on the fast path (``fast_forward``, solutions/fast_path.py).
 """
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass
-from typing import Literal
-
-import einops
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
 from sampling_course.devices import check_same_device, pick_device
 
-# gelu_new: GPT-2's GELU (the tanh approximation), for fast_forward's MLP.
-from .transformer import IGNORE, DemoTransformer, check_cache_fits, gelu_new, position_ids_from_mask
-
-# ---------------------------------------------------------------------------------------
-# The fast path, shared by both caches
-# ---------------------------------------------------------------------------------------
-
-
-@dataclass
-class FusedAttention:
-    """One layer's attention weights in the layout the fast path reads."""
-
-    W_QKV: Float[Tensor, "d_model qkv"]  # qkv = 3 * n_heads * d_head: queries, keys, values side by side
-    b_QKV: Float[Tensor, "qkv"]
-    W_O: Float[Tensor, "heads_d_head d_model"]  # heads_d_head = n_heads * d_head
-    b_O: Float[Tensor, "d_model"]
-
-
-def fuse_qkv(attn) -> FusedAttention:
-    """W_Q, W_K and W_V as one ``(d_model, 3 * n_heads * d_head)`` matrix, and W_O flattened.
-
-    Columns are ordered (Q, K, V), then head, then d_head, so that the fused output
-    ``x @ W_QKV + b_QKV`` of shape ``(..., 3 * n_heads * d_head)`` views as
-    ``(..., 3, n_heads, d_head)``. One matmul reads the three weights in one sweep instead
-    of three, and W_O as ``(n_heads * d_head, d_model)`` sums the heads inside its matmul.
-    """
-    # Hint: rearrange each (n_heads, d_model, d_head) weight to (d_model, n_heads * d_head), then cat the three.
-    raise NotImplementedError()
-    # Contiguous: a matmul streams a contiguous weight fastest (these copies are made once per model).
-    return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous(), attn.b_O.detach())
-
-
-@dataclass
-class FastLayer:
-    """One block's weights as the fast path reads them: plain tensors, with no nn.Module lookups per step."""
-
-    ln1_w: Float[Tensor, "d_model"]
-    ln1_b: Float[Tensor, "d_model"]
-    attn: FusedAttention
-    ln2_w: Float[Tensor, "d_model"]
-    ln2_b: Float[Tensor, "d_model"]
-    W_in: Float[Tensor, "d_model d_mlp"]
-    b_in: Float[Tensor, "d_mlp"]
-    W_out: Float[Tensor, "d_mlp d_model"]
-    b_out: Float[Tensor, "d_model"]
-
-
-def fast_layer(block) -> FastLayer:
-    return FastLayer(
-        block.ln1.w.detach(), block.ln1.b.detach(), fuse_qkv(block.attn), block.ln2.w.detach(), block.ln2.b.detach(),
-        block.mlp.W_in.detach(), block.mlp.b_in.detach(), block.mlp.W_out.detach(), block.mlp.b_out.detach(),
-    )
-
-
-# The fast layers of each model, with the version of every block weight they were made from.
-_FUSED: "weakref.WeakKeyDictionary[DemoTransformer, tuple[tuple, list[FastLayer]]]" = weakref.WeakKeyDictionary()
-
-
-def fused_weights(model: DemoTransformer) -> list[FastLayer]:
-    """``fast_layer`` of every block of ``model``, made once and reused while its weights stay the same.
-
-    A weight changed in place (loading a state dict, training) bumps its ``_version``; one
-    moved to another device is a new tensor. Either makes a fresh copy. The copies are
-    detached: the fast path is for generation, and no gradient flows back through it.
-    """
-    key = tuple((p.data_ptr(), p._version) for p in model.blocks.parameters())
-    cached = _FUSED.get(model)
-    if cached is None or cached[0] != key:
-        cached = (key, [fast_layer(block) for block in model.blocks])
-        _FUSED[model] = cached
-    return cached[1]
-
-
-def fast_forward(
-    model: DemoTransformer,
-    new_tokens: Int[Tensor, "batch new_pos"],
-    positions: Int[Tensor, "batch_or_1 new_pos"],
-    cache,
-    attn_mask: Tensor | None,
-) -> Float[Tensor, "batch new_pos d_vocab"]:
-    """The logits of ``new_tokens``, writing their keys and values into ``cache`` as it goes.
-
-    ``positions`` are the position ids the new tokens are embedded at (the cache decides
-    them). ``cache.update(layer, k, v)`` stores a layer's new keys and values and returns
-    ``(keys, values)``, each ``(batch, key_pos, n_heads, d_head)``: every position the new
-    queries may look at. ``attn_mask`` (broadcast to ``(batch, n_heads, new_pos, key_pos)``;
-    True or 0.0 = may attend) narrows that further; None lets every query see every key.
-    ``cache.fused`` holds a ``FastLayer`` per block: its LayerNorm and MLP weights and
-    ``fuse_qkv`` of its attention.
-
-    GPT-2's GELU is the tanh approximation, not the exact erf form: ``gelu_new`` (part 1's,
-    imported above) or ``F.gelu(x, approximate="tanh")``; plain ``F.gelu(x)`` is the other
-    function and moves the logits.
-    """
-    cfg = model.cfg
-    batch, new_pos = new_tokens.shape
-    rows, d_model, eps = batch * new_pos, (cfg.d_model,), cfg.layer_norm_eps
-    # Hint: rows of (batch * new_pos, d_model); per layer: layer_norm, addmm to Q, K, V, cache.update, SDPA, W_O, MLP.
-    raise NotImplementedError()
-
-
-def causal_mask(new_pos: int, key_pos: int, device) -> Int[Tensor, "new_pos key_pos"]:
-    """True where a query may attend: the last ``new_pos`` of ``key_pos`` positions, each up to itself."""
-    query = torch.arange(key_pos - new_pos, key_pos, device=device)
-    return torch.arange(key_pos, device=device)[None, :] <= query[:, None]
-
-
-def placed_buffer(cache, model: DemoTransformer) -> Tensor:
-    """The buffer of an empty ``cache``, on the model's device and in its dtype when ``new_empty`` was
-    left to choose them (reallocated then, before anything is stored); checked against the model's otherwise."""
-    weight = model.embed.W_E
-    buffer = cache.buffer
-    device = weight.device if cache.follows_device else buffer.device
-    dtype = weight.dtype if cache.follows_dtype else buffer.dtype
-    if buffer.device != device or buffer.dtype != dtype:
-        buffer = torch.empty(buffer.shape, device=device, dtype=dtype)
-    check_same_device(f"the {type(cache).__name__}", buffer.device, weight.device,
-                      f"make it with {type(cache).__name__}.new_empty(cfg, ...) without a device (it follows the model) "
-                      "or with the model's device")
-    if buffer.dtype != weight.dtype:
-        raise ValueError(f"the {type(cache).__name__} holds {buffer.dtype} but the model computes in {weight.dtype}: "
-                         "make it without a dtype (it follows the model) or with the model's")
-    return buffer
-
-
-# ---------------------------------------------------------------------------------------
-# The static cache: one buffer, allocated once
-# ---------------------------------------------------------------------------------------
+from .fast_path import FastLayer, causal_mask, fast_forward, fused_weights
+from .kv_cache import check_cache_fits
+from .transformer import IGNORE, DemoTransformer, position_ids_from_mask
 
 
 class StaticKeyValueCache:
@@ -343,164 +202,19 @@ def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"],
         )
 
 
-# ---------------------------------------------------------------------------------------
-# The attention-sink cache: a few first tokens and a sliding window, past n_ctx
-# ---------------------------------------------------------------------------------------
-
-PositionRule = Literal["cache", "absolute"]
-
-
-class SinkCache:
-    """The first ``num_sink_tokens`` tokens and the most recent ones, in ``window_length`` slots.
-
-    Language models put a large share of their attention on the first tokens of a text
-    whatever those tokens are ("attention sinks"); a plain sliding window evicts them and
-    the model's outputs degrade. This cache never evicts them: slots ``0 .. num_sink_tokens
-    - 1`` hold the sinks, and the other ``window_length - num_sink_tokens`` slots form a
-    ring that holds the most recent tokens, each new token overwriting the oldest.
-    Attention does not care in which slot a key sits (softmax is a sum over keys), so the
-    ring never moves anything.
-
-    GPT-2's positions are learned and absolute, and each cached key was computed at its own
-    position; a key cannot be moved to another one (rotary models can re-rotate theirs).
-    So the cache decides the position of each new token, by ``position_rule``:
-
-    * ``"cache"``: the token's index in the window, counting from the oldest token the
-      window holds (the sinks first), the token itself included: 0, 1, ..., then
-      ``window_length - 1`` for every token once the window is full;
-    * ``"absolute"``: its position in the text, capped at ``n_ctx - 1``.
-
-    ``model(tokens, cache)`` takes ``tokens``, the whole text so far (it may be longer than
-    n_ctx), and runs the tokens the cache has not seen: in one pass while they fit in the
-    free slots, then one at a time, each evicting the oldest recent token. Every token
-    attends to the sinks, to the ``window_length - num_sink_tokens - 1`` tokens before it
-    and to itself; until the window fills, that is everything, as with a dynamic cache.
-    """
-
-    def __init__(
-        self,
-        buffer: Float[Tensor, "n_layers 2 batch window_length n_heads d_head"],
-        num_sink_tokens: int,
-        position_rule: PositionRule,
-        n_ctx: int,
-    ):
-        self.buffer = buffer
-        self.num_sink_tokens = num_sink_tokens
-        self.position_rule = position_rule
-        self.n_ctx = n_ctx
-        self.seen = 0  # tokens of the text run so far
-        self.ring = 0  # the next recent slot to overwrite, counted from the first slot after the sinks
-        self.fused: list[FastLayer] | None = None
-        # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
-        self.follows_device = self.follows_dtype = False
-
-    @classmethod
-    def new_empty(
-        cls,
-        cfg: Config,
-        batch: int = 1,
-        window_length: int = 256,
-        num_sink_tokens: int = 4,
-        position_rule: PositionRule = "cache",
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> "SinkCache":
-        """An empty sink cache of ``window_length`` slots, ``num_sink_tokens`` of them for the sinks.
-
-        ``device`` and ``dtype`` left out: the model's (as with ``StaticKeyValueCache.new_empty``).
-        """
-        if not isinstance(cfg, Config):
-            raise TypeError(f"SinkCache.new_empty(cfg, ...) takes a Config, got {type(cfg).__name__}")
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise ValueError(f"batch must be an integer >= 1, got {batch!r}")
-        if isinstance(window_length, bool) or not isinstance(window_length, int) or not 2 <= window_length <= cfg.n_ctx:
-            raise ValueError(
-                f"window_length must be an integer in [2, n_ctx={cfg.n_ctx}] (positions inside the window must "
-                f"be positions the model has learned), got {window_length!r}"
-            )
-        if isinstance(num_sink_tokens, bool) or not isinstance(num_sink_tokens, int) or not 0 <= num_sink_tokens < window_length:
-            raise ValueError(
-                f"num_sink_tokens must be an integer in [0, window_length - 1 = {window_length - 1}] "
-                f"(at least one slot must hold recent tokens), got {num_sink_tokens!r}"
-            )
-        if position_rule not in ("cache", "absolute"):
-            raise ValueError(f"position_rule must be 'cache' or 'absolute', got {position_rule!r}")
-        buffer = torch.empty(cfg.n_layers, 2, batch, window_length, cfg.n_heads, cfg.d_head,
-                             device=pick_device(device), dtype=dtype or torch.float32)
-        cache = cls(buffer, num_sink_tokens, position_rule, cfg.n_ctx)
-        cache.follows_device, cache.follows_dtype = device is None, dtype is None
-        return cache
-
-    @property
-    def device(self) -> torch.device:
-        return self.buffer.device
-
-    @property
-    def window_length(self) -> int:
-        return self.buffer.shape[3]
-
-    @property
-    def batch(self) -> int:
-        return self.buffer.shape[2]
-
-    @property
-    def seq_len(self) -> int:
-        """The positions the cache holds: never more than ``window_length``."""
-        return min(self.seen, self.window_length)
-
-    def __repr__(self) -> str:
-        return (
-            f"SinkCache(batch={self.batch}, seq_len={self.seq_len}, seen={self.seen}, window_length={self.window_length}, "
-            f"num_sink_tokens={self.num_sink_tokens}, position_rule={self.position_rule!r})"
-        )
-
-    def positions(self, new_pos: int) -> Int[Tensor, "new_pos"]:
-        """The position ids of the next ``new_pos`` tokens of the text (tokens ``seen``, ``seen + 1``, ...)."""
-        device = self.buffer.device
-        # Hint: token t of the text is at index min(t, window_length - 1) of the window ("cache"), or at t ("absolute").
-        raise NotImplementedError()
-
-    def update(
-        self,
-        layer: int,
-        k: Float[Tensor, "batch new_pos n_heads d_head"],
-        v: Float[Tensor, "batch new_pos n_heads d_head"],
-    ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
-        """Store ``layer``'s new keys and values; return those the new tokens attend to.
-
-        While the window has free slots, the ``new_pos`` tokens (``forward`` never sends
-        more than fit) go to the next free slots and the filled slots are returned. Once it
-        is full, ``forward`` sends one token at a time: it overwrites the oldest recent
-        token (ring slot ``ring``, after the sinks) and every slot is returned. ``seen``
-        and ``ring`` move in ``forward``, after the last layer.
-        """
-        # Hint: free slots first; once full, the slot is num_sink_tokens + ring, so the sinks are never overwritten.
-        raise NotImplementedError()
-
-    def forward(
-        self, model: DemoTransformer, tokens: Int[Tensor, "batch pos"], attention_mask: Tensor | None = None
-    ) -> tuple[Float[Tensor, "batch new_pos d_vocab"], "SinkCache"]:
-        """``model(tokens, self)``: run the tokens of ``tokens`` this cache has not seen yet."""
-        if attention_mask is not None:
-            raise ValueError("a SinkCache takes unpadded batches only: call the model without attention_mask")
-        if self.seen == 0:
-            self.buffer = placed_buffer(self, model)
-        else:
-            check_same_device("the SinkCache", self.buffer.device, model.embed.W_E.device)
-        check_cache_and_tokens(self, model.cfg, tokens, run=self.seen)
-        if self.seen == 0:
-            self.fused = fused_weights(model)
-        window, recent = self.window_length, self.window_length - self.num_sink_tokens
-        logits = []
-        while self.seen < tokens.shape[1]:
-            free = window - self.seq_len
-            # While slots are free, as many tokens as fit in one pass; then one at a time, each evicting one.
-            new_pos = min(tokens.shape[1] - self.seen, free) if free else 1
-            positions = self.positions(new_pos)[None]
-            attn_mask = None if new_pos == 1 else causal_mask(new_pos, self.seq_len + new_pos, tokens.device)
-            logits.append(fast_forward(model, tokens[:, self.seen : self.seen + new_pos], positions, self, attn_mask))
-            if not free:
-                self.ring = (self.ring + 1) % recent
-            self.seen += new_pos
-        return torch.cat(logits, dim=1), self
-
+def placed_buffer(cache, model: DemoTransformer) -> Tensor:
+    """The buffer of an empty ``cache``, on the model's device and in its dtype when ``new_empty`` was
+    left to choose them (reallocated then, before anything is stored); checked against the model's otherwise."""
+    weight = model.embed.W_E
+    buffer = cache.buffer
+    device = weight.device if cache.follows_device else buffer.device
+    dtype = weight.dtype if cache.follows_dtype else buffer.dtype
+    if buffer.device != device or buffer.dtype != dtype:
+        buffer = torch.empty(buffer.shape, device=device, dtype=dtype)
+    check_same_device(f"the {type(cache).__name__}", buffer.device, weight.device,
+                      f"make it with {type(cache).__name__}.new_empty(cfg, ...) without a device (it follows the model) "
+                      "or with the model's device")
+    if buffer.dtype != weight.dtype:
+        raise ValueError(f"the {type(cache).__name__} holds {buffer.dtype} but the model computes in {weight.dtype}: "
+                         "make it without a dtype (it follows the model) or with the model's")
+    return buffer

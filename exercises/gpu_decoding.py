@@ -1,6 +1,6 @@
 # GENERATED from solutions/gpu_decoding.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b390301d5fae5a98016c99352eecfd872730cb0672f51994617789587e496a95
+# stub-checksum: d59308b1de9cb549a98ce76edda26c88757851277fe21c30705e575469908bd0
 """Part 6b: fast decoding on a GPU.
 
 On a CPU, part 6 found the decode step bound by memory bandwidth: every weight is read once
@@ -30,13 +30,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.devices import check_generator, check_same_device, model_device
 
-from .caches import FastLayer, StaticKeyValueCache, fused_weights
+from .caches import StaticKeyValueCache
+from .fast_path import FastLayer, FusedCache, fast_forward
 from .transformer import DemoTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -60,15 +60,17 @@ def fixed_shape_step(
     ``max_len`` slots through a mask that shows the new token slots ``0 .. position`` only.
     ``fused`` holds each block's weights in the fast path's layout (part 6's ``FastLayer``).
 
+    It is part 6's fast path, ``fast_forward``, over one new position, with a cache of its
+    own (a ``FusedCache``): its ``update`` writes into slot ``position`` and returns every
+    slot, and the attention mask does the rest.
+
     Nothing here depends on the value of ``position`` on the host: the shapes of every tensor
     and the operations run are the same at every position, and no value is read back from the
     device. That is what capturing the step as a CUDA graph needs. Slots past ``position``
     must hold finite numbers (``CapturedDecoder`` zeroes its buffer): a masked slot gets
     attention weight 0, but 0 times NaN is NaN.
     """
-    cfg = model.cfg
-    batch, max_len = tokens.shape[0], buffer.shape[3]
-    d_model, eps = (cfg.d_model,), cfg.layer_norm_eps
+    max_len = buffer.shape[3]
     # Hint: index with position.view(1), a 1-element tensor; a 0-d tensor index is read back to the host as an int.
     raise NotImplementedError()
 

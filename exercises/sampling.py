@@ -1,6 +1,6 @@
 # GENERATED from solutions/sampling.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 9a8c8808a2d73101b269fbe68c956756ae047d01ff2a0f0ad0f3147fe668380f
+# stub-checksum: 35d35f3a5c9ff40e4df1e0a6b0b236729b69f8daad101f8cf7b7d0bf5f4a6052
 """Part 2: sampling from a language model, one token at a time.
 
 A model gives logits for the next token; a decoding method turns them into a choice.
@@ -27,7 +27,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .beams import BeamHypotheses, Beams
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 class TransformerSampler:
@@ -158,7 +159,8 @@ class TransformerSampler:
             raise ValueError(f"top_p must be in [0, 1], got {top_p!r}")
         if min_tokens_to_keep < 1:
             raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep!r}")
-        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p.
+        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p,
+        # Hint: that is, when the mass from it down to the end of the list is > 1 - top_p.
         raise NotImplementedError()
 
     @torch.inference_mode()

@@ -163,7 +163,8 @@ def check_same_device(what: str, device: torch.device | str, expected: torch.dev
     the model's device. ``fix`` says how to put it there."""
     if not same_device(device, expected):
         advice = fix or f"move it with .to({str(torch.device(expected))!r})"
-        raise DeviceMismatchError(f"{what} is on {torch.device(device)} but the model is on {torch.device(expected)}: {advice}")
+        verb = "are" if what.endswith("s") else "is"  # "the tokens are on meta", "the KeyValueCache is on cpu"
+        raise DeviceMismatchError(f"{what} {verb} on {torch.device(device)} but the model is on {torch.device(expected)}: {advice}")
 
 
 def check_generator(generator: torch.Generator | None, expected: torch.device | str) -> None:

@@ -19,7 +19,8 @@ from rich.table import Table
 from rich.text import Text
 from torch import Tensor
 
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 @dataclass
@@ -128,9 +129,11 @@ class Beams:
         ``no_repeat_ngram_size`` does. With n = 1 every token already present is blocked;
         a beam shorter than n blocks nothing.
         """
-        ### BEGIN SOLUTION
+        # Given: without n-gram blocking it is plain top-k (Beams.generate, the exercise before
+        # this one, runs through here from the start).
         if no_repeat_ngram_size is None:
             return logprobs.topk(k, dim=-1)
+        ### BEGIN SOLUTION
         n = no_repeat_ngram_size
         batch, seq_len = self.tokens.shape
         if seq_len >= n:

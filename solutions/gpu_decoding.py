@@ -27,13 +27,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.devices import check_generator, check_same_device, model_device
 
-from .caches import FastLayer, StaticKeyValueCache, fused_weights
+from .caches import StaticKeyValueCache
+from .fast_path import FastLayer, FusedCache, fast_forward
 from .transformer import DemoTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -57,37 +57,32 @@ def fixed_shape_step(
     ``max_len`` slots through a mask that shows the new token slots ``0 .. position`` only.
     ``fused`` holds each block's weights in the fast path's layout (part 6's ``FastLayer``).
 
+    It is part 6's fast path, ``fast_forward``, over one new position, with a cache of its
+    own (a ``FusedCache``): its ``update`` writes into slot ``position`` and returns every
+    slot, and the attention mask does the rest.
+
     Nothing here depends on the value of ``position`` on the host: the shapes of every tensor
     and the operations run are the same at every position, and no value is read back from the
     device. That is what capturing the step as a CUDA graph needs. Slots past ``position``
     must hold finite numbers (``CapturedDecoder`` zeroes its buffer): a masked slot gets
     attention weight 0, but 0 times NaN is NaN.
     """
-    cfg = model.cfg
-    batch, max_len = tokens.shape[0], buffer.shape[3]
-    d_model, eps = (cfg.d_model,), cfg.layer_norm_eps
+    max_len = buffer.shape[3]
     ### BEGIN SOLUTION
     # Hint: index with position.view(1), a 1-element tensor; a 0-d tensor index is read back to the host as an int.
     slot = position.view(1)
-    residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]  # (batch, d_model) + (1, d_model)
-    # The slots the new token may see, as a (query, key) mask: those up to its own, which is written below.
-    visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]
-    for layer, w in enumerate(fused):
-        x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)
-        q, k, v = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, 3, cfg.n_heads, cfg.d_head).unbind(1)
+
+    def update(layer: int, k: Float[Tensor, "batch 1 n_heads d_head"], v: Float[Tensor, "batch 1 n_heads d_head"]):
+        """Write the new keys and values into slot ``position``; the new token attends to every slot (the mask decides)."""
         keys, values = buffer[layer, 0], buffer[layer, 1]  # (batch, max_len, n_heads, d_head), views
-        keys.index_copy_(1, slot, k[:, None])
-        values.index_copy_(1, slot, v[:, None])
-        # One query per row against every slot: (batch, n_heads, 1, d_head) @ (batch, n_heads, max_len, d_head).
-        z = F.scaled_dot_product_attention(
-            q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible
-        )
-        residual = torch.addmm(residual, z.reshape(batch, -1), w.attn.W_O).add_(w.attn.b_O)
-        x = F.layer_norm(residual, d_model, w.ln2_w, w.ln2_b, eps)
-        hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")
-        residual = torch.addmm(residual, hidden, w.W_out).add_(w.b_out)
-    x = F.layer_norm(residual, d_model, model.ln_final.w, model.ln_final.b, eps)
-    return torch.addmm(model.unembed.b_U, x, model.unembed.W_U)
+        keys.index_copy_(1, slot, k)
+        values.index_copy_(1, slot, v)
+        return keys, values
+
+    # The slots the new token may see, as a (query, key) mask: those up to its own, which update writes.
+    visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]
+    logits = fast_forward(model, tokens[:, None], slot[None], FusedCache(fused, update), visible)
+    return logits[:, 0]
     ### END SOLUTION
 
 

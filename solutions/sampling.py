@@ -24,7 +24,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from .beams import BeamHypotheses, Beams
-from .transformer import DemoTransformer, KeyValueCache
+from .kv_cache import KeyValueCache
+from .transformer import DemoTransformer
 
 
 class TransformerSampler:
@@ -194,13 +195,17 @@ class TransformerSampler:
         if min_tokens_to_keep < 1:
             raise ValueError(f"min_tokens_to_keep must be >= 1, got {min_tokens_to_keep!r}")
         ### BEGIN SOLUTION
-        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p.
+        # Hint: keep a token when the probability of the tokens ranked above it is still < top_p,
+        # Hint: that is, when the mass from it down to the end of the list is > 1 - top_p.
         sorted_logits, sorted_tokens = logits.sort(descending=True)
         sorted_probs = sorted_logits.softmax(dim=-1)
-        mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs
-        keep = mass_above < top_p
+        # Summed from the small end, as Hugging Face does: "cumsum - probs < top_p" rounds
+        # 0.5 + 0.3 to 0.79999995 < 0.8 and keeps a token too many, and at top_p = 1 the
+        # float32 running total can reach 1 before the last tokens and drop them.
+        mass_from_here = sorted_probs.flip(-1).cumsum(dim=-1).flip(-1)
+        keep = mass_from_here > 1 - top_p
         keep[:min_tokens_to_keep] = True
-        # The mass above a token only grows down the sorted list, so the kept tokens are a prefix.
+        # The mass from a token to the end only shrinks down the sorted list, so the kept tokens are a prefix.
         n_kept = int(keep.sum())
         return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])
         ### END SOLUTION

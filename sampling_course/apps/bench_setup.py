@@ -168,7 +168,7 @@ def methods(setup: Setup) -> list[Method]:
 
     sampling = importlib.import_module(f"{setup.impl}.sampling")
     engine = importlib.import_module(f"{setup.impl}.generate")
-    KeyValueCache = importlib.import_module(f"{setup.impl}.transformer").KeyValueCache
+    KeyValueCache = importlib.import_module(f"{setup.impl}.kv_cache").KeyValueCache
     StaticKeyValueCache = importlib.import_module(f"{setup.impl}.caches").StaticKeyValueCache
     cfg = setup.demo.cfg
     tokenizer = IdTokenizer()

@@ -5,26 +5,35 @@
 
 Two measurements, for every expression, on one byte-level vocabulary:
 
-* **Index build time**: what a user waits for before the first token. Ours:
-  ``ByteAutomaton`` + ``build_index`` + the ``TokenConstraint`` mask table. outlines-core:
-  ``Index(regex, vocabulary)``. xgrammar: ``GrammarCompiler.compile_regex`` (its cache off).
-  The vocabulary objects of the peers are built once, untimed. Every library gets the same
-  regular expression (the schema's is ``schema_to_regex``'s), and the ratio is ours over the
-  fastest peer.
+* **Index build time**: what a user waits for before the first token. Ours: what
+  ``regex_constraint`` runs, ``ByteAutomaton`` + ``build_index_fast`` + the ``TokenConstraint``
+  mask table. outlines-core: ``Index(regex, vocabulary)``. xgrammar:
+  ``GrammarCompiler.compile_regex`` (its cache off). What depends on the vocabulary alone is
+  built once, untimed, for everyone: our ``TokenTrie`` (its time is printed), the peers'
+  vocabulary objects. Every library gets the same regular expression (the schema's is
+  ``schema_to_regex``'s). Two ratios: ours over the fastest peer, and ours over outlines-core,
+  the like-for-like one (outlines-core builds the same index, every state's allowed tokens
+  and where each leads; xgrammar's compiled grammar is not a full index: it checks part of
+  the vocabulary at every step, which its per-token figures include). Where outlines-core
+  is installed, the last column says whether its index and ours allow the same tokens after
+  every token sequence.
 * **Masking overhead per token** during decoding: one step's mask of the logits plus one
   advance of the state, replayed along the same token path for all three libraries (a
   random walk through our index, which the peers must accept too), set beside one cached
   decode step of a model with GPT-2 small's dimensions and random weights (as ``sampling-course
-  bench --model random``). outlines-core writes its allowed tokens as a bitmask; xgrammar
-  fills a bitmask and applies it to the logits with its own kernel; ours gathers a row of a
-  boolean table and fills the logits.
+  bench --model random``). outlines-core writes its allowed tokens as a bitmask, which is
+  unpacked and applied here with plain torch (its own torch kernel goes through
+  ``torch.compile``, which takes minutes to compile on a CPU); xgrammar fills a bitmask and
+  applies it to the logits with its own kernel; ours gathers a row of a boolean table and
+  fills the logits. Each peer is timed with its own package alone.
 
 The vocabulary: GPT-2's own 50,257 tokens when GPT-2 is in the local Hugging Face cache.
 Otherwise a 50,257-token byte-level BPE built here with the ``tokenizers`` library from the
 course's own text (its source, corpus and generated stories), which only supports about
 10,000 merges; the rest of the vocabulary is made by merging pairs of learned tokens. The
 output says which. outlines-core and xgrammar come with the ``bench`` extra
-(``pip install -e '.[bench]'``); a peer that is not installed is skipped with a line saying so.
+(``pip install -c constraints.txt -e '.[bench]'``); a peer that is not installed is skipped
+with a line saying so.
 Times are medians (``--repeats``) and depend on the machine and its load.
 """
 
@@ -63,6 +72,7 @@ SCHEMA = {
     },
 }
 QUICK_EXPRESSIONS = ("date", "sentence")
+INSTALL_BENCH = "pip install -c constraints.txt -e '.[bench]'"
 
 
 @dataclass
@@ -79,6 +89,9 @@ class Row:
     build: dict[str, float] = field(default_factory=dict)  # library -> seconds
     per_token: dict[str, float] = field(default_factory=dict)  # library -> seconds per token
     notes: list[str] = field(default_factory=list)
+    build_runs: dict[str, list[float]] = field(default_factory=dict)  # library -> seconds of each round
+    notes_by_library: dict[str, str] = field(default_factory=dict)  # library -> why it has no figure
+    agreement: str | None = None  # whether outlines-core's index allows the same tokens (None: not installed)
 
 
 # ---------------------------------------------------------------------------------------
@@ -130,7 +143,7 @@ def built_bpe_tokenizer(size: int = GPT2_VOCAB_SIZE, seed: int = 0):
     return wrapped, learned
 
 
-def load_vocabulary(structured, quick: bool) -> Vocabulary:
+def load_vocabulary(token_index, quick: bool) -> Vocabulary:
     from sampling_course.reference import gpt2_local_dir, load_reference
 
     if quick:
@@ -147,7 +160,7 @@ def load_vocabulary(structured, quick: bool) -> Vocabulary:
             f"GPT-2 is not cached here: a {len(tokenizer):,}-token byte-level BPE built with `tokenizers` from the course's "
             f"own text ({learned:,} tokens learned from it, the rest made by merging pairs of learned tokens)"
         )
-    return Vocabulary(label, structured.token_bytes(tokenizer), tokenizer.eos_token_id)
+    return Vocabulary(label, token_index.token_bytes(tokenizer), tokenizer.eos_token_id)
 
 
 # ---------------------------------------------------------------------------------------
@@ -168,8 +181,9 @@ def peers(vocabulary: Vocabulary) -> tuple[dict[str, object], list[str]]:
                 table.setdefault(token, []).append(token_id)
         oc_vocabulary = outlines_core.Vocabulary(vocabulary.eos_token_id, table)
         found["outlines-core"] = (lambda pattern: outlines_core.Index(pattern, oc_vocabulary), OutlinesStepper)
+        # Not timed: whether outlines-core's index allows the same tokens as ours (see `agreement`).
     except Exception as exc:  # not installed, or it failed to load
-        missing.append(f"outlines-core: not available ({type(exc).__name__}: {exc}); install the bench extra: pip install -e '.[bench]'")
+        missing.append(f"outlines-core: not available ({type(exc).__name__}: {exc}); install the bench extra: {INSTALL_BENCH}")
     try:
         import xgrammar
 
@@ -178,7 +192,7 @@ def peers(vocabulary: Vocabulary) -> tuple[dict[str, object], list[str]]:
         compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         found["xgrammar"] = (compiler.compile_regex, XgrammarStepper)
     except Exception as exc:
-        missing.append(f"xgrammar: not available ({type(exc).__name__}: {exc}); install the bench extra: pip install -e '.[bench]'")
+        missing.append(f"xgrammar: not available ({type(exc).__name__}: {exc}); install the bench extra: {INSTALL_BENCH}")
     return found, missing
 
 
@@ -199,15 +213,17 @@ class OutlinesStepper:
         import torch
 
         import outlines_core
-        import xgrammar
 
         self.guide = outlines_core.Guide(index)
         self.bitmask = torch.zeros(1, (d_vocab + 31) // 32, dtype=torch.int32)
-        self.apply = xgrammar.apply_token_bitmask_inplace
+        self.shifts = torch.arange(32, dtype=torch.int32)
+        self.d_vocab = d_vocab
 
     def step(self, logits: torch.Tensor, token: int) -> torch.Tensor:
         self.guide.write_mask_into(self.bitmask.data_ptr(), self.bitmask.numel(), self.bitmask.element_size())
-        self.apply(logits, self.bitmask)
+        # Bit j of word i allows token 32 i + j.
+        allowed = ((self.bitmask[0, :, None] >> self.shifts) & 1).reshape(-1)[: self.d_vocab].bool()
+        logits.masked_fill_(~allowed, float("-inf"))
         if not self.guide.is_finished():
             self.guide.advance(token)
         return logits
@@ -308,49 +324,108 @@ def measure(impl: str = "solutions", quick: bool = False, repeats: int = 3, seed
         return _measure(impl, quick, repeats, seed)
 
 
+def agreement(index, oc_index, eos_token_id: int) -> str:
+    """"yes" when outlines-core's index allows the same tokens as ours after every token sequence, else where not.
+
+    outlines-core minimises its automaton, so one of its states may stand for several of ours: the walk
+    follows pairs of states reached by the same tokens."""
+    transitions = oc_index.get_transitions()
+    start = (0, oc_index.get_initial_state())
+    seen, todo = {start}, [start]
+    while todo:
+        ours, theirs = todo.pop()
+        row, their_row = index.transitions[ours], transitions.get(theirs, {})
+        if set(row) != set(their_row):
+            return f"no: state {ours} ({len(set(row) ^ set(their_row))} tokens differ)"
+        for token, target in row.items():
+            pair = (target, their_row[token])
+            if token != eos_token_id and pair not in seen:
+                seen.add(pair)
+                todo.append(pair)
+    return "yes"
+
+
 def _measure(impl: str, quick: bool, repeats: int, seed: int) -> dict:
-    structured = importlib.import_module(f"{impl}.structured")
-    vocabulary = load_vocabulary(structured, quick)
+    automaton, token_index, fast_index, constraints, json_schema = (
+        importlib.import_module(f"{impl}.{name}") for name in ("byte_automaton", "token_index", "fast_index", "token_constraint", "json_schema")
+    )
+    vocabulary = load_vocabulary(token_index, quick)
     found, missing = peers(vocabulary)
-    d_vocab = len(vocabulary.tokens)
+    d_vocab, eos = len(vocabulary.tokens), vocabulary.eos_token_id
+    trie_seconds, trie = timed(lambda: fast_index.TokenTrie(vocabulary.tokens), 1)
     expressions = {name: EXPRESSIONS[name] for name in (QUICK_EXPRESSIONS if quick else EXPRESSIONS)}
     if not quick:
-        expressions["JSON schema"] = structured.schema_to_regex(SCHEMA)
+        expressions["JSON schema"] = json_schema.schema_to_regex(SCHEMA)
     rows = []
     for name, pattern in expressions.items():
         row = Row(name, pattern)
 
         def build_ours():
-            index = structured.build_index(structured.ByteAutomaton(pattern), vocabulary.tokens, vocabulary.eos_token_id)
-            return structured.TokenConstraint(index, vocabulary.tokens, d_vocab)
+            index = fast_index.build_index_fast(automaton.ByteAutomaton(pattern), trie, eos)
+            return constraints.TokenConstraint(index, vocabulary.tokens, d_vocab)
 
-        row.build["ours"], constraint = timed(build_ours, 1)
+        builders = {"ours": build_ours}
+        builders.update({peer: (lambda build=build: build(pattern)) for peer, (build, _) in found.items()})
+        # Interleaved rounds: each round builds every library's index once, so a change of load hits all alike.
+        built = {}
+        for _ in range(repeats):
+            for library, build in builders.items():
+                if library in row.notes_by_library:
+                    continue
+                try:
+                    seconds, built[library] = timed(build, 1)
+                except Exception as exc:  # an expression a peer does not support
+                    row.notes_by_library[library] = f"{type(exc).__name__}: {str(exc)[:120]}"
+                    continue
+                row.build_runs.setdefault(library, []).append(seconds)
+        row.build = {library: statistics.median(runs) for library, runs in row.build_runs.items()}
+        constraint = built["ours"]
         path = token_path(constraint, seed)
         row.per_token["ours"] = per_token(OursStepper, constraint, d_vocab, path, repeats)
-        for peer, (build, stepper_class) in found.items():
+        for peer, (_, stepper_class) in found.items():
+            if peer not in built:
+                continue
             try:
-                row.build[peer], built = timed(lambda: build(pattern), repeats)
-                row.per_token[peer] = per_token(stepper_class, built, d_vocab, path, repeats)
-            except Exception as exc:  # an expression a peer does not support, or a path it refuses
-                row.notes.append(f"{peer}: {type(exc).__name__}: {str(exc)[:120]}")
+                row.per_token[peer] = per_token(stepper_class, built[peer], d_vocab, path, repeats)
+            except Exception as exc:  # a path the peer refuses
+                row.notes_by_library[peer] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        if "outlines-core" in built:
+            row.agreement = agreement(constraint.index, built["outlines-core"], eos)
+        row.notes = [f"{library}: {note}" for library, note in row.notes_by_library.items()]
         rows.append(row)
     step, step_label = decode_step_seconds(impl, quick, max(5, repeats * 3))
     return {"vocabulary": vocabulary.label, "rows": rows, "missing": missing, "step": step, "step_label": step_label,
-            "peers": list(found)}
+            "peers": list(found), "trie_seconds": trie_seconds, "repeats": repeats}
+
+
+def ratio_text(row: Row, peers: list[str]) -> str:
+    """Ours over the fastest of ``peers``: the ratio of the medians, and the spread of the per-round ratios."""
+    present = [p for p in peers if p in row.build]
+    if not present or "ours" not in row.build:
+        return "n/a"
+    fastest = min(present, key=row.build.__getitem__)
+    per_round = sorted(o / f for o, f in zip(row.build_runs["ours"], row.build_runs[fastest]))
+    text = f"{row.build['ours'] / row.build[fastest]:.2f}x"
+    return text if len(per_round) < 2 else f"{text} ({per_round[0]:.2f}-{per_round[-1]:.2f})"
 
 
 def report(results: dict, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
-    console.print(f"vocabulary: {results['vocabulary']}")
+    console.print(escape(f"vocabulary: {results['vocabulary']}"))
+    console.print(f"our token trie of the vocabulary: {results['trie_seconds']:.3f} s, built once and not timed below "
+                  "(as the peers' vocabulary objects)")
     for line in results["missing"]:
-        console.print(f"skipped {line}")
+        console.print(escape(f"skipped {line}"))
     libraries = ["ours", *results["peers"]]
-    build = Table("expression", *[f"{lib} build (s)" for lib in libraries], "ours / fastest peer", title="Index build time")
+    outlines = ["ours / outlines-core", "same as outlines-core"] if "outlines-core" in results["peers"] else []
+    build = Table("expression", *[f"{lib} build (s)" for lib in libraries], "ours / fastest peer", *outlines,
+                  title=f"Index build time (medians of {results['repeats']} interleaved rounds; per-round ratios in brackets)")
     for row in results["rows"]:
-        peer_times = [row.build[p] for p in results["peers"] if p in row.build]
-        ratio = f"{row.build['ours'] / min(peer_times):,.0f}x" if peer_times else "no peer"
-        build.add_row(row.name, *[f"{row.build[lib]:.4f}" if lib in row.build else "n/a" for lib in libraries], ratio)
+        build.add_row(row.name, *[f"{row.build[lib]:.4f}" if lib in row.build else "n/a" for lib in libraries],
+                      ratio_text(row, results["peers"]),
+                      *([ratio_text(row, ["outlines-core"]), row.agreement or "n/a"] if outlines else []))
     console.print(build)
     step = results["step"]
     masking = Table("expression", *[f"{lib} (µs/token)" for lib in libraries], *[f"{lib} / step" for lib in libraries],
@@ -364,15 +439,15 @@ def report(results: dict, console) -> None:
     console.print(masking)
     for row in results["rows"]:
         for note in row.notes:
-            console.print(f"{row.name}: {note}")
+            console.print(escape(f"{row.name}: {note}"))
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser = OneLineParser(prog="sampling-course bench-structured", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run on the story model's vocabulary (timings meaningless)")
-    add_impl_option(parser, "solutions", "whose structured.py to race")
+    add_impl_option(parser, "solutions", "whose part-8 files to race")
     parser.add_argument("--repeats", type=integer("--repeats", 1), default=3,
-                        help="repeats of each peer's build and of each masking run (median)")
+                        help="interleaved rounds of every library's build, and repeats of each masking run (median)")
     add_threads_option(parser)
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the token paths")
     try:

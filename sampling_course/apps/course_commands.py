@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -103,6 +104,10 @@ def check_main(argv: Sequence[str] | None = None) -> int:
             get_exercise(name)
     except UnknownExerciseError as exc:
         raise UsageError(str(exc)) from None
+    for name in args.exercise:
+        note = same_name_elsewhere(name)
+        if note:
+            print(note, file=sys.stderr)
     impl = _checked_impl(args.impl)
     device = _checked_device(parser, args)
     from sampling_course.grading.checking import check
@@ -111,11 +116,28 @@ def check_main(argv: Sequence[str] | None = None) -> int:
                             recompute_oracle=args.recompute_oracle))
 
 
+def same_name_elsewhere(name: str) -> str | None:
+    """One line when ``name`` is one exercise's name and also what another part calls its own code (part 2's
+    ``sample`` and part 5's ``sample``, graded as ``batched_sample``), saying which one is checked."""
+    from sampling_course.grading.course import EXERCISES, get_exercise
+
+    chosen = get_exercise(name)
+    others = [e for e in EXERCISES if e is not chosen and e.target.lower() == name.strip().lower()]
+    if not others:
+        return None
+    also = "; ".join(f"part {e.part}'s {e.target} ({e.location.split(':')[0]}) is checked as {e.name}" for e in others)
+    return f"note: {chosen.name} is part {chosen.part}'s {chosen.target}; {also}"
+
+
 @command("sampling-course progress")
 def progress_main(argv: Sequence[str] | None = None) -> int:
     """``sampling-course progress [--impl ...] [--threads N]``: every exercise; 0 when none fails or is unimplemented."""
     parser = OneLineParser(prog="sampling-course progress", description="Show every exercise and its status.")
     _add_check_options(parser)
+    parser.add_argument("--rerun", action="store_true",
+                        help="run every exercise's tests, even those whose verdict is stored and nothing they depend on changed")
+    parser.add_argument("--jobs", type=integer("--jobs", 1, 64), default=None, metavar="N",
+                        help="processes that run the tests (default: one per core no other program is using)")
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
@@ -123,8 +145,12 @@ def progress_main(argv: Sequence[str] | None = None) -> int:
     device = _checked_device(parser, args)
     from sampling_course.grading.checking import progress
 
+    if args.jobs is None:
+        from sampling_course.apps.threads import free_cores
+
+        args.jobs = free_cores()
     return _exit_code(progress(impl=impl, device=device, console=Console(), threads=args.threads,
-                               recompute_oracle=args.recompute_oracle))
+                               recompute_oracle=args.recompute_oracle, reuse=not args.rerun, jobs=args.jobs))
 
 
 @command("sampling-course hint")

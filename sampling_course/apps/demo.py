@@ -122,7 +122,7 @@ def beam_table(sampler, prompt: str, max_tokens: int) -> Table:
 
 def cache_table(sampler, model, prompt: str, max_tokens: int) -> Table:
     """Part 4: the same greedy continuation with and without the KV cache, timed once each."""
-    from solutions.transformer import KeyValueCache
+    from solutions.kv_cache import KeyValueCache
 
     table = Table("variant", "seconds", "same text", title=f"Part 4 · KV cache ({max_tokens} greedy tokens)")
     timings = {}

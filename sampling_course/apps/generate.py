@@ -31,10 +31,12 @@ from sampling_course.apps.options import (
     integer_check,
     number_check,
 )
-from sampling_course.sampling_settings import check_sampling_settings
+from sampling_course.sampling_settings import SamplerSettings, check_setting, describe
 
 MODELS = ("auto", "story", "gpt2", "tiny")
 IMPLS = ("solutions", "exercises")
+WHOSE = {"solutions": "the course's solutions (solutions/); --impl exercises runs your code",
+         "exercises": "your code (exercises/)"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -49,34 +51,16 @@ def _number(kind: type, name: str, low: float | None = None, low_open: bool = Fa
     return number_check(name, low, low_open)
 
 
-def _in_range(name: str, low: float, high: float, low_open: bool = False, high_open: bool = False):
-    """A parser from text to a float in the interval from ``low`` to ``high`` (each end open or closed)."""
-    allowed = f"in {'(' if low_open else '['}{low:g}, {high:g}{')' if high_open else ']'}"
-
-    def parse(text: str) -> float:
-        try:
-            value = float(text)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number {allowed}, got {text!r}") from None
-        inside = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-        if not inside:  # NaN is never inside
-            raise ValueError(f"{name} must be {allowed}, got {text!r}")
-        return value
-
-    return parse
-
-
-def _sampling_setting(kind: type, name: str):
-    """A parser for ``temperature``, ``top_k``, ``top_p`` or ``min_p``, judged by the check that part 5's
-    ``generate`` and part 7's ``speculative_generate`` use, so the command refuses what they refuse, saying
-    the same."""
+def _sampler_setting(name: str, kind: type):
+    """A parser for the sampler setting ``name``, judged by the check ``SamplerSettings`` declares for it, so the
+    command refuses what part 5's ``generate`` and part 7's ``speculative_generate`` refuse, saying the same."""
 
     def parse(text: str):
         try:
             value = kind(text)
         except (TypeError, ValueError):
             value = text  # not a number at all: the check says what is allowed
-        check_sampling_settings(**{name: value})
+        check_setting(name, value)
         return value
 
     return parse
@@ -89,21 +73,6 @@ def _choice(name: str, options: tuple[str, ...]) -> Callable[[str], str]:
         if text not in options:
             raise ValueError(f"{name} must be one of {', '.join(options)}, got {text!r}")
         return text
-
-    return parse
-
-
-def _choice_int(name: str, options: tuple[int, ...]) -> Callable[[str], int]:
-    """A parser that accepts one of the integers ``options``."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except (TypeError, ValueError):
-            value = None
-        if value not in options:
-            raise ValueError(f"{name} must be one of {', '.join(map(str, options))}, got {text!r}")
-        return value
 
     return parse
 
@@ -151,33 +120,31 @@ def _words(text: str) -> list[str]:
     return words
 
 
+# Sampler settings with a parser of their own (the others are numbers); bad_words_ids and the DRY breakers are
+# given as words on the command line (--bad-words) or left at their defaults.
+TEXT_SETTINGS: dict[str, Callable[[str], Any]] = {"samplers": _optional(_samplers), "logit_bias": _optional(_logit_bias)}
+NOT_FLAGS = ("bad_words_ids", "dry_sequence_breakers")
+
+
+def _sampler_flags() -> dict[str, tuple[Callable[[str], Any], Any, str]]:
+    """One flag per setting ``SamplerSettings`` declares, with its default, its check and its description."""
+    flags = {}
+    for name in SamplerSettings.names():
+        if name in NOT_FLAGS:
+            continue
+        default, _, about = describe(name)
+        parse = TEXT_SETTINGS.get(name) or _sampler_setting(name, type(default))
+        flags[name] = (parse, default, about)
+    return flags
+
+
 # name -> (parser, default, help). The REPL's /set uses the same names and parsers.
 SETTINGS: dict[str, tuple[Callable[[str], Any], Any, str]] = {
     "max_new_tokens": (_number(int, "max_new_tokens", 0), 50, "new tokens at most"),
-    "temperature": (_sampling_setting(float, "temperature"), 1.0, "0 is greedy"),
-    "top_k": (_sampling_setting(int, "top_k"), 0, "keep the k most likely tokens (0 is off)"),
-    "top_p": (_sampling_setting(float, "top_p"), 1.0, "nucleus: smallest set with this mass, in (0, 1] (1 is off)"),
-    "min_p": (_sampling_setting(float, "min_p"), 0.0, "drop tokens below min_p x the top probability (0 is off)"),
-    "repetition_penalty": (_number(float, "repetition_penalty", 0, low_open=True), 1.0, "above 1 discourages repeats (1 is off)"),
-    "presence_penalty": (_number(float, "presence_penalty"), 0.0, "subtracted once from every token generated so far (0 is off)"),
-    "frequency_penalty": (_number(float, "frequency_penalty"), 0.0, "subtracted per occurrence in the generated text (0 is off)"),
-    "typical_p": (_in_range("typical_p", 0, 1, low_open=True), 1.0, "typical sampling: the most typical tokens with this mass (1 is off)"),
-    "epsilon_cutoff": (_in_range("epsilon_cutoff", 0, 1, high_open=True), 0.0, "drop tokens below this probability (0 is off)"),
-    "eta_cutoff": (_in_range("eta_cutoff", 0, 1, high_open=True), 0.0, "eta sampling: a bar that falls with the entropy (0 is off)"),
-    "top_n_sigma": (_number(float, "top_n_sigma", 0), 0.0, "keep logits within n standard deviations of the top (0 is off)"),
-    "xtc_probability": (_in_range("xtc_probability", 0, 1), 0.0, "XTC: how often to remove the top choices (0 is off)"),
-    "xtc_threshold": (_in_range("xtc_threshold", 0, 1, low_open=True), 0.1, "XTC: tokens at or above this probability are top choices"),
-    "samplers": (_optional(_samplers), None, "the chain's order, e.g. top_k;top_p;min_p;temperature (none: Hugging Face's)"),
-    "mirostat": (_choice_int("mirostat", (0, 2)), 0, "2: mirostat v2 steers the surprise towards mirostat_tau (0 is off)"),
-    "mirostat_tau": (_number(float, "mirostat_tau", 0), 5.0, "mirostat's target surprise, in bits"),
-    "mirostat_eta": (_number(float, "mirostat_eta", 0), 0.1, "mirostat's learning rate"),
-    "dry_multiplier": (_number(float, "dry_multiplier", 0), 0.0, "DRY: penalise tokens that extend a repeat (0 is off)"),
-    "dry_base": (_number(float, "dry_base", 1), 1.75, "DRY: the penalty grows as base ** (repeat - allowed length)"),
-    "dry_allowed_length": (_number(int, "dry_allowed_length", 1), 2, "DRY: repeats this long go unpunished"),
-    "dry_penalty_last_n": (_number(int, "dry_penalty_last_n", -1), -1, "DRY: look at the last n tokens (-1: all)"),
-    "logit_bias": (_optional(_logit_bias), None, "add BIAS to TOKEN's logit: TOKEN:BIAS pairs (repeatable flag)"),
+    **_sampler_flags(),
     "bad_words": (_optional(_words), None, "never write these words (repeatable flag; also with a leading space)"),
-    "min_new_tokens": (_number(int, "min_new_tokens", 0), 0, "no end-of-text token before this many new tokens"),
+    "logprobs": (_optional(_number(int, "logprobs", 1)), None,
+                 "after the text, each new token's log-probability and the model's LOGPROBS most likely tokens"),
     "num_return_sequences": (_number(int, "num_return_sequences", 1), 1, "texts per prompt (beam search: the best ones)"),
     "num_beams": (_number(int, "num_beams", 1), 1, "beam search with this many beams (1 samples instead)"),
     "no_repeat_ngram_size": (_optional(_number(int, "no_repeat_ngram_size", 1)), None, "beam search: block repeated n-grams"),
@@ -276,12 +243,11 @@ def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
 
     impl = resolve_impl(impl, default="solutions")
     reference = load_reference(model_name, device)
-    generate = impl_module("generate", impl)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
         tokenizer=reference.tokenizer,
-        generate=generate.generate,
-        text_streamer=generate.TextStreamer,
+        generate=impl_module("generate", impl).generate,
+        text_streamer=impl_module("outputs", impl).TextStreamer,
         sampler=impl_module("sampling", impl).TransformerSampler,
         static_cache=impl_module("caches", impl).StaticKeyValueCache,
     )
@@ -295,11 +261,6 @@ def new_cache(engine: Engine, prompt: str, settings: dict, batch: int):
     needed = len(engine.tokenizer.encode(prompt)) + settings["max_new_tokens"]
     # Past n_ctx generate and beam_search raise their own error, which says what to shorten.
     return engine.static_cache.new_empty(cfg, batch=batch, max_len=max(1, min(needed, cfg.n_ctx)))
-
-
-# Settings that only beam search reads, and the others that generate() does not take as they are.
-BEAM_ONLY = ("num_beams", "no_repeat_ngram_size", "length_penalty", "early_stopping")
-NOT_FOR_GENERATE = ("max_new_tokens", "cache", "bad_words", "logit_bias") + BEAM_ONLY
 
 
 def bad_words_ids(tokenizer, words: list[str] | None) -> list[list[int]] | None:
@@ -330,26 +291,51 @@ def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None
         return
     if settings["num_return_sequences"] > 1:
         stream = False  # a streamer prints one text
+    if settings["logprobs"]:
+        stream = False  # the table follows the text
     streamer = engine.text_streamer(engine.tokenizer, file=sys.stdout, skip_special_tokens=True) if stream else None
-    sampling = {k: v for k, v in settings.items() if k not in NOT_FOR_GENERATE}
+    sampler = SamplerSettings(
+        **{name: settings[name] for name in SamplerSettings.names() if name in settings and name != "logit_bias"},
+        logit_bias=settings["logit_bias"] or None, bad_words_ids=bad_words_ids(engine.tokenizer, settings["bad_words"]),
+    )
     batch = settings["num_return_sequences"]
     try:
-        sequences = engine.generate(
-            engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"],
+        out = engine.generate(
+            engine.model, engine.tokenizer, [prompt], settings["max_new_tokens"], settings=sampler,
             stop_strings=stop or None, streamer=streamer, kv_cache=new_cache(engine, prompt, settings, batch=batch),
-            logit_bias=settings["logit_bias"] or None, bad_words_ids=bad_words_ids(engine.tokenizer, settings["bad_words"]),
-            **sampling,
+            num_return_sequences=batch, logprobs=settings["logprobs"], seed=settings["seed"],
         )
     except KeyboardInterrupt:
         if streamer is not None:
             streamer.end()  # what was generated so far
         print("\n[stopped]", flush=True)
         return
+    sequences = out.sequences if settings["logprobs"] else out
     if streamer is None:
         for row in sequences:
             print(engine.tokenizer.decode(row, skip_special_tokens=True), flush=True)
     else:
         print(flush=True)
+    if settings["logprobs"]:
+        print(logprob_table(engine.tokenizer, out), flush=True)
+
+
+def logprob_table(tokenizer, out) -> str:
+    """Each new token of each text: its log-probability under the model and the model's most likely tokens there."""
+    lines = []
+    width = out.sequences.shape[1] - out.logprobs.shape[1]
+    for row in range(out.sequences.shape[0]):
+        if out.sequences.shape[0] > 1:
+            lines.append(f"text {row + 1}:")
+        for step in range(out.logprobs.shape[1]):
+            logprob = float(out.logprobs[row, step])
+            if logprob != logprob:  # NaN: the row had finished
+                break
+            token = int(out.sequences[row, width + step])
+            top = ", ".join(f"{tokenizer.decode([int(t)])!r} {float(v):.3f}"
+                            for t, v in zip(out.top_tokens[row, step], out.top_logprobs[row, step]))
+            lines.append(f"  {tokenizer.decode([token])!r} {logprob:.3f}   top: {top}")
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------------
@@ -463,13 +449,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sampling_course.apps.threads import course_threads, torch_threads
     from sampling_course.implementation import impl_module, resolve_impl
 
+    impl = resolve_impl(args.impl, default="solutions")
+    # Whose code runs: a learner who forgot --impl exercises would otherwise read the course's text as theirs.
+    print(f"sampling-course generate: running {WHOSE[impl]}", file=sys.stderr)
     with torch_threads(course_threads(args.threads, cfg.d_model)):
         try:
-            engine = load_engine(args.model, args.impl, device)
+            engine = load_engine(args.model, impl, device)
         except (ValueError, ImportError) as exc:  # e.g. your DemoTransformer's parameters do not fit the weights
             print(f"sampling-course generate: error: {exc}", file=sys.stderr)
             return 1
-        with progress_bars_on_a_terminal_only(impl_module("sampling", resolve_impl(args.impl, default="solutions"))):
+        with progress_bars_on_a_terminal_only(impl_module("sampling", impl)):
             if args.interactive:
                 return repl(engine, settings, stop)
             try:

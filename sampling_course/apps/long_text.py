@@ -48,6 +48,7 @@ The computing functions are importable (the part 6 notebook uses them) and print
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import random
 import time
@@ -156,8 +157,9 @@ def run_experiment(
 ) -> LongTextResults:
     """Every method on ``tokens`` (one row per text, all texts as one batch).
 
-    ``caches`` is the part 6 module (``solutions.caches`` or ``exercises.caches``) and
-    ``model`` a DemoTransformer of the same implementation. ``progress(message)``, if
+    ``caches`` is the part 6 module of the static cache (``solutions.caches`` or
+    ``exercises.caches``); the sink cache comes from ``sink_cache`` of the same package.
+    ``model`` is a DemoTransformer of the same implementation. ``progress(message)``, if
     given, is called before each method. The texts run on the model's device; the results
     (NLLs, texts) are on the CPU.
     """
@@ -168,6 +170,8 @@ def run_experiment(
     results = LongTextResults(model_name, cfg.n_ctx, window, num_sink_tokens, stride, tokens.cpu())
     results.device = str(model_device(model))
     tokens = tokens.to(results.device)
+
+    sink_cache = importlib.import_module(f"{caches.__package__}.sink_cache")
 
     say(FULL)
     results.uncached_full_nll = full_attention_nll(model, tokens)
@@ -192,7 +196,7 @@ def run_experiment(
         for rule in POSITION_RULES:
             name = cache_method(sinks, rule)
             say(name)
-            cache = caches.SinkCache.new_empty(
+            cache = sink_cache.SinkCache.new_empty(
                 cfg, batch=batch, window_length=window, num_sink_tokens=sinks, position_rule=rule
             )
             nll, seconds = cached_nll(model, tokens, cache)

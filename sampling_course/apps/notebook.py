@@ -32,10 +32,14 @@ __all__ = [
 ]
 
 
-def load_demo(reference, transformer_module=None) -> torch.nn.Module:
-    """``sampling_course.implementation.load_demo``, after setting torch's threads by the course's policy."""
+def load_demo(reference, transformer_module=None, *, device=None, dtype=None) -> torch.nn.Module:
+    """``sampling_course.implementation.load_demo``, after setting torch's threads by the course's policy.
+
+    ``device`` and ``dtype`` are passed on: None keeps the reference's own, ``"auto"`` is the
+    course's device rule.
+    """
     use_course_threads(reference.cfg.d_model)
-    return _load_demo(reference, transformer_module)
+    return _load_demo(reference, transformer_module, device=device, dtype=dtype)
 
 
 def token_labels(tokenizer, ids: Sequence[int] | Tensor) -> list[str]:

@@ -189,15 +189,38 @@ def run_command(prog: str, main: Callable[[], int]) -> int:
         print(f"{prog}: error: {exc.code}", file=sys.stderr, flush=True)  # SystemExit("message"): one line, 1
         return EXIT_NOT_OK
     except KeyboardInterrupt:
-        # On a terminal ^C was echoed without a newline: end that line first.
-        print(f"{chr(10) if sys.stderr.isatty() else ''}{prog}: interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
+        return _interrupted(prog)
     except UsageError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_USAGE
     except BrokenCourseFile as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr, flush=True)
         return EXIT_BROKEN
+    except Exception as exc:
+        # Ctrl-C in the first seconds can land inside an import (torch's, say); the cleanup that
+        # runs next then fails on the half-imported module, and that error replaces the
+        # KeyboardInterrupt. It is still an interruption, not a crash.
+        if raised_while_interrupted(exc):
+            return _interrupted(prog)
+        raise
+
+
+def raised_while_interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a KeyboardInterrupt was being handled (or was caused by one)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
+
+
+def _interrupted(prog: str) -> int:
+    # On a terminal ^C was echoed without a newline: end that line first.
+    print(f"{chr(10) if sys.stderr.isatty() else ''}{prog}: interrupted", file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
 
 
 def command(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:

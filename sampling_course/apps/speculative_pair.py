@@ -151,7 +151,7 @@ def _load_pair(impl: str, quick: bool, seed: int, device: torch.device) -> Pair:
 def cache_class(pair: Pair, cache: str):
     """``"dynamic"``: part 4's KeyValueCache; ``"static"``: part 6's StaticKeyValueCache (of the pair's implementation)."""
     if cache == "dynamic":
-        return importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
+        return importlib.import_module(f"{pair.impl}.kv_cache").KeyValueCache
     if cache == "static":
         return importlib.import_module(f"{pair.impl}.caches").StaticKeyValueCache
     raise ValueError(f"cache must be 'dynamic' or 'static', got {cache!r}")
@@ -161,9 +161,9 @@ def ours_speculative(
     pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int, cache: str = "dynamic"
 ):
     """``speculative_generate`` with both models on ``cache`` caches (see ``cache_class``)."""
-    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    speculative_loop = importlib.import_module(f"{pair.impl}.speculative_loop")
     tokenizer = IdTokenizer()
-    text, stats = speculative.speculative_generate(
+    text, stats = speculative_loop.speculative_generate(
         pair.target, pair.draft, tokenizer, tokenizer.decode(prompt), n,
         gamma=gamma, temperature=temperature, seed=seed, return_stats=True, cache_class=cache_class(pair, cache),
     )
@@ -172,9 +172,9 @@ def ours_speculative(
 
 def ours_lookup(pair: Pair, prompt: list[int], n: int, gamma: int, temperature: float, seed: int):
     """speculative_generate with prompt-lookup drafting (no draft model), gamma tokens at most per round."""
-    speculative = importlib.import_module(f"{pair.impl}.speculative")
+    speculative_loop = importlib.import_module(f"{pair.impl}.speculative_loop")
     tokenizer = IdTokenizer()
-    text, stats = speculative.speculative_generate(
+    text, stats = speculative_loop.speculative_generate(
         pair.target, None, tokenizer, tokenizer.decode(prompt), n,
         prompt_lookup_num_tokens=gamma, temperature=temperature, seed=seed, return_stats=True,
     )
@@ -261,7 +261,7 @@ def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed:
 @torch.inference_mode()
 def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, float]:
     """Time of one cached target forward over gamma + 1 new positions, over the time of one over 1 position."""
-    KeyValueCache = importlib.import_module(f"{pair.impl}.transformer").KeyValueCache
+    KeyValueCache = importlib.import_module(f"{pair.impl}.kv_cache").KeyValueCache
     prompt = pair.prompts[0]
     length = min(pair.n_ctx, len(prompt) + 64)
     tokens = torch.tensor([(prompt * length)[:length]], device=pair.device)

@@ -58,6 +58,11 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
+def free_cores() -> int:
+    """Cores no other process is using now (at least one): how many processes ``progress`` runs its tests in."""
+    return max(1, _cores() - round(busy_cores_elsewhere()))
+
+
 def course_threads(requested: int | None = None, d_model: int | None = None) -> int | None:
     """Torch threads by the course's policy (see the module): ``requested`` when given; None when
     $OMP_NUM_THREADS is set (torch already follows it); else by the model's width and the free cores."""

@@ -24,6 +24,13 @@ class Exercise:
     target: str
     task: str
     hints: tuple[str, str, str]
+    # The notebook's label when a part has more than one (part 6's GPU exercises are "6b"); None: str(part).
+    section: str | None = None
+
+    @property
+    def part_label(self) -> str:
+        """The part as the notebooks number it: "3", or "6b" for notebook 06b's exercises."""
+        return self.section or str(self.part)
 
     @property
     def location(self) -> str:
@@ -37,10 +44,10 @@ class Exercise:
         return self.hints[level - 1]
 
 
-def exercise(name: str, part: int, module: str, target: str, task: str, *hints: str) -> Exercise:
+def exercise(name: str, part: int, module: str, target: str, task: str, *hints: str, section: str | None = None) -> Exercise:
     if len(hints) != 3:
         raise ValueError(f"{name}: expected 3 hints, got {len(hints)}")
-    return Exercise(name, part, module, target, task, tuple(hints))  # type: ignore[arg-type]
+    return Exercise(name, part, module, target, task, tuple(hints), section)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)
@@ -62,6 +69,8 @@ class Mistake:
     # when a learner's failing code behaves like it (see grading/diagnosis.py).
     why: str = ""
     exercise: str | None = None  # as in @pytest.mark.exercise(...); None: the exercise whose code it rewrites
+    # How to put it right, shown after "Fix: " with the why; "" when the why already says it.
+    fix: str = ""
 
 
 @dataclass(frozen=True)

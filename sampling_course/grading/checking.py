@@ -104,12 +104,31 @@ def _show(report: CheckReport, render: Callable, display: bool, console: Console
 
 def progress(
     impl: str | None = None, *, device: str | None = None, display: bool = True, console: Console | None = None,
-    threads: int | None = None, recompute_oracle: bool = False,
+    threads: int | None = None, recompute_oracle: bool = False, reuse: bool = True, jobs: int = 1,
 ) -> CheckReport:
-    """Check every exercise and show a table of where you are, like ``rustlings list``; ``device`` as in ``check``."""
-    # The table names no mistakes, so progress skips looking for them.
-    return _show(_run(None, resolve_impl(impl), diagnose=False, device=device, threads=threads,
-                      recompute=recompute_oracle), render_progress, display, console)
+    """Check every exercise and show a table of where you are, like ``rustlings list``; ``device`` as in ``check``.
+
+    An exercise whose code, tests, course and libraries are as they were at the last ``progress``
+    keeps its verdict without running its tests again (``reuse=False`` runs them all; see
+    ``grading.verdicts``). ``jobs`` > 1 runs the rest in that many processes.
+    """
+    from sampling_course.grading.progress_run import progress_report
+    from sampling_course.grading.runner import TestsNotFoundError
+
+    impl = resolve_impl(impl)
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be an integer >= 1, got {jobs!r}")
+    try:
+        if device is not None:
+            from sampling_course.devices import pick_device
+
+            device = str(pick_device(device))
+        # The table names no mistakes, so progress skips looking for them.
+        report = progress_report(impl, device=device, threads=threads, recompute=recompute_oracle, reuse=reuse,
+                                 jobs=jobs)
+    except (StaleInstallError, TestsNotFoundError, ValueError) as exc:
+        report = CheckReport([], impl=impl, error=str(exc))
+    return _show(report, render_progress, display, console)
 
 
 class HintLevels:

@@ -26,18 +26,23 @@ from sampling_course.grading.parts import (
     part6_caches,
     part7_speculative,
     part8_structured,
+    part9_modern,
+    part10_serving,
 )
 
 __all__ = [
-    "EXERCISES", "MISTAKES", "PARTS", "PART_MODULES", "VARIANTS", "Exercise", "UnknownExerciseError", "exercise_names",
+    "EXERCISES", "MISTAKES", "PARTS", "PART_MODULES", "SECTIONS", "VARIANTS", "Exercise", "UnknownExerciseError", "exercise_names",
     "get_exercise",
 ]
 
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
 PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation, part6_caches,
-                part7_speculative, part8_structured)
+                part7_speculative, part8_structured, part9_modern, part10_serving)
 
 PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
+# The parts as the notebooks number them ("6b" is part 6's second notebook), with their titles.
+SECTIONS: dict[str, str] = {str(module.PART): module.TITLE for module in PART_MODULES}
+SECTIONS.update({label: title for module in PART_MODULES for label, title in getattr(module, "SECTIONS", {}).items()})
 
 EXERCISES: tuple[Exercise, ...] = tuple(exercise for module in PART_MODULES for exercise in module.EXERCISES)
 
@@ -73,7 +78,7 @@ def get_exercise(name: str | Exercise) -> Exercise:
     close = difflib.get_close_matches(name.strip().lower(), list(_BY_NAME), n=3, cutoff=0.5)
     suggestion = f" Did you mean {' or '.join(repr(_BY_NAME[c].name) for c in close)}?" if close else ""
     by_part = "; ".join(
-        f"part {part} ({title}): " + ", ".join(e.name for e in EXERCISES if e.part == part)
-        for part, title in PARTS.items()
+        f"part {label} ({title}): " + ", ".join(e.name for e in EXERCISES if e.part_label == label)
+        for label, title in SECTIONS.items()
     )
     raise UnknownExerciseError(f"there is no exercise called {name!r}.{suggestion} Valid names: {by_part}")

@@ -24,21 +24,28 @@ than ``TIME_LIMIT_S`` (a loop that never ends).
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import io
+import re
+import textwrap
+import tokenize
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from sampling_course.grading.catalogue import Exercise, Mistake
-from sampling_course.grading.course import MISTAKES, get_exercise
+from sampling_course.grading.course import EXERCISES, MISTAKES, get_exercise
 from sampling_course.grading.matching import Raised, exact_draws, same, seed_cpu
 from sampling_course.grading.planting import exercises_of, mistake_target, mistakes_of, planted
 from sampling_course.grading.probing import Impl, load_probes
-from sampling_course.grading.sandbox import isolated_package, substituted, terminal_like
+from sampling_course.grading.sandbox import isolated_package, resolve_target, substituted, terminal_like
 from sampling_course.grading.time_limit import TookTooLong, time_limit
 
-__all__ = ["TIME_LIMIT_S", "coverage", "describe_match", "explain", "name_mistake", "name_mistakes", "planted_output"]
+__all__ = ["TIME_LIMIT_S", "coverage", "describe_match", "explain", "helpers_of", "name_mistake", "name_mistakes",
+           "planted_output"]
 
 # A learner's probe that runs longer than this is stopped (a loop that never ends).
 TIME_LIMIT_S = 5.0
@@ -96,13 +103,65 @@ def planted_output(exercise: Exercise | str, change: Mistake | None) -> Any:
     return _OUTPUTS.get(key, _NOTHING)
 
 
+@functools.lru_cache(maxsize=None)
+def helpers_of(exercise: Exercise) -> tuple[Exercise, ...]:
+    """The exercises of the same part and file that ``exercise``'s solution calls (named in its source).
+
+    A learner's probe runs with the solutions' versions of these, so that a mistake in a
+    helper (an n-gram off by one in get_topk_non_repeating) is named on the helper, not on
+    its caller (Beams.generate). Left out: the exercise itself, the class holding it or the
+    methods it holds, and any exercise whose code holds one of this exercise's own mistakes
+    (Attention's, which only the cached forward reveals).
+    """
+    owner, attr = resolve_target(exercise, "solutions")
+    try:
+        source = inspect.getsource(getattr(owner, attr))
+    except (OSError, TypeError):
+        return ()
+    code = _code_only(source)
+    own_code = {(Path(m.file).stem, mistake_target(m)) for m in mistakes_of(exercise)}
+    helpers = []
+    for other in EXERCISES:
+        name = other.target.split(".")[-1]
+        # A method is called as .name(...), a function as name(...); a class is named anywhere.
+        pattern = rf"\.{name}\(" if "." in other.target else (rf"\b{name}\b" if name[:1].isupper() else rf"\b{name}\(")
+        related = other.module == exercise.module and (
+            other.target == exercise.target or other.target.startswith(exercise.target + ".")
+            or exercise.target.startswith(other.target + "."))
+        holds_own = any(module == other.module and target is not None
+                        and (target == other.target or target.startswith(other.target + "."))
+                        for module, target in own_code)
+        # Same part and file only: a later part's probe builds whole models and caches, where the
+        # solutions' classes would meet the learner's (a solutions' DemoTransformer handed the
+        # learner's cache) and the probe could no longer run.
+        same_lesson = other.part == exercise.part and other.module == exercise.module
+        if same_lesson and not related and not holds_own and re.search(pattern, code):
+            helpers.append(other)
+    return tuple(helpers)
+
+
+def _code_only(source: str) -> str:
+    """The source's names and operators, without comments, strings and docstrings, one space apart."""
+    tokens = tokenize.generate_tokens(io.StringIO(textwrap.dedent(source)).readline)
+    return " ".join(t.string for t in tokens if t.type in (tokenize.NAME, tokenize.OP)).replace(" . ", ".").replace(" (", "(")
+
+
+def _solutions_object(exercise: Exercise) -> Any:
+    owner, attr = resolve_target(exercise, "solutions")
+    return getattr(owner, attr)
+
+
 def _learner_output(exercise: Exercise, package: str, obj: Any) -> Any:
-    """The probe output of ``package`` (imported afresh), with ``obj`` in place of the exercise's object."""
+    """The probe output of ``package`` (imported afresh), with ``obj`` in place of the exercise's object
+    and the solutions' versions of the exercises it calls (``helpers_of``)."""
     probe = load_probes()[exercise.name]
-    with _quiet(), isolated_package(package):
-        with substituted(package, exercise, obj) if obj is not None else contextlib.nullcontext():
-            with time_limit(TIME_LIMIT_S):
-                return probe(Impl(package))
+    with _quiet(), isolated_package(package), contextlib.ExitStack() as stack:
+        for helper in helpers_of(exercise):
+            stack.enter_context(substituted(package, helper, _solutions_object(helper)))
+        if obj is not None:
+            stack.enter_context(substituted(package, exercise, obj))
+        with time_limit(TIME_LIMIT_S):
+            return probe(Impl(package))
 
 
 def name_mistakes(exercise: Exercise | str, package: str, obj: Any = None) -> list[Mistake]:
@@ -161,7 +220,8 @@ def describe_match(exercise: Exercise | str, package: str, obj: Any = None) -> s
     sentence = f"This matches a classic mistake: {explain(matches[0])}"
     for other in matches[1:]:
         sentence += f" It behaves exactly like another one: {explain(other)}"
-    return sentence
+    fixes = [m.fix.strip().rstrip(".") + "." for m in matches if m.fix.strip()]
+    return sentence + (f" Fix: {fixes[0]}" if fixes else "")
 
 
 def coverage(parts: tuple[int, ...]) -> tuple[list[tuple[Mistake, Exercise]], list[tuple[Mistake, str]]]:

@@ -45,7 +45,7 @@ from typing import Any
 from sampling_course.grading.catalogue import Mistake, Variant
 from sampling_course.grading.planting import exercises_of, mistake_target, write_package
 
-__all__ = ["Verdict", "judge", "plant_mistakes", "plant_variants", "serve"]
+__all__ = ["DOWNSTREAM_OF", "Verdict", "downstream_files", "judge", "plant_mistakes", "plant_variants", "serve"]
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -57,6 +57,8 @@ Change = Mistake | Variant
 TEST_TIMEOUT_S = 60.0
 # A worker that gives no verdict for this long is stopped (a hang outside any test's time limit).
 CHANGE_TIMEOUT_S = 1800.0
+# Parts whose correct variants are also run under the later parts' `downstream` tests (the model they run).
+DOWNSTREAM_OF = (1, 4)
 # The shipped references the tests load; the worker loads them once and watches their weights.
 SHARED_REFERENCES = ("tiny", "story", "story-draft")
 
@@ -136,12 +138,25 @@ def _selection(change: Change) -> list[str] | str:
     return [arg for e in exercises for arg in ("--exercise", e.name)] + ["-x"]
 
 
-def _run_tests(change: Change, package: str, selection: list[str]) -> tuple[int, _Reports, str]:
-    """pytest on the tests of ``selection``, in this process, grading the planted ``package``."""
+def downstream_files(change: Change) -> list[str]:
+    """For a correct variant of part 1 (the model) or 4 (the cached model): the later parts' test
+    files, whose tests marked ``downstream`` run the learner's own model and compare its numbers
+    with Hugging Face's. A learner's earlier parts are what their later parts run on, so those
+    tests must accept every correct variant too. Empty for any other change."""
+    if not isinstance(change, Variant) or change.part not in DOWNSTREAM_OF:
+        return []
+    return [str(path) for path in sorted((TESTS / "grading").glob("test_part*.py"))
+            if int("".join(c for c in path.stem.split("_")[1] if c.isdigit())) > change.part]
+
+
+def _run_tests(change: Change, package: str, selection: list[str], paths: Sequence[str] = (),
+               marks: str = "not gpt2") -> tuple[int, _Reports, str]:
+    """pytest on the tests of ``selection`` in ``paths`` (all the tests by default) carrying ``marks``,
+    in this process, grading the planted ``package``."""
     from sampling_course.grading.sandbox import isolated_package, isolated_tests
 
-    args = [str(TESTS), *selection, "--planted-impl", package, "--test-timeout", str(TEST_TIMEOUT_S),
-            "-q", "-m", "not gpt2", "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
+    args = [*(paths or [str(TESTS)]), *selection, "--planted-impl", package, "--test-timeout", str(TEST_TIMEOUT_S),
+            "-q", "-m", marks, "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
             "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly"]
     reports = _Reports()
     output = io.StringIO()
@@ -189,6 +204,15 @@ def judge(change: Change, directory: Path, package: str) -> Verdict:
     write_package(directory, change, name=package)
     try:
         code, reports, output = _run_tests(change, package, selection)
+        downstream = downstream_files(change)
+        if downstream and code == 0:
+            # The variant's own tests passed: now as the model under the later parts' checks.
+            code, later, output = _run_tests(change, package, [], downstream, "downstream and not gpt2")
+            code = 0 if code == 5 else code  # 5: no downstream test in those files
+            reports.passed += later.passed
+            reports.failed += later.failed
+            reports.stopped += later.stopped
+            reports.errors += later.errors
     finally:
         shutil.rmtree(directory / package, ignore_errors=True)
     after = _shared_state()

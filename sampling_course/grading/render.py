@@ -10,7 +10,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.grading.course import PARTS, Exercise
+from sampling_course.grading.course import EXERCISES, SECTIONS, Exercise
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -37,6 +37,11 @@ def _tests_text(result: Result) -> str:
     return text + (f" ({result.skipped} skipped)" if result.skipped else "")
 
 
+def stub_owner(stub: str) -> Exercise | None:
+    """The exercise whose code a stub's qualified name (``LayerNorm.forward``) is in; the first in course order."""
+    return next((e for e in EXERCISES if stub == e.target or stub.startswith(e.target + ".")), None)
+
+
 def render_result(result: Result) -> Panel:
     """A panel for one exercise: green done, yellow not implemented yet, red failing."""
     ex = result.exercise
@@ -45,11 +50,18 @@ def render_result(result: Result) -> Panel:
         tests = f"All {result.ran} tests" if result.ran != 1 else "The 1 test"
         body.append(Text(f"✓ {tests} passed.", style="bold green"))
         if result.skipped:
-            body.append(Text(f"({result.skipped} skipped, e.g. the real-GPT-2 tier when its weights are not cached)", style="dim"))
+            reason = (result.message or "").removeprefix("Skipped: ").strip()
+            body.append(Text(f"({result.skipped} skipped" + (f", e.g. {reason})" if reason else ")"), style="dim"))
     elif result.status == NOT_IMPLEMENTED_YET:
         stubs = ", ".join(result.stubs) or ex.target
         body.append(Text(f"… Not implemented yet: {stubs}", style="bold yellow"))
-        body.append(Text(f"Fill it in ({ex.location}), then run the check again."))
+        # A stub of another exercise that this one calls: name that exercise and its file.
+        others = [o for o in dict.fromkeys(stub_owner(stub) for stub in result.stubs) if o is not None and o != ex]
+        if others and all(stub_owner(stub) != ex for stub in result.stubs):
+            names = ", ".join(f"{o.name} ({o.location})" for o in others)
+            body.append(Text(f"{ex.name} calls {names}: fill that in first, then run the check again."))
+        else:
+            body.append(Text(f"Fill it in ({ex.location}), then run the check again."))
         body.append(Text(f"Task: {ex.task}", style="dim"))
         if result.passed:
             body.append(Text(f"{result.passed}/{result.ran} tests already pass.", style="dim"))
@@ -69,7 +81,7 @@ def render_result(result: Result) -> Panel:
             body.append(Text(f"First failure: {result.failing_test}", style="red"))
         if result.message:
             body.append(Text(_indent(result.message)))
-        if result.hint:
+        if result.hint and not result.mistake:  # a named mistake's own sentence says what to fix
             body.append(Text("Hint: ", style="bold") + Text(result.hint))
         body.append(Text(f'More hints, one level at a time: hint("{ex.name}")  or  sampling-course hint {ex.name}',
                          style="dim"))
@@ -77,7 +89,7 @@ def render_result(result: Result) -> Panel:
         body.append(Text("· No tests for this exercise yet.", style="bold blue"))
         if result.message:
             body.append(Text(f"(all {result.total} tests skipped: {result.message})", style="dim"))
-    title = f"[bold]{ex.name}[/]  [dim]part {ex.part}: {PARTS[ex.part]}[/]"
+    title = f"[bold]{ex.name}[/]  [dim]part {ex.part_label}: {SECTIONS[ex.part_label]}[/]"
     return Panel(Group(*body), title=title, title_align="left", border_style=_STYLE[result.status], expand=False)
 
 
@@ -94,9 +106,9 @@ def render_table(results: Sequence[Result], title: str | None = None) -> Table:
     table.add_column("tests", justify="right", no_wrap=True, style="dim")
     part = None
     for result in results:
-        if result.exercise.part != part:
-            part = result.exercise.part
-            table.add_row("", Text(f"Part {part}: {PARTS[result.exercise.part]}", style="bold"), "", "")
+        if result.exercise.part_label != part:
+            part = result.exercise.part_label
+            table.add_row("", Text(f"Part {part}: {SECTIONS[part]}", style="bold"), "", "")
         style = _STYLE[result.status]
         table.add_row(
             Text(f"  {_SYMBOL[result.status]}", style=style),

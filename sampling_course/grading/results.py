@@ -46,7 +46,7 @@ class Result:
     failed: int = 0  # took too long included
     not_implemented: int = 0
     skipped: int = 0
-    message: str | None = None  # the first failure's message, when failing or too long
+    message: str | None = None  # the first failure's message, when failing or too long; else the first skip's reason
     failing_test: str | None = None  # that test's id, e.g. "grading/test_part1_transformer.py::test_x[tiny]"
     stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
     hint: str | None = None  # the exercise's first hint, when failing or too long
@@ -82,6 +82,8 @@ class CheckReport:
     error: str | None = None  # why nothing could be checked (e.g. a stale `pip install .`)
     notices: list[str] = field(default_factory=list)  # caches rebuilt during the run, one line each
     broken: bool = False  # the error is a damaged file of the course itself
+    # Per exercise: the implementation's files (relative to its package) imported by the end of its tests.
+    imported: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.results) and all(r.done for r in self.results)
@@ -146,9 +148,9 @@ def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
         return Result(status=FAILING, message=first.message, failing_test=first.nodeid, hint=exercise.hints[0], **common)
     if counts["not implemented"]:
         return Result(status=NOT_IMPLEMENTED_YET, **common)
-    if counts["passed"]:
-        return Result(status=DONE, **common)
     skipped = next((o.message for o in outcomes if o.outcome == "skipped"), None)
+    if counts["passed"]:
+        return Result(status=DONE, message=skipped, **common)  # why tests were skipped, if any were
     return Result(status=NO_TESTS_YET, message=skipped, **common)
 
 

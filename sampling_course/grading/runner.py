@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
@@ -107,7 +108,9 @@ class _Collector:
     without being run. A check of untouched stubs thus takes seconds, not minutes.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, package: str = "") -> None:
+        self.package = package
+        self.imported: dict[str, set[str]] = {}  # exercise (lower case) -> files of the package imported by then
         self.exercises: dict[str, tuple[str, ...]] = {}
         self.outcomes: dict[str, TestOutcome] = {}
         self.collection_errors: list[str] = []
@@ -133,9 +136,24 @@ class _Collector:
         if report.failed:
             self.collection_errors.append(f"{report.nodeid or 'collection'}: {_short_message(report)}")
 
+    def _record_imports(self, names: tuple[str, ...]) -> None:
+        """After a test, the package's files imported so far: a superset of what the exercise's tests used."""
+        root = sys.modules.get(self.package)
+        folder = getattr(root, "__file__", None)
+        if not names or not folder:
+            return
+        folder = os.path.dirname(folder)
+        prefix = self.package + "."
+        files = {os.path.relpath(module.__file__, folder) for name, module in list(sys.modules.items())
+                 if (name == self.package or name.startswith(prefix)) and getattr(module, "__file__", None)}
+        for name in names:
+            self.imported[name.lower()] = files
+
     def pytest_runtest_logreport(self, report: Any) -> None:
         previous = self.outcomes.get(report.nodeid)
         names = self.exercises.get(report.nodeid, ())
+        if report.when == "teardown":
+            self._record_imports(names)
         presumed = self.presumed.get(report.nodeid)
         if presumed is not None:
             if previous is None:
@@ -231,7 +249,7 @@ def run_report(
 
     from sampling_course.files import NOTICES
 
-    collector = _Collector()
+    collector = _Collector(impl)
     output = io.StringIO()
     first_notice = len(NOTICES)
     # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
@@ -266,11 +284,18 @@ def run_report(
     if diagnose and any(r.status == FAILING for r in results):
         from sampling_course.grading.diagnosis import describe_match  # imports torch: only when needed
 
+        described = {r.name: describe_match(r.exercise, impl, obj) for r in results if r.status == FAILING}
+        # A named mistake comes with its own why (and fix): the exercise's first, general hint
+        # would only point elsewhere, so it gives way.
         results = [
-            dataclasses.replace(r, mistake=describe_match(r.exercise, impl, obj)) if r.status == FAILING else r
+            dataclasses.replace(r, mistake=described[r.name], hint=None if described[r.name] else r.hint)
+            if r.name in described else r
             for r in results
         ]
-    return CheckReport(results, impl=impl, collection_errors=collector.collection_errors, notices=notices)
+    imported = {e.name: frozenset(collector.imported[e.name.lower()]) for e in exercises
+                if e.name.lower() in collector.imported}
+    return CheckReport(results, impl=impl, collection_errors=collector.collection_errors, notices=notices,
+                       imported=imported)
 
 
 def run_checks(names: Sequence[str] | str | None = None, impl: str = "exercises", *, obj: Any = None) -> list[Result]:

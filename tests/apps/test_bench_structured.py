@@ -8,6 +8,8 @@ reported as an error instead of being timed.
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -35,12 +37,12 @@ def test_quick_run_measures_every_library(quick, capsys):
 
 
 def test_token_paths_end_at_eos_inside_the_language():
-    from solutions import structured
+    from solutions import token_constraint
 
     from sampling_course.reference import load_reference
 
     tokenizer = load_reference("story").tokenizer
-    constraint = structured.regex_constraint(bench.EXPRESSIONS["date"], tokenizer)
+    constraint = token_constraint.regex_constraint(bench.EXPRESSIONS["date"], tokenizer)
     for seed in range(3):
         path = bench.token_path(constraint, seed)
         assert path[-1] == tokenizer.eos_token_id and tokenizer.eos_token_id not in path[:-1]
@@ -59,3 +61,30 @@ def test_a_stepper_that_masks_the_path_is_an_error():
 
     with pytest.raises(AssertionError, match="masks token"):
         bench.per_token(Wrong, None, 10, [1, 2, 3], 1)
+
+
+def test_each_peer_is_timed_with_its_own_package_alone(monkeypatch):
+    """With outlines-core installed and xgrammar not, outlines-core is measured in full (its masking needs nothing
+    of xgrammar's), its index allows the same tokens as ours, and xgrammar is reported missing."""
+    pytest.importorskip("outlines_core")
+    monkeypatch.setitem(sys.modules, "xgrammar", None)  # `import xgrammar` now raises ImportError
+    results = bench.measure("solutions", quick=True, repeats=1)
+    assert results["peers"] == ["outlines-core"]
+    assert any(line.startswith("xgrammar: not available") for line in results["missing"])
+    for row in results["rows"]:
+        assert not row.notes, row.notes
+        assert set(row.build) == set(row.per_token) == {"ours", "outlines-core"}
+        assert row.agreement == "yes", row.agreement
+
+
+def test_the_install_line_prints_the_extra(capsys):
+    """rich reads "[bench]" as markup unless it is escaped: the printed command must keep it."""
+    from rich.console import Console
+
+    row = bench.Row("date", bench.EXPRESSIONS["date"], build={"ours": 0.1}, per_token={"ours": 1e-5})
+    results = {"vocabulary": "a [test] vocabulary", "rows": [row], "peers": [], "step": 1e-3, "step_label": "a step",
+               "trie_seconds": 0.01, "repeats": 1,
+               "missing": [f"xgrammar: not available (ImportError); install the bench extra: {bench.INSTALL_BENCH}"]}
+    bench.report(results, Console(width=300))
+    out = capsys.readouterr().out
+    assert "pip install -c constraints.txt -e '.[bench]'" in out and "a [test] vocabulary" in out

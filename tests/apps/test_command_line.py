@@ -55,7 +55,7 @@ BAD_INPUTS = [
     (["hint"], "name an exercise"),
     (["make-exercises", "--solutions", "/no/such/folder"], "--solutions must be an existing folder"),
     (["make-exercises", "--force", "--check"], "choose one"),
-    (["plant-mistakes", "--part", "9"], "--part must be an integer from 1 to"),
+    (["plant-mistakes", "--part", "11"], "--part must be an integer from 1 to"),
     (["plant-mistakes", "--jobs", "0"], "--jobs must be an integer >= 1"),
     (["bench", "--new-tokens", "0"], "--new-tokens must be an integer >= 1"),
     (["bench", "--budget", "-5"], "--budget must be a finite number > 0"),
@@ -119,6 +119,35 @@ def test_ctrl_c_ends_every_command_in_one_line(command, monkeypatch, capsys):
     assert cli.main([command]) == 130
     err = capsys.readouterr().err
     assert [line for line in err.splitlines() if line.strip()] == [f"sampling-course {command}: interrupted"]
+
+
+@pytest.mark.parametrize("command", ["bench", "demo"])
+def test_ctrl_c_whose_cleanup_fails_still_ends_in_one_line(command, monkeypatch, capsys):
+    """Ctrl-C inside an import (torch's, in a command's first seconds) can make the cleanup that runs
+    next fail on the half-imported module; that error replaces the KeyboardInterrupt. It is still
+    an interruption: one line and 130, not a traceback and 1."""
+
+    def interrupted_then_broken(name):
+        try:
+            raise KeyboardInterrupt
+        finally:
+            raise AttributeError("partially initialized module 'torch' has no attribute 'set_num_threads'")
+
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted_then_broken)
+    assert cli.main([command]) == 130
+    err = capsys.readouterr().err
+    assert [line for line in err.splitlines() if line.strip()] == [f"sampling-course {command}: interrupted"]
+
+
+def test_an_error_of_its_own_is_not_taken_for_ctrl_c(monkeypatch):
+    """Only an error raised while a KeyboardInterrupt was handled counts as one: others still raise."""
+
+    def broken(name):
+        raise AttributeError("a bug")
+
+    monkeypatch.setattr(cli.importlib, "import_module", broken)
+    with pytest.raises(AttributeError, match="a bug"):
+        cli.main(["bench"])
 
 
 @pytest.mark.slow

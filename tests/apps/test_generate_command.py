@@ -125,7 +125,7 @@ def test_cli_repl_settings_and_ctrl_c(cli, monkeypatch, capsys):
     assert "stopped" in out
     assert expected_text("The cat", 8, temperature=0.0) in out
     assert "/quit" in out  # from /help
-    assert len(calls) == 2 and calls[1]["temperature"] == 0.0
+    assert len(calls) == 2 and calls[1]["settings"].temperature == 0.0
 
 
 CLI = [sys.executable, "-c", "import sys; from sampling_course.apps.cli import main; sys.exit(main())", "generate"]
@@ -187,3 +187,43 @@ def test_cli_beam_search_with_length_penalty(cli, monkeypatch, capsys):
                                    "--length-penalty", "2", "--early-stopping", "never"], monkeypatch, capsys)
     assert code == 0, err
     assert out == best + "\n"
+
+
+def test_cli_says_whose_code_it_runs(cli, monkeypatch, capsys):
+    """Without --impl the course's solutions run, and the command says so (on stderr: piped text stays clean)."""
+    monkeypatch.delenv("SAMPLING_COURSE_IMPL", raising=False)
+    argv = ["--model", "tiny", "--prompt", "The cat", "--max-new-tokens", "3", "--temperature", "0"]
+    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
+    assert code == 0, err
+    assert "running the course's solutions (solutions/); --impl exercises runs your code" in err
+    assert "solutions" not in out
+
+
+def test_cli_logprobs_prints_each_tokens_logprob_and_the_top_tokens(cli, monkeypatch, capsys):
+    """--logprobs 2: after the text, one line per new token with its log-probability under the model and the
+    model's two most likely tokens, as generate(logprobs=2) reports them (the model's own log_softmax, here)."""
+    import torch
+
+    from sampling_course.reference import load_reference
+    from solutions import transformer
+
+    argv = ["--model", "tiny", "--impl", "solutions", "--prompt", "The cat", "--max-new-tokens", "4", "--seed", "5",
+            "--top-k", "5", "--logprobs", "2"]
+    code, out, err = run_cli(cli, argv, monkeypatch, capsys)
+    assert code == 0, err
+    ref = load_reference("tiny")
+    model = load_demo(ref, transformer)
+    text, *rows = out.rstrip("\n").split("\n")
+    assert text == expected_text("The cat", 4, seed=5, top_k=5)
+    ids = ref.tokenizer.encode(text)
+    n_prompt = len(ref.tokenizer.encode("The cat"))
+    with torch.no_grad():
+        logprobs = model(torch.tensor([ids])).log_softmax(dim=-1)[0]
+    assert len(rows) == len(ids) - n_prompt
+    for step, row in enumerate(rows):
+        position = n_prompt + step - 1
+        token = ids[position + 1]
+        best = logprobs[position].topk(2)
+        expected = (f"  {ref.tokenizer.decode([token])!r} {float(logprobs[position, token]):.3f}   top: "
+                    + ", ".join(f"{ref.tokenizer.decode([int(t)])!r} {float(v):.3f}" for t, v in zip(best.indices, best.values)))
+        assert row == expected

@@ -25,7 +25,7 @@ from sampling_course.grading import compare as compare_module
 from sampling_course.apps.course_commands import check_main, hint_main
 from sampling_course.grading.checking import check, hint
 from sampling_course.grading.compare import compare
-from sampling_course.grading.render import render_progress
+from sampling_course.grading.render import render_progress, render_result
 from sampling_course.grading.results import (
     DONE,
     FAILING,
@@ -50,16 +50,19 @@ COURSE_ORDER = [
     "sample_top_p", "sample_next_token", "sample",
     "Beams.generate", "Beams.get_topk_non_repeating", "Beams.filter", "beam_search", "BeamHypotheses",
     "KeyValueCache", "cached_forward", "cached_sample", "cached_beam_search",
-    "top_k_filter", "top_p_filter", "min_p_filter", "typical_filter", "epsilon_filter", "eta_filter",
-    "top_n_sigma_filter", "xtc_filter", "warp_logits", "batched_sample", "mirostat_step", "apply_repetition_penalty",
-    "apply_presence_and_frequency_penalty", "apply_dry_penalty", "ban_bad_words", "left_pad", "position_ids_from_mask",
-    "masked_forward", "padded_forward", "generate", "StopStringCriteria", "TextStreamer",
+    "left_pad", "position_ids_from_mask", "masked_forward", "padded_forward", "top_k_filter", "top_p_filter",
+    "min_p_filter", "warp_logits", "batched_sample", "generate", "StopStringCriteria", "TextStreamer",
+    "typical_filter", "epsilon_filter", "eta_filter", "top_n_sigma_filter", "xtc_filter", "mirostat_step",
+    "apply_repetition_penalty", "apply_presence_and_frequency_penalty", "apply_dry_penalty", "ban_bad_words",
     "fuse_qkv", "StaticKeyValueCache.update", "StaticKeyValueCache.reorder", "fast_forward", "SinkCache.positions",
     "SinkCache.update", "fixed_shape_step", "race_sample", "decode_loop",
     "filtered_probs", "draft_tokens", "residual_probs", "accept_or_resample", "crop_cache", "speculative_round",
     "prompt_lookup",
     "token_bytes", "walk_token", "build_index", "TokenConstraint", "constrained_generate", "schema_to_regex",
     "exact_laws", "kl_divergence",
+    "RMSNorm", "Rotary", "GroupedQueryAttention", "SwiGLU", "LlamaTransformer", "rerotate",
+    "RotatingSinkCache.make_room",
+    "BlockPool", "BlockTable", "Scheduler.schedule",
 ]
 
 
@@ -102,7 +105,7 @@ def test_registry_is_in_course_order():
     """EXERCISES lists every exercise once, in course order, with the parts in sequence."""
     assert [e.name for e in EXERCISES] == COURSE_ORDER
     parts = [e.part for e in EXERCISES]
-    assert parts == sorted(parts) and set(parts) == set(PARTS) == {1, 2, 3, 4, 5, 6, 7, 8}
+    assert parts == sorted(parts) and set(parts) == set(PARTS) == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
 
 
 def test_every_marker_names_a_registered_exercise():
@@ -204,6 +207,30 @@ def test_progress_overview_counts_done_exercises():
     assert all(e.name in text for e in EXERCISES)
 
 
+def test_progress_lists_part_6b_as_6b():
+    """Notebook 06b's exercises appear under "Part 6b", not under part 6."""
+    console = recording_console()
+    console.print(render_progress(CheckReport([summarize(e, []) for e in EXERCISES])))
+    text = console.export_text()
+    assert "Part 6b: Fast decoding on a GPU" in text
+    assert text.index("Part 6b") < text.index("race_sample") < text.index("Part 7")
+    assert text.index("SinkCache.update") < text.index("Part 6b")
+
+
+def test_a_stub_of_another_exercise_is_named_with_its_own_file():
+    """An exercise whose test runs into another exercise's stub says which exercise and file to fill in."""
+    result = summarize(get_exercise("Beams.generate"),
+                       [_outcome("not implemented", "x", "Beams.get_topk_non_repeating")])
+    console = recording_console()
+    console.print(render_result(result))
+    text = " ".join(console.export_text().split())
+    assert "Beams.get_topk_non_repeating (exercises/beams.py: Beams.get_topk_non_repeating)" in text
+    assert "exercises/beams.py: Beams.generate" not in text
+    own = summarize(get_exercise("LayerNorm"), [_outcome("not implemented", "x", "LayerNorm.forward")])
+    console.print(render_result(own))
+    assert "Fill it in (exercises/transformer.py: LayerNorm)" in " ".join(console.export_text().split())
+
+
 # ---------------------------------------------------------------------------------------
 # Running the checks (nested, in-process pytest)
 # ---------------------------------------------------------------------------------------
@@ -264,7 +291,9 @@ def test_check_with_an_object_from_the_notebook():
     assert not bad and result.status == FAILING
     assert "differs from the reference" in result.message
     text = console.export_text()
-    assert "differs from the reference" in text and "Hint:" in text and get_exercise("LayerNorm").hints[0][:40] in text
+    assert "differs from the reference" in text and "This matches a classic mistake" in text
+    # The named mistake's own why replaces the exercise's general first hint.
+    assert result.hint is None and get_exercise("LayerNorm").hints[0][:40] not in text
 
 
 @pytest.mark.slow

@@ -114,7 +114,7 @@ def one_line_naming(info, *names: str) -> None:
 
 
 def test_tokens_on_another_device_than_the_model(meta_model):
-    with pytest.raises(DeviceMismatchError, match="the tokens is on cpu but the model is on meta") as info:
+    with pytest.raises(DeviceMismatchError, match="the tokens are on cpu but the model is on meta") as info:
         meta_model(torch.zeros(1, 3, dtype=torch.long))
     one_line_naming(info, "cpu", "meta")
     mask = torch.ones(1, 3, dtype=torch.long)
@@ -123,7 +123,7 @@ def test_tokens_on_another_device_than_the_model(meta_model):
 
 
 def test_an_empty_cache_follows_the_model_and_a_filled_one_must_be_there(meta_model):
-    kvc = Impl("solutions").transformer.KeyValueCache
+    kvc = Impl("solutions").kv_cache.KeyValueCache
     tokens = torch.zeros(2, 3, dtype=torch.long, device="meta")
     logits, cache = meta_model(tokens, kvc.new_empty(SMALL, batch=2))  # made on the CPU, empty: it moves
     assert cache.device.type == "meta" and cache.seq_len == 3 and logits.shape == (2, 3, SMALL.d_vocab)
@@ -135,15 +135,16 @@ def test_an_empty_cache_follows_the_model_and_a_filled_one_must_be_there(meta_mo
 
 def test_part_6_caches_follow_the_model_unless_told_a_device(meta_model):
     caches = Impl("solutions").caches
+    sink_cache = Impl("solutions").sink_cache
     tokens = torch.zeros(1, 3, dtype=torch.long, device="meta")
     static = caches.StaticKeyValueCache.new_empty(SMALL, max_len=8)
-    sink = caches.SinkCache.new_empty(SMALL, window_length=6)
+    sink = sink_cache.SinkCache.new_empty(SMALL, window_length=6)
     for cache in (static, sink):
         assert cache.device == torch.device("cpu")  # the course's device here
         logits, same = meta_model(tokens, cache)
         assert same is cache and cache.device.type == "meta" and logits.shape == (1, 3, SMALL.d_vocab)
     for cache in (caches.StaticKeyValueCache.new_empty(SMALL, max_len=8, device="cpu"),
-                  caches.SinkCache.new_empty(SMALL, window_length=6, device="cpu")):
+                  sink_cache.SinkCache.new_empty(SMALL, window_length=6, device="cpu")):
         with pytest.raises(DeviceMismatchError, match=f"the {type(cache).__name__} is on cpu but the model is on meta") as info:
             meta_model(tokens, cache)
         one_line_naming(info, "cpu", "meta")
@@ -153,7 +154,7 @@ def test_a_cache_in_another_dtype_follows_or_is_refused():
     solutions = Impl("solutions")
     model = solutions.transformer.DemoTransformer(SMALL).to(torch.bfloat16)
     tokens = torch.zeros(1, 3, dtype=torch.long)
-    _, dynamic = model(tokens, solutions.transformer.KeyValueCache.new_empty(SMALL))
+    _, dynamic = model(tokens, solutions.kv_cache.KeyValueCache.new_empty(SMALL))
     _, static = model(tokens, solutions.caches.StaticKeyValueCache.new_empty(SMALL, max_len=8))
     assert dynamic.dtype == static.buffer.dtype == torch.bfloat16
     told = solutions.caches.StaticKeyValueCache.new_empty(SMALL, max_len=8, dtype=torch.float32)
@@ -165,19 +166,19 @@ def test_a_generator_on_another_device_than_the_logits():
     solutions = Impl("solutions")
     logits = torch.zeros(2, 5, device="meta")
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu but the model is on meta") as info:
-        solutions.generate.sample(logits, generator=torch.Generator())
+        solutions.batched_sampling.sample(logits, generator=torch.Generator())
     one_line_naming(info, "torch.Generator(device='meta')")
     p, q = torch.full((2, 5), 0.2, device="meta"), torch.full((1, 5), 0.2, device="meta")
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu"):
         solutions.speculative.accept_or_resample(p, q, torch.zeros(1, dtype=torch.long, device="meta"), torch.Generator())
     with pytest.raises(TypeError, match="generator must be a torch.Generator"):
-        solutions.generate.sample(torch.zeros(2, 5), generator=7)
+        solutions.batched_sampling.sample(torch.zeros(2, 5), generator=7)
 
 
 def test_draft_tokens_refuses_a_prompt_or_generator_away_from_the_draft(meta_model):
     speculative = Impl("solutions").speculative
-    kvc = Impl("solutions").transformer.KeyValueCache
-    with pytest.raises(DeviceMismatchError, match="the tokens is on cpu but the model is on meta"):
+    kvc = Impl("solutions").kv_cache.KeyValueCache
+    with pytest.raises(DeviceMismatchError, match="the tokens are on cpu but the model is on meta"):
         speculative.draft_tokens(meta_model, torch.zeros(3, dtype=torch.long), kvc.new_empty(SMALL), 2)
     with pytest.raises(DeviceMismatchError, match="the generator is on cpu"):
         speculative.draft_tokens(meta_model, torch.zeros(3, dtype=torch.long, device="meta"), kvc.new_empty(SMALL), 2,
@@ -299,7 +300,7 @@ def test_notebook_helpers_run_when_torchs_default_device_is_another(tiny_demo, i
         assert long_text_results.smoothed_nll(nll, width=8).device.type == "cpu"
         assert long_text_nll.full_attention_nll(tiny_demo, tokens).device.type == "cpu"  # results on the CPU
         assert bench_gpu.eager_step_costs(tiny_demo, impl.caches, batches=(1,), context=4, repeats=1)[0].ms > 0
-        assert len(time_per_token(tiny_demo, impl.transformer.KeyValueCache, [4, 8], repeats=1)["cached"]) == 2
+        assert len(time_per_token(tiny_demo, impl.kv_cache.KeyValueCache, [4, 8], repeats=1)["cached"]) == 2
 
 
 # ---------------------------------------------------------------------------------------

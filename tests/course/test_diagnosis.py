@@ -87,7 +87,7 @@ def learner_package(tmp_path_factory):
 def test_every_mistake_of_every_part_has_an_exercise_with_a_probe():
     assert not UNNAMED, f"mistakes that cannot be named: {[(m.name, why) for m, why in UNNAMED]}"
     assert {m for m, _ in PROBED} == set(MISTAKES)
-    assert COURSE_PARTS == (1, 2, 3, 4, 5, 6, 7, 8)
+    assert COURSE_PARTS == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 
 
 def test_every_exercise_with_planted_mistakes_has_a_probe():
@@ -210,6 +210,30 @@ def test_a_mistake_in_another_exercise_is_not_blamed_here(learner_package):
     assert name_mistake("LayerNorm", package) == _mistake("LayerNorm with unbiased variance")
 
 
+@pytest.mark.parametrize("mistake, helper, caller", [
+    ("n-gram window of n tokens instead of n - 1", "Beams.get_topk_non_repeating", "Beams.generate"),
+    ("n-gram blocking misses the last n-gram", "Beams.get_topk_non_repeating", "Beams.generate"),
+    ("top-p cutoff exclusive instead of inclusive", "sample_top_p", "sample_next_token"),
+    ("LayerNorm eps outside the sqrt", "LayerNorm", "TransformerBlock"),
+])
+def test_a_mistake_in_a_helper_is_named_on_the_helper_not_its_caller(learner_package, mistake, helper, caller):
+    """The caller's probe runs with the solutions' helper (helpers_of), so the helper's mistake
+    is not blamed on the caller (a generate that does pass no_repeat_ngram_size on was once
+    told it did not)."""
+    assert get_exercise(helper) in diagnosis.helpers_of(get_exercise(caller))
+    package = learner_package(_mistake(mistake))
+    assert name_mistake(helper, package) == _mistake(mistake)
+    assert name_mistake(caller, package) is None
+
+
+def test_a_named_mistake_comes_with_its_own_fix(learner_package):
+    """The sentence says the mistake's why and then its fix, not the exercise's general first hint."""
+    mistake = _mistake("n-gram window of n tokens instead of n - 1")
+    assert mistake.fix
+    sentence = describe_match("Beams.get_topk_non_repeating", learner_package(mistake))
+    assert sentence == f"This matches a classic mistake: {explain(mistake)} Fix: {mistake.fix}."
+
+
 class FunctionalLayerNorm(torch.nn.Module):
     """A correct LayerNorm in another style: torch's own layer_norm."""
 
@@ -298,15 +322,15 @@ def test_mistakes_are_named_when_torchs_default_device_is_another():
 # Parts 5-7: mistakes written in other styles than the planted ones, and correct code in other styles.
 
 
-def top_p_filter_exclusive(logits, top_p):
+def top_p_filter_exclusive(logits, top_p, min_tokens_to_keep=1):
     """The exclusive cutoff, spelled as "keep while the running total, this token included, is <= top_p"."""
     probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
     keep = probs.cumsum(dim=-1) <= top_p
-    keep[:, 0] = True
+    keep[:, :min_tokens_to_keep] = True
     return logits.masked_fill(~keep.gather(1, order.argsort(dim=1)), -1e10)
 
 
-def min_p_filter_unscaled(logits, min_p):
+def min_p_filter_unscaled(logits, min_p, min_tokens_to_keep=1):
     return torch.where(logits.softmax(dim=-1) >= min_p, logits, torch.finfo(logits.dtype).min)
 
 
@@ -331,20 +355,20 @@ def accept_or_resample_from_p(p, q, proposals, generator=None):
     return torch.cat([proposals, _draw(p[-1], generator)])
 
 
-def sample_gumbel(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, use_generator=True, **chain):
+def sample_gumbel(logits, settings=None, generator=None, use_generator=True, **changes):
     """A correct sample in another style: the Gumbel-max trick on the warped logits."""
-    if temperature == 0:
+    sampling = importlib.import_module("solutions.batched_sampling")
+    settings = sampling.SamplerSettings.of(settings, **changes)
+    if settings.temperature == 0:
         return logits.argmax(dim=-1)
     generator = generator if use_generator else None
-    warped = importlib.import_module("solutions.generate").warp_logits(
-        logits, temperature, top_k, top_p, min_p, generator=generator, **chain
-    )
+    warped = sampling.warp_logits(logits, settings, generator)
     u = torch.rand(warped.shape, generator=generator)
     return (warped - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)
 
 
-def sample_gumbel_ignoring_the_generator(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, generator=None, **chain):
-    return sample_gumbel(logits, temperature, top_k, top_p, min_p, generator, use_generator=False, **chain)
+def sample_gumbel_ignoring_the_generator(logits, settings=None, generator=None, **changes):
+    return sample_gumbel(logits, settings, generator, use_generator=False, **changes)
 
 
 @pytest.mark.parametrize("exercise, obj, mistake", [

@@ -68,11 +68,33 @@ def test_the_cycle_check_can_fail():
         tuple(TopologicalSorter({"a": {"b"}, "b": {"a"}}).static_order())
 
 
-def test_no_module_is_too_long():
-    """Every module of the package fits in 500 lines, so it can be read in one sitting."""
-    long = {str(p.relative_to(PACKAGE.parent)): n for p in PACKAGE.rglob("*.py")
-            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
-    assert not long, f"modules over {MAX_LINES} lines (split them by concept): {long}"
+ROOT = PACKAGE.parent
+# The folders whose files a reader reads whole: the package, the solutions and the stubs made from them.
+READ_WHOLE = (PACKAGE, ROOT / "solutions", ROOT / "exercises")
+# Files allowed past the limit, named one by one (docs/design.md lists them too). None today: a file
+# that grows past the limit is split by concept, or named here with its reason.
+LONG_FILES: set[str] = set()
+
+
+def _line_counts() -> dict[str, int]:
+    """Lines of every .py file under READ_WHOLE, by its path from the checkout's root."""
+    return {p.relative_to(ROOT).as_posix(): len(p.read_text(encoding="utf-8").splitlines())
+            for folder in READ_WHOLE for p in sorted(folder.rglob("*.py"))}
+
+
+def test_no_file_is_too_long():
+    """Every file of the package, solutions/ and exercises/ fits in 500 lines, so it can be read in
+    one sitting; only the files named in LONG_FILES may be longer."""
+    long = {path: n for path, n in _line_counts().items() if n > MAX_LINES and path not in LONG_FILES}
+    assert not long, f"files over {MAX_LINES} lines (split them by concept): {long}"
+
+
+def test_every_long_file_exception_is_still_needed():
+    """An exception names a file that exists and is still over the limit: once a file is split,
+    its entry goes, so the rule covers it again."""
+    counts = _line_counts()
+    stale = sorted(path for path in LONG_FILES if counts.get(path, 0) <= MAX_LINES)
+    assert not stale, f"remove from LONG_FILES (missing, or now within {MAX_LINES} lines): {stale}"
 
 
 def test_no_private_names_cross_modules():

@@ -7,6 +7,7 @@ The in-process judgements use part 2's ``greedy_search``, whose tests take about
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 import torch
@@ -37,10 +38,10 @@ def test_a_mistake_runs_its_exercises_tests_and_stops_at_the_first_failure():
 
 def test_a_mistake_in_no_exercises_code_is_not_caught_and_says_why():
     """Through a real worker process (which, with no test to run, never imports torch)."""
-    nowhere = Mistake(1, "given code", "transformer.py", "def check_cache_fits(", "def check_cache_fits(")
+    nowhere = Mistake(1, "given code", "transformer.py", "def check_tokens(", "def check_tokens(")
     [verdict] = mistakes.plant_mistakes([nowhere])
     assert not verdict.ok
-    assert verdict.detail == "its code (check_cache_fits) belongs to no part-1 exercise"
+    assert verdict.detail == "its code (check_tokens) belongs to no part-1 exercise"
 
 
 @pytest.fixture
@@ -68,3 +69,18 @@ def test_a_run_that_changes_the_shared_state_is_not_trusted(planted_home):
     finally:
         torch.set_grad_enabled(True)
     assert verdict.disturbed
+
+
+def test_model_variants_also_run_the_later_parts_downstream_tests():
+    """A correct variant of part 1 or 4 is the model the later parts run on: the planter also runs the
+    later parts' tests marked `downstream` on it (and only the later parts'). Other changes do not."""
+    from sampling_course.grading.course import VARIANTS
+
+    layer_norm = next(v for v in VARIANTS if v.exercise == "LayerNorm")
+    files = [path.rsplit("/", 1)[-1] for path in mistakes.downstream_files(layer_norm)]
+    assert "test_part3_beams.py" in files and "test_part2_sampling.py" in files
+    assert not any(name.startswith("test_part1_") for name in files)
+    cache = next(v for v in VARIANTS if v.part == 4)
+    parts = [int(re.match(r"test_part(\d+)", p.rsplit("/", 1)[-1]).group(1)) for p in mistakes.downstream_files(cache)]
+    assert parts and all(part > 4 for part in parts)
+    assert mistakes.downstream_files(GREEDY_AS_IS) == [] and mistakes.downstream_files(GREEDY_MISTAKE) == []

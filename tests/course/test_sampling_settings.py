@@ -53,7 +53,7 @@ def message(settings: dict) -> str:
 
 def part5(settings: dict):
     """Part 5's ``sample`` on a batch of one row."""
-    return impl_module("generate", "solutions").sample(LOGITS[None], **settings)
+    return impl_module("batched_sampling", "solutions").sample(LOGITS[None], **settings)
 
 
 def part7(settings: dict):
@@ -96,9 +96,9 @@ def test_both_parts_accept_the_same_settings(settings):
 
 def test_top_k_beyond_the_vocabulary_filters_nothing():
     """As in Hugging Face: more than the vocabulary keeps every token, in both parts."""
-    generate = impl_module("generate", "solutions")
+    sampling = impl_module("batched_sampling", "solutions")
     everything = dict(top_k=len(LOGITS) + 1)
-    torch.testing.assert_close(generate.warp_logits(LOGITS[None], **everything), generate.warp_logits(LOGITS[None]))
+    torch.testing.assert_close(sampling.warp_logits(LOGITS[None], **everything), sampling.warp_logits(LOGITS[None]))
     torch.testing.assert_close(part7(everything), part7({}))
 
 

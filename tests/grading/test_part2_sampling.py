@@ -145,10 +145,29 @@ def as_token(value, what: str = "the method") -> int:
     return value
 
 
+def assert_left_alone(given: torch.Tensor, original: torch.Tensor, name: str) -> None:
+    """``given`` (the tensor handed to ``name``) still equals ``original``: nothing was written into it.
+
+    A caller keeps using its logits after a filter or penalty (part 5 reports their
+    log-probabilities), so a method that writes -inf or a penalty into its argument
+    corrupts them. Hugging Face's tests check the same of every logits processor.
+    """
+    assert torch.equal(given, original), (
+        f"{name} changed the tensor it was given (in place); work on a copy, or use out-of-place "
+        f"operations (masked_fill, not masked_fill_ or logits[...] = ...)"
+    )
+
+
 def draws_of(method, logits: torch.Tensor, n: int, *args, **kwargs) -> torch.Tensor:
-    """``n`` calls of ``method`` on (a fresh copy of) one position's logits: a (n,) tensor of token ids."""
+    """``n`` calls of ``method`` on one copy of one position's logits: a (n,) tensor of token ids.
+
+    The copy must be left as it was (``assert_left_alone``).
+    """
     name = getattr(method, "__name__", "the method")
-    return torch.tensor([as_token(method(logits.clone(), *args, **kwargs), name) for _ in range(n)])
+    given = logits.clone()
+    draws = torch.tensor([as_token(method(given, *args, **kwargs), name) for _ in range(n)])
+    assert_left_alone(given, logits, name)
+    return draws
 
 
 def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, alpha: float = ALPHA) -> None:
@@ -239,7 +258,9 @@ def test_apply_temperature_matches_hf(Sampler, oracle, temperature):
     for logits in (LOGITS, LOGITS_2):
         expected = oracle(hf_processor, "TemperatureLogitsWarper", dict(temperature=temperature),
                           torch.zeros(1, 1, dtype=torch.long), logits[None])[0]
-        actual = Sampler.apply_temperature(logits.clone(), temperature)
+        given = logits.clone()
+        actual = Sampler.apply_temperature(given, temperature)
+        assert_left_alone(given, logits, "apply_temperature")
         torch.testing.assert_close(actual, expected)
         torch.testing.assert_close(actual, logits / temperature)
 
@@ -269,7 +290,9 @@ def test_frequency_penalty_is_per_occurrence(Sampler, penalty):
     input_ids = [4, 7, 4, 1, 4, 7, 9]  # 4 three times, 7 twice, 1 and 9 once
     logits = torch.linspace(-2, 2, 12)
     expected = logits.double() - penalty * counts_of(input_ids, 12)
-    actual = Sampler.apply_frequency_penalty(torch.tensor(input_ids), logits.clone(), penalty)
+    given = logits.clone()
+    actual = Sampler.apply_frequency_penalty(torch.tensor(input_ids), given, penalty)
+    assert_left_alone(given, logits, "apply_frequency_penalty")
     torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
     assert actual[4].item() == pytest.approx(logits[4].item() - 3 * penalty, abs=1e-5)
 
@@ -282,7 +305,9 @@ def test_frequency_penalty_on_a_real_vocabulary(Sampler, tiny):
     input_ids = torch.randint(0, 40, (60,), generator=generator)  # plenty of repeats
     logits = torch.randn(d_vocab, generator=generator)
     expected = logits.double() - 0.5 * counts_of(input_ids.tolist(), d_vocab)
-    actual = Sampler.apply_frequency_penalty(input_ids, logits.clone(), 0.5)
+    given = logits.clone()
+    actual = Sampler.apply_frequency_penalty(input_ids, given, 0.5)
+    assert_left_alone(given, logits, "apply_frequency_penalty")
     assert actual.shape == logits.shape
     torch.testing.assert_close(actual.double(), expected, atol=1e-5, rtol=1e-5)
 
@@ -586,6 +611,7 @@ def hf_generate(oracle, reference, prompt: str, max_new_tokens: int, **kwargs) -
     return reference.tokenizer.decode(oracle(hf_generate_ids, reference, prompt, max_new_tokens, **kwargs))
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("sample")
 @pytest.mark.parametrize("prompt", PROMPTS)
 def test_sample_greedy_matches_hf_generate(Sampler, parity_demo, parity_reference, oracle, prompt):

@@ -28,7 +28,7 @@ import pytest
 import torch
 
 from doubles import BigramModel
-from sampling_course.implementation import load_demo
+from sampling_course.implementation import Impl, load_demo
 from sampling_course.reference import load_reference
 
 
@@ -38,6 +38,15 @@ def assert_close(actual, expected, **kwargs):
 
 # Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
 ATOL = 1e-4
+# ... but downstream of the learner's own model the gap grows with the value: every token's
+# log-prob carries that model's float32 rounding (LayerNorm by rsqrt or by 1 / sqrt, fused or
+# looped attention: up to ~1e-5 apart per token), a sum of L of them about L times that, and
+# a length-normalised score scales the sum by L ** -length_penalty (x L at length_penalty = -1,
+# where scores reach -90 and a correct model was measured 1.09e-4 from Hugging Face). So sums
+# and scores compared with Hugging Face's are also allowed a relative 1e-5 of their size,
+# still far below what any classic mistake moves them (a token more or less changes a score
+# by a tenth or more).
+RTOL = 1e-5
 
 
 # The oracle's functions: each runs live once through the ``oracle`` fixture, then is read back.
@@ -191,8 +200,14 @@ def test_generate_from_a_prompt_then_again(impl, tiny, tiny_demo, oracle):
 
 
 @pytest.mark.exercise("Beams.generate")
-def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle):
-    """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking."""
+def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle, monkeypatch):
+    """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking.
+
+    generate's job is to pass no_repeat_ngram_size on to get_topk_non_repeating, the next
+    exercise: so this runs with the solutions' get_topk_non_repeating, and grades generate
+    alone whether or not get_topk_non_repeating is written yet (and whether it is right).
+    """
+    monkeypatch.setattr(impl.beams.Beams, "get_topk_non_repeating", Impl("solutions").beams.Beams.get_topk_non_repeating)
     start = torch.tensor([tiny.tokenizer.encode("When I was")])
     # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
     seq = oracle(greedy_continuation, tiny, start, 30)[0]
@@ -492,11 +507,12 @@ def hf_beam_search(reference, prompt: str, num_beams: int, max_new_tokens: int, 
 def assert_same_beams(actual, expected):
     assert isinstance(actual, list) and all(isinstance(p, tuple) and len(p) == 2 for p in actual)
     assert [text for _, text in actual] == [text for _, text in expected], "different beams or order than HF"
-    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=ATOL), (
+    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], rel=RTOL, abs=ATOL), (
         "summed log-probs differ from Hugging Face's sequences_scores"
     )
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("beam_search")
 @pytest.mark.parametrize("ngram", [None, 2], ids=["no-ngram-block", "ngram-2"])
 @pytest.mark.parametrize("num_beams", [2, 4])
@@ -529,30 +545,37 @@ CLASSIC_ASSERT = (ValueError, AssertionError)
 
 
 @pytest.mark.exercise("beam_search")
+def test_beam_search_rejects_more_returns_than_beams(tiny_sampler):
+    """The classic method's one precondition, num_return_sequences <= num_beams: a ValueError naming
+    it, or the classic ``assert num_return_sequences <= num_beams``."""
+    with pytest.raises(CLASSIC_ASSERT) as raised:
+        tiny_sampler.beam_search("When I was", num_return_sequences=3, num_beams=2, max_new_tokens=3)
+    if raised.type is not AssertionError:  # a bare assert has no message to name the argument
+        raised.match("num_return_sequences")
+
+
+# Not graded as the learner's (no exercise marker): these checks are given code, above the
+# learner's region, and a learner who writes beam_search whole (as the classic course's
+# notebook has it) need not repeat them. They check the course's own beam_search.
 @pytest.mark.parametrize(
-    "kwargs, match, errors",
+    "kwargs, match",
     [
-        (dict(num_return_sequences=3, num_beams=2), "num_return_sequences", CLASSIC_ASSERT),
-        (dict(num_return_sequences=0, num_beams=2), "num_return_sequences", ValueError),
-        (dict(num_return_sequences=1, num_beams=0), "num_beams", ValueError),
-        (dict(max_new_tokens=-1), "max_new_tokens", ValueError),
-        (dict(prompt=""), "prompt", ValueError),
-        (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size", ValueError),
-        (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size", ValueError),
-        (dict(max_new_tokens=200), "n_ctx", ValueError),
+        (dict(num_return_sequences=0, num_beams=2), "num_return_sequences"),
+        (dict(num_return_sequences=1, num_beams=0), "num_beams"),
+        (dict(max_new_tokens=-1), "max_new_tokens"),
+        (dict(prompt=""), "prompt"),
+        (dict(no_repeat_ngram_size=0), "no_repeat_ngram_size"),
+        (dict(no_repeat_ngram_size=-2), "no_repeat_ngram_size"),
+        (dict(max_new_tokens=200), "n_ctx"),
     ],
-    ids=["more-returns-than-beams", "zero-returns", "zero-beams", "negative-steps", "empty-prompt", "ngram-0",
-         "ngram-negative", "past-n_ctx"],
+    ids=["zero-returns", "zero-beams", "negative-steps", "empty-prompt", "ngram-0", "ngram-negative", "past-n_ctx"],
 )
-def test_beam_search_rejects_bad_arguments(tiny_sampler, kwargs, match, errors):
-    """Bad arguments raise a ValueError naming the argument; more returns than beams may also
-    fail the classic way, on ``assert num_return_sequences <= num_beams``."""
+def test_beam_search_rejects_bad_arguments(tiny_sampler, kwargs, match):
+    """Bad arguments raise a ValueError naming the argument."""
     args = dict(prompt="When I was", num_return_sequences=1, num_beams=2, max_new_tokens=3)
     args.update(kwargs)
-    with pytest.raises(errors) as raised:
+    with pytest.raises(ValueError, match=match):
         tiny_sampler.beam_search(**args)
-    if raised.type is not AssertionError:  # a bare assert has no message to name the argument
-        raised.match(match)
 
 
 # ---------------------------------------------------------------------------------------
@@ -664,6 +687,7 @@ def normalised_beam_case(reference_name: str, oracle):
     return reference, prompt, oracle(hf_second_likeliest, reference, prompt), 12
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("BeamHypotheses")
 @pytest.mark.parametrize("reference_name", ["tiny", "story"])
 def test_length_normalised_beam_search_matches_hf(impl, reference_name, oracle):
@@ -682,7 +706,7 @@ def test_length_normalised_beam_search_matches_hf(impl, reference_name, oracle):
                 f"length_penalty={length_penalty}, early_stopping={early_stopping!r}: different beams or order than "
                 f"Hugging Face.\nyours: {[t for _, t in actual]}\nHF:    {[t for _, t in expected]}"
             )
-            assert [s for s, _ in actual] == pytest.approx([s for s, _ in expected], abs=ATOL), (
+            assert [s for s, _ in actual] == pytest.approx([s for s, _ in expected], rel=RTOL, abs=ATOL), (
                 f"length_penalty={length_penalty}, early_stopping={early_stopping!r}: scores differ from sequences_scores"
             )
             answers.add(tuple(text for _, text in expected))

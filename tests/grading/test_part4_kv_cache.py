@@ -39,6 +39,15 @@ from doubles import RecordingModel
 TOL = parity()
 # Sums of a few fp32 log-probs from two correct implementations agree to ~1e-5.
 ATOL = 1e-4
+# ... but downstream of the learner's own model the gap grows with the value: every token's
+# log-prob carries that model's float32 rounding (LayerNorm by rsqrt or by 1 / sqrt, fused or
+# looped attention: up to ~1e-5 apart per token), a sum of L of them about L times that, and
+# a length-normalised score scales the sum by L ** -length_penalty (x L at length_penalty = -1,
+# where scores reach -90 and a correct model was measured 1.09e-4 from Hugging Face). So sums
+# and scores compared with Hugging Face's are also allowed a relative 1e-5 of their size,
+# still far below what any classic mistake moves them (a token more or less changes a score
+# by a tenth or more).
+RTOL = 1e-5
 
 PROMPTS = [
     "When I was a kid",
@@ -62,7 +71,7 @@ SCHEDULES = {
 @pytest.fixture(scope="module")
 def KVC(impl):
     """The KeyValueCache class under test."""
-    return impl.transformer.KeyValueCache
+    return impl.kv_cache.KeyValueCache
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
@@ -437,11 +446,12 @@ def hf_beam_search(reference, prompt: str, num_beams: int, max_new_tokens: int, 
 
 def assert_same_beams(actual, expected, what: str) -> None:
     assert [text for _, text in actual] == [text for _, text in expected], f"{what}: different beams or order"
-    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], abs=ATOL), (
+    assert [lp for lp, _ in actual] == pytest.approx([lp for lp, _ in expected], rel=RTOL, abs=ATOL), (
         f"{what}: different summed log-probs"
     )
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("cached_beam_search")
 @pytest.mark.parametrize(
     "prompt, num_beams, ngram",

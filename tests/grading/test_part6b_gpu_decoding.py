@@ -79,17 +79,17 @@ class OpRecorder(TorchDispatchMode):
 # ---------------------------------------------------------------------------------------
 
 
-def fast_layers(caches, model) -> list:
+def fast_layers(fast_path, model) -> list:
     """Each block's weights in the fast path's layout, made here from their definition (not by fuse_qkv)."""
     layers = []
     for block in model.blocks:
         attn = block.attn
         W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)
-        fused = caches.FusedAttention(
+        fused = fast_path.FusedAttention(
             W_QKV=W_QKV.detach(), b_QKV=torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)]).detach(),
             W_O=einops.rearrange(attn.W_O, "n h d -> (n h) d").detach(), b_O=attn.b_O.detach(),
         )
-        layers.append(caches.FastLayer(
+        layers.append(fast_path.FastLayer(
             ln1_w=block.ln1.w.detach(), ln1_b=block.ln1.b.detach(), attn=fused, ln2_w=block.ln2.w.detach(),
             ln2_b=block.ln2.b.detach(), W_in=block.mlp.W_in.detach(), b_in=block.mlp.b_in.detach(),
             W_out=block.mlp.W_out.detach(), b_out=block.mlp.b_out.detach(),
@@ -125,7 +125,7 @@ def test_fixed_shape_step_gives_hugging_faces_logits_and_keys(reference, demo, i
     buffer = garbage_buffer(seed, cfg, batch, max_len)
     untouched = buffer[:, :, :, prompt + steps :].clone()
     buffer[:, 0, :, :prompt], buffer[:, 1, :, :prompt] = keys[:, :, :prompt], values[:, :, :prompt]
-    fused = fast_layers(impl.caches, demo)
+    fused = fast_layers(impl.fast_path, demo)
     with torch.no_grad():
         for t in range(prompt, prompt + steps):
             out = gpu.fixed_shape_step(demo, fused, buffer, tokens[:, t], torch.tensor(t))
@@ -142,7 +142,7 @@ def test_fixed_shape_step_is_the_same_work_at_every_position(tiny_demo, impl, gp
     read back to the host (no int(position), .item(), nonzero or other data-dependent shape)."""
     cfg = tiny_demo.cfg
     buffer = garbage_buffer(seed, cfg, 2, 16)
-    fused = fast_layers(impl.caches, tiny_demo)
+    fused = fast_layers(impl.fast_path, tiny_demo)
     tokens = random_tokens(seed, 2, 1, cfg.d_vocab)[:, 0]
     recorded = []
     with torch.no_grad():

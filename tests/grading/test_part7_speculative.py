@@ -261,6 +261,11 @@ def spec(impl):
     return impl.speculative
 
 
+@pytest.fixture(scope="module")
+def spec_loop(impl):
+    return impl.speculative_loop
+
+
 @pytest.mark.exercise("filtered_probs")
 @pytest.mark.parametrize(
     "settings",
@@ -346,7 +351,7 @@ def test_filtered_probs_rejects_bad_settings(spec, settings, message):
 def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached, seed, device):
     """gamma cached forwards, each on its new positions only; q rows are the filtered draft distributions
     after each prefix (uncached oracle); every proposal lies in its q's support; the cache holds all but the last."""
-    KVC = impl.transformer.KeyValueCache
+    KVC = impl.kv_cache.KeyValueCache
     _, draft = toy_pair()
     tokens = torch.tensor([2, 0, 3])
     cache = KVC.new_empty(draft.cfg)
@@ -374,7 +379,7 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
 @pytest.mark.exercise("draft_tokens")
 def test_draft_tokens_is_greedy_at_temperature_zero_and_follows_the_generator(spec, impl, device):
     """Temperature 0 proposes the draft's greedy chain; the same generator seed gives the same proposals."""
-    KVC = impl.transformer.KeyValueCache
+    KVC = impl.kv_cache.KeyValueCache
     _, draft = toy_pair()
     tokens = torch.tensor([1, 3])
     proposals, q, _ = spec.draft_tokens(draft, tokens, KVC.new_empty(draft.cfg), 4, temperature=0)
@@ -500,7 +505,7 @@ def test_accept_or_resample_rejects_mismatched_shapes(spec):
 @pytest.mark.exercise("crop_cache")
 def test_crop_cache_keeps_the_first_positions(spec, impl):
     """A KeyValueCache cropped to n holds positions 0..n-1 of every layer, keys and values, and is a KeyValueCache."""
-    KVC = impl.transformer.KeyValueCache
+    KVC = impl.kv_cache.KeyValueCache
     data = torch.randn(3, 2, 1, 7, 2, 5, generator=torch.Generator().manual_seed(0))
     for n in (0, 1, 4, 7):
         cropped = spec.crop_cache(KVC(data.clone()), n)
@@ -516,7 +521,7 @@ def test_crop_cache_keeps_the_first_positions(spec, impl):
 @pytest.mark.exercise("crop_cache")
 def test_crop_cache_lets_a_cache_crop_itself(spec, impl):
     """A cache with its own crop(n) is cropped by it: its result, or the cache itself when crop returns None."""
-    KVC = impl.transformer.KeyValueCache
+    KVC = impl.kv_cache.KeyValueCache
     seen = []
 
     class CroppingCache(KVC):
@@ -540,9 +545,9 @@ def test_crop_cache_lets_a_cache_crop_itself(spec, impl):
 # ---------------------------------------------------------------------------------------
 
 
-def generate(spec, target, draft, prompt: str, n: int, tokenizer=None, **settings):
+def generate(spec_loop, target, draft, prompt: str, n: int, tokenizer=None, **settings):
     tokenizer = tokenizer or IdTokenizer()
-    text, stats = spec.speculative_generate(target, draft, tokenizer, prompt, n, return_stats=True, **settings)
+    text, stats = spec_loop.speculative_generate(target, draft, tokenizer, prompt, n, return_stats=True, **settings)
     return IdTokenizer().encode(text), stats
 
 
@@ -551,7 +556,7 @@ def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, devic
     """One round: 1 to gamma + 1 new tokens; one target forward over the last token and every proposal;
     afterwards each cache holds only the tokens kept (the toy models check their content).
     40 rounds from the same start, which include rejections except with probability < 1e-11."""
-    KVC = impl.transformer.KeyValueCache
+    KVC = impl.kv_cache.KeyValueCache
     target, draft = toy_pair()
     generator = torch.Generator(device=device).manual_seed(seed)
     tokens = torch.tensor([2, 0, 1])
@@ -585,7 +590,7 @@ TOY_SETTINGS = [
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("settings, length", TOY_SETTINGS)
-def test_output_follows_the_target_distribution_exactly(spec, settings, length, seed):
+def test_output_follows_the_target_distribution_exactly(spec_loop, settings, length, seed):
     """The joint distribution of the first ``length`` generated tokens equals the target's, computed by
     enumerating every continuation with uncached forwards. Chi-square: false-failure probability <= 1e-6."""
     target, draft = toy_pair()
@@ -596,24 +601,24 @@ def test_output_follows_the_target_distribution_exactly(spec, settings, length, 
     n_prompt = len(TOY_PROMPT.split())
     observed: Counter = Counter()
     for _ in range(n):
-        ids, _ = generate(spec, target, draft, TOY_PROMPT, length, **settings)
+        ids, _ = generate(spec_loop, target, draft, TOY_PROMPT, length, **settings)
         observed[tuple(ids[n_prompt:])] += 1
     assert_frequencies_match(observed, expected, n, f"speculative_generate({settings})")
 
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("gamma", [1, 3, 5])
-def test_temperature_zero_is_the_targets_greedy_text_on_toy_models(spec, gamma):
+def test_temperature_zero_is_the_targets_greedy_text_on_toy_models(spec_loop, gamma):
     """Temperature 0: token for token the target's greedy choice, whatever the draft proposes."""
     target, draft = toy_pair()
     for prompt in ("2 0", "1", "3 3 1"):
-        ids, stats = generate(spec, target, draft, prompt, 30, gamma=gamma, temperature=0)
+        ids, stats = generate(spec_loop, target, draft, prompt, 30, gamma=gamma, temperature=0)
         assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"gamma={gamma}, prompt {prompt!r}")
 
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("gamma", [1, 4])
-def test_temperature_zero_is_the_targets_greedy_text_on_random_transformers(spec, impl, gamma, seed):
+def test_temperature_zero_is_the_targets_greedy_text_on_random_transformers(spec_loop, impl, gamma, seed):
     """Random small DemoTransformers: an unrelated draft, the target's first layer, and the target itself."""
     target = random_demo(impl.transformer, seed)
     drafts = {
@@ -624,7 +629,7 @@ def test_temperature_zero_is_the_targets_greedy_text_on_random_transformers(spec
     prompt_ids = torch.randint(0, 16, (5,), generator=torch.Generator().manual_seed(seed)).tolist()
     prompt = IdTokenizer().decode(prompt_ids)
     for name, draft in drafts.items():
-        ids, stats = generate(spec, target, draft, prompt, 24, gamma=gamma, temperature=0)
+        ids, stats = generate(spec_loop, target, draft, prompt, 24, gamma=gamma, temperature=0)
         assert_greedy(target, prompt_ids, ids, 24, None, f"{name}, gamma={gamma}")
 
 
@@ -662,12 +667,12 @@ def _reference_pair(name: str, transformer):
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("pair", REFERENCE_PAIRS)
-def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec, impl, pair):
+def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec_loop, impl, pair):
     """The reference models with their tokenizer: greedy speculative text equals the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
     recording = RecordingTokenizer(tokenizer)
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
-        text = spec.speculative_generate(target, draft, recording, prompt, 40, gamma=gamma, temperature=0)
+        text = spec_loop.speculative_generate(target, draft, recording, prompt, 40, gamma=gamma, temperature=0)
         assert text == tokenizer.decode(recording.decoded)
         prompt_ids = tokenizer.encode(prompt)
         assert_greedy(target, prompt_ids, recording.decoded, 40, tokenizer.eos_token_id, f"{pair}, {prompt!r}")
@@ -675,13 +680,13 @@ def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec, im
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("pair", REFERENCE_PAIRS)
-def test_speculative_generate_runs_on_part_6_static_caches(spec, impl, pair):
+def test_speculative_generate_runs_on_part_6_static_caches(spec_loop, impl, pair):
     """cache_class=StaticKeyValueCache: both models keep their keys in part 6's preallocated buffers, which crop
     themselves (crop_cache calls their crop); greedy speculative text is still the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
     recording = RecordingTokenizer(tokenizer)
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
-        text = spec.speculative_generate(
+        text = spec_loop.speculative_generate(
             target, draft, recording, prompt, 40, gamma=gamma, temperature=0, cache_class=impl.caches.StaticKeyValueCache
         )
         assert text == tokenizer.decode(recording.decoded)
@@ -691,14 +696,14 @@ def test_speculative_generate_runs_on_part_6_static_caches(spec, impl, pair):
 
 @pytest.mark.exercise("speculative_round")
 @pytest.mark.parametrize("gamma, n", [(1, 10), (3, 17), (4, 20)])
-def test_an_identical_draft_has_every_proposal_accepted(spec, gamma, n):
+def test_an_identical_draft_has_every_proposal_accepted(spec_loop, gamma, n):
     """Draft == target: every proposal is accepted and each round adds gamma + 1 tokens (the bonus
     included), so the target runs ceil(n / (gamma + 1)) times. At temperatures other than 1 this also
     catches a temperature applied twice to one side."""
     table = random_table(7, scale=1.5)
     for settings in (dict(temperature=1.0), dict(temperature=0.5, top_k=3), dict(temperature=2.0, top_p=0.8)):
         target, draft = TrigramModel(table, "target"), TrigramModel(table, "draft")
-        ids, stats = generate(spec, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
+        ids, stats = generate(spec_loop, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
         rounds = math.ceil(n / (gamma + 1))
         assert len(ids) == 2 + n
         assert stats.acceptance_rate == 1.0, f"{settings}: acceptance rate {stats.acceptance_rate} with the target as its own draft"
@@ -710,14 +715,14 @@ def test_an_identical_draft_has_every_proposal_accepted(spec, gamma, n):
 
 
 @pytest.mark.exercise("speculative_round")
-def test_stats_count_the_real_forward_passes(spec, seed):
+def test_stats_count_the_real_forward_passes(spec_loop, seed):
     """Stats agree with spies: target and draft forwards, proposals, and a rate alpha = accepted / judged;
     after the first, every target forward runs at most gamma + 1 new positions. Alpha is strictly between
     0 and 1 except with probability < 1e-10 (no context of the toy pair accepts 3 proposals in a row with
     probability above .3, or rejects the first with probability above .72)."""
     target, draft = toy_pair(n_ctx=128)
     gamma, n = 3, 80
-    ids, stats = generate(spec, target, draft, TOY_PROMPT, n, gamma=gamma, seed=seed)
+    ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, n, gamma=gamma, seed=seed)
     assert len(ids) == 2 + n and stats.new_tokens == n
     assert stats.target_forwards == len(target.calls) and stats.draft_forwards == len(draft.calls)
     assert all(c is not None for _, c in target.calls + draft.calls), "every forward pass must use a cache"
@@ -728,14 +733,14 @@ def test_stats_count_the_real_forward_passes(spec, seed):
 
 
 @pytest.mark.exercise("speculative_round")
-def test_same_seed_same_text_and_eos_ends_it(spec):
+def test_same_seed_same_text_and_eos_ends_it(spec_loop):
     """A seed makes the run reproducible; generation stops right after the end-of-text token."""
     target, draft = toy_pair()
-    first = generate(spec, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0]
-    assert generate(spec, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0] == first
+    first = generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0]
+    assert generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0] == first
     eos = 3
     for s in range(10):
-        ids, stats = generate(spec, target, draft, TOY_PROMPT, 30, gamma=3, seed=s, tokenizer=IdTokenizer(eos))
+        ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=s, tokenizer=IdTokenizer(eos))
         new = ids[2:]
         assert eos not in new[:-1], f"tokens were generated after the end-of-text token: {new}"
         assert new[-1] == eos or len(new) == 30
@@ -743,7 +748,7 @@ def test_same_seed_same_text_and_eos_ends_it(spec):
 
 
 @pytest.mark.exercise("speculative_round")
-def test_bad_input_raises_clear_errors(spec, impl):
+def test_bad_input_raises_clear_errors(spec, impl, spec_loop):
     """Different vocabularies or tokenizers, gamma < 1, the n_ctx limit, bad settings: ValueError saying what is allowed
     (a cache class without new_empty: TypeError)."""
     target, draft = toy_pair()
@@ -751,7 +756,7 @@ def test_bad_input_raises_clear_errors(spec, impl):
     tok = IdTokenizer()
 
     def run(*args, **kwargs):
-        return spec.speculative_generate(*args, **kwargs)
+        return spec_loop.speculative_generate(*args, **kwargs)
 
     with pytest.raises(ValueError, match="vocabular"):
         run(target, other_vocab, tok, "1 2", 5)
@@ -779,7 +784,7 @@ def test_bad_input_raises_clear_errors(spec, impl):
         run(target, draft, tok, "1 2", 5, cache_class=dict)
     # The limit is the prompt plus max_new_tokens: 2 + 62 positions fit in n_ctx=64.
     shared = IdTokenizerWithVocab({"a": 0})
-    ids, stats = generate(spec, target, draft, "1 2", 62, gamma=8, tokenizer=(shared, shared), seed=0)
+    ids, stats = generate(spec_loop, target, draft, "1 2", 62, gamma=8, tokenizer=(shared, shared), seed=0)
     assert len(ids) == 64
 
 
@@ -835,8 +840,8 @@ def test_prompt_lookup_on_random_texts(spec, seed):
                 assert got == expected, f"{tokens.tolist()} (num_tokens={num_tokens}, n={max_ngram_size}): {got}, expected {expected}"
 
 
-def lookup_generate(spec, target, prompt: str, n: int, **settings):
-    text, stats = spec.speculative_generate(target, None, IdTokenizer(), prompt, n, return_stats=True, **settings)
+def lookup_generate(spec_loop, target, prompt: str, n: int, **settings):
+    text, stats = spec_loop.speculative_generate(target, None, IdTokenizer(), prompt, n, return_stats=True, **settings)
     return IdTokenizer().encode(text), stats
 
 
@@ -849,7 +854,7 @@ LOOKUP_SETTINGS = [
 
 @pytest.mark.exercise("prompt_lookup")
 @pytest.mark.parametrize("settings, length", LOOKUP_SETTINGS)
-def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec, settings, length, seed):
+def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec_loop, settings, length, seed):
     """With prompt-lookup drafting, the joint distribution of the first ``length`` tokens equals the target's,
     computed by enumeration (chi-square; false-failure probability <= 1e-6), and proposals were judged."""
     target, _ = toy_pair()
@@ -861,7 +866,7 @@ def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec, sett
     observed: Counter = Counter()
     judged = 0
     for _ in range(n):
-        ids, stats = lookup_generate(spec, target, LOOKUP_PROMPT, length, **settings)
+        ids, stats = lookup_generate(spec_loop, target, LOOKUP_PROMPT, length, **settings)
         observed[tuple(ids[n_prompt:])] += 1
         judged += stats.judged
     assert judged > 0, "no proposal was judged: the prompt lookup never proposed"
@@ -869,19 +874,19 @@ def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec, sett
 
 
 @pytest.mark.exercise("prompt_lookup")
-def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(spec, impl):
+def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(spec, impl, spec_loop):
     """Temperature 0: the target's greedy text, token for token, on toy models and the reference pairs' targets;
     the stats count target forwards only."""
     target, _ = toy_pair()
     for prompt in ("2 0", "1 2 0 1 2", "3 3 1"):
         target.calls.clear()
-        ids, stats = lookup_generate(spec, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
+        ids, stats = lookup_generate(spec_loop, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
         assert stats.draft_forwards == 0 and stats.target_forwards == len(target.calls) > 0
         assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
     for pair in REFERENCE_PAIRS:
         model, _, tokenizer = _reference_pair(pair, impl.transformer)
         recording = RecordingTokenizer(tokenizer)
-        text, stats = spec.speculative_generate(model, None, recording, "Once upon a time", 60, temperature=0,
+        text, stats = spec_loop.speculative_generate(model, None, recording, "Once upon a time", 60, temperature=0,
                                                 prompt_lookup_num_tokens=5, return_stats=True)
         assert text == tokenizer.decode(recording.decoded)
         assert_greedy(model, tokenizer.encode("Once upon a time"), recording.decoded, 60, tokenizer.eos_token_id, pair)
@@ -889,11 +894,11 @@ def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(s
 
 
 @pytest.mark.exercise("prompt_lookup")
-def test_prompt_lookup_settings_are_checked(spec):
+def test_prompt_lookup_settings_are_checked(spec, spec_loop):
     target, draft = toy_pair()
     with pytest.raises(ValueError, match="draft=None"):
-        spec.speculative_generate(target, draft, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3)
+        spec_loop.speculative_generate(target, draft, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3)
     with pytest.raises(ValueError, match="max_matching_ngram_size"):
-        spec.speculative_generate(target, None, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
+        spec_loop.speculative_generate(target, None, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
     with pytest.raises(ValueError, match="num_tokens"):
         spec.prompt_lookup(torch.tensor([1, 2]), 0)

@@ -65,11 +65,13 @@ EXERCISES: tuple[Exercise, ...] = (
         "probabilities; stop as soon as the total reaches top_p.",
         "The cutoff is inclusive: the token that takes the running total to top_p or past it is "
         "kept. Equivalently, keep a token when the probability of the tokens ranked above it "
-        "(cumsum minus its own probability) is still < top_p. Always keep at least "
-        "min_tokens_to_keep tokens, and map the sorted position you draw back to a token id.",
+        "is still < top_p, that is when the mass from it down to the end of the list is > "
+        "1 - top_p. Sum that mass from the small end (flip, cumsum, flip): cumsum minus the "
+        "token's own probability rounds 0.5 + 0.3 to just under 0.8 in float32. Always keep at "
+        "least min_tokens_to_keep tokens, and map the sorted position you draw back to a token id.",
         "sorted_logits, sorted_tokens = logits.sort(descending=True)\n"
         "probs = sorted_logits.softmax(dim=-1)\n"
-        "keep = probs.cumsum(dim=-1) - probs < top_p\n"
+        "keep = probs.flip(-1).cumsum(dim=-1).flip(-1) > 1 - top_p\n"
         "keep[:min_tokens_to_keep] = True\n"
         'choice = TransformerSampler.sample_basic(sorted_logits.masked_fill(~keep, float("-inf")))\n'
         "return int(sorted_tokens[choice])",
@@ -122,6 +124,33 @@ MISTAKES: list[Mistake] = [
             "return logits - freq_penalty * counts.to(logits.dtype)",
             "return logits + freq_penalty * counts.to(logits.dtype)",
             why="adding the frequency penalty to the logits instead of subtracting it"),
+    Mistake(2, "multiplicative frequency penalty", "sampling.py",
+            "return logits - freq_penalty * counts.to(logits.dtype)",
+            "return logits * (1 - freq_penalty) ** counts.to(logits.dtype)",
+            why="multiplying each logit by (1 - freq_penalty) once per occurrence: a factor shrinks large logits "
+                "more than small ones and raises negative ones",
+            fix="subtract freq_penalty once for every occurrence: logits - freq_penalty * counts"),
+    Mistake(2, "frequency penalty written into the caller's logits", "sampling.py",
+            "return logits - freq_penalty * counts.to(logits.dtype)",
+            "return logits.sub_(freq_penalty * counts.to(logits.dtype))",
+            why="subtracting the penalty in place (sub_), which changes the caller's logits as well",
+            fix="return a new tensor (logits - ...) and leave the argument alone"),
+    Mistake(2, "temperature written into the caller's logits", "sampling.py",
+            "return logits / temperature", "return logits.div_(temperature)",
+            why="dividing the logits in place (div_), which changes the caller's tensor as well",
+            fix="return logits / temperature and leave the argument alone"),
+    Mistake(2, "top-k writes -inf into the caller's logits", "sampling.py",
+            "        top_logits, top_tokens = logits.topk(k)\n",
+            "        logits[logits < logits.topk(k).values[-1]] = float(\"-inf\")\n"
+            "        top_logits, top_tokens = logits.topk(k)\n",
+            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered too",
+            fix="filter a copy, or use masked_fill (not masked_fill_ or item assignment)"),
+    Mistake(2, "top-p writes -inf into the caller's logits", "sampling.py",
+            "        n_kept = int(keep.sum())\n",
+            "        n_kept = int(keep.sum())\n"
+            "        logits[sorted_tokens[n_kept:]] = float(\"-inf\")\n",
+            why="writing -inf into the logits it was given (logits[...] = ...), so the caller's logits are filtered too",
+            fix="filter a copy, or use masked_fill (not masked_fill_ or item assignment)"),
     Mistake(2, "sample_basic returns the argmax", "sampling.py",
             "return int(torch.multinomial(probs, num_samples=1))", "return int(probs.argmax())",
             why="always returning the most likely token instead of drawing one at random from the probabilities"),
@@ -142,7 +171,7 @@ MISTAKES: list[Mistake] = [
             "return TransformerSampler.sample_basic(top_logits)",
             why="returning the position among the top k (0 to k - 1) instead of the token id at that position"),
     Mistake(2, "top-p cutoff exclusive instead of inclusive", "sampling.py",
-            "keep = mass_above < top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p",
+            "keep = mass_from_here > 1 - top_p", "keep = sorted_probs.cumsum(dim=-1) < top_p",
             why="an exclusive cutoff: the token that takes the running total to top_p is dropped, when it should be kept"),
     Mistake(2, "top-p ignores min_tokens_to_keep", "sampling.py",
             "keep[:min_tokens_to_keep] = True", "keep[:1] = True",
@@ -215,10 +244,13 @@ _TOP_K = (
 _TOP_P = (
     "        sorted_logits, sorted_tokens = logits.sort(descending=True)\n"
     "        sorted_probs = sorted_logits.softmax(dim=-1)\n"
-    "        mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs\n"
-    "        keep = mass_above < top_p\n"
+    "        # Summed from the small end, as Hugging Face does: \"cumsum - probs < top_p\" rounds\n"
+    "        # 0.5 + 0.3 to 0.79999995 < 0.8 and keeps a token too many, and at top_p = 1 the\n"
+    "        # float32 running total can reach 1 before the last tokens and drop them.\n"
+    "        mass_from_here = sorted_probs.flip(-1).cumsum(dim=-1).flip(-1)\n"
+    "        keep = mass_from_here > 1 - top_p\n"
     "        keep[:min_tokens_to_keep] = True\n"
-    "        # The mass above a token only grows down the sorted list, so the kept tokens are a prefix.\n"
+    "        # The mass from a token to the end only shrinks down the sorted list, so the kept tokens are a prefix.\n"
     "        n_kept = int(keep.sum())\n"
     "        return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])\n"
 )

@@ -25,14 +25,18 @@ def _probe_greedy(impl: Impl) -> Any:
 def _probe_temperature(impl: Impl) -> Any:
     sampler = impl.sampling.TransformerSampler
     logits = randn(generator(11), 12)
-    return [plain(sampler.apply_temperature(logits.clone(), t)) for t in (0.5, 2.0)]
+    given = logits.clone()  # the last entry says whether the method wrote into its argument
+    return [plain(sampler.apply_temperature(given, 0.5)), plain(sampler.apply_temperature(logits.clone(), 2.0)),
+            not torch.equal(given, logits)]
 
 
 @probe("apply_frequency_penalty")
 def _probe_frequency_penalty(impl: Impl) -> Any:
     sampler = impl.sampling.TransformerSampler
     input_ids = torch.tensor([1, 3, 3, 5, 5, 5, 0])
-    return plain(sampler.apply_frequency_penalty(input_ids.clone(), randn(generator(12), 8), 0.7))
+    logits = randn(generator(12), 8)
+    given = logits.clone()  # the last entry says whether the method wrote into its argument
+    return [plain(sampler.apply_frequency_penalty(input_ids.clone(), given, 0.7)), not torch.equal(given, logits)]
 
 
 def logits_of(*probs: float) -> torch.Tensor:
@@ -53,11 +57,13 @@ def _probe_sample_top_k(impl: Impl) -> Any:
     # k = 2 keeps tokens 4 and 2. First 9:1 (uniform over the top k gives 1:1), then 55:45
     # (k - 1 tokens gives 1:0); a rank returned for a token lands on ids 0 and 1. Every pair
     # of the solution and the three mistakes differs by >= 0.4 in one of the two.
+    # Every call of a setting gets the same tensor; the last entry says whether it changed.
     settings = [logits_of(0.05, 0.06, 0.08, 0.04, 0.72, 0.05), logits_of(0.05, 0.03, 0.36, 0.04, 0.44, 0.08)]
-    return [
-        frequencies(lambda: sampler.sample_top_k(logits.clone(), 2), 6, gap=0.4, seed=14 + i)
-        for i, logits in enumerate(settings)
+    given = [logits.clone() for logits in settings]
+    drawn: list[Any] = [
+        frequencies(lambda: sampler.sample_top_k(given[i], 2), 6, gap=0.4, seed=14 + i) for i in range(len(settings))
     ]
+    return drawn + [any(not torch.equal(g, logits) for g, logits in zip(given, settings))]
 
 
 @probe("sample_top_p")
@@ -68,10 +74,13 @@ def _probe_sample_top_p(impl: Impl) -> Any:
     # keeps them all; ranks land on ids 0 and 1. top_p = 0.1 with min_tokens_to_keep = 3
     # keeps 3, 5, 0; ignoring min_tokens_to_keep keeps 3 only; ascending keeps 1, 4, 2.
     # Every pair differs by >= 0.4 in one of the two.
+    # The first setting's calls all get the same tensor; the last entry says whether it changed.
     logits = logits_of(0.15, 0.02, 0.06, 0.44, 0.03, 0.30)
+    given = logits.clone()
     return [
-        frequencies(lambda: sampler.sample_top_p(logits.clone(), 0.6), 6, gap=0.4, seed=16),
+        frequencies(lambda: sampler.sample_top_p(given, 0.6), 6, gap=0.4, seed=16),
         frequencies(lambda: sampler.sample_top_p(logits.clone(), 0.1, min_tokens_to_keep=3), 6, gap=0.4, seed=17),
+        not torch.equal(given, logits),
     ]
 
 

@@ -123,6 +123,19 @@ MISTAKES: list[Mistake] = [
             "live = (ngrams[:, :, :-1] == tail[:, None, :]).all(dim=-1)",
             "live = (ngrams[:, :, 1:] == tail[:, None, :]).all(dim=-1)",
             why="comparing the beam's last n - 1 tokens with the end of each earlier n-gram instead of its start"),
+    Mistake(3, "n-gram window of n tokens instead of n - 1", "beams.py",
+            "        if seq_len >= n:\n"
+            "            # Every n-gram of every beam: (batch, n_windows, n).\n"
+            "            ngrams = self.tokens.unfold(dimension=1, size=n, step=1)\n"
+            "            # An n-gram is \"live\" when its first n-1 tokens equal the beam's last n-1 tokens.\n"
+            "            tail = self.tokens[:, seq_len - (n - 1) :]\n",
+            "        if seq_len >= n + 1:\n"
+            "            ngrams = self.tokens.unfold(dimension=1, size=n + 1, step=1)\n"
+            "            tail = self.tokens[:, seq_len - n :]\n",
+            why="matching the beam's last n tokens instead of its last n - 1 (the classic off-by-one): that blocks "
+                "repeated (n + 1)-grams, so a repeated n-gram gets through",
+            fix="compare the first n - 1 tokens of every n-gram with the beam's last n - 1 tokens; the blocked "
+                "token is the n-gram's last"),
     Mistake(3, "n-gram tail by negative index (wrong for n = 1)", "beams.py",
             "tail = self.tokens[:, seq_len - (n - 1) :]", "tail = self.tokens[:, -(n - 1) :]",
             why="taking the last n - 1 tokens as tokens[:, -(n - 1):], which for n = 1 is the whole beam instead of nothing"),
@@ -164,6 +177,14 @@ MISTAKES: list[Mistake] = [
             "if self.early_stopping == \"never\" and self.length_penalty < 0:",
             why="with early_stopping=\"never\", scoring a running beam's best at its current length when a positive "
                 "length_penalty lets it grow to max_new_tokens"),
+    Mistake(3, "\"never\" treated like False (the bound at the current length)", "beams.py",
+            "        if self.early_stopping == \"never\" and self.length_penalty > 0:\n"
+            "            length = self.max_new_tokens\n",
+            "",
+            why="with early_stopping=\"never\", scoring the best running beam at its current length, as "
+                "early_stopping=False does, though with a positive length_penalty it can still gain by growing",
+            fix="with \"never\" and length_penalty > 0, score the best running beam at max_new_tokens, the longest "
+                "it can get"),
     Mistake(3, "search stops once one beam has finished", "beams.py",
             "        if len(self.hypotheses) < self.num_beams:\n            return False\n",
             "        if not self.hypotheses:\n            return False\n",
@@ -195,8 +216,6 @@ _GENERATE_LOOPS = (
     "        return self.new_beams(torch.stack(sums), torch.stack(rows), new_cache)\n"
 )
 _NGRAM = (
-    "        if no_repeat_ngram_size is None:\n"
-    "            return logprobs.topk(k, dim=-1)\n"
     "        n = no_repeat_ngram_size\n"
     "        batch, seq_len = self.tokens.shape\n"
     "        if seq_len >= n:\n"
@@ -254,8 +273,6 @@ VARIANTS: list[Variant] = [
             "        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n"),
     # Beams.get_topk_non_repeating
     Variant(3, "Beams.get_topk_non_repeating", "Python loop over windows, finite fill -100", "beams.py", _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        logprobs = logprobs.clone()\n"
             "        for row, seq in enumerate(self.tokens.tolist()):\n"
@@ -266,8 +283,6 @@ VARIANTS: list[Variant] = [
             "        return logprobs.topk(k, dim=-1)\n"),
     Variant(3, "Beams.get_topk_non_repeating", "dict of n-gram prefixes (HF's _get_ngrams), fill -1e9", "beams.py",
             _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        banned = torch.zeros_like(logprobs, dtype=torch.bool)\n"
             "        for row, seq in enumerate(self.tokens.tolist()):\n"
@@ -279,8 +294,6 @@ VARIANTS: list[Variant] = [
             "        return logprobs.masked_fill(banned, -1e9).topk(k, dim=-1)\n"),
     Variant(3, "Beams.get_topk_non_repeating", "loop over window starts, vectorised over the batch", "beams.py",
             _NGRAM,
-            "        if no_repeat_ngram_size is None:\n"
-            "            return logprobs.topk(k, dim=-1)\n"
             "        n = no_repeat_ngram_size\n"
             "        seq_len = self.tokens.shape[1]\n"
             "        blocked = torch.zeros_like(logprobs, dtype=torch.bool)\n"
@@ -351,6 +364,36 @@ VARIANTS: list[Variant] = [
             "        assert num_return_sequences <= num_beams\n"
             "        if num_return_sequences < 1:\n"
             '            raise ValueError(f"num_return_sequences must be >= 1, got {num_return_sequences!r}")\n'),
+    # Written whole, as the classic notebook has it: the one classic assert and none of the
+    # course's given argument checks (those are not graded as the learner's).
+    Variant(3, "beam_search", "classic, written whole: no argument checks but the assert", "sampling.py",
+            "        if num_beams < 1:\n"
+            '            raise ValueError(f"num_beams must be >= 1, got {num_beams!r}")\n'
+            "        if not 1 <= num_return_sequences <= num_beams:\n"
+            "            raise ValueError(\n"
+            '                f"num_return_sequences must be between 1 and num_beams={num_beams}, got {num_return_sequences!r}"\n'
+            "            )\n"
+            "        if max_new_tokens < 0:\n"
+            '            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens!r}")\n'
+            "        if no_repeat_ngram_size is not None and no_repeat_ngram_size < 1:\n"
+            '            raise ValueError(f"no_repeat_ngram_size must be None or >= 1, got {no_repeat_ngram_size!r}")\n'
+            "        if length_penalty is not None and (\n"
+            "            isinstance(length_penalty, bool) or not isinstance(length_penalty, (int, float)) or length_penalty != length_penalty\n"
+            "        ):\n"
+            '            raise ValueError(f"length_penalty must be None or a number, got {length_penalty!r}")\n'
+            '        if early_stopping is not None and (not isinstance(early_stopping, (bool, str)) or early_stopping not in (True, False, "never")):\n'
+            """            raise ValueError(f'early_stopping must be None, True, False or "never", got {early_stopping!r}')\n"""
+            "\n"
+            '        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)\n'
+            "        if tokens.shape[1] + max_new_tokens > self.cfg.n_ctx:\n"
+            "            raise ValueError(\n"
+            '                f"the prompt ({tokens.shape[1]} tokens) plus max_new_tokens={max_new_tokens} is longer than the "\n'
+            """                f"model's n_ctx={self.cfg.n_ctx}; beam search keeps every beam's whole history, so shorten one of them"\n"""
+            "            )\n"
+            "        beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)\n",
+            "        assert num_return_sequences <= num_beams\n"
+            '        tokens = self.tokenizer.encode(prompt, return_tensors="pt").to(self.device)\n'
+            "        beams = Beams(self.model, self.tokenizer, torch.zeros(1, device=tokens.device), tokens, kv_cache)\n"),
     Variant(3, "BeamHypotheses", "a heap of the best finished beams", "beams.py",
             "        self.hypotheses.append((self.score(logprob_sum, length), logprob_sum, beam))\n"
             "        self.hypotheses.sort(key=lambda hypothesis: hypothesis[0], reverse=True)\n"

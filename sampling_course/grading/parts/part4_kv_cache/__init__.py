@@ -9,7 +9,7 @@ TITLE = "KV cache"
 
 EXERCISES: tuple[Exercise, ...] = (
     exercise(
-        "KeyValueCache", 4, "transformer", "KeyValueCache",
+        "KeyValueCache", 4, "kv_cache", "KeyValueCache",
         "A tensor of shape (n_layers, 2, batch, seq_len, n_heads, d_head) holding past keys and "
         "values, with new_empty, k, v, batch and seq_len.",
         "Index 0 of the second dimension holds the keys and index 1 the values; batch is "
@@ -86,10 +86,10 @@ MISTAKES: list[Mistake] = [
     Mistake(4, "mask not shifted for cached positions", "transformer.py",
             "diagonal=key_pos - query_pos + 1,", "diagonal=1,", exercise="cached_forward",
             why="a causal mask not shifted by the number of cached keys, so the new queries are masked as if they sat at positions 0, 1, ..."),
-    Mistake(4, "KeyValueCache.batch reads the position dimension", "transformer.py",
+    Mistake(4, "KeyValueCache.batch reads the position dimension", "kv_cache.py",
             "return self.shape[2]", "return self.shape[3]",
             why="batch reading the position dimension (shape[3]) instead of the batch dimension (shape[2])"),
-    Mistake(4, "KeyValueCache.k returns the values", "transformer.py",
+    Mistake(4, "KeyValueCache.k returns the values", "kv_cache.py",
             "return self.as_subclass(torch.Tensor)[:, 0]", "return self.as_subclass(torch.Tensor)[:, 1]",
             why="k returning the values (index 1) instead of the keys (index 0)"),
     Mistake(4, "sample drops the cache the model returns", "sampling.py",
@@ -256,7 +256,7 @@ _GENERATE_LOOPS = (
 
 VARIANTS: list[Variant] = [
     # KeyValueCache
-    Variant(4, "KeyValueCache", "zeros, select/unbind, size()", "transformer.py", _CACHE_METHODS,
+    Variant(4, "KeyValueCache", "zeros, select/unbind, size()", "kv_cache.py", _CACHE_METHODS,
             _cache_methods(
                 "        shape = (cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head)\n"
                 "        return KeyValueCache(torch.zeros(shape, device=device, dtype=dtype))",
@@ -265,7 +265,7 @@ VARIANTS: list[Variant] = [
                 "        return self.size(2)",
                 "        return self.size(dim=3)",
             )),
-    Variant(4, "KeyValueCache", "empty(0).reshape, narrow + squeeze, shape unpacking", "transformer.py",
+    Variant(4, "KeyValueCache", "empty(0).reshape, narrow + squeeze, shape unpacking", "kv_cache.py",
             _CACHE_METHODS,
             _cache_methods(
                 "        data = torch.empty(0, device=device, dtype=dtype)\n"
@@ -275,7 +275,7 @@ VARIANTS: list[Variant] = [
                 "        n_layers, two, batch, seq_len, n_heads, d_head = self.shape\n        return batch",
                 "        return self.shape[-3]",
             )),
-    Variant(4, "KeyValueCache", "zeros(...) with the device, k/v by plain indexing, sizes read off k", "transformer.py",
+    Variant(4, "KeyValueCache", "zeros(...) with the device, k/v by plain indexing, sizes read off k", "kv_cache.py",
             _CACHE_METHODS,
             _cache_methods(
                 "        zeros = torch.zeros(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, dtype=dtype, device=device)\n"

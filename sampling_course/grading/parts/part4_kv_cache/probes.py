@@ -30,7 +30,7 @@ class _CacheRecorder(torch.nn.Module):
 
 @probe("KeyValueCache")
 def _probe_kv_cache(impl: Impl) -> Any:
-    cache_cls = impl.transformer.KeyValueCache
+    cache_cls = impl.kv_cache.KeyValueCache
     cache = cache_cls(randn(generator(70), 2, 2, 3, 5, 2, 4))
     empty = cache_cls.new_empty(small_config(n_layers=2, n_heads=2, d_head=4), batch=3)
     return [int(cache.batch), int(cache.seq_len), plain(cache.k), plain(cache.v), tuple(empty.shape)]
@@ -41,7 +41,7 @@ def _probe_cached_forward(impl: Impl) -> Any:
     cfg, g = small_config(), generator(71)
     model = loaded(impl.transformer.DemoTransformer(cfg), demo_params(cfg, g))
     tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=g)
-    cache = impl.transformer.KeyValueCache.new_empty(cfg, batch=2)
+    cache = impl.kv_cache.KeyValueCache.new_empty(cfg, batch=2)
     first, cache = model(tokens[:, :3], cache)
     rest, cache = model(tokens, cache)
     return [plain(first), plain(rest)]
@@ -57,7 +57,7 @@ def _cached_sampler(impl: Impl, seed: int) -> tuple[Any, _CacheRecorder, Config]
 @probe("cached_sample")
 def _probe_cached_sample(impl: Impl) -> Any:
     sampler, model, cfg = _cached_sampler(impl, 72)
-    cache = impl.transformer.KeyValueCache.new_empty(cfg)
+    cache = impl.kv_cache.KeyValueCache.new_empty(cfg)
     text = sampler.sample(tokenizer().decode(word_ids()[:3]), max_tokens_generated=5, temperature=0.0, kv_cache=cache)
     return [text, model.calls]
 
@@ -65,7 +65,7 @@ def _probe_cached_sample(impl: Impl) -> Any:
 @probe("cached_beam_search")
 def _probe_cached_beam_search(impl: Impl) -> Any:
     sampler, model, cfg = _cached_sampler(impl, 73)
-    cache = impl.transformer.KeyValueCache.new_empty(cfg)
+    cache = impl.kv_cache.KeyValueCache.new_empty(cfg)
     out = sampler.beam_search(tokenizer().decode(word_ids()[:3]), num_return_sequences=3, num_beams=3,
                               max_new_tokens=4, kv_cache=cache)
     return [[(float(lp), text) for lp, text in out], model.calls]

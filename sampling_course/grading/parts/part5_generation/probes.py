@@ -30,11 +30,19 @@ def removed_as_inf(logits: Any) -> torch.Tensor:
     return logits.masked_fill(logits < -1e4, float("-inf"))
 
 
+def left_alone(function, logits: torch.Tensor, *args: Any) -> bool:
+    """Whether ``function(copy of logits, *args)`` leaves that copy as it was (a filter returns new logits)."""
+    given = logits.clone()
+    function(given, *args)
+    return bool(torch.equal(given, logits))
+
+
 @probe("top_k_filter")
 def _probe_top_k(impl: Impl) -> Any:
     # Distinct values (no ties at the k-th largest), so keeping ties or exactly k agree.
     logits = randn(generator(80), 3, 10, std=2.0)
-    return [removed_as_inf(impl.generate.top_k_filter(logits.clone(), k)) for k in (1, 3)]
+    return [removed_as_inf(impl.filters.top_k_filter(logits.clone(), k)) for k in (1, 3)] + [
+        left_alone(impl.filters.top_k_filter, logits, 3)]
 
 
 @probe("top_p_filter")
@@ -45,7 +53,12 @@ def _probe_top_p(impl: Impl) -> Any:
     # probabilities tie (a threshold at the last kept logit would keep both).
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.7, 0.1, 0.08, 0.06, 0.04, 0.02),
                        (0.2, 0.18, 0.17, 0.16, 0.15, 0.14))
-    return [removed_as_inf(impl.generate.top_p_filter(logits.clone(), p)) for p in (0.6, 0.3)]
+    # Hugging Face's own row: .5 + .3 is exactly 0.8, so top_p = 0.8 keeps two (a running total
+    # taken as cumsum - p rounds below 0.8 and keeps a third). With min_tokens_to_keep = 3 row 1 keeps three.
+    hf_row = logits_of((0.3, 0.1, 0.1, 0.5))
+    return [removed_as_inf(impl.filters.top_p_filter(logits.clone(), p)) for p in (0.6, 0.3)] + [
+        removed_as_inf(impl.filters.top_p_filter(hf_row, 0.8)),
+        removed_as_inf(impl.filters.top_p_filter(logits.clone(), 0.3, min_tokens_to_keep=3))]
 
 
 @probe("min_p_filter")
@@ -53,7 +66,8 @@ def _probe_min_p(impl: Impl) -> Any:
     # min_p = 0.3: row 0's bar is 0.3 x .40 = .12, keeping .40 .25 .15 (a bar of 0.3 itself
     # keeps .40 only); row 1's top token is .9, whose bar .27 is near the unscaled one.
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.9, 0.04, 0.03, 0.01, 0.01, 0.01))
-    return [removed_as_inf(impl.generate.min_p_filter(logits.clone(), m)) for m in (0.3, 0.05)]
+    return [removed_as_inf(impl.filters.min_p_filter(logits.clone(), m)) for m in (0.3, 0.05)] + [
+        left_alone(impl.filters.min_p_filter, logits, 0.3)]
 
 
 @probe("warp_logits")
@@ -61,16 +75,16 @@ def _probe_warp(impl: Impl) -> Any:
     # Raw probabilities .61 .22 .08 .05 .03 .01; at temperature 2 they are .38 .23 .14 .11
     # .09 .05. top_p = 0.7 keeps two tokens of the raw ones, three of the tempered ones.
     logits = torch.tensor([[3.0, 2.0, 1.0, 0.5, 0.0, -1.0], [-1.0, 0.5, 2.0, 0.0, 3.0, 1.0]])
-    warp = impl.generate.warp_logits
+    warp = impl.batched_sampling.warp_logits
     return [
-        removed_as_inf(warp(logits.clone(), 2.0, 0, 0.7, 0.0)),
-        removed_as_inf(warp(logits.clone(), 2.0, 4, 0.9, 0.1)),
-        removed_as_inf(warp(logits.clone(), 0.5)),
+        removed_as_inf(warp(logits.clone(), temperature=2.0, top_p=0.7)),
+        removed_as_inf(warp(logits.clone(), temperature=2.0, top_k=4, top_p=0.9, min_p=0.1)),
+        removed_as_inf(warp(logits.clone(), temperature=0.5)),
         # The newer steps in Hugging Face's order, and an order asked for: on a row with a flat tail
         # typical first removes the (atypical) top token, after which min-p's bar follows the new top
         # token and keeps 22 tokens; in Hugging Face's order min-p leaves the top token alone.
-        removed_as_inf(warp(logits.clone(), 2.0, typical_p=0.8, epsilon_cutoff=0.02, top_n_sigma=2.0)),
-        removed_as_inf(warp(_flat_tail(), 1.0, 0, 1.0, 0.5, typical_p=0.5, samplers="typical_p;min_p")),
+        removed_as_inf(warp(logits.clone(), temperature=2.0, typical_p=0.8, epsilon_cutoff=0.02, top_n_sigma=2.0)),
+        removed_as_inf(warp(_flat_tail(), min_p=0.5, typical_p=0.5, samplers="typical_p;min_p")),
     ]
 
 
@@ -82,15 +96,15 @@ def _flat_tail() -> torch.Tensor:
 
 @probe("batched_sample")
 def _probe_batched_sample(impl: Impl) -> Any:
-    sample = impl.generate.sample
+    sample = impl.batched_sampling.sample
     # Temperature 0: each row's argmax.
-    greedy = plain(sample(randn(generator(81), 3, 10, std=2.0), 0.0))
+    greedy = plain(sample(randn(generator(81), 3, 10, std=2.0), temperature=0.0))
     # Each row drawn from its own top 3 (row 0: .5 .3 .2 on tokens 0 1 2, row 1: .6 .2 .2 on
     # tokens 0 2 4). Ignoring the generator changes no distribution (the reproducibility check
     # below tells it apart), so the gap only sets the tolerance.
     logits = logits_of((0.5, 0.3, 0.2, 0.0001, 0.0), (0.6, 0.0001, 0.2, 0.0, 0.2))
     g = torch.Generator()
-    rows = frequencies(lambda: sample(logits.clone(), 1.0, 3, generator=g), 5, gap=0.3, seed=82, rows=2, generator=g)
+    rows = frequencies(lambda: sample(logits.clone(), top_k=3, generator=g), 5, gap=0.3, seed=82, rows=2, generator=g)
 
     # The same seeded generator gives the same tokens, whatever torch's global generator did
     # in between. 16 rows of 8 equally likely tokens: code that draws from the global
@@ -98,7 +112,7 @@ def _probe_batched_sample(impl: Impl) -> Any:
     flat = torch.zeros(16, 8)
 
     def seeded() -> torch.Tensor:
-        return plain(sample(flat.clone(), 1.0, generator=torch.Generator().manual_seed(83)))
+        return plain(sample(flat.clone(), generator=torch.Generator().manual_seed(83)))
 
     first = seeded()
     torch.rand(1)
@@ -108,7 +122,7 @@ def _probe_batched_sample(impl: Impl) -> Any:
     # (.6; the others are .15 .15 .1), where dropping the setting draws all four.
     chained = logits_of((0.6, 0.15, 0.15, 0.1, 0.0))
     g2 = torch.Generator()
-    chain = frequencies(lambda: sample(chained.clone(), 1.0, generator=g2, epsilon_cutoff=0.25)[0], 5, gap=0.3, seed=88,
+    chain = frequencies(lambda: sample(chained.clone(), generator=g2, epsilon_cutoff=0.25)[0], 5, gap=0.3, seed=88,
                         generator=g2)
     return [greedy, rows, reproducible, chain]
 
@@ -118,8 +132,9 @@ def _probe_repetition_penalty(impl: Impl) -> Any:
     logits = randn(generator(84), 2, 8, std=2.0)  # both signs
     input_ids = torch.tensor([[1, 3, 3, 5, 0], [2, 2, 6, 7, 4]])
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])  # row 1's first two are padding
-    penalise = impl.generate.apply_repetition_penalty
-    return [plain(penalise(logits.clone(), input_ids, 1.5)), plain(penalise(logits.clone(), input_ids, 1.5, mask))]
+    penalise = impl.penalties.apply_repetition_penalty
+    return [plain(penalise(logits.clone(), input_ids, 1.5)), plain(penalise(logits.clone(), input_ids, 1.5, mask)),
+            left_alone(penalise, logits, input_ids, 1.5)]
 
 
 @probe("apply_presence_and_frequency_penalty")
@@ -127,14 +142,14 @@ def _probe_presence_frequency(impl: Impl) -> Any:
     logits = randn(generator(85), 2, 8, std=2.0)
     input_ids = torch.tensor([[1, 3, 3, 5, 5, 5], [2, 2, 6, 7, 4, 4]])
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1]])
-    penalise = impl.generate.apply_presence_and_frequency_penalty
+    penalise = impl.penalties.apply_presence_and_frequency_penalty
     return [plain(penalise(logits.clone(), input_ids, 0.5, 0.3)), plain(penalise(logits.clone(), input_ids, 0.7, 0.0, mask))]
 
 
 @probe("left_pad")
 def _probe_left_pad(impl: Impl) -> Any:
     # Three prompts of different lengths, one of them the longest, and a pad id that is also a token.
-    ids, mask = impl.generate.left_pad([[5, 6, 7], [8], [9, 10]], 0)
+    ids, mask = impl.padding.left_pad([[5, 6, 7], [8], [9, 10]], 0)
     return [plain(ids), plain(mask)]
 
 
@@ -213,13 +228,14 @@ def _probe_generate(impl: Impl) -> Any:
 
 
 def _mirostat_second_token(impl: Impl) -> Any:
-    """The distribution of the second token mirostat draws, which depends on the state the first draw left.
+    """The second tokens mirostat draws in 64 rows of one seeded batch; each depends on the state the row's first draw left.
 
     After the start token the model offers three words, .5 .25 .25; after any word .5 .3 .2. With
     tau 1.2 and eta 2, mu starts at 2.4 bits and keeps all three. Drawing the .5 word (1 bit)
     raises mu to 2.8 and the second step keeps all three again; drawing a .25 word (2 bits) drops
-    it to 0.8, and the second step keeps the .5 word alone. So the second token is .75 .15 .1. A
-    state that is not carried keeps all three at the second step: .5 .3 .2.
+    it to 0.8, and the second step keeps the .5 word alone. A state that is not carried keeps all
+    three at the second step, so some of the 64 rows draw another word. One seeded call makes
+    every draw (the rows' draws are ``choose_tokens``', given code), so the output is exact.
     """
     tok, words = tokenizer(), word_ids()
     first, second, third = words[:3]
@@ -227,14 +243,10 @@ def _mirostat_second_token(impl: Impl) -> Any:
     rows[tok.eos_token_id] = {first: 0.5, second: 0.25, third: 0.25}
     table, row_of = word_table(generator(92), rows=rows)
     model = CachedToyLM(small_config(d_vocab=len(tok), n_ctx=32), table, row_of)
-    prompt = [tok.decode([tok.eos_token_id])]
-
-    def draw() -> Any:
-        out = impl.generate.generate(model, tok, prompt, 2, mirostat=2, mirostat_tau=1.2, mirostat_eta=2.0,
-                                     eos_token_id=-1)
-        return out[0, -1]
-
-    return frequencies(draw, len(tok), gap=0.2, seed=93)
+    prompts = [tok.decode([tok.eos_token_id])] * 64
+    out = impl.generate.generate(model, tok, prompts, 2, mirostat=2, mirostat_tau=1.2, mirostat_eta=2.0,
+                                 eos_token_id=-1, seed=93)
+    return plain(out[:, -1])
 
 
 @probe("StopStringCriteria")
@@ -250,7 +262,7 @@ def _probe_stop_strings(impl: Impl) -> Any:
     verdicts = []
     for text, stop in cases:
         ids = torch.tensor([tok.encode(text)])
-        criterion = impl.generate.StopStringCriteria(tok, stop)
+        criterion = impl.outputs.StopStringCriteria(tok, stop)
         verdicts.append(plain(torch.as_tensor(criterion(ids, torch.zeros(1, len(tok))))).bool())
     return verdicts
 
@@ -259,7 +271,7 @@ def _probe_stop_strings(impl: Impl) -> Any:
 def _probe_streamer(impl: Impl) -> Any:
     tok = tokenizer()
     printed = io.StringIO()
-    streamer = impl.generate.TextStreamer(tok, file=printed)
+    streamer = impl.outputs.TextStreamer(tok, file=printed)
     # A prompt, then one token at a time: words, a character split over two tokens, a newline.
     streamer.put(torch.tensor(tok.encode(" the cat")))
     seen = [printed.getvalue()]
@@ -283,7 +295,10 @@ def _probe_typical(impl: Impl) -> Any:
     # one likely token over a flat tail: the likely token is the least typical. No running
     # total lands on a cutoff.
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.55, 0.1, 0.09, 0.09, 0.085, 0.085))
-    return [removed_as_inf(impl.generate.typical_filter(logits.clone(), p)) for p in (0.3, 0.5, 0.85)]
+    # A uniform row: every token is as typical as the cut token, so all stay (Hugging Face's rule).
+    uniform = torch.zeros(1, 5)
+    return [removed_as_inf(impl.modern_filters.typical_filter(logits.clone(), p)) for p in (0.3, 0.5, 0.85)] + [
+        removed_as_inf(impl.modern_filters.typical_filter(uniform, 0.5))]
 
 
 @probe("epsilon_filter")
@@ -291,7 +306,7 @@ def _probe_epsilon(impl: Impl) -> Any:
     # epsilon 0.2 keeps .40 .25 of row 0 and nothing of the flat row 1 but its top token; 0.05 keeps
     # row 0's first five and all of row 1.
     logits = logits_of((0.04, 0.40, 0.10, 0.25, 0.15, 0.06), (0.18, 0.17, 0.17, 0.16, 0.16, 0.16))
-    return [removed_as_inf(impl.generate.epsilon_filter(logits.clone(), e)) for e in (0.2, 0.05)]
+    return [removed_as_inf(impl.modern_filters.epsilon_filter(logits.clone(), e)) for e in (0.2, 0.05)]
 
 
 @probe("eta_filter")
@@ -300,14 +315,14 @@ def _probe_eta(impl: Impl) -> Any:
     # and the .1 token stays) and a flat one (the bar falls far below eta).
     logits = logits_of((0.85, 0.1, 0.03, 0.01, 0.005, 0.005), (0.18, 0.17, 0.17, 0.16, 0.16, 0.16),
                        (0.04, 0.40, 0.10, 0.25, 0.15, 0.06))
-    return [removed_as_inf(impl.generate.eta_filter(logits.clone(), eta)) for eta in (0.05, 0.3)]
+    return [removed_as_inf(impl.modern_filters.eta_filter(logits.clone(), eta)) for eta in (0.05, 0.3)]
 
 
 @probe("top_n_sigma_filter")
 def _probe_top_n_sigma(impl: Impl) -> Any:
     # Row 1 has tokens an earlier filter removed (-inf): the statistics must leave them out.
     logits = torch.tensor([[3.0, 2.0, 1.5, 0.5, 0.0, -1.0], [3.0, float("-inf"), 1.0, float("-inf"), 0.0, -0.5]])
-    return [removed_as_inf(impl.generate.top_n_sigma_filter(logits.clone(), n)) for n in (0.5, 1.0, 2.0)]
+    return [removed_as_inf(impl.modern_filters.top_n_sigma_filter(logits.clone(), n)) for n in (0.5, 1.0, 2.0)]
 
 
 @probe("xtc_filter")
@@ -315,14 +330,14 @@ def _probe_xtc(impl: Impl) -> Any:
     # Probability 1 cuts whenever it can (the same for any correct draw), probability 0 never.
     # Row 0 has three tokens at or above 0.1, row 1 one, row 2 two.
     logits = logits_of((0.45, 0.3, 0.15, 0.05, 0.05), (0.8, 0.05, 0.05, 0.05, 0.05), (0.5, 0.4, 0.04, 0.03, 0.03))
-    xtc = impl.generate.xtc_filter
+    xtc = impl.modern_filters.xtc_filter
     return [removed_as_inf(xtc(logits.clone(), t, p, torch.Generator().manual_seed(89)))
             for t, p in ((0.1, 1.0), (0.2, 1.0), (0.1, 0.0))]
 
 
 @probe("mirostat_step")
 def _probe_mirostat(impl: Impl) -> Any:
-    step = impl.generate.mirostat_step
+    step = impl.modern_filters.mirostat_step
     logits = logits_of((0.5, 0.25, 0.15, 0.1), (0.5, 0.25, 0.15, 0.1), (0.7, 0.2, 0.06, 0.04))
     # Each row its own mu (bits): 0.5 keeps the top token only, 2.2 keeps .5 .25, 3.5 keeps .5 .25 .15 .1.
     mu = torch.tensor([0.5, 2.2, 3.5])
@@ -335,7 +350,7 @@ def _probe_mirostat(impl: Impl) -> Any:
 
 @probe("apply_dry_penalty")
 def _probe_dry(impl: Impl) -> Any:
-    dry = impl.generate.apply_dry_penalty
+    dry = impl.penalties.apply_dry_penalty
     a, b, c, y, brk = 0, 1, 2, 3, 4
     breakers = torch.tensor([False, False, False, False, True, False])
     histories = torch.tensor([[a, b, c, c, b, c, y, a, b, c], [c, a, b, y, a, brk, c, a, b, c]])
@@ -355,9 +370,11 @@ def _probe_dry(impl: Impl) -> Any:
 
 @probe("ban_bad_words")
 def _probe_ban_bad_words(impl: Impl) -> Any:
-    ban = impl.generate.ban_bad_words
+    ban = impl.penalties.ban_bad_words
     history = torch.tensor([[7, 7, 1], [1, 2, 2], [9, 1, 2], [3, 4, 5]])
     mask = torch.tensor([[0, 0, 1], [1, 1, 1], [0, 1, 1], [1, 1, 1]])
     bad = [[7, 1, 5], [2, 2, 4], [1, 2, 8], [6], [3, 4]]
-    return [removed_as_inf(ban(torch.zeros(4, 10), history, bad, mask)), removed_as_inf(ban(torch.zeros(4, 10), history, bad))]
+    # [[eos]] is left out, as Hugging Face leaves it out: the end of the text stays allowed.
+    return [removed_as_inf(ban(torch.zeros(4, 10), history, bad, mask)), removed_as_inf(ban(torch.zeros(4, 10), history, bad)),
+            removed_as_inf(ban(torch.zeros(4, 10), history, [[9], [3]], mask, eos_token_id=9))]
 

@@ -7,90 +7,85 @@ from sampling_course.grading.catalogue import Variant
 _CHAIN_LOOP = (
     "    for name in order:\n"
     "        if name == \"temperature\":\n"
-    "            logits = logits / temperature\n"
+    "            logits = logits / settings.temperature\n"
     "        elif name == \"top_k\":\n"
-    "            logits = top_k_filter(logits, top_k)\n"
+    "            logits = top_k_filter(logits, settings.top_k)\n"
     "        elif name == \"top_p\":\n"
-    "            logits = top_p_filter(logits, top_p)\n"
+    "            logits = top_p_filter(logits, settings.top_p, keep)\n"
     "        elif name == \"min_p\":\n"
-    "            logits = min_p_filter(logits, min_p)\n"
+    "            logits = min_p_filter(logits, settings.min_p, keep)\n"
     "        elif name == \"typical_p\":\n"
-    "            logits = typical_filter(logits, typical_p)\n"
+    "            logits = typical_filter(logits, settings.typical_p, keep)\n"
     "        elif name == \"epsilon_cutoff\":\n"
-    "            logits = epsilon_filter(logits, epsilon_cutoff)\n"
+    "            logits = epsilon_filter(logits, settings.epsilon_cutoff, keep)\n"
     "        elif name == \"eta_cutoff\":\n"
-    "            logits = eta_filter(logits, eta_cutoff)\n"
+    "            logits = eta_filter(logits, settings.eta_cutoff, keep)\n"
     "        elif name == \"top_n_sigma\":\n"
-    "            logits = top_n_sigma_filter(logits, top_n_sigma)\n"
+    "            logits = top_n_sigma_filter(logits, settings.top_n_sigma)\n"
     "        elif name == \"xtc\":\n"
-    "            logits = xtc_filter(logits, xtc_threshold, xtc_probability, generator)\n"
+    "            logits = xtc_filter(logits, settings.xtc_threshold, settings.xtc_probability, generator)\n"
     "    return logits\n"
 )
 
 # Correct implementations in other styles: every test of the exercise must accept them.
 VARIANTS: list[Variant] = [
-    Variant(5, "top_k_filter", "exactly k tokens: topk, then scatter into a tensor of -inf", "generate.py",
+    Variant(5, "top_k_filter", "exactly k tokens: topk, then scatter into a tensor of -inf", "filters.py",
             "    kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]\n"
             '    return logits.masked_fill(logits < kth_largest, float("-inf"))\n',
             "    top = logits.topk(top_k, dim=-1)\n"
             '    return torch.full_like(logits, float("-inf")).scatter(1, top.indices, top.values)\n'),
-    Variant(5, "top_k_filter", "the k-th value from a descending sort", "generate.py",
+    Variant(5, "top_k_filter", "the k-th value from a descending sort", "filters.py",
             "kth_largest = logits.topk(top_k, dim=-1).values[:, -1:]",
             "kth_largest = logits.sort(dim=-1, descending=True).values[:, top_k - 1 : top_k]"),
-    Variant(5, "top_p_filter", "torch.searchsorted on the cumulative probabilities", "generate.py",
-            "    mass_above = sorted_probs.cumsum(dim=-1) - sorted_probs\n"
-            "    remove_sorted = mass_above >= top_p\n"
-            "    remove_sorted[:, 0] = False\n",
-            "    cumulative = sorted_probs.cumsum(dim=-1)\n"
-            "    target = torch.full((logits.shape[0], 1), float(top_p), dtype=cumulative.dtype, device=logits.device)\n"
-            "    n_keep = (torch.searchsorted(cumulative, target) + 1).clamp(max=logits.shape[-1])\n"
-            "    remove_sorted = torch.arange(logits.shape[-1], device=logits.device) >= n_keep\n"),
-    Variant(5, "top_p_filter", "a logit threshold at the last kept token", "generate.py",
-            "    remove_sorted = mass_above >= top_p\n"
-            "    remove_sorted[:, 0] = False\n"
-            "    # Put the decisions back in vocabulary order.\n"
-            "    remove = remove_sorted.scatter(1, order, remove_sorted)\n"
-            '    return logits.masked_fill(remove, float("-inf"))\n',
-            "    n_keep = (mass_above < top_p).sum(dim=-1, keepdim=True).clamp(min=1)\n"
-            "    threshold = sorted_logits.gather(1, n_keep - 1)\n"
-            '    return logits.masked_fill(logits < threshold, float("-inf"))\n'),
-    Variant(5, "min_p_filter", "in log space: below the top logit + log(min_p)", "generate.py",
+    Variant(5, "top_p_filter", "torch.searchsorted on the cumulative probabilities", "filters.py",
+            "    remove_sorted = mass_up_to <= 1 - top_p\n",
+            "    bar = torch.full((logits.shape[0], 1), 1 - top_p, dtype=mass_up_to.dtype, device=logits.device)\n"
+            "    n_removed = torch.searchsorted(mass_up_to, bar, right=True)\n"
+            "    remove_sorted = torch.arange(logits.shape[-1], device=logits.device) < n_removed\n"),
+    Variant(5, "top_p_filter", "descending, with the mass above each token from a shifted cumulative sum", "filters.py",
+            "    sorted_logits, order = logits.sort(dim=-1)\n"
+            "    mass_up_to = sorted_logits.softmax(dim=-1).cumsum(dim=-1)\n"
+            "    remove_sorted = mass_up_to <= 1 - top_p\n",
+            "    sorted_logits, order = logits.sort(dim=-1, descending=True)\n"
+            "    sorted_probs = sorted_logits.softmax(dim=-1)\n"
+            "    # The mass strictly above each token, summed from the least likely up (no subtraction to round).\n"
+            "    mass_below = sorted_probs.flip(-1).cumsum(dim=-1).flip(-1)\n"
+            "    remove_sorted = mass_below <= 1 - top_p\n"),
+    Variant(5, "min_p_filter", "in log space: below the top logit + log(min_p)", "filters.py",
             "    probs = logits.softmax(dim=-1)\n"
             "    bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
-            '    return logits.masked_fill(probs < bar, float("-inf"))\n',
+            "    remove = spare_the_best(probs < bar, logits, min_tokens_to_keep)\n",
             "    bar = logits.max(dim=-1, keepdim=True).values + torch.tensor(float(min_p)).log()\n"
-            '    return logits.masked_fill(logits < bar, float("-inf"))\n'),
-    Variant(5, "min_p_filter", "each token's probability relative to the top one", "generate.py",
+            "    remove = spare_the_best(logits < bar, logits, min_tokens_to_keep)\n"),
+    Variant(5, "min_p_filter", "each token's probability relative to the top one", "filters.py",
             "    probs = logits.softmax(dim=-1)\n"
             "    bar = min_p * probs.max(dim=-1, keepdim=True).values\n"
-            '    return logits.masked_fill(probs < bar, float("-inf"))\n',
+            "    remove = spare_the_best(probs < bar, logits, min_tokens_to_keep)\n",
             "    ratio = (logits - logits.max(dim=-1, keepdim=True).values).exp()\n"
-            '    return logits.masked_fill(ratio < min_p, float("-inf"))\n'),
-    Variant(5, "warp_logits", "temperature as a multiplication by its inverse", "generate.py",
-            "            logits = logits / temperature\n        elif name == \"top_k\":",
-            "            logits = logits * (1.0 / temperature)\n        elif name == \"top_k\":"),
-    Variant(5, "batched_sample", "inverse CDF: one uniform per row and searchsorted", "generate.py",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
+            "    remove = spare_the_best(ratio < min_p, logits, min_tokens_to_keep)\n"),
+    Variant(5, "warp_logits", "temperature as a multiplication by its inverse", "batched_sampling.py",
+            "            logits = logits / settings.temperature\n",
+            "            logits = logits * (1.0 / settings.temperature)\n"),
+    Variant(5, "batched_sample", "inverse CDF: one uniform per row and searchsorted", "batched_sampling.py",
             "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
             "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
             "    cdf = probs.cumsum(dim=-1)\n"
             "    u = torch.rand(probs.shape[0], 1, generator=generator, device=probs.device, dtype=cdf.dtype)\n"
             "    return torch.searchsorted(cdf, u * cdf[:, -1:], right=True).clamp(max=probs.shape[-1] - 1)[:, 0]\n"),
-    Variant(5, "batched_sample", "the Gumbel-max trick", "generate.py",
-            "    probs = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain).softmax(dim=-1)\n"
+    Variant(5, "batched_sample", "the Gumbel-max trick", "batched_sampling.py",
+            "    probs = warp_logits(logits, settings, generator).softmax(dim=-1)\n"
             "    # The draw Hugging Face makes: with the same seed, the same tokens.\n"
             "    return torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n",
-            "    warped = warp_logits(logits, temperature, top_k, top_p, min_p, generator=generator, **chain)\n"
+            "    warped = warp_logits(logits, settings, generator)\n"
             "    u = torch.rand(warped.shape, generator=generator, device=warped.device)\n"
             "    gumbel = -torch.log(-torch.log(u.clamp_min(torch.finfo(u.dtype).tiny)))\n"
             "    return (warped + gumbel).argmax(dim=-1)\n"),
-    Variant(5, "apply_repetition_penalty", "a multiplicative factor per token", "generate.py",
+    Variant(5, "apply_repetition_penalty", "a multiplicative factor per token", "penalties.py",
             "    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
             "    return torch.where(seen, penalised, logits)\n",
             "    factor = torch.where(logits > 0, torch.full_like(logits, 1.0 / penalty), torch.full_like(logits, penalty))\n"
             "    return logits * torch.where(seen, factor, torch.ones_like(logits))\n"),
-    Variant(5, "apply_repetition_penalty", "a Python loop over each row's seen tokens", "generate.py",
+    Variant(5, "apply_repetition_penalty", "a Python loop over each row's seen tokens", "penalties.py",
             "    penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
             "    return torch.where(seen, penalised, logits)\n",
             "    out = logits.clone()\n"
@@ -99,12 +94,12 @@ VARIANTS: list[Variant] = [
             "            value = out[row, token]\n"
             "            out[row, token] = value / penalty if value > 0 else value * penalty\n"
             "    return out\n"),
-    Variant(5, "apply_presence_and_frequency_penalty", "one subtraction of a combined amount", "generate.py",
+    Variant(5, "apply_presence_and_frequency_penalty", "one subtraction of a combined amount", "penalties.py",
             "    present = (counts > 0).to(logits.dtype)\n"
             "    return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)\n",
             "    amount = presence_penalty * counts.clamp(max=1) + frequency_penalty * counts\n"
             "    return logits - amount.to(logits.dtype)\n"),
-    Variant(5, "apply_presence_and_frequency_penalty", "torch.where for the presence penalty", "generate.py",
+    Variant(5, "apply_presence_and_frequency_penalty", "torch.where for the presence penalty", "penalties.py",
             "    present = (counts > 0).to(logits.dtype)\n"
             "    return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)\n",
             "    logits = torch.where(counts > 0, logits - presence_penalty, logits)\n"
@@ -138,7 +133,7 @@ VARIANTS: list[Variant] = [
             "            attn_out = block.attn.masked_forward(block.ln1(residual), cache[layer], attention_mask)\n"
             "            resid_mid = residual + attn_out\n"
             "            residual = resid_mid + block.mlp(block.ln2(resid_mid))\n"),
-    Variant(5, "left_pad", "left padding with pad_sequence on reversed rows", "generate.py",
+    Variant(5, "left_pad", "left padding with pad_sequence on reversed rows", "padding.py",
             "    width = max(len(ids) for ids in token_lists)\n"
             "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
@@ -148,7 +143,7 @@ VARIANTS: list[Variant] = [
             "    input_ids = pad(rows, batch_first=True, padding_value=pad_token_id).flip(1)\n"
             "    attention_mask = pad([torch.ones_like(row) for row in rows], batch_first=True).flip(1)\n"
             "    return input_ids, attention_mask\n"),
-    Variant(5, "left_pad", "tensors of pads filled from the right, row by row", "generate.py",
+    Variant(5, "left_pad", "tensors of pads filled from the right, row by row", "padding.py",
             "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"
             "    attention_mask = [[0] * (width - len(ids)) + [1] * len(ids) for ids in token_lists]\n"
             "    return torch.tensor(input_ids), torch.tensor(attention_mask)\n",
@@ -161,9 +156,9 @@ VARIANTS: list[Variant] = [
     Variant(5, "generate", "finished rows' pads left visible (mask 1), as Hugging Face does", "generate.py",
             "attention_mask = torch.cat([attention_mask, (~finished).long()[:, None]], dim=1)",
             "attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=1)"),
-    Variant(5, "StopStringCriteria", "decode the whole row every time", "generate.py",
+    Variant(5, "StopStringCriteria", "decode the whole row every time", "outputs.py",
             "        tail = ids[-self.tail_tokens :]\n", "        tail = ids\n"),
-    Variant(5, "StopStringCriteria", "every place a stop string could end, checked by slicing", "generate.py",
+    Variant(5, "StopStringCriteria", "every place a stop string could end, checked by slicing", "outputs.py",
             "        start = 0\n"
             "        while start < min(len(before), len(text)) and before[start] == text[start]:\n"
             "            start += 1\n"
@@ -175,38 +170,36 @@ VARIANTS: list[Variant] = [
             "                if text[end - len(s) : end] == s:\n"
             "                    return True\n"
             "        return False\n"),
-    Variant(5, "TextStreamer", "the last whitespace found with a regular expression", "generate.py",
+    Variant(5, "TextStreamer", "the last whitespace found with a regular expression", "outputs.py",
             '        safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n',
             "        import re\n\n"
             '        match = re.match(r"(?s).*[ \\n]", text)\n'
             "        safe_end = match.end() if match else 0\n"),
-    Variant(5, "TextStreamer", "Hugging Face's rule: everything at a newline, else up to the last space", "generate.py",
+    Variant(5, "TextStreamer", "Hugging Face's rule: everything at a newline, else up to the last space", "outputs.py",
             '        safe_end = max(text.rfind(" "), text.rfind("\\n")) + 1\n',
             '        safe_end = len(text) if text.endswith("\\n") else text.rfind(" ") + 1\n'),
-    Variant(5, "typical_filter", "Hugging Face's way: a bar on the gap at the last kept token (ties kept)", "generate.py",
-            "    remove_sorted = mass_before >= typical_p\n"
-            "    remove_sorted[:, 0] = False\n"
-            "    remove = remove_sorted.scatter(1, order, remove_sorted)\n"
-            "    return logits.masked_fill(remove, float(\"-inf\"))\n",
-            "    n_keep = (mass_before < typical_p).sum(dim=-1, keepdim=True).clamp(min=1)\n"
-            "    bar = sorted_gap.gather(1, n_keep - 1)\n"
-            "    return logits.masked_fill(gap > bar, float(\"-inf\"))\n"),
-    Variant(5, "typical_filter", "entropy from torch.distributions.Categorical", "generate.py",
+    Variant(5, "typical_filter", "the kept set counted, then a bar on the gap of the last kept token", "modern_filters.py",
+            "    cut = (running < typical_p).sum(dim=-1, keepdim=True).clamp(max=logits.shape[-1] - 1)\n"
+            "    remove_sorted = sorted_gap > sorted_gap.gather(-1, cut)\n",
+            "    n_keep = (running < typical_p).sum(dim=-1, keepdim=True) + 1\n"
+            "    bar = sorted_gap.gather(-1, (n_keep - 1).clamp(max=logits.shape[-1] - 1))\n"
+            "    remove_sorted = sorted_gap > bar\n"),
+    Variant(5, "typical_filter", "entropy from torch.distributions.Categorical", "modern_filters.py",
             "    entropy = -(probs * logprobs).nansum(dim=-1, keepdim=True)\n    gap = (-logprobs - entropy).abs()\n",
             "    entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]\n"
             "    gap = (logprobs + entropy).abs()\n"),
-    Variant(5, "epsilon_filter", "in log space, the top token found by argmax", "generate.py",
+    Variant(5, "epsilon_filter", "in log space, the best tokens found by topk", "modern_filters.py",
             "    probs = logits.softmax(dim=-1)\n"
-            "    top = logits.max(dim=-1, keepdim=True).values\n"
-            "    return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))\n",
+            "    return logits.masked_fill(spare_the_best(probs < epsilon, logits, min_tokens_to_keep), float(\"-inf\"))\n",
             "    below = logits.log_softmax(dim=-1) < torch.tensor(float(epsilon)).log()\n"
-            "    best = torch.zeros_like(below).scatter(1, logits.argmax(dim=-1, keepdim=True), True)\n"
-            "    return logits.masked_fill(below & ~best, float(\"-inf\"))\n"),
-    Variant(5, "epsilon_filter", "torch.where and a comparison with the row maximum", "generate.py",
-            "    return logits.masked_fill((probs < epsilon) & (logits < top), float(\"-inf\"))\n",
-            "    keep = (probs >= epsilon) | (logits == top)\n"
+            "    kth = logits.topk(min(min_tokens_to_keep, logits.shape[-1]), dim=-1).values[:, -1:]\n"
+            "    return logits.masked_fill(below & (logits < kth), float(\"-inf\"))\n"),
+    Variant(5, "epsilon_filter", "torch.where and a comparison with the k-th best logit", "modern_filters.py",
+            "    return logits.masked_fill(spare_the_best(probs < epsilon, logits, min_tokens_to_keep), float(\"-inf\"))\n",
+            "    kth = logits.sort(dim=-1, descending=True).values[:, min(min_tokens_to_keep, logits.shape[-1]) - 1 :][:, :1]\n"
+            "    keep = (probs >= epsilon) | (logits >= kth)\n"
             "    return torch.where(keep, logits, torch.full_like(logits, float(\"-inf\")))\n"),
-    Variant(5, "eta_filter", "Categorical's entropy and a clamped bar", "generate.py",
+    Variant(5, "eta_filter", "Categorical's entropy and a clamped bar", "modern_filters.py",
             "    logprobs = logits.log_softmax(dim=-1)\n"
             "    probs = logprobs.exp()\n"
             "    entropy = -(probs * logprobs).nansum(dim=-1, keepdim=True)\n"
@@ -214,14 +207,12 @@ VARIANTS: list[Variant] = [
             "    probs = logits.softmax(dim=-1)\n"
             "    entropy = torch.distributions.Categorical(logits=logits).entropy()[:, None]\n"
             "    bar = (eta**0.5 * torch.exp(-entropy)).clamp(max=eta)\n"),
-    Variant(5, "eta_filter", "the bar in log space", "generate.py",
+    Variant(5, "eta_filter", "the bar in log space", "modern_filters.py",
             "    bar = torch.minimum(torch.full_like(entropy, eta), math.sqrt(eta) * torch.exp(-entropy))\n"
-            "    top = logits.max(dim=-1, keepdim=True).values\n"
-            "    return logits.masked_fill((probs < bar) & (logits < top), float(\"-inf\"))\n",
+            "    return logits.masked_fill(spare_the_best(probs < bar, logits, min_tokens_to_keep), float(\"-inf\"))\n",
             "    log_bar = torch.clamp(0.5 * math.log(eta) - entropy, max=math.log(eta))\n"
-            "    top = logits.max(dim=-1, keepdim=True).values\n"
-            "    return logits.masked_fill((logprobs < log_bar) & (logits < top), float(\"-inf\"))\n"),
-    Variant(5, "top_n_sigma_filter", "nanmean over the logits with -inf turned into nan", "generate.py",
+            "    return logits.masked_fill(spare_the_best(logprobs < log_bar, logits, min_tokens_to_keep), float(\"-inf\"))\n"),
+    Variant(5, "top_n_sigma_filter", "nanmean over the logits with -inf turned into nan", "modern_filters.py",
             "    finite = torch.isfinite(logits)\n"
             "    count = finite.sum(dim=-1, keepdim=True)\n"
             "    values = torch.where(finite, logits, torch.zeros_like(logits))\n"
@@ -230,7 +221,7 @@ VARIANTS: list[Variant] = [
             "    values = logits.masked_fill(~torch.isfinite(logits), float(\"nan\"))\n"
             "    mean = values.nanmean(dim=-1, keepdim=True)\n"
             "    variance = ((values - mean) ** 2).nanmean(dim=-1, keepdim=True)\n"),
-    Variant(5, "top_n_sigma_filter", "a loop over the rows with torch.std(correction=0)", "generate.py",
+    Variant(5, "top_n_sigma_filter", "a loop over the rows with torch.std(correction=0)", "modern_filters.py",
             "    finite = torch.isfinite(logits)\n"
             "    count = finite.sum(dim=-1, keepdim=True)\n"
             "    values = torch.where(finite, logits, torch.zeros_like(logits))\n"
@@ -244,7 +235,7 @@ VARIANTS: list[Variant] = [
             "        bar = kept.max() - n * kept.std(correction=0)\n"
             "        out[row][logits[row] < bar] = float(\"-inf\")\n"
             "    return out\n"),
-    Variant(5, "xtc_filter", "llama.cpp's way: sort, and drop all but the last of the leading run", "generate.py",
+    Variant(5, "xtc_filter", "llama.cpp's way: sort, and drop all but the last of the leading run", "modern_filters.py",
             "    probs = logits.softmax(dim=-1)\n"
             "    above = probs >= threshold\n"
             "    least_above = torch.where(above, probs, torch.full_like(probs, 2.0)).min(dim=-1, keepdim=True).values\n"
@@ -256,7 +247,7 @@ VARIANTS: list[Variant] = [
             "    drop_sorted = (ranks < n_above - 1) & applies[:, None]\n"
             "    drop = drop_sorted.scatter(1, order, drop_sorted)\n"
             "    return logits.masked_fill(drop, float(\"-inf\"))\n"),
-    Variant(5, "xtc_filter", "a loop over the rows", "generate.py",
+    Variant(5, "xtc_filter", "a loop over the rows", "modern_filters.py",
             "    probs = logits.softmax(dim=-1)\n"
             "    above = probs >= threshold\n"
             "    least_above = torch.where(above, probs, torch.full_like(probs, 2.0)).min(dim=-1, keepdim=True).values\n"
@@ -270,7 +261,7 @@ VARIANTS: list[Variant] = [
             "            keep = top[probs[top].argmin()]\n"
             "            out[row, top[top != keep]] = float(\"-inf\")\n"
             "    return out\n"),
-    Variant(5, "mirostat_step", "llama.cpp's way: sort, count the leading tokens within mu", "generate.py",
+    Variant(5, "mirostat_step", "llama.cpp's way: sort, count the leading tokens within mu", "modern_filters.py",
             "    surprise = -logits.log_softmax(dim=-1) / math.log(2)\n"
             "    top = logits.max(dim=-1, keepdim=True).values\n"
             "    keep = (surprise <= mu[:, None]) | (logits == top)\n"
@@ -281,14 +272,14 @@ VARIANTS: list[Variant] = [
             "    keep_sorted = torch.arange(logits.shape[-1], device=logits.device) < n_keep\n"
             "    keep = keep_sorted.scatter(1, order, keep_sorted)\n"
             "    kept = logits.masked_fill(~keep, float(\"-inf\"))\n"),
-    Variant(5, "mirostat_step", "probabilities and log2 throughout, Gumbel-max draws", "generate.py",
+    Variant(5, "mirostat_step", "probabilities and log2 throughout, Gumbel-max draws", "modern_filters.py",
             "    probs = kept.softmax(dim=-1)\n"
             "    tokens = torch.multinomial(probs, num_samples=1, generator=generator)[:, 0]\n"
             "    observed = -torch.log2(probs.gather(-1, tokens[:, None])[:, 0])\n",
             "    u = torch.rand(kept.shape, generator=generator, device=kept.device)\n"
             "    tokens = (kept - torch.log(-torch.log(u.clamp_min(1e-20)))).argmax(dim=-1)\n"
             "    observed = -kept.log_softmax(dim=-1).gather(-1, tokens[:, None])[:, 0] / math.log(2)\n"),
-    Variant(5, "apply_dry_penalty", "the definition as plain Python loops", "generate.py",
+    Variant(5, "apply_dry_penalty", "the definition as plain Python loops", "penalties.py",
             "        rev = ids.flip(0)\n"
             "        shifts = torch.arange(1, n, device=ids.device)\n"
             "        index = torch.arange(n, device=ids.device)[None, :] + shifts[:, None]\n"
@@ -309,7 +300,7 @@ VARIANTS: list[Variant] = [
             "            length = min(length, limit)\n"
             "            if length >= allowed_length:\n"
             "                longest[seq[end + 1]] = max(int(longest[seq[end + 1]]), length)\n"),
-    Variant(5, "apply_dry_penalty", "one shift at a time, a dict of lengths, the penalty added token by token", "generate.py",
+    Variant(5, "apply_dry_penalty", "one shift at a time, a dict of lengths, the penalty added token by token", "penalties.py",
             "        rev = ids.flip(0)\n"
             "        shifts = torch.arange(1, n, device=ids.device)\n"
             "        index = torch.arange(n, device=ids.device)[None, :] + shifts[:, None]\n"
@@ -340,7 +331,7 @@ VARIANTS: list[Variant] = [
             "            if max_exponent is not None:\n"
             "                exponent = min(exponent, max_exponent)\n"
             "            logits[row, token] -= multiplier * float(base) ** exponent\n"),
-    Variant(5, "ban_bad_words", "row by row with Python lists", "generate.py",
+    Variant(5, "ban_bad_words", "row by row with Python lists", "penalties.py",
             "    ban = torch.zeros_like(logits, dtype=torch.bool)\n"
             "    for banned in bad_words_ids:\n"
             "        *start, last = banned\n"
@@ -362,24 +353,24 @@ VARIANTS: list[Variant] = [
             "            if n == 0 or (len(history) >= n and history[len(history) - n :] == list(banned[:-1])):\n"
             "                out[row, banned[-1]] = float(\"-inf\")\n"
             "    return out\n"),
-    Variant(5, "ban_bad_words", "padding replaced by -1 so that it never matches", "generate.py",
+    Variant(5, "ban_bad_words", "padding replaced by -1 so that it never matches", "penalties.py",
             "        tail = input_ids[:, -len(start) :]\n"
             "        real = attention_mask[:, -len(start) :].bool().all(dim=-1)\n"
             "        matches = (tail == torch.tensor(start, device=input_ids.device)).all(dim=-1) & real\n",
             "        visible = input_ids.masked_fill(attention_mask == 0, -1)\n"
             "        matches = torch.stack([visible[:, -len(start) + i] == token for i, token in enumerate(start)]).all(dim=0)\n"),
-    Variant(5, "warp_logits", "a table of steps, looked up by name", "generate.py",
+    Variant(5, "warp_logits", "a table of steps, looked up by name", "batched_sampling.py",
             _CHAIN_LOOP,
             "    steps = {\n"
-            "        \"temperature\": lambda x: x / temperature,\n"
-            "        \"top_k\": lambda x: top_k_filter(x, top_k),\n"
-            "        \"top_p\": lambda x: top_p_filter(x, top_p),\n"
-            "        \"min_p\": lambda x: min_p_filter(x, min_p),\n"
-            "        \"typical_p\": lambda x: typical_filter(x, typical_p),\n"
-            "        \"epsilon_cutoff\": lambda x: epsilon_filter(x, epsilon_cutoff),\n"
-            "        \"eta_cutoff\": lambda x: eta_filter(x, eta_cutoff),\n"
-            "        \"top_n_sigma\": lambda x: top_n_sigma_filter(x, top_n_sigma),\n"
-            "        \"xtc\": lambda x: xtc_filter(x, xtc_threshold, xtc_probability, generator),\n"
+            "        \"temperature\": lambda x: x / settings.temperature,\n"
+            "        \"top_k\": lambda x: top_k_filter(x, settings.top_k),\n"
+            "        \"top_p\": lambda x: top_p_filter(x, settings.top_p, keep),\n"
+            "        \"min_p\": lambda x: min_p_filter(x, settings.min_p, keep),\n"
+            "        \"typical_p\": lambda x: typical_filter(x, settings.typical_p, keep),\n"
+            "        \"epsilon_cutoff\": lambda x: epsilon_filter(x, settings.epsilon_cutoff, keep),\n"
+            "        \"eta_cutoff\": lambda x: eta_filter(x, settings.eta_cutoff, keep),\n"
+            "        \"top_n_sigma\": lambda x: top_n_sigma_filter(x, settings.top_n_sigma),\n"
+            "        \"xtc\": lambda x: xtc_filter(x, settings.xtc_threshold, settings.xtc_probability, generator),\n"
             "    }\n"
             "    for name in order:\n"
             "        logits = steps[name](logits)\n"

@@ -7,10 +7,11 @@ from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exerci
 
 PART = 6
 TITLE = "Caches for long and fast generation"
+SECTIONS = {"6b": "Fast decoding on a GPU"}  # notebook 06b's exercises: part 6 in the map, listed as "6b"
 
 EXERCISES: tuple[Exercise, ...] = (
     exercise(
-        "fuse_qkv", 6, "caches", "fuse_qkv",
+        "fuse_qkv", 6, "fast_path", "fuse_qkv",
         "Lay W_Q, W_K and W_V side by side in one (d_model, 3 * n_heads * d_head) matrix (and their biases "
         "in one vector), and flatten W_O to (n_heads * d_head, d_model).",
         "One matmul that reads the three weights in one sweep replaces three. The columns must come in the "
@@ -51,7 +52,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "self.batch = len(rows)",
     ),
     exercise(
-        "fast_forward", 6, "caches", "fast_forward",
+        "fast_forward", 6, "fast_path", "fast_forward",
         "The fast path: the model's forward pass over the new tokens with fused QKV, cache.update and "
         "scaled_dot_product_attention, and no concatenation.",
         "Embed each token at the position the cache gave it. Per layer (cache.fused holds each block's "
@@ -75,7 +76,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "    ... then the MLP the same way ...",
     ),
     exercise(
-        "SinkCache.positions", 6, "caches", "SinkCache.positions",
+        "SinkCache.positions", 6, "sink_cache", "SinkCache.positions",
         "The position ids of the next new_pos tokens of the text, by the cache's position rule.",
         "Tokens seen, seen + 1, ... of the text. The 'cache' rule gives each token its index in the window "
         "(counting from the oldest token the window holds, the token itself included); the 'absolute' rule its "
@@ -88,7 +89,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "return t.clamp(max=last)",
     ),
     exercise(
-        "SinkCache.update", 6, "caches", "SinkCache.update",
+        "SinkCache.update", 6, "sink_cache", "SinkCache.update",
         "Store a layer's new keys and values: in the free slots while there are any, then over the oldest "
         "recent token, never over a sink; return the keys and values the new tokens attend to.",
         "Slots 0 .. num_sink_tokens - 1 hold the sinks forever. The other slots form a ring: self.ring counts "
@@ -105,6 +106,8 @@ EXERCISES: tuple[Exercise, ...] = (
 )
 
 _C = "caches.py"
+_F = "fast_path.py"
+_K = "sink_cache.py"
 
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
@@ -136,58 +139,63 @@ MISTAKES: list[Mistake] = [
             "        filled[:, :, : len(rows)] = gathered\n",
             why=("after a reorder the cache keeps its old batch size instead of the number of rows it was "
                  "given.")),
-    Mistake(6, "fused QKV in the order K, Q, V", _C,
+    Mistake(6, "fused QKV in the order K, Q, V", _F,
             "for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)", "for W in (attn.W_K, attn.W_Q, attn.W_V)], dim=1)",
             why=("the fused projection stacks the weights as K, Q, V, so the slices taken as queries are "
                  "keys.")),
-    Mistake(6, "fused weights flattened head-last (d_head, then head)", _C,
+    Mistake(6, "fused weights flattened head-last (d_head, then head)", _F,
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)")',
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")',
             why=("the fused weights are flattened with d_head outside and the head inside, so the columns "
                  "no longer follow the heads' order.")),
-    Mistake(6, "fast path forgets the positions the cache gives", _C,
+    Mistake(6, "fast path forgets the positions the cache gives", _F,
             "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)",
             "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]).view(rows, cfg.d_model)",
             why=("the fast path embeds new tokens at positions 0, 1, ... instead of after the tokens the "
                  "cache already holds.")),
-    Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _C,
+    Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _F,
             "values.transpose(1, 2), attn_mask=attn_mask\n",
             "values.transpose(1, 2)\n",
             why=("the fast path drops the causal mask among new tokens, so during a prefill each position "
                  "sees the ones after it.")),
-    Mistake(6, "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)", _C,
+    Mistake(6, "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)", _F,
             "values.transpose(1, 2), attn_mask=attn_mask\n",
             "values.transpose(1, 2), is_causal=new_pos > 1\n",
             why=("the fast path asks SDPA for is_causal=True instead of using the mask it is given; that mask "
                  "is aligned to the top left, so new tokens on top of a cache see only the first keys.")),
-    Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _C,
+    Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _F,
             'hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")',
             "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))",
             why=("the fast path uses the exact GELU; GPT-2 was trained with the tanh approximation "
                  "(gelu_new).")),
-    Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _C,
+    Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _K,
             "            start = self.num_sink_tokens + self.ring\n",
             "            start = self.ring\n",
             why=("the ring buffer of the sliding window covers the sink slots too, so the first tokens are"
                  " evicted like the others.")),
-    Mistake(6, "sink window one position off (the window counts as full one token early)", _C,
+    Mistake(6, "sink window one position off (the window counts as full one token early)", _K,
             "        if held + new_pos <= self.window_length:\n",
             "        if held + new_pos < self.window_length:\n",
             why="the window counts as full one token early, so it holds one token fewer than its length."),
-    Mistake(6, "sink positions off by one (a full window's tokens at window_length)", _C,
+    Mistake(6, "sink positions off by one (a full window's tokens at window_length)", _K,
             'last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1',
             'last = self.window_length if self.position_rule == "cache" else self.n_ctx - 1',
             why=("once the window is full, new tokens get position window_length instead of their index in"
                  " the window (window_length - 1 for the newest).")),
-    Mistake(6, "sink positions counted from 1", _C,
+    Mistake(6, "sink positions counted from 1", _K,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n",
             "        t = torch.arange(self.seen + 1, self.seen + new_pos + 1, device=device)\n",
             why="positions inside the sink cache are counted from 1 instead of 0."),
+    Mistake(6, "sink positions wrap around the window (t % window)", _K,
+            "        return t.clamp(max=last)\n",
+            "        return t % (last + 1)\n",
+            why="positions wrap around (t % window_length) once the window is full, where the newest token stays last",
+            fix="clamp t at the last index, window_length - 1 (n_ctx - 1 for 'absolute')"),
 ]
 
 # Correct implementations in other styles: every test of their exercise must pass.
 VARIANTS: list[Variant] = [
-    Variant(6, "fuse_qkv", "permute and reshape instead of einops, W_O by view", _C,
+    Variant(6, "fuse_qkv", "permute and reshape instead of einops, W_O by view", _F,
             '    W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)\n'
             "    b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])\n"
             '    W_O = einops.rearrange(attn.W_O, "n h d -> (n h) d")\n',
@@ -195,7 +203,7 @@ VARIANTS: list[Variant] = [
             "    W_QKV = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).reshape(d_model, 3 * n_heads * d_head)\n"
             "    b_QKV = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).reshape(-1)\n"
             "    W_O = attn.W_O.reshape(n_heads * d_head, d_model)\n"),
-    Variant(6, "fuse_qkv", "one einsum-free cat of per-head slices", _C,
+    Variant(6, "fuse_qkv", "one einsum-free cat of per-head slices", _F,
             '    W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)\n',
             "    W_QKV = torch.cat([W[head] for W in (attn.W_Q, attn.W_K, attn.W_V) for head in range(W.shape[0])], dim=1)\n"),
     Variant(6, "StaticKeyValueCache.update", "narrow and copy_, then slice the returned views", _C,
@@ -217,7 +225,7 @@ VARIANTS: list[Variant] = [
             "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
             "        source = filled.clone()\n"
             "        filled.index_copy_(2, torch.arange(len(rows), device=rows.device), source[:, :, rows])\n"),
-    Variant(6, "fast_forward", "attention by hand (einsum, additive mask, softmax) instead of SDPA", _C,
+    Variant(6, "fast_forward", "attention by hand (einsum, additive mask, softmax) instead of SDPA", _F,
             "        z = F.scaled_dot_product_attention(\n"
             "            qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=attn_mask\n"
             "        )\n",
@@ -225,7 +233,7 @@ VARIANTS: list[Variant] = [
             "        if attn_mask is not None:\n"
             "            scores = scores.masked_fill(~attn_mask, -1e5) if attn_mask.dtype == torch.bool else scores + attn_mask\n"
             "        z = torch.einsum('bnqk,bknh->bnqh', scores.softmax(-1), values)\n"),
-    Variant(6, "fast_forward", "the model's own LayerNorm and MLP modules, F.linear for the unembedding", _C,
+    Variant(6, "fast_forward", "the model's own LayerNorm and MLP modules, F.linear for the unembedding", _F,
             "        x = F.layer_norm(residual, d_model, w.ln2_w, w.ln2_b, eps)\n"
             '        hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")  # GPT-2\'s gelu_new\n'
             "        residual = torch.addmm(residual, hidden, w.W_out).add_(w.b_out)\n"
@@ -235,28 +243,28 @@ VARIANTS: list[Variant] = [
             "        residual = residual + block.mlp(block.ln2(residual.view(batch, new_pos, -1))).view(rows, -1)\n"
             "    logits = F.linear(model.ln_final(residual), model.unembed.W_U.T, model.unembed.b_U)\n"
             "    return logits.view(batch, new_pos, cfg.d_vocab)\n"),
-    Variant(6, "SinkCache.positions", "a Python list and torch.minimum", _C,
+    Variant(6, "SinkCache.positions", "a Python list and torch.minimum", _K,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
             '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
             "        return t.clamp(max=last)\n",
             "        cap = self.window_length if self.position_rule == 'cache' else self.n_ctx\n"
             "        ids = torch.tensor([self.seen + i for i in range(new_pos)], device=device, dtype=torch.long)\n"
             "        return torch.minimum(ids, torch.full_like(ids, cap - 1))\n"),
-    Variant(6, "SinkCache.positions", "torch.where between the text position and the last one", _C,
+    Variant(6, "SinkCache.positions", "torch.where between the text position and the last one", _K,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
             '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
             "        return t.clamp(max=last)\n",
             "        t = self.seen + torch.arange(new_pos, device=device)\n"
             "        last = torch.tensor(self.window_length - 1 if self.position_rule == 'cache' else self.n_ctx - 1, device=device)\n"
             "        return torch.where(t > last, last, t)\n"),
-    Variant(6, "SinkCache.update", "copy_ into narrowed views, one return for both cases", _C,
+    Variant(6, "SinkCache.update", "copy_ into narrowed views, one return for both cases", _K,
             "        self.buffer[layer, 0, :, start:end] = k\n"
             "        self.buffer[layer, 1, :, start:end] = v\n"
             "        key_pos = max(held, end)\n",
             "        self.buffer[layer, 0].narrow(1, start, end - start).copy_(k)\n"
             "        self.buffer[layer, 1].narrow(1, start, end - start).copy_(v)\n"
             "        key_pos = min(self.window_length, self.seq_len + new_pos)\n"),
-    Variant(6, "SinkCache.update", "index_copy_ into the chosen slots, modular ring arithmetic", _C,
+    Variant(6, "SinkCache.update", "index_copy_ into the chosen slots, modular ring arithmetic", _K,
             "        held, new_pos = self.seq_len, k.shape[1]\n"
             "        if held + new_pos <= self.window_length:\n"
             "            start, end = held, held + new_pos\n"
@@ -288,23 +296,22 @@ EXERCISES += (
         "graph: the position is a tensor on the device, the new keys and values go into slot `position` of "
         "the static buffer, and attention reads every slot through a mask.",
         "Nothing may depend on the position's value on the host: no int(position), no slicing up to it. "
-        "Write the new keys and values with an in-place write at a tensor index (index_copy_), and let the "
-        "new token see slots 0 .. position (its own included) through a boolean mask over all max_len slots.",
-        "Embed with W_E[tokens] + W_pos[position.view(1)] (a 1-element index; a 0-d tensor index is read back "
-        "as an int). Per layer, as in fast_forward: LayerNorm, one addmm for Q, K, V viewed as "
-        "(batch, 3, n_heads, d_head); buffer[layer, 0].index_copy_(1, position.view(1), k[:, None]) and the "
-        "same for values; F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), "
-        "values.transpose(1, 2), attn_mask=visible) with visible = (arange(max_len) <= position)[None, :].",
+        "The layers are part 6's fast_forward over one new position; what is yours is the cache it writes "
+        "to: an update that writes the new keys and values in place at a tensor index (index_copy_), and a "
+        "boolean mask over all max_len slots that shows the new token slots 0 .. position (its own included).",
+        "slot = position.view(1) (a 1-element index; a 0-d tensor index is read back as an int). "
+        "update(layer, k, v) writes buffer[layer, 0].index_copy_(1, slot, k), the same for values, and returns "
+        "the two whole (batch, max_len, n_heads, d_head) views. Then fast_forward(model, tokens[:, None], "
+        "slot[None], FusedCache(fused, update), visible) with visible = (arange(max_len) <= position)[None, :], "
+        "and the logits of its one position.",
         "slot = position.view(1)\n"
-        "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]\n"
-        "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n"
-        "for layer, w in enumerate(fused):\n"
-        "    x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)\n"
-        "    q, k, v = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, 3, cfg.n_heads, cfg.d_head).unbind(1)\n"
+        "def update(layer, k, v):\n"
         "    keys, values = buffer[layer, 0], buffer[layer, 1]\n"
-        "    keys.index_copy_(1, slot, k[:, None]); values.index_copy_(1, slot, v[:, None])\n"
-        "    z = F.scaled_dot_product_attention(q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible)\n"
-        "    ... W_O and the MLP as in fast_forward, then ln_final and the unembedding",
+        "    keys.index_copy_(1, slot, k); values.index_copy_(1, slot, v)\n"
+        "    return keys, values\n"
+        "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n"
+        "return fast_forward(model, tokens[:, None], slot[None], FusedCache(fused, update), visible)[:, 0]",
+        section="6b",
     ),
     exercise(
         "race_sample", 6, "gpu_decoding", "race_sample",
@@ -319,6 +326,7 @@ EXERCISES += (
         "probs = logits.float().softmax(dim=-1)\n"
         "clocks = torch.empty_like(probs).exponential_(generator=generator)\n"
         "return (probs / clocks).argmax(dim=-1)",
+        section="6b",
     ),
     exercise(
         "decode_loop", 6, "gpu_decoding", "decode_loop",
@@ -339,6 +347,7 @@ EXERCISES += (
         "done = torch.stack(all_done)\n"
         "keep = int(done.long().argmax()) + 1 if bool(done.any()) else len(columns)\n"
         "return torch.stack(columns[:keep], dim=1)",
+        section="6b",
     ),
 )
 
@@ -350,19 +359,19 @@ MISTAKES += [
             "visible = (torch.arange(max_len, device=tokens.device) < position)[None, :]",
             why="the mask shows slots before the position only; the new token must also see its own slot."),
     Mistake(6, "fixed-shape step attends to every slot", _G,
-            "values.transpose(1, 2), attn_mask=visible\n", "values.transpose(1, 2)\n",
+            "FusedCache(fused, update), visible)", "FusedCache(fused, update), None)",
             why="attention reads every slot of the buffer, the ones not written yet too; mask all but 0 .. position."),
     Mistake(6, "fixed-shape step writes the new keys one slot late", _G,
-            "        keys.index_copy_(1, slot, k[:, None])\n        values.index_copy_(1, slot, v[:, None])\n",
-            "        keys.index_copy_(1, slot + 1, k[:, None])\n        values.index_copy_(1, slot + 1, v[:, None])\n",
+            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
+            "        keys.index_copy_(1, slot + 1, k)\n        values.index_copy_(1, slot + 1, v)\n",
             why="the new keys and values go to slot position + 1; they belong in slot `position`."),
     Mistake(6, "fixed-shape step embeds every token at position 0", _G,
-            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
-            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[:1]",
+            "fast_forward(model, tokens[:, None], slot[None],",
+            "fast_forward(model, tokens[:, None], torch.zeros_like(slot)[None],",
             why="the new token gets the embedding of position 0 instead of W_pos[position]."),
     Mistake(6, "fixed-shape step reads the position back to the host", _G,
-            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
-            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[int(position)]",
+            "fast_forward(model, tokens[:, None], slot[None],",
+            "fast_forward(model, tokens[:, None], torch.tensor([[int(position)]], device=tokens.device),",
             why=("int(position) copies the position to the host, which waits for the device: a captured step "
                  "cannot do that. Index with the tensor (position.view(1)).")),
     Mistake(6, "race multiplies by the clocks", _G,
@@ -413,21 +422,18 @@ MISTAKES += [
 ]
 
 VARIANTS += [
-    Variant(6, "fixed_shape_step", "attention by hand: einsum, masked_fill with -inf, softmax", _G,
-            "        z = F.scaled_dot_product_attention(\n"
-            "            q[:, :, None], keys.transpose(1, 2), values.transpose(1, 2), attn_mask=visible\n"
-            "        )\n",
-            "        scores = torch.einsum('bnh,bknh->bnk', q, keys) / cfg.d_head**0.5\n"
-            "        pattern = scores.masked_fill(~visible, float('-inf')).softmax(dim=-1)\n"
-            "        z = torch.einsum('bnk,bknh->bnh', pattern, values)\n"),
+    Variant(6, "fixed_shape_step", "an additive mask, 0 on the visible slots and -inf after them", _G,
+            "    visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n",
+            "    after = torch.arange(max_len, device=tokens.device) > position\n"
+            "    visible = torch.zeros(1, max_len, dtype=buffer.dtype, device=tokens.device).masked_fill(after, float('-inf'))\n"),
     Variant(6, "fixed_shape_step", "writes through torch.where on a one-slot mask", _G,
-            "        keys.index_copy_(1, slot, k[:, None])\n        values.index_copy_(1, slot, v[:, None])\n",
+            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
             "        here = (torch.arange(max_len, device=tokens.device) == position)[None, :, None, None]\n"
-            "        keys.copy_(torch.where(here, k[:, None], keys))\n"
-            "        values.copy_(torch.where(here, v[:, None], values))\n"),
-    Variant(6, "fixed_shape_step", "the position embedding by index_select", _G,
-            "residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[slot]",
-            "residual = model.embed.W_E.index_select(0, tokens) + model.pos_embed.W_pos.index_select(0, slot)"),
+            "        keys.copy_(torch.where(here, k, keys))\n"
+            "        values.copy_(torch.where(here, v, values))\n"),
+    Variant(6, "fixed_shape_step", "writes by indexed assignment (index_put_)", _G,
+            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
+            "        keys[:, slot] = k\n        values[:, slot] = v\n"),
     Variant(6, "race_sample", "Gumbel-max: logits minus the log of exponential clocks", _G,
             "    probs = logits.float().softmax(dim=-1)\n"
             "    clocks = torch.empty_like(probs).exponential_(generator=generator)\n"

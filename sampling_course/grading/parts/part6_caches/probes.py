@@ -27,7 +27,7 @@ from sampling_course.grading.probing import (
 def _probe_fuse_qkv(impl: Impl) -> Any:
     cfg = small_config()
     attn = loaded(impl.transformer.Attention(cfg), attn_params(cfg, generator(90)))
-    fused = impl.caches.fuse_qkv(attn)
+    fused = impl.fast_path.fuse_qkv(attn)
     return [plain(fused.W_QKV), plain(fused.b_QKV), plain(fused.W_O), plain(fused.b_O)]
 
 
@@ -83,9 +83,9 @@ def _fast_layers(impl: Impl, model: torch.nn.Module) -> list[Any]:
         attn = block.attn
         W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)
         b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])
-        fused = impl.caches.FusedAttention(W_QKV=W_QKV.detach(), b_QKV=b_QKV.detach(),
+        fused = impl.fast_path.FusedAttention(W_QKV=W_QKV.detach(), b_QKV=b_QKV.detach(),
                                            W_O=einops.rearrange(attn.W_O, "n h d -> (n h) d").detach(), b_O=attn.b_O.detach())
-        layers.append(impl.caches.FastLayer(
+        layers.append(impl.fast_path.FastLayer(
             ln1_w=block.ln1.w.detach(), ln1_b=block.ln1.b.detach(), attn=fused, ln2_w=block.ln2.w.detach(),
             ln2_b=block.ln2.b.detach(), W_in=block.mlp.W_in.detach(), b_in=block.mlp.b_in.detach(),
             W_out=block.mlp.W_out.detach(), b_out=block.mlp.b_out.detach(),
@@ -109,16 +109,16 @@ def _probe_fast_forward(impl: Impl) -> Any:
     # of those four, each seeing the cached keys, and the second also the first (a mask aligned
     # to the bottom right, which SDPA's is_causal=True is not).
     causal = torch.ones(3, 3, dtype=torch.bool).tril()
-    first = impl.caches.fast_forward(model, tokens[:, :3], torch.arange(4, 7)[None], cache, causal)
-    last = impl.caches.fast_forward(model, tokens[:, 3:], torch.tensor([[7]]), cache, None)
+    first = impl.fast_path.fast_forward(model, tokens[:, :3], torch.arange(4, 7)[None], cache, causal)
+    last = impl.fast_path.fast_forward(model, tokens[:, 3:], torch.tensor([[7]]), cache, None)
     more = torch.randint(0, cfg.d_vocab, (2, 2), generator=g)
     on_top = torch.ones(2, 6, dtype=torch.bool).tril(diagonal=4)
-    two = impl.caches.fast_forward(model, more, torch.tensor([[8, 9]]), cache, on_top)
+    two = impl.fast_path.fast_forward(model, more, torch.tensor([[8, 9]]), cache, on_top)
     return [plain(first), plain(last), plain(two)]
 
 
 def _sink_cache(impl: Impl, buffer: torch.Tensor, num_sink_tokens: int, position_rule: str, n_ctx: int) -> Any:
-    return impl.caches.SinkCache(buffer, num_sink_tokens, position_rule, n_ctx)
+    return impl.sink_cache.SinkCache(buffer, num_sink_tokens, position_rule, n_ctx)
 
 
 @probe("SinkCache.positions")

@@ -59,7 +59,7 @@ def _probe_draft_tokens(impl: Impl) -> Any:
     tokens = torch.tensor([1, 2, 3])
     out = []
     for temperature, top_k, top_p in ((2.0, 4, 1.0), (0.7, 0, 0.8)):
-        cache = impl.transformer.KeyValueCache.new_empty(draft.cfg)
+        cache = impl.kv_cache.KeyValueCache.new_empty(draft.cfg)
         proposals, q, cache = impl.speculative.draft_tokens(draft, tokens.clone(), cache, 2, temperature, top_k, top_p,
                                                              generator=torch.Generator().manual_seed(102))
         out.append([tuple(proposals.shape), tuple(q.shape), plain(q[0]), int(cache.shape[3])])
@@ -113,7 +113,7 @@ def _probe_accept_or_resample(impl: Impl) -> Any:
 @probe("crop_cache")
 def _probe_crop_cache(impl: Impl) -> Any:
     crop = impl.speculative.crop_cache
-    cache = impl.transformer.KeyValueCache(randn(generator(104), 2, 2, 3, 5, 2, 4))
+    cache = impl.kv_cache.KeyValueCache(randn(generator(104), 2, 2, 3, 5, 2, 4))
     cropped = crop(cache, 2)
 
     class CropsInPlace:
@@ -129,7 +129,7 @@ def _probe_crop_cache(impl: Impl) -> Any:
             return ("a cropped copy", n)
 
     in_place = CropsInPlace()
-    return [plain(cropped), isinstance(cropped, impl.transformer.KeyValueCache),
+    return [plain(cropped), isinstance(cropped, impl.kv_cache.KeyValueCache),
             crop(in_place, 3) is in_place, in_place.seq_len, crop(CropsToACopy(), 1)]
 
 
@@ -137,7 +137,7 @@ def _probe_crop_cache(impl: Impl) -> Any:
 def _probe_speculative_round(impl: Impl) -> Any:
     g = generator(105)
     target = _chain_model(g, _TARGET)
-    KeyValueCache = impl.transformer.KeyValueCache
+    KeyValueCache = impl.kv_cache.KeyValueCache
 
     def round_after(prompt: list[int], draft: CachedToyLM, gamma: int) -> Any:
         target.calls.clear()

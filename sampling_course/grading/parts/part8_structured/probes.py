@@ -30,21 +30,21 @@ def _probe_token_bytes(impl: Impl) -> Any:
     # The end-of-text token, words with spaces, a tab and a newline, and characters split over
     # tokens (é is c3 a9, € is e2 82 ac: 0x82 is one of the bytes GPT-2 shifts).
     ids = [tok.eos_token_id] + tok.encode(" the café costs 5 € now\n\tok")
-    return attempt(lambda: [impl.structured.token_bytes(tok)[i] for i in ids])
+    return attempt(lambda: [impl.token_index.token_bytes(tok)[i] for i in ids])
 
 
 @probe("walk_token")
 def _probe_walk_token(impl: Impl) -> Any:
-    automaton = impl.structured.ByteAutomaton(PATTERN)
+    automaton = impl.byte_automaton.ByteAutomaton(PATTERN)
     after_e = automaton.step(automaton.step(automaton.initial, 0xC3), 0xA9)  # after "é"
     starts = [automaton.initial, automaton.step(automaton.initial, ord("a")), after_e]
-    return [[attempt(lambda s=s, t=t: impl.structured.walk_token(automaton, s, t)) for t in VOCAB[:-1]] for s in starts]
+    return [[attempt(lambda s=s, t=t: impl.token_index.walk_token(automaton, s, t)) for t in VOCAB[:-1]] for s in starts]
 
 
 @probe("build_index")
 def _probe_build_index(impl: Impl) -> Any:
     def index() -> Any:
-        built = impl.structured.build_index(impl.structured.ByteAutomaton(PATTERN), VOCAB, EOS)
+        built = impl.token_index.build_index(impl.byte_automaton.ByteAutomaton(PATTERN), VOCAB, EOS)
         return [sorted(row.items()) for row in built.transitions]
 
     return attempt(index)
@@ -52,8 +52,8 @@ def _probe_build_index(impl: Impl) -> Any:
 
 def _hand_constraint(impl: Impl) -> Any:
     # Tokens a, b, c, EOS, and a fifth a pad may be. State 0: a -> 1, c -> 1; state 1: b -> 0, EOS -> DONE.
-    index = impl.structured.TokenIndex([{0: 1, 2: 1}, {1: 0, 3: -1}], eos_token_id=3)
-    return impl.structured.TokenConstraint(index, [b"a", b"b", b"c", None], d_vocab=5)
+    index = impl.token_index.TokenIndex([{0: 1, 2: 1}, {1: 0, 3: -1}], eos_token_id=3)
+    return impl.token_constraint.TokenConstraint(index, [b"a", b"b", b"c", None], d_vocab=5)
 
 
 @probe("TokenConstraint")
@@ -90,11 +90,11 @@ def _probe_constrained_generate(impl: Impl) -> Any:
     allowed = [w for w in words[:8] if w != favourite][:4]
     # Any two allowed words, then EOS: three states and DONE.
     transitions = [{w: 1 for w in allowed}, {w: 2 for w in allowed}, {eos: -1}]
-    index = impl.structured.TokenIndex(transitions, eos_token_id=eos)
+    index = impl.token_index.TokenIndex(transitions, eos_token_id=eos)
     vocabulary = [None] * len(tok)
 
     def run(**settings: Any) -> Any:
-        constraint = impl.structured.TokenConstraint(index, vocabulary, d_vocab=len(tok))
+        constraint = impl.token_constraint.TokenConstraint(index, vocabulary, d_vocab=len(tok))
         return plain(impl.generate.generate(model, tok, [prompt, tok.decode(words[2:3])], 6, constraint=constraint, **settings))
 
     return [
@@ -123,7 +123,7 @@ def _probe_schema_to_regex(impl: Impl) -> Any:
     ]
 
     def verdicts() -> Any:
-        pattern = impl.structured.schema_to_regex(schema)
+        pattern = impl.json_schema.schema_to_regex(schema)
         return [re.fullmatch(pattern, text) is not None for text in texts]
 
     return attempt(verdicts)
@@ -134,16 +134,16 @@ def _probe_exact_laws(impl: Impl) -> Any:
     import math
 
     def path(tokens: list[int], text: str, probs: list[float], masses: list[float]) -> Any:
-        return impl.structured.LanguagePath(tuple(tokens), text, tuple(map(math.log, probs)), tuple(map(math.log, masses)))
+        return impl.distortion.LanguagePath(tuple(tokens), text, tuple(map(math.log, probs)), tuple(map(math.log, masses)))
 
     paths = [path([0, 1], "ab", [0.2, 0.5], [0.4, 0.5]), path([2], "ab", [0.1], [0.4]), path([3], "c", [0.05], [0.4]),
              path([4, 5], "d", [0.02, 0.1], [0.4, 0.2])]
-    return attempt(lambda: impl.structured.exact_laws(paths))
+    return attempt(lambda: impl.distortion.exact_laws(paths))
 
 
 @probe("kl_divergence")
 def _probe_kl_divergence(impl: Impl) -> Any:
-    kl = impl.structured.kl_divergence
+    kl = impl.distortion.kl_divergence
     p = {"a": 0.7, "b": 0.2, "c": 0.1}
     q = {"a": 0.3, "b": 0.3, "c": 0.4}
     return [attempt(lambda: kl(p, q)), attempt(lambda: kl({"a": 0.5, "b": 0.5, "c": 0.0}, q)), attempt(lambda: kl(q, {"a": 1.0}))]

@@ -1,0 +1,175 @@
+# GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
+# Fill in each `raise NotImplementedError()` below with your own code.
+# stub-checksum: 756fdefa9b27d38d2832079979f3ae244b1bb5c788e084997070737bdf1ab26f
+"""Part 10: requests and the scheduler that decides, at every step, which of them run.
+
+Part 5's engine is static batching: a batch starts together and every row keeps its place
+until the last one ends. A server schedules at every step instead (continuous batching, Yu et
+al., Orca, 2022), the shape vLLM and its small from-scratch descendants share:
+
+* a ``Request`` carries its own tokens, its own sampler settings and its own seeded
+  generator, and a block table of the paged cache (``block_pool``);
+* the ``Scheduler`` keeps a waiting queue and a running queue. Each step it first makes room
+  for one more position of every running request, preempting the most recently admitted
+  ones when the pool runs out; then, if nothing was preempted, it admits waiting requests
+  while their prompts fit in the free blocks. What it returns is the step's work: the
+  prompts to prefill and the requests to decode by one token;
+* a finished request is retired at once and its blocks go back to the pool, so a waiting
+  request can take them at the next step.
+
+Preemption here is by recomputation: a preempted request gives back all its blocks and goes
+to the front of the waiting queue with the tokens it has; when it is admitted again its
+prompt and the tokens it already generated are prefilled together. Its generator is not
+reset, so it goes on drawing where it stopped and its output is the same as if it had never
+been preempted.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from dataclasses import dataclass, field
+
+import torch
+
+from sampling_course.sampling_settings import SamplerSettings
+
+from .block_pool import BlockPool, BlockTable, blocks_needed
+
+WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
+
+request_ids = itertools.count()
+
+
+@dataclass(eq=False)
+class Request:
+    """One request: its prompt and generated tokens, settings, generator, block table and state.
+
+    ``n_computed`` counts the positions whose keys and values are in the paged cache: the
+    next forward pass runs ``tokens[n_computed:]``. ``seed`` seeds the request's own
+    ``torch.Generator``, so its draws depend on nothing another request does.
+    """
+
+    prompt: list[int]
+    max_new_tokens: int
+    settings: SamplerSettings = field(default_factory=SamplerSettings)
+    seed: int | None = None
+    eos_token_id: int | None = None
+    output: list[int] = field(default_factory=list)
+    state: str = WAITING
+    n_computed: int = 0
+    n_preemptions: int = 0
+    request_id: int = field(default_factory=lambda: next(request_ids))
+    table: BlockTable | None = None
+    generator: torch.Generator | None = None
+
+    def __post_init__(self):
+        if not isinstance(self.prompt, (list, tuple)) or not self.prompt or not all(
+            isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in self.prompt
+        ):
+            raise ValueError(f"a request's prompt is a non-empty list of token ids, got {self.prompt!r:.80}")
+        self.prompt = list(self.prompt)
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        if not isinstance(self.settings, SamplerSettings):
+            raise TypeError(f"settings must be a SamplerSettings, got {type(self.settings).__name__}")
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+    @property
+    def finished(self) -> bool:
+        return self.state == FINISHED
+
+    def append(self, token: int) -> None:
+        """Add a generated token; the request is finished at its end-of-text token or its last new token."""
+        self.output.append(token)
+        if token == self.eos_token_id or len(self.output) >= self.max_new_tokens:
+            self.state = FINISHED
+
+
+@dataclass
+class Step:
+    """One step's work: requests whose tokens are prefilled, and requests decoded by one token."""
+
+    prefill: list[Request]
+    decode: list[Request]
+    preempted: list[Request]
+
+    @property
+    def requests(self) -> list[Request]:
+        return self.prefill + self.decode
+
+
+class Scheduler:
+    """Waiting and running queues over one ``BlockPool``; ``schedule`` plans a step, ``retire`` ends requests."""
+
+    def __init__(self, pool: BlockPool, max_running: int = 16, device: torch.device | str = "cpu"):
+        if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
+            raise ValueError(f"max_running must be an integer >= 1, got {max_running!r}")
+        self.pool = pool
+        self.max_running = max_running
+        self.device = torch.device(device)  # where requests' generators draw: the model's device
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+
+    def add(self, request: Request) -> None:
+        """Queue a request; refuse one that could never fit, even alone in the empty pool."""
+        if request.state != WAITING or request.table is not None:
+            raise ValueError("only a new request (waiting, no block table yet) can be added")
+        most = len(request.prompt) + request.max_new_tokens
+        if blocks_needed(most, self.pool.block_size) > self.pool.n_blocks:
+            raise ValueError(
+                f"the request may reach {most} positions, {blocks_needed(most, self.pool.block_size)} blocks of "
+                f"{self.pool.block_size}, but the pool has {self.pool.n_blocks}: it could never finish"
+            )
+        request.table = BlockTable(self.pool.block_size)
+        if request.seed is not None:
+            request.generator = torch.Generator(device=self.device).manual_seed(request.seed)
+        self.waiting.append(request)
+
+    @property
+    def done(self) -> bool:
+        return not self.waiting and not self.running
+
+    def preempt(self, request: Request) -> None:
+        """Give back all of ``request``'s blocks; it waits at the front, to be recomputed first."""
+        request.table.release(self.pool)
+        request.n_computed = 0
+        request.state = WAITING
+        request.n_preemptions += 1
+        self.running.remove(request)
+        self.waiting.appendleft(request)
+
+    def schedule(self) -> Step:
+        """Room for every running request's next position (preempting from the back), then admissions."""
+        decode, preempted = [], []
+        # Oldest first: when blocks run out, the requests admitted last give theirs back.
+        for request in list(self.running):
+            if request.state != RUNNING:
+                continue  # preempted earlier in this loop
+            while request.table.blocks_to_grow(len(request.tokens)) > self.pool.n_free:
+                victim = self.running[-1]
+                self.preempt(victim)
+                preempted.append(victim)
+                if victim is request:
+                    break
+            if request.state == RUNNING:
+                request.table.grow(self.pool, len(request.tokens))
+                decode.append(request)
+        prefill = []
+        # Admitting while others were just preempted would only preempt again: wait for blocks to come back.
+        while not preempted and self.waiting and len(self.running) < self.max_running:
+            request = self.waiting[0]
+            # Hint: admit the first waiting request only when all its tokens fit in the free blocks.
+            raise NotImplementedError()
+        return Step(prefill, decode, preempted)
+
+    def retire(self) -> list[Request]:
+        """Take finished requests out of the running queue and give their blocks back, now."""
+        finished = [request for request in self.running if request.finished]
+        for request in finished:
+            request.table.release(self.pool)
+            self.running.remove(request)
+        return finished

@@ -1,0 +1,126 @@
+"""Part 10, serving: its exercises (what each asks, three graded hints), planted mistakes and correct variants."""
+
+from __future__ import annotations
+
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+
+PART = 10
+TITLE = "Serving"
+
+EXERCISES: tuple[Exercise, ...] = (
+    exercise(
+        "BlockPool", 10, "block_pool", "BlockPool",
+        "allocate: take a free block and give it one holder. free: drop one holder, and put the block back "
+        "on the free list only when no holder is left; return whether it went back.",
+        "Every block has a reference count (self.ref_counts). Sharing a block adds a holder; freeing "
+        "drops one. The free list (self.free_blocks, a deque) holds exactly the blocks with count 0.",
+        "A block that another request still shares must not go back on the free list: the next "
+        "allocate would hand it out and a new request would overwrite keys another one reads. "
+        "Decrement first, then return the block only at 0.",
+        "allocate: block = self.free_blocks.popleft(); self.ref_counts[block] = 1; return block\n"
+        "free:     self.ref_counts[block] -= 1\n"
+        "          if self.ref_counts[block] > 0: return False\n"
+        "          self.free_blocks.append(block); return True",
+    ),
+    exercise(
+        "BlockTable", 10, "block_pool", "BlockTable",
+        "blocks_to_grow: how many more blocks n_tokens positions need. slots: the flat slot "
+        "(block * block_size + offset) of each position start .. end - 1, the block-table read that "
+        "the paged cache's write and gather go through.",
+        "Every block but the last is full, so n positions take ceil(n / block_size) blocks. Position "
+        "p lives in the (p // block_size)-th block of the table, at offset p % block_size.",
+        "Integer ceiling division is (n + block_size - 1) // block_size; n // block_size + 1 asks for "
+        "a block too many whenever the last block is exactly full. Read the blocks in the table's "
+        "order, never in the order of their ids: a fragmented pool hands them out in any order.",
+        "blocks_to_grow: return max(0, (n_tokens + self.block_size - 1) // self.block_size - len(self.blocks))\n"
+        "slots: positions = torch.arange(start, end)\n"
+        "       blocks = torch.tensor(self.blocks, dtype=torch.long)[positions // self.block_size]\n"
+        "       return blocks * self.block_size + positions % self.block_size",
+    ),
+    exercise(
+        "Scheduler.schedule", 10, "scheduler", "Scheduler.schedule",
+        "The admit step: move waiting requests to the running queue, first come first served, while "
+        "all the tokens of the first waiting request fit in the free blocks; grow each one's table.",
+        "A request is admitted with every token it has (its prompt, and after a preemption the "
+        "tokens it already generated): request.table.blocks_to_grow(len(request.tokens)) blocks. "
+        "Compare blocks with self.pool.n_free, not tokens with blocks.",
+        "Stop at the first request that does not fit (break): skipping it for a shorter one behind "
+        "it lets long requests starve. Admitted requests become RUNNING, join self.running and the "
+        "step's prefill list.",
+        "request = self.waiting[0]\n"
+        "if request.table.blocks_to_grow(len(request.tokens)) > self.pool.n_free: break\n"
+        "self.waiting.popleft(); request.table.grow(self.pool, len(request.tokens))\n"
+        "request.state = RUNNING; self.running.append(request); prefill.append(request)",
+    ),
+)
+
+_FREE = (
+    "        self.ref_counts[block] -= 1\n"
+    "        if self.ref_counts[block] > 0:\n"
+    "            return False  # still shared: another holder reads it, so it must not be handed out\n"
+    "        self.free_blocks.append(block)\n"
+    "        return True\n"
+)
+_ALLOCATE = (
+    "        block = self.free_blocks.popleft()\n"
+    "        self.ref_counts[block] = 1\n"
+    "        return block\n"
+)
+_NEEDED = "        needed = (n_tokens + self.block_size - 1) // self.block_size\n"
+_SLOTS = (
+    "        positions = torch.arange(start, end)\n"
+    "        blocks = torch.tensor(self.blocks, dtype=torch.long)[positions // self.block_size]\n"
+    "        return blocks * self.block_size + positions % self.block_size\n"
+)
+_FITS = "            if request.table.blocks_to_grow(len(request.tokens)) > self.pool.n_free:\n"
+
+MISTAKES: list[Mistake] = [
+    Mistake(10, "block freed while shared", "block_pool.py", _FREE,
+            "        self.ref_counts[block] = 0\n"
+            "        self.free_blocks.append(block)\n"
+            "        return True\n",
+            why="free puts the block back on the free list at once, while another request still shares it: the "
+                "next allocate hands it out and its keys and values are overwritten",
+            fix="decrement the reference count and return the block to the free list only when it reaches 0"),
+    Mistake(10, "off-by-one in the last block's fill", "block_pool.py", _NEEDED,
+            "        needed = n_tokens // self.block_size + 1\n",
+            why="the block count is n // block_size + 1, one block too many whenever the last block is exactly full",
+            fix="use the ceiling, (n_tokens + block_size - 1) // block_size"),
+    Mistake(10, "block table read in the wrong order", "block_pool.py",
+            "        blocks = torch.tensor(self.blocks, dtype=torch.long)[positions // self.block_size]\n",
+            "        blocks = torch.tensor(sorted(self.blocks), dtype=torch.long)[positions // self.block_size]\n",
+            why="the blocks are read in the order of their ids instead of the table's order, as if the pool always "
+                "handed them out in order: positions land in another block than the one that holds them"),
+    Mistake(10, "free blocks compared with tokens", "scheduler.py", _FITS,
+            "            if len(request.tokens) > self.pool.n_free:\n",
+            why="a request's tokens are compared with the number of free blocks, not the blocks they need, so "
+                "requests wait while their blocks are free"),
+]
+
+VARIANTS: list[Variant] = [
+    # BlockPool
+    Variant(10, "BlockPool", "last in, first out, the count incremented from 0", "block_pool.py",
+            _ALLOCATE, "        block = self.free_blocks.pop()\n"
+            "        self.ref_counts[block] += 1\n        return block\n"),
+    Variant(10, "BlockPool", "the last holder tested before decrementing", "block_pool.py", _FREE,
+            "        last = self.ref_counts[block] == 1\n"
+            "        self.ref_counts[block] -= 1\n"
+            "        if last:\n"
+            "            self.free_blocks.append(block)\n"
+            "        return last\n"),
+    # BlockTable
+    Variant(10, "BlockTable", "math.ceil of the quotient", "block_pool.py", _NEEDED + "        return max(0, needed - len(self.blocks))\n",
+            "        import math\n\n"
+            "        return max(0, math.ceil(n_tokens / self.block_size) - len(self.blocks))\n"),
+    Variant(10, "BlockTable", "divmod per position", "block_pool.py", _SLOTS,
+            "        slots = []\n"
+            "        for p in range(start, end):\n"
+            "            index, offset = divmod(p, self.block_size)\n"
+            "            slots.append(self.blocks[index] * self.block_size + offset)\n"
+            "        return torch.tensor(slots, dtype=torch.long)\n"),
+    # Scheduler.schedule
+    Variant(10, "Scheduler.schedule", "free positions compared with the request's tokens", "scheduler.py", _FITS,
+            "            if len(request.tokens) > self.pool.n_free * self.pool.block_size:\n"),
+    Variant(10, "Scheduler.schedule", "blocks_needed against the free blocks", "scheduler.py", _FITS,
+            "            if blocks_needed(len(request.tokens), self.pool.block_size) > self.pool.n_free:\n"),
+]

@@ -1,0 +1,59 @@
+"""Part 10's probes: the block pool, the block table and the scheduler's admit step on small, fixed cases.
+
+Each probe returns plain values (block ids, counts, slots, which requests a step admits), and
+records an error by its type, so that a mistake which raises is told apart from one which
+returns a wrong value.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sampling_course.grading.probing import Impl, probe
+
+
+def attempt(fn) -> Any:
+    """``fn()``, or the name of the error it raises."""
+    try:
+        return fn()
+    except (ValueError, RuntimeError, IndexError) as error:
+        return type(error).__name__
+
+
+@probe("BlockPool")
+def probe_block_pool(impl: Impl) -> Any:
+    pool = impl.block_pool.BlockPool(3, 2)
+    a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
+    pool.share(a)
+    seen = [sorted([a, b, c])]
+    # Free the shared block twice, then ask for a block: each result and the free count after it.
+    for step in (lambda: pool.free(a), lambda: pool.free(a), lambda: pool.allocate() == a, lambda: pool.free(b),
+                 lambda: pool.free(b)):
+        seen += [attempt(step), pool.n_free]
+    return seen
+
+
+@probe("BlockTable")
+def probe_block_table(impl: Impl) -> Any:
+    bp = impl.block_pool
+    pool, table = bp.BlockPool(8, 3), bp.BlockTable(3)
+    counts = []
+    for n in range(1, 8):
+        counts.append(table.blocks_to_grow(n))
+        table.grow(pool, n)
+    fragmented = bp.BlockTable(3)
+    fragmented.blocks, fragmented.n_tokens = [6, 1, 4], 8
+    return [counts, len(table.blocks), attempt(lambda: fragmented.slots(0, 8).tolist()),
+            attempt(lambda: fragmented.slots(2, 5).tolist())]
+
+
+@probe("Scheduler.schedule")
+def probe_schedule(impl: Impl) -> Any:
+    sch = impl.scheduler
+    scheduler = sch.Scheduler(impl.block_pool.BlockPool(5, 4))
+    requests = [sch.Request([1] * n, 2) for n in (6, 5, 9, 2)]
+    for request in requests:
+        scheduler.add(request)
+    step = scheduler.schedule()
+    return [[requests.index(r) for r in step.prefill], [requests.index(r) for r in scheduler.waiting],
+            scheduler.pool.n_free]

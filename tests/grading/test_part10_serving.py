@@ -1,0 +1,294 @@
+"""Part 10: the block pool, the paged KV cache, the scheduler and the serving loop.
+
+The paged cache is checked against a brute-force contiguous cache (one tensor per request,
+appended to in order) under interleaved writes over a fragmented pool. The serving loop is
+checked for exactness against part 5's ``generate`` run on each request alone (greedy, and
+seeded sampling with the request's own generator), on the stand-in and the story model: in
+mixed batches, with requests arriving while others run, and under a pool so small that
+requests are preempted and recomputed. At the end every block is back in the pool.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from sampling_course.config import Config
+from sampling_course.sampling_settings import SamplerSettings
+
+PROMPTS = [
+    "The cat sat on the mat, and then",
+    "Once",
+    "When I was a kid, John and Mary went to the",
+    "A short one",
+    "Lily had a red ball. She",
+]
+NEW = 10
+
+
+# ---------------------------------------------------------------------------------------
+# The block pool and block tables
+# ---------------------------------------------------------------------------------------
+
+
+def test_blocks_needed_counts_a_partly_filled_last_block(impl):
+    bp = impl.block_pool
+    assert [bp.blocks_needed(n, 4) for n in range(10)] == [0, 1, 1, 1, 1, 2, 2, 2, 2, 3]
+
+
+@pytest.mark.exercise("BlockPool")
+def test_pool_allocates_shares_and_frees_by_reference_count(impl):
+    pool = impl.block_pool.BlockPool(3, 4)
+    a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
+    assert sorted([a, b, c]) == [0, 1, 2] and pool.n_free == 0
+    with pytest.raises(RuntimeError, match="exhausted"):
+        pool.allocate()
+    pool.share(a)
+    assert pool.free(a) is False, "a block another holder still shares must not be freed"
+    assert pool.n_free == 0
+    with pytest.raises(RuntimeError):
+        pool.allocate()
+    assert pool.free(a) is True and pool.n_free == 1
+    assert pool.allocate() == a
+    assert pool.free(b) is True
+    with pytest.raises(ValueError, match="already free"):
+        pool.free(b)
+    with pytest.raises(ValueError, match="free"):
+        pool.share(b)
+    for bad in (-1, 3, 1.0, True):
+        with pytest.raises(ValueError, match=r"\[0, 3\)"):
+            pool.free(bad)
+    with pytest.raises(ValueError, match="n_blocks"):
+        impl.block_pool.BlockPool(0, 4)
+
+
+@pytest.mark.exercise("BlockTable")
+def test_table_grows_one_block_at_a_time_and_fills_the_last(impl):
+    bp = impl.block_pool
+    pool, table = bp.BlockPool(8, 4), bp.BlockTable(4)
+    fills = []
+    for n in range(1, 10):
+        table.grow(pool, n)
+        fills.append((len(table.blocks), table.last_block_fill()))
+    assert fills == [(1, 1), (1, 2), (1, 3), (1, 4), (2, 1), (2, 2), (2, 3), (2, 4), (3, 1)]
+    table.release(pool)
+    assert pool.n_free == 8 and table.blocks == [] and table.last_block_fill() == 0
+    with pytest.raises(RuntimeError, match="more blocks"):
+        table.grow(pool, 33)
+    assert pool.n_free == 8, "a refused grow allocates nothing"
+
+
+@pytest.mark.exercise("BlockTable")
+def test_table_slots_follow_its_blocks_in_order(impl):
+    bp = impl.block_pool
+    table = bp.BlockTable(4)
+    table.blocks, table.n_tokens = [5, 2, 7], 10  # not in id order, as a fragmented pool hands them out
+    assert table.slots(0, 10).tolist() == [20, 21, 22, 23, 8, 9, 10, 11, 28, 29]
+    assert table.slots(3, 6).tolist() == [23, 8, 9]
+    with pytest.raises(ValueError, match="outside"):
+        table.slots(0, 13)
+
+
+@pytest.mark.exercise("BlockTable")
+def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
+    """Three requests grow in random interleaved chunks over a pool fragmented by another request's
+    freed blocks; each request's gather equals its own contiguous cache, in every layer."""
+    bp = impl.block_pool
+    cfg = Config(d_model=8, n_heads=2, d_head=4, n_layers=2, d_vocab=11, n_ctx=64, d_mlp=16)
+    rng = random.Random(0)
+    draws = torch.Generator().manual_seed(0)  # the test's inputs, drawn on the CPU
+    pool, cache = bp.BlockPool(20, 3), bp.PagedKVCache(cfg, 20, 3)
+    filler = bp.BlockTable(3)
+    filler.grow(pool, 12)
+    tables = [bp.BlockTable(3) for _ in range(3)]
+    contiguous = [torch.empty(cfg.n_layers, 2, 0, cfg.n_heads, cfg.d_head) for _ in range(3)]
+    for step in range(12):
+        if step == 3:
+            filler.release(pool)  # the freed blocks come back at the end of the free list
+        r = rng.randrange(3)
+        n = rng.randint(1, 4)
+        new = torch.randn(cfg.n_layers, 2, n, cfg.n_heads, cfg.d_head, generator=draws)
+        start = contiguous[r].shape[2]
+        tables[r].grow(pool, start + n)
+        for layer in range(cfg.n_layers):
+            cache.write(layer, tables[r].slots(start, start + n), new[layer, 0], new[layer, 1])
+        contiguous[r] = torch.cat([contiguous[r], new], dim=2)
+    for r in range(3):
+        n = contiguous[r].shape[2]
+        for layer in range(cfg.n_layers):
+            keys, values = cache.gather(layer, tables[r], n)
+            assert torch.equal(keys, contiguous[r][layer, 0]), f"request {r}, layer {layer}: keys out of order"
+            assert torch.equal(values, contiguous[r][layer, 1]), f"request {r}, layer {layer}: values out of order"
+
+
+# ---------------------------------------------------------------------------------------
+# The scheduler
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("Scheduler.schedule")
+def test_scheduler_admits_while_blocks_allow_and_retires_at_once(impl):
+    sch = impl.scheduler
+    pool = impl.block_pool.BlockPool(4, 4)
+    scheduler = sch.Scheduler(pool, max_running=8)
+    first, second, third = (sch.Request([1] * n, 4) for n in (6, 7, 3))
+    for request in (first, second, third):
+        scheduler.add(request)
+    step = scheduler.schedule()
+    # 6 tokens take 2 blocks, 7 tokens 2 more; the third must wait (first come, first served).
+    assert step.prefill == [first, second] and step.decode == [] and list(scheduler.waiting) == [third]
+    assert pool.n_free == 0
+    first.n_computed, second.n_computed = 6, 7
+    first.append(5)
+    first.state = sch.FINISHED
+    assert scheduler.retire() == [first] and pool.n_free == 2
+    second.append(5)
+    step = scheduler.schedule()
+    assert step.decode == [second] and step.prefill == [third]
+    with pytest.raises(ValueError, match="could never finish"):
+        scheduler.add(sch.Request([1] * 10, 7))
+    with pytest.raises(ValueError, match="prompt"):
+        sch.Request([], 3)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        sch.Request([1], 0)
+
+
+@pytest.mark.exercise("Scheduler.schedule")
+def test_scheduler_preempts_the_last_admitted_when_the_pool_runs_out(impl):
+    sch = impl.scheduler
+    pool = impl.block_pool.BlockPool(2, 2)
+    scheduler = sch.Scheduler(pool)
+    old, new = sch.Request([1, 2], 2), sch.Request([3, 4], 2)
+    scheduler.add(old)
+    scheduler.add(new)
+    assert scheduler.schedule().prefill == [old, new]
+    for request in (old, new):
+        request.n_computed = 2
+        request.append(9)
+    step = scheduler.schedule()  # each needs a third position, a second block: only one can have it
+    assert step.preempted == [new] and step.decode == [old] and step.prefill == []
+    assert new.state == sch.WAITING and new.n_computed == 0 and new.table.blocks == []
+    assert list(scheduler.waiting) == [new] and new.output == [9], "a preempted request keeps its tokens"
+
+
+# ---------------------------------------------------------------------------------------
+# The serving loop: exactness against part 5's generate on each request alone
+# ---------------------------------------------------------------------------------------
+
+
+def generate_alone(impl, model, tokenizer, prompt: str, new: int, settings: SamplerSettings, seed: int | None):
+    out = impl.generate.generate(model, tokenizer, [prompt], new, settings=settings, seed=seed)
+    return out[0, len(tokenizer.encode(prompt)):].tolist()
+
+
+def serve(impl, model, tokenizer, jobs, n_blocks=64, block_size=4, max_running=16, arrive_every=0):
+    """Run ``jobs`` (prompt, settings, seed) through one engine; with ``arrive_every`` > 0, a new request
+    arrives every that many steps while the earlier ones run. Returns each job's tokens and the engine."""
+    engine = impl.engine.Engine(model, n_blocks, block_size, max_running)
+    eos = tokenizer.eos_token_id
+    requests, pending = [], list(jobs)
+    while pending or not engine.scheduler.done:
+        if pending and (arrive_every == 0 or engine.n_steps % arrive_every == 0):
+            for prompt, settings, seed in pending if arrive_every == 0 else pending[:1]:
+                requests.append(engine.add_request(tokenizer.encode(prompt), NEW, settings, seed, eos))
+            pending = [] if arrive_every == 0 else pending[1:]
+        engine.step()
+    return requests, engine
+
+
+def assert_pool_empty(engine):
+    pool = engine.pool
+    assert pool.n_free == pool.n_blocks and all(c == 0 for c in pool.ref_counts), "blocks left held at the end"
+
+
+GREEDY = SamplerSettings(temperature=0.0)
+SAMPLED = [SamplerSettings(temperature=0.8, top_k=30), SamplerSettings(temperature=1.0, top_p=0.9),
+           SamplerSettings(temperature=0.7, min_p=0.05)]
+
+
+@pytest.fixture(scope="module")
+def alone(impl, parity_demo, parity_reference):
+    """Each job's tokens from part 5's generate on that prompt alone: greedy, then seeded sampling."""
+    tok = parity_reference.tokenizer
+    greedy = [(p, GREEDY, None) for p in PROMPTS]
+    sampled = [(p, SAMPLED[i % 3], 100 + i) for i, p in enumerate(PROMPTS)]
+    # Keyed by (prompt, seed): a seed belongs to one sampled job, None to the greedy ones.
+    return {(p, seed): generate_alone(impl, parity_demo, tok, p, NEW, settings, seed) for p, settings, seed in greedy + sampled}
+
+
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
+def test_greedy_requests_in_one_batch_equal_generate_alone(impl, parity_demo, parity_reference, alone):
+    jobs = [(p, GREEDY, None) for p in PROMPTS]
+    requests, engine = serve(impl, parity_demo, parity_reference.tokenizer, jobs)
+    for job, out in zip(jobs, (r.output for r in requests)):
+        assert out == alone[job[0], job[2]], f"{job[0]!r}: the engine gave {out}, generate alone {alone[job[0], job[2]]}"
+    assert_pool_empty(engine)
+
+
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
+def test_mixed_greedy_and_seeded_requests_arriving_over_time_equal_generate_alone(
+    impl, parity_demo, parity_reference, alone
+):
+    """Each request's output is the same whatever it is batched with: greedy and seeded requests
+    (each with its own settings) interleaved, arriving one every two steps, prefills beside decodes."""
+    jobs = [job for pair in zip([(p, GREEDY, None) for p in PROMPTS],
+                                [(p, SAMPLED[i % 3], 100 + i) for i, p in enumerate(PROMPTS)]) for job in pair]
+    for arrive_every in (0, 2):
+        requests, engine = serve(impl, parity_demo, parity_reference.tokenizer, jobs, arrive_every=arrive_every)
+        for job, out in zip(jobs, (r.output for r in requests)):
+            assert out == alone[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): the engine gave {out}, generate alone {alone[job[0], job[2]]}"
+        assert_pool_empty(engine)
+    # And directly: a greedy and a seeded request served alone by the engine give what they gave in the mix.
+    mixed = {(job[0], job[2]): r.output for job, r in zip(jobs, requests)}
+    for job in jobs[2:4]:
+        [request], _ = serve(impl, parity_demo, parity_reference.tokenizer, [job])
+        assert request.output == mixed[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): alone {request.output}, mixed in a batch {mixed[job[0], job[2]]}"
+
+
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
+def test_preemption_under_a_tiny_pool_gives_the_same_tokens(impl, parity_demo, parity_reference, alone):
+    """A pool too small for all requests at once: some are preempted and recomputed, greedy and seeded,
+    and still every request's tokens equal generate alone."""
+    jobs = [(p, GREEDY, None) for p in PROMPTS[:3]] + [(p, SAMPLED[i % 3], 100 + i) for i, p in enumerate(PROMPTS[:3])]
+    tok = parity_reference.tokenizer
+    longest = max(len(tok.encode(p)) for p, _, _ in jobs) + NEW
+    n_blocks = -(-longest // 2) + 2  # room for the longest request and a little more
+    requests, engine = serve(impl, parity_demo, tok, jobs, n_blocks=n_blocks, block_size=2)
+    assert any(r.n_preemptions > 0 for r in requests), "the pool was meant to be too small for every request at once"
+    for job, out in zip(jobs, (r.output for r in requests)):
+        assert out == alone[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): after preemption {out}, generate alone {alone[job[0], job[2]]}"
+    assert_pool_empty(engine)
+
+
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
+def test_a_tiny_pool_really_preempts(impl, tiny_demo, tiny):
+    tok = tiny.tokenizer
+    prompts = [tok.encode(p) for p in PROMPTS[:3]]
+    longest = max(len(p) for p in prompts) + NEW
+    # Room for the longest request and one block more: three requests cannot all run to the end at once.
+    engine = impl.engine.Engine(tiny_demo, n_blocks=-(-longest // 2) + 1, block_size=2)
+    requests = [engine.add_request(p, NEW, GREEDY, None, None) for p in prompts]
+    engine.run()
+    assert any(r.n_preemptions > 0 for r in requests), "the pool cannot hold three requests: one must be preempted"
+    assert all(len(r.output) == NEW for r in requests)
+    assert_pool_empty(engine)
+
+
+def test_engine_rejects_what_it_cannot_serve(impl, tiny_demo):
+    engine = impl.engine.Engine(tiny_demo, n_blocks=4, block_size=4)
+    with pytest.raises(ValueError, match="could never finish"):
+        engine.add_request([1] * 10, 10)
+    with pytest.raises(ValueError, match="vocabulary"):
+        engine.add_request([tiny_demo.cfg.d_vocab], 2)
+    with pytest.raises(ValueError, match="mirostat"):
+        engine.add_request([1], 2, SamplerSettings(temperature=1.0, mirostat=2))
