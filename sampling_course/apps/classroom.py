@@ -2,12 +2,14 @@
 
     sampling-course release OUT                  # the student copy (no solutions, no hidden tests)
     sampling-course grade SUBMISSIONS --out REPORT [--jobs N | --scheduler ADDRESS] [--config FILE]
+                          [--unsafe-no-sandbox]
     sampling-course autograder OUT.zip [--config FILE]   # Gradescope's autograder bundle
 
 ``grade`` writes ``grades.csv``, ``feedback/<student>.md``, ``class_report.html`` and
 ``results.json`` into REPORT (and, with ``--gradescope PATH``, one submission's Gradescope
-``results.json``). Every submission runs in a confined process of its own; the grade is
-decided in the grader's process (see ``sampling_course.grading.classroom``).
+``results.json``). Every submission runs in a bubblewrap sandbox of its own (``grade`` refuses
+without bubblewrap unless given ``--unsafe-no-sandbox``, and then every report says so); the
+grade is decided in the grader's process (see ``sampling_course.grading.classroom``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def grade_main(argv: list[str]) -> int:
                         help="also write the (single) submission's Gradescope results.json to PATH")
     parser.add_argument("--title", default="Class report", help="title of the class report")
     parser.add_argument("--quiet", action="store_true", help="no line per graded submission")
+    parser.add_argument("--unsafe-no-sandbox", action="store_true",
+                        help="grade without bubblewrap: the submissions' code runs unconfined (every report says so)")
     parser.add_argument("--threads", type=integer("--threads", 1), default=None, metavar="N",
                         help="torch threads of the grading runs (default 1, or $OMP_NUM_THREADS)")
     args = parse(parser, argv)
@@ -81,16 +85,21 @@ def grade_main(argv: list[str]) -> int:
 
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     from sampling_course.grading.classroom.executors import grade_all
+    from sampling_course.grading.classroom.grade import SandboxMissing, sandbox_tool
     from sampling_course.grading.classroom.reports import write_reports
     from sampling_course.grading.classroom.settings import load_settings
     from sampling_course.grading.classroom.submission import SubmissionError, find_submissions
 
     try:
-        settings = load_settings(args.config, exercises=args.exercise)
+        settings = load_settings(args.config, exercises=args.exercise, unsafe_no_sandbox=args.unsafe_no_sandbox or None)
         submissions = find_submissions(args.submissions)
-    except (ValueError, OSError) as exc:  # SubmissionError and a bad config are ValueErrors
+        sandbox_tool(settings)
+    except (ValueError, OSError, SandboxMissing) as exc:  # SubmissionError and a bad config are ValueErrors
         print(f"sampling-course grade: {exc}", file=sys.stderr)
         return 2
+    if settings.unsafe_no_sandbox:
+        print("sampling-course grade: WARNING: grading without a sandbox (--unsafe-no-sandbox); the submissions' "
+              "code runs unconfined", file=sys.stderr)
     if args.gradescope is not None and len(submissions) != 1:
         print(f"sampling-course grade: --gradescope grades one submission; {args.submissions} holds "
               f"{len(submissions)}", file=sys.stderr)

@@ -1,10 +1,10 @@
 """Class grading, the slow part (``python -m pytest -m classroom``): hostile submissions, executors, 200 students.
 
-* The hostile corpus: submissions that loop forever, eat memory, fork, exit at import, replace
-  torch's comparisons and pytest's reporting, write fake reports, read the hidden tests and
-  another student's files, connect to the network and delete files outside their folder. Each
-  is graded for what it solves (here: one exercise of three, or nothing), flagged with the
-  reason, and none stops or stalls the grading of the others.
+* The hostile corpus (``hostile_corpus.py``): at least 25 submissions, covering every way a
+  submission could earn what it did not solve (the grader's objects, objects that judge
+  themselves, links out of the folder, the environment and forged flags, the limits, answers
+  from the release or Hugging Face, the reports) and honest ones beside them. Each earns
+  exactly what it solves; no honest one is flagged.
 * The executors: a process pool of two, Dask on a LocalCluster of two workers, and the
   Gradescope bundle run in a folder laid out like Gradescope's.
 * A synthetic class of 200 whose true grades are known in advance.
@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import socket
@@ -29,8 +30,10 @@ from sampling_course.grading.classroom.gradescope import make_autograder
 from sampling_course.grading.classroom.settings import load_settings
 from sampling_course.grading.classroom.submission import STUBS, find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
-from sampling_course.grading.planting import SOLUTIONS
 
+from hostile_corpus import CANARY_ENV, write_corpus
+from hostile_corpus import GRADED as CORPUS_GRADED
+from sampling_course.grading.classroom.reports import write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
 
 pytestmark = pytest.mark.classroom
@@ -57,95 +60,43 @@ def stubbed_sampling(greedy: str, temperature: str, header: str = "") -> str:
     return source[:at] + header + source[at:]
 
 
-def hostile_corpus(root: Path, port: int, canary: Path) -> dict[str, tuple[str, str, float, set[str]]]:
-    """Write the corpus into ``root``; return {student: (what it tries, its sampling.py, true score, flag kinds)}."""
-    tests = REPO / "tests" / "conftest.py"
-    corpus = {
-        "control": ("nothing (an honest, complete submission)", GOOD_GREEDY, GOOD_TEMPERATURE, 2, set()),
-        "infinite_loop": ("an infinite loop in greedy_search", "        while True:\n            pass\n",
-                          GOOD_TEMPERATURE, 1, {"time"}),
-        "memory_bomb": ("allocates memory until it runs out", "        hog = []\n        while True:\n"
-                        "            hog.append(bytearray(1 << 26))\n", GOOD_TEMPERATURE, 1, {"memory"}),
-        "fork_bomb": ("a fork bomb", "        import os\n        while True:\n            os.fork()\n",
-                      GOOD_TEMPERATURE, 1, {"process"}),
-        "exit_at_import": ("os._exit(0) at import", GOOD_GREEDY, GOOD_TEMPERATURE, 0, {"process"}),
-        "monkeypatch": ("replaces torch.allclose, torch.equal, torch.testing.assert_close and pytest's reporting",
-                        "        return 0\n", BAD_TEMPERATURE, 0, {"replaced"}),
-        "fake_report": ("writes results.json and a fake report", "        return 0\n", BAD_TEMPERATURE, 0,
-                        {"write", "files"}),
-        "reads_secrets": ("reads the hidden tests and another student's files", GOOD_GREEDY, BAD_TEMPERATURE, 1,
-                          {"read"}),
-        "network": ("opens a connection to 127.0.0.1", "        return 0\n", BAD_TEMPERATURE, 0, {"network"}),
-        "deletes": ("deletes a file outside its folder and another student's folder", "        return 0\n",
-                    BAD_TEMPERATURE, 0, {"delete"}),
-    }
-    headers = {
-        "exit_at_import": "import os\nos._exit(0)\n",
-        "monkeypatch": (
-            "import torch, torch.testing\n"
-            "torch.allclose = lambda *a, **k: True\ntorch.equal = lambda *a, **k: True\n"
-            "torch.testing.assert_close = lambda *a, **k: None\n"
-            "try:\n    import _pytest.reports\n"
-            "    _pytest.reports.TestReport.passed = property(lambda self: True)\n"
-            "    _pytest.reports.TestReport.failed = property(lambda self: False)\n"
-            "except Exception:\n    pass\n"),
-        "fake_report": (
-            "import json, pathlib\nfake = json.dumps({'score': 100, 'tests': []})\n"
-            "pathlib.Path('results.json').write_text(fake)\n"
-            "for target in ('/autograder/results/results.json', '/tmp/results.json', "
-            f"'{root.parent}/report/grades.csv'):\n"
-            "    try:\n        pathlib.Path(target).write_text(fake)\n    except OSError:\n        pass\n"),
-        "reads_secrets": (
-            "import os\nstolen = []\n"
-            f"for target in ('{tests}', '{root / 'control' / 'exercises' / 'sampling.py'}', '{SOLUTIONS / 'sampling.py'}'):\n"
-            "    try:\n        stolen.append(open(target).read())\n    except OSError:\n        pass\n"),
-        "network": (
-            "import socket\ntry:\n"
-            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'leak')\n"
-            "except OSError:\n    pass\n"),
-        "deletes": (
-            "import os, shutil\n"
-            f"for action in (lambda: os.remove('{canary}'), lambda: shutil.rmtree('{root / 'control'}')):\n"
-            "    try:\n        action()\n    except OSError:\n        pass\n"),
-    }
-    out = {}
-    for student, (tries, greedy, temperature, score, flags) in corpus.items():
-        package = root / student / "exercises"
-        package.mkdir(parents=True)
-        (package / "sampling.py").write_text(stubbed_sampling(greedy, temperature, headers.get(student, "")))
-        out[student] = (tries, score, flags)
-    return out
-
-
-def test_hostile_submissions_are_graded_for_what_they_solve_and_flagged(tmp_path):
-    """Each hostile submission gets exactly the points of what it solves and a flag naming what it tried,
-    and none stops the others: the honest control is graded in full after all of them."""
+def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
+    """Each hostile submission earns exactly the exercises it truly solves; no honest one loses a point or is
+    flagged; nothing outside a submission's copy changes; the network is never reached."""
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
     connections = []
     threading.Thread(target=lambda: connections.append(listener.accept()), daemon=True).start()
     canary = tmp_path / "canary.txt"
     canary.write_text("still here")
-    expected = hostile_corpus(tmp_path / "class", port, canary)
-    settings = load_settings(None, exercises=list(GRADED), seconds_per_test=10, seconds_per_exercise=20,
-                             seconds_per_submission=120, memory_mb=512)
-    order = sorted(find_submissions(tmp_path / "class"), key=lambda s: s[0] == "control")  # control last
+    monkeypatch.setenv(CANARY_ENV, "the grader's secret")
+    cases = write_corpus(tmp_path / "class", listener.getsockname()[1], canary)
+    assert len(cases) >= 25 and {c.cause for c in cases.values()} == set("12345678")
+    settings = load_settings(None, exercises=list(CORPUS_GRADED), seconds_per_test=30, seconds_per_exercise=120,
+                             seconds_per_submission=300, memory_mb=1536)
     started = time.monotonic()
-    results = {r["student"]: r for r in grade_all(order, settings, jobs=1)}
-    table = []
-    for student, (tries, score, flags) in expected.items():
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    seconds = time.monotonic() - started
+    table, wrong = [], []
+    for student, case in cases.items():
         result = results[student]
-        kinds = {f["kind"] for f in result["flags"]}
-        table.append(f"{student:15} | {tries} | {result['score']:g}/{result['max_score']:g} | "
-                     + "; ".join(f["reason"] for f in result["flags"]))
-        assert result["score"] == score, f"{student}: {result['score']} points, expected {score}\n{result}"
-        assert flags <= kinds, f"{student}: flags {kinds}, expected at least {flags}"
-    print("\n".join(table))
-    assert not results["control"]["flags"] and results["control"]["score"] == 2
+        earned = tuple(e["exercise"] for e in result["exercises"] if e["status"] == "done")
+        table.append(f"| {student} | {case.cause} | {case.tries} | {', '.join(earned) or '-'} | "
+                     f"{', '.join(case.passes) or '-'} | {'; '.join(f['kind'] for f in result['flags']) or '-'} |")
+        if set(earned) != set(case.passes):
+            wrong.append(f"{student}: earned {earned}, solves {case.passes}: {result['exercises']}")
+        if (case.cause == "8" or set(case.passes) == set(CORPUS_GRADED)) and result["flags"]:
+            wrong.append(f"{student}: honest here, flagged {result['flags']}")
+    print(f"\n{len(cases)} submissions in {seconds:.0f} s (--jobs 2)\n" + "\n".join(table))
+    assert not wrong, "\n".join(wrong)
     assert canary.read_text() == "still here" and (tmp_path / "class" / "control" / "exercises").is_dir()
     assert not connections, "a submission reached the network"
-    assert not Path("/tmp/results.json").exists() or Path("/tmp/results.json").stat().st_mtime < started - 1
-    assert time.monotonic() - started < 600
+    assert not (tmp_path / "class" / "escaped.py").exists() and not Path("/tmp/absolute_escape.py").exists()
+    report = tmp_path / "report"
+    write_reports(list(results.values()), settings, report)
+    rows = list(csv.reader((report / "grades.csv").open()))
+    assert all(not row[0].startswith(("=", "+", "-", "@")) for row in rows[1:])
+    feedback = (report / "feedback" / "fence_breaker.md").read_text()
+    assert "<script>" not in feedback and "\n# Score" not in feedback and "```" not in feedback
     listener.close()
 
 

@@ -26,8 +26,10 @@ answer only public, read-only questions (``policy.py``).
 
 from __future__ import annotations
 
+import collections.abc
 import contextlib
 import importlib
+import inspect
 import io
 import itertools
 import operator
@@ -44,15 +46,28 @@ from sampling_course.grading.classroom.codec import (
     SubmissionLost,
     error_of,
     expect_list,
+    plain,
     raise_remote,
     tensor_version,
 )
 from sampling_course.grading.classroom.policy import SAFE_OPS, may_hand_out, refused_name
 from sampling_course.grading.classroom.proxies import RemoteObject
-from sampling_course.grading.classroom.wire import Closed, Deadline, WireError, decode_tensor, encode_tensor, read_frame, write_frame
+from sampling_course.grading.classroom.wire import (
+    MAX_FRAME,
+    Closed,
+    Deadline,
+    TimedOut,
+    WireError,
+    decode_tensor,
+    encode_tensor,
+    read_frame,
+    write_frame,
+)
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["Endpoint", "RemoteError", "SubmissionLost", "perform"]
+__all__ = ["PRINT_BUDGET", "Endpoint", "RemoteError", "SubmissionLost", "perform"]
+
+PRINT_BUDGET = 1 << 16  # characters of a submission's printed output kept, in all
 
 
 class Endpoint(Codec):
@@ -79,6 +94,10 @@ class Endpoint(Codec):
         self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
         self._rng = torch.get_rng_state()
         self.requests_served = 0
+        self.max_frame = MAX_FRAME  # the largest frame accepted from the other side
+        self.budget: int | None = None  # bytes the other side may send in all (None: no limit)
+        self.received = 0
+        self.printed = 0  # characters of the submission's output passed on
 
     # ----- handles ---------------------------------------------------------------------
 
@@ -153,8 +172,10 @@ class Endpoint(Codec):
                 kind = reply.get("op")
                 if kind in ("ok", "err"):
                     self._write_back(reply, reply_blobs, sent)
-                    if isinstance(reply.get("print"), str):
-                        sys.stdout.write(reply["print"])  # what the submission printed, as if printed here
+                    if isinstance(reply.get("print"), str) and self.printed < PRINT_BUDGET:
+                        text = reply["print"][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
+                        self.printed += len(text)
+                        sys.stdout.write(text)
                     break
                 self._serve(reply, reply_blobs)
             value = None if kind == "err" else self.decode(reply.get("v"), reply_blobs, [])
@@ -180,18 +201,21 @@ class Endpoint(Codec):
             started = time.monotonic()
             deadline = Deadline(None if self.allowance is None else started + max(0.0, self.allowance))
             try:
-                message, blobs = read_frame(self.sock, deadline)
+                message, blobs = read_frame(self.sock, deadline, self.max_frame)
             except KeyboardInterrupt:
                 if self.peer_trusted:
                     continue  # on the submission's side, an interruption is for its code, not for a wait
                 raise
             except WireError as exc:
                 self._spend(started)
-                if not isinstance(exc, Closed) and self.on_wait is not None:
+                if isinstance(exc, TimedOut) and self.on_wait is not None:
                     self.on_wait(self)  # a time limit: it interrupts the other side, or raises
                     continue
                 raise
             self._spend(started)
+            self.received += sum(len(b) for b in blobs)
+            if self.budget is not None and self.received > self.budget:
+                raise WireError(f"the submission sent more than {self.budget >> 20} MiB")
             if not isinstance(message, dict):
                 raise WireError("a message must be an object")
             return message, blobs
@@ -242,11 +266,19 @@ class Endpoint(Codec):
         if not self.peer_trusted:
             yield None
             return
-        buffer = io.StringIO()
+        buffer = _CappedText(PRINT_BUDGET)
         with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
             yield buffer
 
     def _serve(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
+        started = time.monotonic()
+        try:
+            self._answer(message, blobs)
+        finally:
+            if not self.peer_trusted:  # serving a submission's request is time spent on it
+                self._spend(started)
+
+    def _answer(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         self.requests_served += 1
         printed = None
         received: list = []
@@ -269,7 +301,7 @@ class Endpoint(Codec):
             out = []
             reply = {"op": "err", "error": error_of(exc)}
         if self.peer_trusted and (printed.getvalue() if printed else ""):
-            reply["print"] = printed.getvalue()[-(1 << 20):]
+            reply["print"] = printed.getvalue()[:PRINT_BUDGET]
         mutated = []
         for index, original, version in received:
             if index is None:
@@ -283,6 +315,22 @@ class Endpoint(Codec):
         if mutated:
             reply["mut"] = mutated
         self._send(reply, out)
+
+
+class _CappedText(io.StringIO):
+    """Printed text, of which only the first ``limit`` characters are kept: what goes back is capped
+    anyway, and a submission printing without end must not fill its memory with it."""
+
+    def __init__(self, limit: int):
+        super().__init__()
+        self.limit = limit
+        self.kept = 0
+
+    def write(self, text: str) -> int:
+        if self.kept < self.limit:
+            kept = super().write(text[:self.limit - self.kept])
+            self.kept += kept
+        return len(text)
 
 
 # ---------------------------------------------------------------------------------------
@@ -304,6 +352,17 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
     name = extra.get("name")
     if op in ("getattr", "method") and untrusted and refused_name(name):
         raise PermissionError(f"the grader's objects do not give out {name!r}")
+    if untrusted:
+        result = _perform(op, target, args, extra, kw, name)
+        # An iterator (model.parameters()) stays here; what its next() gives is checked in turn.
+        if not (plain(result, endpoint) or isinstance(result, collections.abc.Iterator)
+                or (inspect.ismethod(result) and result.__self__ is target)):
+            raise PermissionError(f"the grader's objects give a submission plain data only, not a {type(result).__name__}")
+        return result
+    return _perform(op, target, args, extra, kw, name)
+
+
+def _perform(op: str, target: Any, args: list, extra: dict[str, Any], kw: dict, name: Any) -> Any:
     if op == "import":
         if target is not None or not isinstance(name, str):
             raise TypeError("import takes a module name")
@@ -319,8 +378,6 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
         namespace = {k: _forwarder(v) if isinstance(v, RemoteObject) and object.__getattribute__(v, "_rc") else v
                      for k, v in members.items()}
         return type(str(name), (base,), namespace)
-    if op == "torch":  # a torch function given the submission's own tensors: run it here, with its classes
-        return _torch_function(name, bool(extra.get("value")))(*args, **kw)
     if op == "setattr":
         setattr(target, name, extra.get("value"))
         return None
@@ -329,12 +386,11 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
         return None
     simple = {
         "getitem": lambda: target[args[0]], "len": lambda: len(target), "iter": lambda: iter(target),
-        "next": lambda: next(target), "contains": lambda: args[0] in target, "bool": lambda: bool(target),
-        "repr": lambda: repr(target), "str": lambda: str(target), "eq": lambda: target == args[0],
+        "next": lambda: next(target), "repr": lambda: repr(target), "str": lambda: str(target),
+        "contains": lambda: args[0] in target, "bool": lambda: bool(target), "eq": lambda: target == args[0],
         "instancecheck": lambda: isinstance(args[0], target), "int": lambda: int(target),
         "float": lambda: float(target), "index": lambda: operator.index(target),
-        "setitem": lambda: operator.setitem(target, args[0], args[1]),
-        "value": lambda: target.as_subclass(torch.Tensor) if isinstance(target, torch.Tensor) else _no_value(target),
+        "setitem": lambda: operator.setitem(target, args[0], args[1]), "value": lambda: _data(target),
         "delitem": lambda: operator.delitem(target, args[0]),
     }
     if op not in simple:
@@ -342,26 +398,15 @@ def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[st
     result = simple[op]()
     if op == "eq" and isinstance(result, torch.Tensor):
         return result
-    if op in ("bool", "contains", "instancecheck"):
-        return bool(result)
-    return result
+    return bool(result) if op in ("instancecheck", "contains", "bool", "eq") else result
 
 
-def _torch_function(name: Any, method: bool) -> Any:
-    """A torch function or Tensor method by name (nothing else can be named)."""
-    if not isinstance(name, str) or not name.isidentifier():
-        raise TypeError("a torch function's name")
-    owner = torch.Tensor if method else torch
-    function = getattr(owner, name, None) if not name.startswith("_") or method else None
-    if function is None and not method:
-        function = getattr(torch.nn.functional, name, None)
-    if function is None or not callable(function):
-        raise TypeError(f"no torch function {name!r}")
-    return function
-
-
-def _no_value(target: Any) -> None:
-    raise TypeError(f"a {type(target).__name__} is not a tensor")
+def _data(target: Any) -> torch.Tensor:
+    """A tensor's data as a plain tensor, whatever its class says (its __torch_function__ is not asked)."""
+    if not isinstance(target, torch.Tensor):
+        raise TypeError(f"a {type(target).__name__} is not a tensor")
+    with torch._C.DisableTorchFunctionSubclass():
+        return torch.Tensor.as_subclass(target, torch.Tensor).detach()
 
 
 def _forwarder(function: Any) -> Any:

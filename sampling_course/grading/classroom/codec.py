@@ -30,7 +30,7 @@ from sampling_course.grading.classroom.policy import may_hand_out
 from sampling_course.grading.classroom.proxies import SPECIALS, ModuleMirror, RemoteObject, build_mirror, local_type
 from sampling_course.grading.classroom.wire import DTYPES, WireError, decode_tensor, encode_tensor
 
-__all__ = ["Codec", "RemoteError", "SubmissionLost", "error_of", "expect_list", "raise_remote", "tensor_version"]
+__all__ = ["Codec", "RemoteError", "SubmissionLost", "error_of", "expect_list", "plain", "raise_remote", "tensor_version"]
 
 _MAX_DEPTH = 64
 
@@ -320,6 +320,28 @@ class Codec:
 
     def remember(self, ref: int, proxy: Any) -> None:
         self._proxies[ref] = proxy
+
+
+_PLAIN_LEAVES = (type(None), bool, int, float, str, bytes, torch.Size, torch.dtype, torch.device, range, Config,
+                 torch.Generator)
+
+
+def plain(value: Any, endpoint: Any = None, depth: int = 0) -> bool:
+    """Whether ``value`` is plain data: what crosses by value, built of plain types only. With ``endpoint``,
+    a handle to the other side's own object through it counts too (it goes back as its name)."""
+    if depth > _MAX_DEPTH:
+        return False
+    if type(value) in _PLAIN_LEAVES or type(value) is torch.Tensor or type(value) is torch.nn.Parameter:
+        return True
+    if endpoint is not None and isinstance(value, (RemoteObject, ModuleMirror)) and value._endpoint() is endpoint:
+        return True
+    if type(value) in (list, tuple, set, frozenset):
+        return all(plain(v, endpoint, depth + 1) for v in value)
+    if type(value) is dict:
+        return all(plain(k, endpoint, depth + 1) and plain(v, endpoint, depth + 1) for k, v in value.items())
+    if type(value) is slice:
+        return all(plain(v, endpoint, depth + 1) for v in (value.start, value.stop, value.step))
+    return False
 
 
 def tensor_version(tensor: torch.Tensor) -> int | None:

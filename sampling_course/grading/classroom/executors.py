@@ -2,23 +2,26 @@
 
 Grading is one pure function from a submission to its result, so any executor can map it:
 
-* ``jobs=1``: one after another, in this process;
-* ``jobs=N``: a pool of N grading processes on this machine (each starts its own template
-  process once, see ``worker.py``);
+* ``jobs=1``: one after another;
+* ``jobs=N``: a pool of N processes on this machine;
 * ``scheduler=ADDRESS`` (or a ``distributed.Client``): the tasks go to a Dask cluster. Each
   submission travels to the cluster as the bytes of a zip of its exercise files, so the
   workers need the course installed (``pip install -e '.[grading]'``) but not the
   submissions; the results come back as plain data. Each worker process grades one
   submission at a time (a lock serialises them when it runs several threads).
 
-Whatever the executor, a grading process that fails gives that submission an ``error``
-result instead of stopping the class.
+Whatever the executor, each submission is graded in a grading process of its own, forked for
+it (``isolated``) and ended after it: what one submission does to the grader's state (a cached
+reference model, a tokenizer's settings) cannot reach another's grade. A grading process that
+fails gives that submission an ``error`` result instead of stopping the class.
 """
 
 from __future__ import annotations
 
 import io
 import multiprocessing
+import os
+import pickle
 import tempfile
 import threading
 import traceback
@@ -56,7 +59,7 @@ def grade_packed(student: str, data: bytes, settings: GradeSettings, tests: str 
     with _ONE_AT_A_TIME, tempfile.TemporaryDirectory(prefix="sampling-course-packed-") as folder:
         archive = Path(folder) / "submission.zip"
         archive.write_bytes(data)
-        result = grade_submission(archive, settings, student=student, tests=tests)
+        result = isolated(grade_submission, archive, settings, student=student, tests=tests)
         result["submission"] = student
         return result
 
@@ -64,9 +67,39 @@ def grade_packed(student: str, data: bytes, settings: GradeSettings, tests: str 
 def _safely(student: str, path: Path, settings: GradeSettings, tests: str | None) -> dict[str, Any]:
     try:
         with _ONE_AT_A_TIME:
-            return grade_submission(path, settings, student=student, tests=tests)
+            return isolated(grade_submission, path, settings, student=student, tests=tests)
     except Exception:  # noqa: BLE001 - one submission's failure must not stop the class
         return _failed(student, path, settings, traceback.format_exc(limit=3))
+
+
+def isolated(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` in a forked child of this process, its result pickled back through a pipe.
+
+    The child starts with everything this process has loaded (torch, the tests' imports) and
+    ends when the function returns, taking whatever it changed with it.
+    """
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        os.close(read_end)
+        code = 0
+        try:
+            data = pickle.dumps(("ok", function(*args, **kwargs)))
+        except BaseException as exc:  # noqa: BLE001 - carried to the parent as text
+            data, code = pickle.dumps(("error", f"{type(exc).__name__}: {exc}")), 1
+        with os.fdopen(write_end, "wb") as out:
+            out.write(data)
+        os._exit(code)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as incoming:
+        data = incoming.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise RuntimeError(f"the grading process ended without a result (exit status {status})")
+    kind, value = pickle.loads(data)  # noqa: S301 - our own child wrote it (a submission's code never runs in it)
+    if kind != "ok":
+        raise RuntimeError(value)
+    return value
 
 
 def _failed(student: str, path: Path | str, settings: GradeSettings, why: str) -> dict[str, Any]:
@@ -100,7 +133,7 @@ def grade_all(submissions: list[tuple[str, Path]], settings: GradeSettings, *, j
 
     if scheduler is not None:
         _on_dask(submissions, settings, scheduler, tests, finish)
-    elif jobs == 1:
+    elif jobs == 1 or len(submissions) == 1:
         for student, path in submissions:
             finish(student, _safely(student, path, settings, tests))
     else:

@@ -1,16 +1,17 @@
 """Grade one submission: a pure function from a submission on disk to its result (plain data).
 
-``grade_submission`` copies the submission into a fresh folder, starts a confined process for
-it (``worker.py``) and runs the course's own tests *in this process* (the grader's) against
-the package ``exercises`` as the bridge presents it (``bridge.py``): every object of the
-submission is a handle, every value its code returns arrives as data. The tests compare those
+``grade_submission`` copies the submission into a fresh folder, starts a process for it in
+bubblewrap's sandbox (``worker.py``, ``jail.py``) and runs the course's own tests *in this
+process* (the grader's) against the package ``exercises`` as the bridge presents it
+(``bridge.py``): every object of the submission is a handle, every value its code returns
+arrives as data. The tests compare those
 values with the references here, where the submission's code never runs, so nothing it does
 in its own process (replacing ``torch.allclose``, pytest's reporting, writing a fake report)
 can change a grade.
 
-Limits count the submission's own time, the time the grader waits for it (the grader's own
-work, such as computing a reference, does not count against a student): the code one test
-calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
+Limits count the time the grader waits for the submission and the time it spends serving the
+submission's requests (computing a reference, which every student needs alike, does not
+count): the code one test calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
 it will not stop); one exercise's tests together ``seconds_per_exercise``, after which its
 remaining tests are not run; the whole submission ``seconds_per_submission``. A submission
 whose process dies is restarted for the next test, at most ``MAX_RESTARTS`` times.
@@ -23,7 +24,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import site
 import sys
 import tempfile
 import time
@@ -34,54 +34,47 @@ from typing import Any
 import pytest
 
 from sampling_course.grading import runner
+from sampling_course.grading.classroom import jail
 from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
+from sampling_course.grading.classroom.proxies import ModuleMirror, RemoteObject
 from sampling_course.grading.classroom.remote_package import RemotePackage
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.classroom.submission import SubmissionError, module_names, prepare_copy
-from sampling_course.grading.classroom.worker import Template, Worker
+from sampling_course.grading.classroom.worker import Worker
 from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
 from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
-__all__ = ["MAX_RESTARTS", "grade_submission", "not_graded", "readable_roots"]
+__all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool",
+           "supervisor_flags"]
+
+SANDBOX_MISSING = ("bubblewrap (bwrap) is not installed or cannot make a sandbox here; install it "
+                   "(Debian/Ubuntu: apt-get install bubblewrap) or pass --unsafe-no-sandbox to grade unconfined")
+
+
+class SandboxMissing(RuntimeError):
+    """No sandbox, and the instructor did not ask to grade without one."""
 
 MAX_RESTARTS = 3
 GRACE_S = 3.0  # after an interruption, how long the submission has to give up before it is stopped
 PACKAGE = "exercises"  # the name the tests import the implementation under test by
-
-
-def readable_roots(hidden: list[Path]) -> list[Path]:
-    """What a submission's process may read: Python, the system libraries and the course package.
-
-    A candidate that holds anything in ``hidden`` (the tests, the solutions, the submissions,
-    the reports) is left out.
-    """
-    import sampling_course
-
-    candidates = [Path(p) for p in ("/usr", "/lib", "/lib64", "/lib32", "/etc", "/proc", "/sys", "/dev")]
-    candidates += [Path(sys.base_prefix), Path(sys.prefix), *(Path(p) for p in site.getsitepackages())]
-    candidates.append(Path(sampling_course.__file__).parent)
-    hidden = [h.resolve() for h in hidden]
-    roots = []
-    for path in dict.fromkeys(p.resolve() for p in candidates if p.exists()):
-        if not any(h == path or path in h.parents for h in hidden):
-            roots.append(path)
-    return roots
+SUBMISSION_BYTES = 4 << 30  # what one process of a submission may send the grader in all
+BASE_MEMORY = 2 << 30  # address space of Python and torch themselves, before the submission allocates anything
 
 
 class Connection:
     """The grader's side of one submission's process: started on demand, restarted when it dies."""
 
-    def __init__(self, copy: Path, settings: GradeSettings, hidden: list[Path]):
+    def __init__(self, copy: Path, settings: GradeSettings, bwrap: str | None):
         self.copy = copy
         self.settings = settings
-        self.readable = readable_roots(hidden)
+        self.bwrap = bwrap
         self.worker: Worker | None = None
         self.endpoint: Endpoint | None = None
         self.started = 0
+        self.stopped_for_time = 0  # processes the grader stopped because a call ran past its time limit
         self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
-        self.attempts: list[dict[str, str]] = []
         self.measures: dict[str, str] = {}
         self.allowance: float | None = None
         self.limit_s = settings.seconds_per_test
@@ -95,24 +88,26 @@ class Connection:
         if self.endpoint is not None and self.endpoint.alive:
             return self.endpoint
         if self.worker is not None:
-            self.flag("process", "its process stopped or broke off during grading and was started again")
+            if self.worker.process.poll() is not None:  # it ended on its own (the grader had not stopped it)
+                self.flag("process", "its process ended during grading and was started again")
             self.retire()
-        if self.started > MAX_RESTARTS:
+        if self.started - self.stopped_for_time > MAX_RESTARTS:  # a time limit's restart is never held against it
             raise SubmissionLost(f"the submission's process was started {self.started} times; no more")
-        limits = {"memory_bytes": self.settings.memory_mb << 20, "cpu_seconds": int(self.settings.seconds_per_submission),
-                  "file_bytes": 64 << 20, "processes": 32, "open_files": 256}
-        self.worker = Template.get().spawn(self.copy, self.readable, limits)
+        limits = {"memory_bytes": (self.settings.memory_mb << 20) + BASE_MEMORY,
+                  "cpu_seconds": int(self.settings.seconds_per_submission), "file_bytes": 64 << 20, "open_files": 256}
+        self.worker = Worker.start(self.copy, limits, self.bwrap)
         self.started += 1
         self.measures = self.worker.measures
         endpoint = Endpoint(self.worker.sock, peer_trusted=False, owns_modules=False)
         endpoint.on_wait = self._on_wait
         endpoint.on_error = self._on_error
         endpoint.allowance = self.allowance
+        endpoint.budget = SUBMISSION_BYTES
         self.endpoint = endpoint
         return endpoint
 
     def set_limit(self, seconds: float, context: str) -> None:
-        """The submission may now take ``seconds`` of its own time (the grader's time does not count)."""
+        """The next test may take ``seconds``: the submission's time and the grader's time serving it."""
         self.allowance, self.limit_s, self.context = seconds, seconds, context
         if self.endpoint is not None:
             self.endpoint.allowance = seconds
@@ -132,6 +127,7 @@ class Connection:
             endpoint.allowance = GRACE_S
             return
         endpoint.alive = False
+        self.stopped_for_time += 1
         self.retire()
         raise TookTooLong(f"stopped after {self.limit_s:g} s")
 
@@ -147,20 +143,8 @@ class Connection:
         if self.endpoint is not None:
             self._waited += self.endpoint.waited
         if self.worker is not None:
-            self.attempts += self.worker.attempts()
             self.worker.stop()
         self.worker, self.endpoint = None, None
-
-    def integrity(self) -> list[str]:
-        """What the submission replaced in its own process (asked of it; informative only)."""
-        if self.endpoint is None or not self.endpoint.alive:
-            return []
-        try:
-            self.set_limit(10, "the final check")
-            report = self.endpoint.request("import", None, name="sampling_course.grading.classroom.worker").integrity()
-            return [str(x)[:100] for x in report][:20] if isinstance(report, list) else []
-        except (Exception, TookTooLong):  # noqa: BLE001
-            return []
 
 
 class _Judge(runner._Collector):
@@ -189,6 +173,7 @@ class _Judge(runner._Collector):
         budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
         if budget <= 0:
             pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
+        _forget_lost_fixtures(item)  # a process was stopped: the fixtures that held its objects are made again
         super().pytest_runtest_setup(item)
         limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
         self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
@@ -206,6 +191,27 @@ class _Judge(runner._Collector):
         if outcome is not None and outcome.outcome == "took too long" and "0 s" in outcome.message:
             self.outcomes[report.nodeid] = TestOutcome(outcome.nodeid, outcome.exercises, outcome.outcome,
                                                        f"took longer than {self.connection.limit_s:g} s")
+
+
+def _holds_lost_handle(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is, or holds in a list, tuple or dict, a handle to a process that was stopped."""
+    if isinstance(value, (RemoteObject, ModuleMirror)):
+        return not value._endpoint().alive
+    if depth < 3 and isinstance(value, (list, tuple)):
+        return any(_holds_lost_handle(v, depth + 1) for v in value)
+    if depth < 3 and isinstance(value, dict):
+        return any(_holds_lost_handle(v, depth + 1) for v in value.values())
+    return False
+
+
+def _forget_lost_fixtures(item: Any) -> None:
+    """The fixture values ``item`` uses that hold handles to a stopped process are made again, so a time
+    limit reached in one exercise never costs a later one its objects."""
+    for definitions in item._fixtureinfo.name2fixturedefs.values():
+        for definition in definitions:
+            cached = getattr(definition, "cached_result", None)
+            if cached is not None and _holds_lost_handle(cached[0]):
+                definition.cached_result = None
 
 
 def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:
@@ -280,19 +286,15 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
     try:
         copy, result["notes"] = prepare_copy(submission, workdir)
         before = _files_in(copy)
-        hidden = [tests, tests.parent / "solutions", submission.parent, workdir.parent]
-        connection = Connection(copy, settings, hidden)
+        bwrap = sandbox_tool(settings)
+        connection = Connection(copy, settings, bwrap)
         judge, results, output = _run_tests(connection, settings, tests)
         result["exercises"] = [_exercise_entry(r, judge, settings) for r in results]
-        replaced = connection.integrity()
-        if replaced:
-            connection.flag("replaced", "replaced in its own process: " + ", ".join(replaced)
-                            + " (no effect: the grader compares outside it)")
         connection.retire()
         left = sorted(_files_in(copy) - before)
         if left:
             connection.flag("files", f"wrote {', '.join(left[:5])} in its folder (ignored: grades come from the grader)")
-        result["flags"] = _flags(connection)
+        result["flags"] = supervisor_flags(connection)
         result["sandbox"] = connection.measures
         if judge.collection_errors:
             result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
@@ -309,24 +311,23 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
     return result
 
 
-_ATTEMPT_REASONS = {
-    "read": "tried to read files outside its folder (refused)", "write": "tried to write outside its folder (refused)",
-    "delete": "tried to change or delete files outside its folder (refused)",
-    "network": "tried to open a network connection (refused)", "process": "tried to start a process (refused)",
-    "ctypes": "tried to call C code directly (refused)", "signal": "tried to signal another process (refused)",
-}
+def supervisor_flags(connection: Connection) -> list[dict[str, str]]:
+    """What the grader itself saw (time, memory, a process that ended, files written): never the submission's word."""
+    return [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
 
 
-def _flags(connection: Connection) -> list[dict[str, str]]:
-    flags = [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
-    seen = set()
-    for attempt in connection.attempts:
-        kind = attempt["kind"]
-        if kind in seen or kind not in _ATTEMPT_REASONS:
-            continue
-        seen.add(kind)
-        flags.append({"kind": kind, "reason": f"{_ATTEMPT_REASONS[kind]}: {attempt['detail']}"})
-    return flags
+_BWRAP: list[str | None] = []
+
+
+def sandbox_tool(settings: GradeSettings) -> str | None:
+    """``bwrap``'s path; None when the instructor chose ``unsafe_no_sandbox``. Without it, SandboxMissing."""
+    if settings.unsafe_no_sandbox:
+        return None
+    if not _BWRAP:
+        _BWRAP.append(jail.available())
+    if _BWRAP[0] is None:
+        raise SandboxMissing(SANDBOX_MISSING)
+    return _BWRAP[0]
 
 
 def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict[str, Any]:

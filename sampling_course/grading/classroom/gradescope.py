@@ -33,8 +33,10 @@ SETUP_SH = """#!/usr/bin/env bash
 # wheel index if the default index would bring a CUDA build.
 set -euo pipefail
 cd /autograder/source
+# bubblewrap: the sandbox every submission runs in (grading refuses to run without it).
+apt-get update && apt-get install -y bubblewrap
 if ! command -v python3 >/dev/null; then
-    apt-get update && apt-get install -y python3 python3-venv python3-pip
+    apt-get install -y python3 python3-venv python3-pip
 fi
 python3 -m venv /autograder/venv
 /autograder/venv/bin/pip install -q -c constraints.txt -e ".[grading]"
@@ -78,7 +80,7 @@ def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
             "name": f"Part {e['part']}: {e['exercise']}", "number": str(number),
             "score": e["points"], "max_score": e["max_points"],
             "status": "passed" if e["status"] == "done" else "failed",
-            "output": "\n\n".join(lines), "visibility": "visible",
+            "output": "\n\n".join(lines), "output_format": "text", "visibility": "visible",
         })
     return {
         "score": result["score"],

@@ -15,8 +15,9 @@ from typing import Any
 __all__ = ["SAFE_OPS", "may_hand_out", "refused_name"]
 
 # Requests a submission may make of the grader's objects; "import", "setattr" and the like are not among them.
-SAFE_OPS = frozenset({"getattr", "call", "method", "getitem", "len", "iter", "next", "contains", "bool", "repr",
-                      "str", "eq", "instancecheck", "int", "float", "index"})
+# What they give back must be plain data (``codec.plain``) or a method of the same object.
+SAFE_OPS = frozenset({"getattr", "call", "method", "getitem", "len", "iter", "next", "contains", "bool", "eq", "repr",
+                      "str", "int", "float", "index"})
 
 # What a submission may not ask of the grader's objects: private names and the introspection
 # that leads to code and frames, and the methods that would change or save the grader's state.

@@ -24,15 +24,19 @@ from sampling_course.grading.classroom.wire import WireError, decode_tensor
 __all__ = ["SPECIALS", "Channel", "ModuleMirror", "MirrorList", "RemoteObject", "build_mirror", "local_type"]
 
 # Special methods a handle has exactly when the object's class has them.
-SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__", "__contains__",
-            "__bool__", "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
+# Never a comparison: on the grader's side that is its own judgement, made on plain data
+# (RemoteObject.__eq__ is identity there, and truth and membership are refused).
+SPECIALS = ("__call__", "__len__", "__iter__", "__next__", "__getitem__", "__setitem__", "__delitem__",
+            "__int__", "__float__", "__index__", "__enter__", "__exit__", "__add__", "__radd__", "__sub__",
             "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__", "__rfloordiv__",
-            "__mod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__",
+            "__mod__", "__pow__", "__rpow__", "__matmul__", "__rmatmul__",
             "__and__", "__or__", "__xor__", "__neg__", "__pos__", "__abs__", "__invert__")
 
 
 class Channel(Protocol):
     """What a handle or a mirror needs of the endpoint it came through (``bridge.Endpoint`` is one)."""
+
+    peer_trusted: bool  # True on the submission's side: the handles it holds name the grader's objects
 
     def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
         """Ask the other side to do ``op`` on its object ``ref``."""
@@ -47,20 +51,17 @@ class Channel(Protocol):
         """The mirror of a module the other side sent."""
 
 
-def _remote_in(value: Any) -> "RemoteObject | None":
-    if isinstance(value, RemoteObject):
-        return value
-    if isinstance(value, (list, tuple)):
-        return next((r for r in map(_remote_in, value) if r is not None), None)
-    if isinstance(value, dict):
-        return next((r for r in map(_remote_in, value.values()) if r is not None), None)
-    return None
-
-
 def _values(value: Any) -> Any:
-    """``value`` with every remote tensor replaced by its data (for a torch function called here)."""
+    """``value`` with every remote tensor replaced by its data (for a torch function called here).
+
+    The data is a plain ``torch.Tensor`` rebuilt from bytes; any other remote object is refused.
+    """
     if isinstance(value, RemoteObject):
-        return value._ask("value") if object.__getattribute__(value, "_rk") == "tensor" else value
+        data = value._ask("value") if object.__getattribute__(value, "_rk") == "tensor" else None
+        if type(data) is not torch.Tensor:
+            raise TypeError(f"a torch function was given the submission's {object.__getattribute__(value, '_rt')}; "
+                            "only its data (a tensor) can be used")
+        return data
     if isinstance(value, (list, tuple)):
         return type(value)(_values(v) for v in value)
     if isinstance(value, dict):
@@ -132,12 +133,29 @@ class RemoteObject:
         object.__getattribute__(self, "_cache").clear()
         self._ask("delattr", name=name)
 
+    def _trusted(self) -> bool:
+        """Whether this handle names an object of the grader's (held by the submission's side)."""
+        return bool(getattr(self._endpoint(), "peer_trusted", False))
+
     def __eq__(self, other: Any) -> Any:
-        return self._ask("eq", other)
+        if self._trusted():
+            return self._ask("eq", other)  # the grader's object answers for itself
+        return self is other  # the submission's object never says what it equals
 
     def __ne__(self, other: Any) -> Any:
         result = self.__eq__(other)
         return ~result if isinstance(result, torch.Tensor) else not result
+
+    def __bool__(self) -> bool:
+        if self._trusted():
+            return self._ask("bool") is True
+        raise TypeError(f"the submission's {object.__getattribute__(self, '_rt')} has no truth value here: "
+                        "a test judges plain data only")
+
+    def __contains__(self, item: Any) -> bool:
+        if self._trusted():
+            return self._ask("contains", item) is True
+        raise TypeError(f"the submission's {object.__getattribute__(self, '_rt')} is not asked what it contains")
 
     def __hash__(self) -> int:
         return hash((id(self._endpoint()), self._ref()))
@@ -160,15 +178,8 @@ class RemoteObject:
 
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
-        kwargs = kwargs or {}
-        remote = _remote_in((args, kwargs))
-        name = getattr(func, "__name__", "")
-        method = getattr(torch.Tensor, name, None) is func
-        if remote is not None and (method or getattr(torch, name, None) is func
-                                   or getattr(torch.nn.functional, name, None) is func):
-            # Where the tensors' own class lives, so that its __torch_function__ decides what comes back.
-            return remote._endpoint().request("torch", None, *args, kw=kwargs, name=name, value=method)
-        return func(*_values(args), **_values(kwargs))
+        # Here, on the tensors' data: the submission's tensor class never decides what a torch function gives.
+        return func(*_values(args), **_values(kwargs or {}))
 
 
 def _remote_subclass(cls: type, base: type, remote_class: Any) -> Any:
@@ -213,12 +224,6 @@ class _Specials:
 
     def __next__(self) -> Any:
         return self._ask("next")
-
-    def __contains__(self, item: Any) -> bool:
-        return bool(self._ask("contains", item) is True)
-
-    def __bool__(self) -> bool:
-        return self._ask("bool") is True
 
     def __int__(self) -> int:
         return int(self._ask("int"))
@@ -276,18 +281,6 @@ class _Specials:
 
     def __rmatmul__(self, other: Any) -> Any:
         return self._ask("method", other, name="__rmatmul__")
-
-    def __lt__(self, other: Any) -> Any:
-        return self._ask("method", other, name="__lt__")
-
-    def __le__(self, other: Any) -> Any:
-        return self._ask("method", other, name="__le__")
-
-    def __gt__(self, other: Any) -> Any:
-        return self._ask("method", other, name="__gt__")
-
-    def __ge__(self, other: Any) -> Any:
-        return self._ask("method", other, name="__ge__")
 
     def __and__(self, other: Any) -> Any:
         return self._ask("method", other, name="__and__")

@@ -1,8 +1,9 @@
 """The student release: the course as students get it, without solutions and without hidden tests.
 
-``make_release(OUT)`` writes the course's package, the stubs in ``exercises/``, the notebooks,
-the grading tests in ``tests/grading/`` (with ``tests/conftest.py``), ``pyproject.toml``,
-``constraints.txt`` and the README into ``OUT``, and leaves out:
+``make_release(OUT)`` copies the files an allow-list names (``RELEASED``: the course's package
+and its shipped models, the stubs in ``exercises/``, the notebooks, the grading tests in
+``tests/grading/`` with ``tests/conftest.py`` and ``tests/doubles.py``, ``pyproject.toml``,
+``constraints.txt`` and the README) into ``OUT``; nothing else is copied, and of those it leaves out:
 
 * ``solutions/`` and everything that exists to check them (``tests/course``, ``tests/apps``,
   ``scripts/``, CI);
@@ -11,7 +12,8 @@ the grading tests in ``tests/grading/`` (with ``tests/conftest.py``), ``pyprojec
   grading time, when ``sampling-course grade`` runs them and the feedback names only the
   exercise and the mistake;
 * the text of the planted mistakes and correct variants in ``grading/parts/`` (it is copied
-  from the solutions).
+  from the solutions): ``MISTAKES`` and ``VARIANTS`` are emptied wherever they are defined,
+  a module that held nothing else is not shipped, and an import of one becomes an empty list.
 
 In the release, ``pytest`` checks ``exercises/`` by default (``--impl exercises``).
 """
@@ -19,18 +21,25 @@ In the release, ``pytest`` checks ``exercises/`` by default (``--impl exercises`
 from __future__ import annotations
 
 import ast
+import fnmatch
 import re
 import shutil
 import tomllib
 from pathlib import Path
 
 from sampling_course.grading.planting import SOLUTIONS
+from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
 
-__all__ = ["HIDDEN", "ReleaseError", "hidden_spans", "make_release", "strip_hidden"]
+__all__ = ["HIDDEN", "RELEASED", "ReleaseError", "hidden_spans", "make_release", "released_files", "strip_hidden"]
 
 CHECKOUT = SOLUTIONS.parent
 HIDDEN = "hidden"  # the marker's name: @pytest.mark.hidden
-_SKIP = shutil.ignore_patterns("__pycache__", "*.pyc", ".ipynb_checkpoints", "*.egg-info")
+# The only files a release holds (paths relative to the checkout, fnmatch patterns).
+RELEASED = ("pyproject.toml", "constraints.txt", "README.md", "LICENSE", "sampling_course/*.py",
+            "sampling_course/apps/*.py", "sampling_course/grading/*.py", "sampling_course/grading/*/*.py",
+            "sampling_course/grading/*/*/*.py", "sampling_course/assets/*", "sampling_course/assets/*/*",
+            "exercises/*.py", "notebooks/*.ipynb", "tests/conftest.py", "tests/doubles.py", "tests/grading/*.py")
+PLANTED = ("MISTAKES", "VARIANTS")  # the names whose values hold text copied from the solutions
 
 
 class ReleaseError(ValueError):
@@ -104,14 +113,22 @@ def strip_hidden(source: str) -> str | None:
     return source
 
 
-def _strip_planted_text(path: Path) -> None:
-    """Empty MISTAKES and VARIANTS in a part's grader data, and drop the private helpers only they used:
-    their text is copied from the solutions."""
-    lines = path.read_text().splitlines(keepends=True)
-    tree = ast.parse("".join(lines))
+def _strip_planted_text(source: str, dropped: set[str]) -> str:
+    """``source`` with every value of MISTAKES and VARIANTS emptied, ``+=`` to them removed, an import from a
+    module in ``dropped`` made an empty list, and the private helpers only they used removed."""
+    lines = source.splitlines(keepends=True)
+    tree = ast.parse(source)
     for node in sorted(tree.body, key=lambda n: -n.lineno):
+        first, last = node.lineno, node.end_lineno
+        if isinstance(node, ast.ImportFrom) and node.module in dropped:
+            names = [alias.asname or alias.name for alias in node.names]
+            lines[first - 1:last] = [f"{name}: list = []  # not in the student release\n" for name in names]
+            continue
+        if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and node.target.id in PLANTED:
+            del lines[first - 1:last]
+            continue
         targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
-        if any(isinstance(t, ast.Name) and t.id in ("MISTAKES", "VARIANTS") for t in targets) and node.value:
+        if any(isinstance(t, ast.Name) and t.id in PLANTED for t in targets) and node.value:
             value = node.value
             head = lines[value.lineno - 1][:value.col_offset]
             tail = lines[value.end_lineno - 1][value.end_col_offset:]
@@ -122,11 +139,81 @@ def _strip_planted_text(path: Path) -> None:
         used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         unused = [n for n in tree.body if _private_name(n) and _private_name(n) not in used]
         if not unused:
-            break
+            return source
         for node in sorted(unused, key=lambda n: -n.lineno):
             first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
             del lines[first - 1:node.end_lineno]
-    path.write_text("".join(lines))
+
+
+def _only_planted(source: str) -> bool:
+    """Whether a module defines MISTAKES or VARIANTS and nothing else (but what they need): it is not shipped."""
+    planted = False
+    for node in ast.parse(source).body:
+        targets = [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else getattr(node, "targets", [])
+        if isinstance(node, (ast.Import, ast.ImportFrom)) or (isinstance(node, ast.Expr) and
+                                                               isinstance(node.value, ast.Constant)):
+            continue
+        if targets and all(isinstance(t, ast.Name) and (t.id in PLANTED or t.id.startswith("_")) for t in targets):
+            planted = planted or any(t.id in PLANTED for t in targets)
+            continue
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name.startswith("_"):
+            continue
+        return False
+    return planted
+
+
+def solution_lines(solutions: Path = SOLUTIONS) -> tuple[list[str], set[str]]:
+    """Each solution region's code (stripped lines, blanks and comments dropped, joined by newlines), and the
+    stripped lines of the solutions outside any region (public: the stubs hold them too)."""
+    regions, public = [], set()
+    for path in sorted(Path(solutions).glob("*.py")):
+        current = None
+        for line in path.read_text().splitlines():
+            text = line.strip()
+            if text == BEGIN_MARKER:
+                current = []
+            elif text == END_MARKER and current is not None:
+                regions.append("\n".join(current))
+                current = None
+            elif current is not None and text and not text.startswith("#"):
+                current.append(text)
+            elif current is None and text:
+                public.add(text)
+    return [r for r in regions if r], public
+
+
+def _reveals(text: str, regions: list[str], public: set[str]) -> bool:
+    """Whether ``text`` holds a whole solution region, or a distinctive line of one."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    joined = "\n".join(lines)
+    return any(region in joined for region in regions if region not in public) or any(
+        line in region.split("\n") and len(line) >= 25 and line not in public for line in lines for region in regions)
+
+
+def _scrub_strings(source: str, regions: list[str], public: set[str]) -> str:
+    """``source`` with every string that reveals a solution region (a hint that spells out the answer, an
+    example) replaced by a placeholder."""
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode()))
+    data = source.encode()
+    spans = [(starts[n.lineno - 1] + n.col_offset, starts[n.end_lineno - 1] + n.end_col_offset)
+             for n in ast.walk(ast.parse(source))
+             if isinstance(n, ast.Constant) and isinstance(n.value, str) and _reveals(n.value, regions, public)]
+    for start, end in sorted(spans, reverse=True):
+        data = data[:start] + b'"(not in the student release)"' + data[end:]
+    return data.decode()
+
+
+def released_files(checkout: Path = CHECKOUT) -> list[str]:
+    """The checkout's files the allow-list names (relative paths, sorted)."""
+    found = []
+    for path in sorted(checkout.rglob("*")):
+        relative = path.relative_to(checkout).as_posix()
+        if path.is_file() and "__pycache__" not in relative and any(fnmatch.fnmatchcase(relative, p) for p in RELEASED):
+            found.append(relative)
+    return found
 
 
 def _private_name(node: ast.stmt) -> str | None:
@@ -156,31 +243,37 @@ def make_release(out: Path, checkout: Path = CHECKOUT) -> dict[str, list[str]]:
     if out.resolve() == checkout.resolve() or checkout.resolve() in out.resolve().parents:
         raise ReleaseError("write the release outside the course's own folder")
     out.mkdir(parents=True, exist_ok=True)
-    left_out: dict[str, list[str]] = {"hidden test files": [], "hidden tests": []}
-    for name in ("pyproject.toml", "constraints.txt", "README.md", "LICENSE"):
-        if (checkout / name).is_file():
-            shutil.copyfile(checkout / name, out / name)
-    (out / "pyproject.toml").write_text(_release_pyproject((out / "pyproject.toml").read_text()))
-    for folder in ("sampling_course", "exercises", "notebooks"):
-        if (checkout / folder).is_dir():
-            shutil.copytree(checkout / folder, out / folder, ignore=_SKIP)
-    for part in sorted((out / "sampling_course" / "grading" / "parts").glob("*/__init__.py")):
-        _strip_planted_text(part)
-    tests = checkout / "tests"
-    (out / "tests" / "grading").mkdir(parents=True)
-    shutil.copyfile(tests / "conftest.py", out / "tests" / "conftest.py")
-    for path in sorted((tests / "grading").rglob("*.py")):
-        relative = path.relative_to(tests)
-        source = path.read_text()
-        try:
-            stripped = strip_hidden(source) if path.name.startswith("test_") else source
-        except SyntaxError as exc:
-            raise ReleaseError(f"{relative} is not valid Python: {exc}") from None
-        if stripped is None:
-            left_out["hidden test files"].append(str(relative))
+    left_out: dict[str, list[str]] = {"hidden test files": [], "hidden tests": [], "planted mistakes and variants": []}
+    files = released_files(checkout)
+    parts = [f for f in files if f.startswith("sampling_course/grading/parts/") and f.endswith(".py")]
+    dropped = {f for f in parts if _only_planted((checkout / f).read_text())}
+    left_out["planted mistakes and variants"] = sorted(dropped)
+    dropped_modules = {f.removesuffix(".py").replace("/", ".") for f in dropped}
+    regions, public = solution_lines(checkout / "solutions")
+    for relative in files:
+        if relative in dropped:
             continue
-        if stripped != source:
-            left_out["hidden tests"].append(f"{relative} ({len(hidden_spans(source))} hidden)")
-        (out / "tests" / relative).parent.mkdir(parents=True, exist_ok=True)
-        (out / "tests" / relative).write_text(stripped)
+        target = out / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if relative in parts:
+            source = _strip_planted_text((checkout / relative).read_text(), dropped_modules)
+            target.write_text(_scrub_strings(source, regions, public))
+        elif relative.startswith("sampling_course/") and relative.endswith(".py"):
+            target.write_text(_scrub_strings((checkout / relative).read_text(), regions, public))
+        elif relative.startswith("tests/grading/test_"):
+            source = (checkout / relative).read_text()
+            try:
+                stripped = strip_hidden(source)
+            except SyntaxError as exc:
+                raise ReleaseError(f"{relative} is not valid Python: {exc}") from None
+            if stripped is None:
+                left_out["hidden test files"].append(relative.removeprefix("tests/"))
+                continue
+            if stripped != source:
+                left_out["hidden tests"].append(f"{relative.removeprefix('tests/')} ({len(hidden_spans(source))} hidden)")
+            target.write_text(stripped)
+        elif relative == "pyproject.toml":
+            target.write_text(_release_pyproject((checkout / relative).read_text()))
+        else:
+            shutil.copyfile(checkout / relative, target)
     return left_out

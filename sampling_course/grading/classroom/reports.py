@@ -30,7 +30,7 @@ from typing import Any
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.course import PARTS, get_exercise
 
-__all__ = ["feedback_text", "safe_name", "write_reports"]
+__all__ = ["UNSAFE", "csv_cell", "feedback_text", "md_escape", "safe_name", "unsafe", "write_reports"]
 
 _MISTAKE_PREFIX = "This matches a classic mistake: "
 _STATUS_WORDS = {"done": "passed", "failing": "failing", "not implemented yet": "not implemented yet",
@@ -47,12 +47,36 @@ def _points(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
+UNSAFE = "Graded WITHOUT a sandbox (--unsafe-no-sandbox): the submissions' code ran unconfined."
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]#|~])")  # marks that act anywhere in a line
+_LINE_START = re.compile(r"^(\s*\d*)([-+>=.)])", re.MULTILINE)  # marks that act at a line's start (1. is a list)
+
+
+def unsafe(result: dict[str, Any]) -> bool:
+    """Whether ``result`` was graded without bubblewrap (the instructor's ``--unsafe-no-sandbox``)."""
+    return str(result.get("sandbox", {}).get("sandbox", "")).startswith("NONE")
+
+
+def md_escape(text: Any) -> str:
+    """``text`` as literal Markdown: HTML escaped, Markdown's marks backslashed, lines kept."""
+    escaped = _MARKDOWN.sub(r"\\\1", html.escape(str(text), quote=False))
+    escaped = _LINE_START.sub(lambda m: m.group(1) + "\\" + m.group(2), escaped)
+    return "  \n".join(escaped.splitlines())
+
+
+def csv_cell(value: Any) -> str:
+    """A CSV cell that a spreadsheet will not run: one starting with = + - @ (or a tab or return) gets a quote."""
+    text = str(value)
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
+
+
 def feedback_text(result: dict[str, Any]) -> str:
-    """One student's feedback, in Markdown."""
-    lines = [f"# Feedback for {result['student']}", "",
-             f"Score: **{_points(result['score'])} / {_points(result['max_score'])}**", ""]
+    """One student's feedback, in Markdown; everything quoted from the grading is escaped, never fenced."""
+    lines = [f"**{UNSAFE}**", ""] if unsafe(result) else []
+    lines += [f"# Feedback for {md_escape(result['student'])}", "",
+              f"Score: **{_points(result['score'])} / {_points(result['max_score'])}**", ""]
     if result.get("error"):
-        lines += [f"Your submission could not be graded: {result['error']}", ""]
+        lines += [f"Your submission could not be graded: {md_escape(result['error'])}", ""]
     lines += ["| exercise | result | points |", "|---|---|---|"]
     for e in result["exercises"]:
         lines.append(f"| {e['exercise']} | {_STATUS_WORDS.get(e['status'], e['status'])} | "
@@ -63,21 +87,21 @@ def feedback_text(result: dict[str, Any]) -> str:
     for e in todo:
         lines += [f"### {e['exercise']}: {_STATUS_WORDS.get(e['status'], e['status'])}", ""]
         if e.get("mistake"):
-            lines += [e["mistake"], ""]
+            lines += [md_escape(e["mistake"]), ""]
         if e["status"] == "not implemented yet":
             stubs = ", ".join(e.get("stubs") or []) or "the stub"
-            lines += [f"{stubs} still raises NotImplementedError.", ""]
+            lines += [f"{md_escape(stubs)} still raises NotImplementedError.", ""]
         elif e.get("message"):
             shown = "A hidden test failed (its inputs stay hidden)." if e.get("hidden_failure") else e["message"]
-            lines += ["```", shown.strip(), "```", ""]
+            lines += [md_escape(shown.strip()), ""]
         if e.get("partial") and e["ran"]:
             lines += [f"{e['passed']} of {e['ran']} tests passed.", ""]
         if e.get("hint"):
-            lines += [f"Hint: {e['hint']}", ""]
+            lines += [f"Hint: {md_escape(e['hint'])}", ""]
     if result.get("flags"):
-        lines += ["## Noticed while grading", ""] + [f"- {f['reason']}" for f in result["flags"]] + [""]
+        lines += ["## Noticed while grading", ""] + [f"- {md_escape(f['reason'])}" for f in result["flags"]] + [""]
     if result.get("notes"):
-        lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
+        lines += ["## Notes", ""] + [f"- {md_escape(n)}" for n in result["notes"]] + [""]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -87,9 +111,9 @@ def _write_csv(results: list[dict[str, Any]], names: list[str], path: Path) -> N
         writer.writerow(["student", *names, "score", "max_score", "flags", "error"])
         for r in results:
             by_name = {e["exercise"]: e["points"] for e in r["exercises"]}
-            writer.writerow([r["student"], *(_points(by_name.get(n, 0.0)) for n in names), _points(r["score"]),
-                             _points(r["max_score"]), "; ".join(f["kind"] for f in r.get("flags", [])),
-                             r.get("error") or ""])
+            writer.writerow([csv_cell(r["student"]), *(_points(by_name.get(n, 0.0)) for n in names),
+                             _points(r["score"]), _points(r["max_score"]),
+                             csv_cell("; ".join(f["kind"] for f in r.get("flags", []))), csv_cell(r.get("error") or "")])
 
 
 # ---------------------------------------------------------------------------------------
@@ -197,6 +221,7 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)}</title><style>{_STYLE}</style></head>
 <body>
+{f'<p class="flag"><b>{esc(UNSAFE)}</b></p>' if any(unsafe(r) for r in results) else ''}
 <h1>{esc(title)}</h1>
 <p class="muted">{len(results)} submissions graded on {when}; {len(names)} exercises, {_points(settings.max_score)} points.</p>
 <div class="stats">

@@ -58,6 +58,7 @@ class GradeSettings:
     seconds_per_submission: float = 3600.0
     memory_mb: int = 4096
     diagnose: bool = True  # name the classic mistake behind each failure
+    unsafe_no_sandbox: bool = False  # grade without bubblewrap (only from the command line; every report says so)
 
     def points_of(self, exercise: str) -> Points:
         return self.points.get(exercise, Points(self.default_points))

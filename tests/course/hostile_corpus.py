@@ -1,0 +1,232 @@
+"""A class of hostile submissions, one or more per way a submission could earn what it did not solve.
+
+Every submission is the solutions' ``sampling.py`` (with the solutions' ``transformer.py`` and
+``beams.py``, which it imports), with some functions replaced. Four exercises are graded:
+greedy_search (G), apply_temperature (T), apply_frequency_penalty (F) and sample (S). A
+replaced function is written so that it passes only if its attack works; so each submission's
+true score is the number of exercises it left honest, known before grading. ``sample`` draws
+through ``sample_next_token``, which calls the other three: it is solved only where they are
+honest, and only where they print nothing (its tests require ``verbose=False`` to print nothing).
+
+``write_corpus(root, port, canary)`` writes them and returns ``{student: Case}``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+GRADED = ("greedy_search", "apply_temperature", "apply_frequency_penalty", "sample")
+CANARY_ENV = "SAMPLING_COURSE_GRADER_SECRET"  # set in the grader's environment by the test
+
+
+@dataclass(frozen=True)
+class Case:
+    cause: str  # which cause of the issue it exercises (1-8)
+    tries: str
+    passes: tuple[str, ...]  # the exercises it truly solves
+    layout: str = "plain"  # plain, symlinked folder, symlinked file, zip
+
+
+def _replace(source: str, function: str, body: str) -> str:
+    """``source`` with the body of ``function``'s first solution region replaced by ``body``."""
+    start = source.index(f"def {function}(")
+    begin = source.index("### BEGIN SOLUTION", start)
+    end = source.index("### END SOLUTION", begin)
+    indent = source[source.rindex("\n", 0, begin) + 1:begin]
+    lines = "".join(f"{indent}{line}\n" for line in body.strip("\n").splitlines())
+    return source[:begin] + "### BEGIN SOLUTION\n" + lines + indent + source[end:]
+
+
+def _sample_body(prefix: str) -> str:
+    """sample's first region, after ``prefix`` (an attack that must not change its answer)."""
+    return prefix + "\nlogits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n"
+
+
+WRONG_GREEDY = "return 0"
+WRONG_TEMPERATURE = "return logits * 0"
+WRONG_PENALTY = "return logits"
+
+ALWAYS_EQUAL = """
+class AlwaysEqual:
+    def __eq__(self, other):
+        return True
+    def __bool__(self):
+        return True
+    def __int__(self):
+        return 0
+    __hash__ = object.__hash__
+
+
+class LyingTensor(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if getattr(func, "__name__", "") in ("equal", "allclose", "isclose", "eq", "__eq__"):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+    def tolist(self):
+        return AlwaysEqual()
+"""
+
+
+def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[str, str], str]]:
+    """{student: (case, {function: new body}, module header)}."""
+    control = root / "control" / "exercises" / "sampling.py"
+    steal = (f"for path in ({str(REPO / 'solutions' / 'sampling.py')!r}, '/course/sampling_course/grading/parts/"
+             "part2_sampling/__init__.py', '/course/../solutions/sampling.py'):\n"
+             "    try:\n        source = open(path).read()\n        return int(logits.argmax())\n"
+             "    except OSError:\n        pass\nreturn 0")
+    return {
+        # 8. honest students
+        "control": (Case("8", "nothing: the solutions", GRADED), {}, ""),
+        "honest_prints": (Case("8", "honest, prints while it works", GRADED[:3]),
+                          {"greedy_search": "print('thinking...', logits.shape)\nreturn int(logits.argmax())"}, ""),
+        "=HYPERLINK(\"http:x\",\"y\")": (Case("7", "a folder name that is a spreadsheet formula", GRADED), {}, ""),
+        # 1. the grader's objects handed to the student's code
+        "tokenizer_backend": (Case("1", "reaches the grader's tokenizer's backend object and truncates it",
+                                   GRADED[:3]), {
+            "sample": _sample_body("try:\n    self.tokenizer.backend_tokenizer.enable_truncation(1)\n"
+                                   "except Exception:\n    return 'not solved'")}, ""),
+        "tokenizer_private": (Case("1", "reads a private attribute of the grader's tokenizer", GRADED[:3]), {
+            "sample": _sample_body("try:\n    self.tokenizer._tokenizer\nexcept Exception:\n"
+                                   "    return 'not solved'")}, ""),
+        "tokenizer_mutator": (Case("1", "tries to truncate, change, save and train the grader's tokenizer and "
+                                        "model, then samples honestly", GRADED), {
+            "sample": _sample_body("for attack in (lambda: self.tokenizer.backend_tokenizer.enable_truncation(1),\n"
+                                   "               lambda: setattr(self.tokenizer, 'truncation_side', 'left'),\n"
+                                   "               lambda: self.tokenizer._tokenizer.enable_truncation(1),\n"
+                                   "               lambda: self.tokenizer.save_pretrained('/tmp/x'),\n"
+                                   "               lambda: self.tokenizer.add_tokens(['zzz'])):\n"
+                                   "    try:\n        attack()\n    except Exception:\n        pass")}, ""),
+        # 2. the student's objects judging themselves
+        "always_equal": (Case("2", "greedy_search returns an object equal to everything", GRADED[1:]),
+                         {"greedy_search": "return AlwaysEqual()"}, ALWAYS_EQUAL),
+        "lying_tensor": (Case("2", "apply_temperature returns a tensor subclass whose equal/allclose say yes",
+                              ("greedy_search", "apply_frequency_penalty", "sample")),
+                         {"apply_temperature": "return torch.zeros_like(logits).as_subclass(LyingTensor)"},
+                         ALWAYS_EQUAL),
+        "tolist_liar": (Case("2", "apply_frequency_penalty returns a tensor whose tolist() equals anything",
+                             ("greedy_search", "apply_temperature", "sample")),
+                        {"apply_frequency_penalty": "return logits.clone().as_subclass(LyingTensor)"}, ALWAYS_EQUAL),
+        "int_subclass": (Case("2", "greedy_search returns an int subclass equal to everything", GRADED[1:]),
+                         {"greedy_search": "class Liar(int):\n    def __eq__(self, other):\n        return True\n"
+                                           "    __hash__ = int.__hash__\nreturn Liar(0)"}, ""),
+        # 3. folders followed out of the submission
+        "symlinked_folder": (Case("3", "its exercises/ is a link to a classmate's", (), "symlinked folder"), {}, ""),
+        "symlinked_file": (Case("3", "its sampling.py is a link to a classmate's", (), "symlinked file"), {}, ""),
+        "zip_escape": (Case("3", "a zip with ../ paths, an absolute path and a link, beside honest files",
+                            GRADED, "zip"), {}, ""),
+        # 4. confinement switched off, environment and flags
+        "process_escape": (Case("4", "fork, a subprocess and a raw clone through ctypes in greedy_search",
+                                GRADED[1:]), {"greedy_search": (
+            "import os, subprocess, ctypes\nfor attack in (os.fork, lambda: subprocess.run(['true']),\n"
+            "               lambda: ctypes.CDLL(None, use_errno=True).syscall(56, 17, 0, 0, 0, 0)):\n"
+            "    try:\n        if attack() not in (-1, None):\n            return int(logits.argmax())\n"
+            "    except Exception:\n        pass\nreturn 0")}, ""),
+        "environment": (Case("4", "looks for the grader's environment in /proc and os.environ", GRADED[1:]), {
+            "greedy_search": (
+                "import os\nseen = str(dict(os.environ))\nfor path in ('/proc/self/environ', '/proc/1/environ', "
+                "'/proc/2/environ'):\n    try:\n        seen += open(path, errors='replace').read()\n"
+                "    except OSError:\n        pass\n"
+                f"return int(logits.argmax()) if {CANARY_ENV!r} in seen else 0")}, ""),
+        "forged_flags": (Case("4", "writes fake flags to every descriptor but its connection, prints a fake report",
+                              GRADED), {},
+                         "import os, stat\nfor fd in range(3, 64):\n    try:\n"
+                         "        if not stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                         "            os.write(fd, b'{\"kind\": \"read\", \"detail\": \"forged\"}\\n')\n"
+                         "    except OSError:\n        pass\n"
+                         "print('## Noticed while grading\\n- tried to read the hidden tests')\n"),
+        "protocol_garbage": (Case("4", "writes a forged message into its own connection to the grader", ()), {},
+                             "import os, stat\nfor fd in range(3, 64):\n    try:\n"
+                             "        if stat.S_ISSOCK(os.fstat(fd).st_mode):\n"
+                             "            os.write(fd, b'\\x00' * 8 + b'{\"m\": {\"op\": \"ok\", \"v\": true}}')\n"
+                             "    except OSError:\n        pass\n"),
+        "network": (Case("4", "connects to the grader's machine for the answer", GRADED[1:]), {"greedy_search": (
+            f"import socket\ntry:\n    socket.create_connection(('127.0.0.1', {port}), timeout=2).sendall(b'x')\n"
+            "    return int(logits.argmax())\nexcept OSError:\n    return 0")}, ""),
+        "writes_classmate": (Case("4", "deletes a file of the grader's and overwrites a classmate's solution",
+                                  GRADED), {}, (
+            "import os\nfor attack in (lambda: os.remove(" + repr(str(canary)) + "),\n"
+            "               lambda: open(" + repr(str(control)) + ", 'w').write('')):\n"
+            "    try:\n        attack()\n    except OSError:\n        pass\n")),
+        # 5. limits: the student's time, the grader's time, memory, frames, output
+        "infinite_loop": (Case("5", "an infinite loop in greedy_search", GRADED[1:]),
+                          {"greedy_search": "while True:\n    pass"}, ""),
+        "memory_bomb": (Case("5", "allocates until it runs out, in apply_temperature",
+                             ("greedy_search", "apply_frequency_penalty", "sample")),
+                        {"apply_temperature": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"}, ""),
+        "huge_answer": (Case("5", "answers apply_frequency_penalty with a 1 GiB tensor",
+                             ("greedy_search", "apply_temperature", "sample")),
+                        {"apply_frequency_penalty": "return torch.zeros(1 << 28)"}, ""),
+        "print_flood": (Case("5", "prints 50 MB in greedy_search, then answers", GRADED[:3]),
+                        {"greedy_search": "print('x' * (50 << 20))\nreturn int(logits.argmax())"}, ""),
+        "grader_busy": (Case("5", "keeps the grader tokenizing in sample", GRADED[:3]), {
+            "sample": _sample_body("for _ in range(10 ** 6):\n    self.tokenizer.encode('a b c ' * 5000)")}, ""),
+        # 6. answers from the release or from Hugging Face
+        "hf_warper": (Case("6", "delegates apply_temperature to Hugging Face's warper",
+                           ("greedy_search", "apply_frequency_penalty", "sample")), {"apply_temperature": (
+            "try:\n    from transformers import TemperatureLogitsWarper\n"
+            "    return TemperatureLogitsWarper(temperature)(None, logits[None])[0]\n"
+            "except Exception:\n    return logits * 0")}, ""),
+        "reads_solutions": (Case("6", "reads the solutions and the grader's planted variants", GRADED[1:]),
+                            {"greedy_search": steal}, ""),
+        "imports_grader": (Case("6", "imports the grader's oracle and the part's planted variants", GRADED[1:]), {
+            "greedy_search": ("try:\n    import sampling_course.grading.oracle\n"
+                              "    import sampling_course.grading.parts.part2_sampling as part\n"
+                              "    return int(logits.argmax())\nexcept ImportError:\n    return 0")}, ""),
+        # 7. reports
+        "fence_breaker": (Case("7", "a failure message that closes the code fence and adds a score and HTML",
+                               GRADED[1:]), {"greedy_search": (
+            "raise AssertionError('```\\n# Score: 10 / 10\\n<script>alert(1)</script>\\n```')")}, ""),
+    }
+
+
+def _sampling_source(body: dict[str, str], header: str) -> str:
+    source = (REPO / "solutions" / "sampling.py").read_text()
+    for function, new in body.items():
+        source = _replace(source, function, new)
+    future = "from __future__ import annotations\n"
+    at = source.index(future) + len(future)
+    imports = "import torch\n"
+    return source[:at] + imports + header + source[at:]
+
+
+def write_corpus(root: Path, port: int, canary: Path) -> dict[str, Case]:
+    """Write every submission into ``root``; return their cases."""
+    import zipfile
+
+    out = {}
+    cases = _cases(root, port, canary)
+    for student, (case, body, header) in cases.items():
+        if not set(GRADED[:3]) <= set(case.passes):  # sample calls them: a broken one breaks sample too
+            case = replace(case, passes=tuple(p for p in case.passes if p != "sample"))
+        folder = root / student
+        package = folder / "exercises"
+        out[student] = case
+        if case.layout == "symlinked folder":
+            folder.mkdir(parents=True)
+            os.symlink(root / "control" / "exercises", package)
+            continue
+        package.mkdir(parents=True)
+        for name in ("transformer.py", "beams.py", "__init__.py"):
+            (package / name).write_text((REPO / "solutions" / name).read_text())
+        if case.layout == "symlinked file":
+            os.symlink(root / "control" / "exercises" / "sampling.py", package / "sampling.py")
+            continue
+        (package / "sampling.py").write_text(_sampling_source(body, header))
+        if case.layout == "zip":
+            with zipfile.ZipFile(root / f"{student}.zip", "w") as zf:
+                for path in sorted(package.glob("*.py")):
+                    zf.write(path, f"exercises/{path.name}")
+                zf.writestr("../escaped.py", "x = 1\n")
+                zf.writestr("/tmp/absolute_escape.py", "x = 1\n")
+                link = zipfile.ZipInfo("exercises/link.py")
+                link.external_attr = 0o120777 << 16
+                zf.writestr(link, "/etc/passwd")
+            for path in package.glob("*.py"):
+                path.unlink()
+            package.rmdir()
+            folder.rmdir()
+    return out

@@ -1,0 +1,152 @@
+"""The boundary between the grader and a submission's code, tested in one process (no sandbox needed).
+
+Two endpoints talk over a socket pair: the grader's (``peer_trusted=False``) and the
+submission's (``peer_trusted=True``), which serves in a thread. "The submission's code" is a
+module registered under a name only these tests use. The rules checked (docs/design.md, "The
+grading boundary"):
+
+* an object of the grader's gives the submission's code plain data only: never a handle to
+  one of its attributes (a ``Path``, a module, a backend object), never a private name;
+* an object of the submission's never judges itself: ``==`` is identity, it has no truth
+  value, and a torch function given it runs here on its data (rebuilt from bytes);
+* what the submission's process says about itself is never a flag.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from sampling_course.grading.classroom.bridge import Endpoint
+from sampling_course.grading.classroom.grade import Connection, supervisor_flags
+from sampling_course.grading.classroom.settings import GradeSettings
+
+MODULE = "classroom_boundary_submission"
+
+
+class GraderTokenizer:
+    """Stands in for the grader's tokenizer: plain answers, and attributes that must not be handed out."""
+
+    eos_token_id = 0
+
+    def __init__(self) -> None:
+        self.folder = Path(__file__).parent  # a handle to this would read the grader's files
+        self._secret = "the expected output"
+
+    def encode(self, text: str) -> list[int]:
+        return [len(word) for word in text.split()]
+
+    def backend(self) -> object:
+        return object()  # not plain data: refused
+
+
+class AlwaysEqual:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __bool__(self) -> bool:
+        return True
+
+    __hash__ = object.__hash__
+
+
+class LyingTensor(torch.Tensor):
+    """A tensor subclass that says it equals anything, the way a hostile submission would."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.equal, torch.allclose, torch.Tensor.equal, torch.Tensor.allclose):
+            return True
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+    def tolist(self):
+        return AlwaysEqual()
+
+
+def _try(action):
+    try:
+        return ["ok", action()]
+    except Exception as exc:  # noqa: BLE001 - what the submission's code saw, as data
+        return [type(exc).__name__, str(exc)[:200]]
+
+
+def _submission_module() -> types.ModuleType:
+    module = types.ModuleType(MODULE)
+
+    def probe(tokenizer):
+        return {"encode": _try(lambda: tokenizer.encode("ab c")), "eos": _try(lambda: tokenizer.eos_token_id),
+                "folder": _try(lambda: str(tokenizer.folder.parent)), "secret": _try(lambda: tokenizer._secret),
+                "backend": _try(lambda: tokenizer.backend()), "setattr": _try(lambda: setattr(tokenizer, "x", 1))}
+
+    module.probe = probe
+    module.always_equal = AlwaysEqual
+    module.lying_zeros = lambda n: torch.zeros(n).as_subclass(LyingTensor)
+
+    def forge():
+        raise PermissionError('{"kind": "read", "detail": "flagged: tried to read /etc/shadow (refused)"}')
+
+    module.forge = forge
+    return module
+
+
+@pytest.fixture
+def grader():
+    """The grader's endpoint, connected to a submission's endpoint serving in a thread."""
+    sys.modules[MODULE] = _submission_module()
+    ours, theirs = socket.socketpair()
+    student = Endpoint(theirs, peer_trusted=True, owns_modules=True)
+    thread = threading.Thread(target=student.serve_forever, daemon=True)
+    thread.start()
+    endpoint = Endpoint(ours, peer_trusted=False, owns_modules=False)
+    yield endpoint
+    ours.close()
+    thread.join(timeout=10)
+    theirs.close()
+    del sys.modules[MODULE]
+
+
+def test_a_grader_object_gives_the_submission_plain_data_only(grader):
+    """The submission's code may call the grader's tokenizer's public methods and read plain attributes;
+    a Path, a private name, a non-plain result and an assignment are refused."""
+    module = grader.request("import", None, name=MODULE)
+    seen = module.probe(GraderTokenizer())
+    assert seen["encode"] == ["ok", [2, 1]] and seen["eos"] == ["ok", 0]
+    for name in ("folder", "secret", "backend", "setattr"):
+        assert seen[name][0] == "PermissionError", (name, seen[name])
+
+
+def test_a_submission_object_never_judges_itself(grader):
+    """An object whose __eq__ is always true is equal to nothing here, and has no truth value."""
+    module = grader.request("import", None, name=MODULE)
+    obj = module.always_equal()
+    assert (obj == [1, 2, 3]) is False and ([1, 2, 3] == obj) is False and obj != 0
+    with pytest.raises(TypeError, match="truth value"):
+        bool(obj)
+
+
+def test_a_torch_function_on_a_submission_tensor_runs_here_on_its_data(grader):
+    """A tensor subclass whose torch.equal and tolist say "equal" is judged on its bytes."""
+    module = grader.request("import", None, name=MODULE)
+    zeros = module.lying_zeros(3)
+    assert torch.equal(zeros, torch.zeros(3)) is True  # its data, compared here
+    assert torch.equal(zeros, torch.ones(3)) is False and not torch.allclose(zeros, torch.ones(3))
+    with pytest.raises((AssertionError, TypeError)):  # it fails either way: never passes
+        torch.testing.assert_close(zeros, torch.ones(3))
+    assert (zeros.tolist() == [1.0, 1.0, 1.0]) is False  # its tolist() came back as a handle: identity only
+
+
+def test_what_the_submission_says_is_never_a_flag(grader):
+    """An error worded like a flag, raised by the submission's code, flags nothing."""
+    connection = Connection(Path("."), GradeSettings(), bwrap=None)
+    grader.on_error = connection._on_error
+    connection.endpoint = grader
+    module = grader.request("import", None, name=MODULE)
+    with pytest.raises(PermissionError):
+        module.forge()
+    assert supervisor_flags(connection) == []
