@@ -255,12 +255,6 @@ VARIANTS: list[Variant] = [
             "        batch, seq_len = tokens.shape\n"
             "        return self.W_pos[torch.arange(seq_len) + offset].repeat(batch, 1, 1)\n"),
     # apply_causal_mask
-    Variant(1, "apply_causal_mask", "classic square mask: triu(diagonal=1) and masked_fill_ in place",
-            "transformer.py", _CAUSAL_MASK,
-            "        all_ones = torch.ones(attn_scores.size(-2), attn_scores.size(-1), device=attn_scores.device)\n"
-            "        mask = torch.triu(all_ones, diagonal=1).bool()\n"
-            "        attn_scores.masked_fill_(mask, self.IGNORE)\n"
-            "        return attn_scores\n"),
     Variant(1, "apply_causal_mask", "tril of the visible keys, shifted for a cache", "transformer.py", _CAUSAL_MASK,
             "        query_pos, key_pos = attn_scores.shape[-2:]\n"
             "        visible = torch.ones(query_pos, key_pos, device=attn_scores.device).tril(diagonal=key_pos - query_pos)\n"
