@@ -58,8 +58,14 @@ def progress_report(impl: str, device: str | None = None, threads: int | None = 
     """Every exercise's ``Result`` in course order: stored verdicts reused (unless ``reuse`` is off or the
     oracle is recomputed), the rest run, split over ``jobs`` processes when there are several."""
     from sampling_course.grading.runner import run_report, tests_dir  # loads pytest and torch
+    from sampling_course.implementation import StaleInstallError, stale_install_message
 
     tests = tests_dir().resolve()
+    # A copy installed by `pip install .` would be graded instead of the checkout, by the
+    # workers and by stored verdicts alike: say so before anything runs.
+    stale = stale_install_message(impl, tests.parent)
+    if stale:
+        raise StaleInstallError(stale)
     package = tests.parent / impl
     store = VerdictStore(course_key(impl, tests, device), package_digests(package)) if package.is_dir() else None
     reused: dict[str, Result] = {}
