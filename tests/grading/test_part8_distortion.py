@@ -108,7 +108,8 @@ def brute_force_laws(reference, prompt_ids, vocabulary, members) -> tuple[dict[s
 @pytest.mark.exercise("exact_laws")
 def test_enumerated_laws_equal_a_brute_force_computation(st, impl, tiny, tiny_model, oracle):
     """enumerate_language + exact_laws on the stand-in model equal both laws computed here by brute force over
-    every tokenization of every member (Hugging Face's logits), to 1e-4 relative; the KL agrees too."""
+    every tokenization of every member (Hugging Face's logits), to 1e-4 relative; so does
+    the KL between them."""
     members = [f" {a} {b}." for a in ("cat", "dog", "the door") for b in ("sat", "ran", "is é")]
     pattern = r" (cat|dog|the door) (sat|ran|is é)\."
     prompt = "Once upon a time"
@@ -122,4 +123,6 @@ def test_enumerated_laws_equal_a_brute_force_computation(st, impl, tiny, tiny_mo
     for x in members:
         assert p[x] == pytest.approx(p_true[x], rel=1e-4), f"p({x!r} | L)"
         assert q[x] == pytest.approx(q_true[x], rel=1e-4), f"q({x!r})"
-    assert st.kl_divergence(p, q) == pytest.approx(st.kl_divergence(p_true, q_true), rel=1e-3, abs=1e-9)
+    # The KL of the two laws, computed here (kl_divergence is the next exercise, graded on its own).
+    kl, kl_true = (sum(a[x] * math.log(a[x] / b[x]) for x in members) for a, b in ((p, q), (p_true, q_true)))
+    assert kl == pytest.approx(kl_true, rel=1e-3, abs=1e-9)
