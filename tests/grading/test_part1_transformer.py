@@ -176,6 +176,21 @@ def test_causal_mask_keeps_the_diagonal_and_hides_the_future(parity_demo):
     assert_close(pattern, expected.float(), "pattern of all-zero scores")
 
 
+@pytest.mark.exercise("apply_causal_mask")
+def test_causal_mask_with_fewer_queries_than_keys(parity_demo, run, parity_reference):
+    """With the earlier keys cached (query_pos < key_pos), the queries are the last ones: their rows of the
+    reference pattern come out, and on all-zero scores the last query sees every key."""
+    _, _, cache = run
+    q, k = cache["q", 0], cache["k", 0]
+    new = 3
+    scores = torch.einsum("bqnh,bknh->bnqk", q[:, -new:], k) / math.sqrt(parity_reference.cfg.d_head)
+    pattern = parity_demo.blocks[0].attn.apply_causal_mask(scores).softmax(dim=-1)
+    assert_close(pattern, cache["pattern", 0][:, :, -new:], f"pattern of the last {new} queries over every key")
+    zeros = parity_demo.blocks[0].attn.apply_causal_mask(torch.zeros(1, 1, 2, 5)).softmax(dim=-1)[0, 0]
+    expected = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]]) / torch.tensor([[4], [5]])
+    assert_close(zeros, expected.float(), "pattern of all-zero scores, 2 queries after 3 cached keys")
+
+
 @pytest.mark.exercise("Attention")
 def test_attention_matches_reference(parity_demo, run):
     """Attention maps ln1's output to the reference's attention output, in every layer."""

@@ -28,8 +28,11 @@ def _probe_causal_mask(impl: Impl) -> Any:
     attn = impl.transformer.Attention(cfg)
     scores = randn(g, 2, cfg.n_heads, 5, 5)
     masked = attn.apply_causal_mask(scores.clone())
+    # Two new queries after three cached keys: the mask must shift right by three.
+    cached = scores[:, :, 3:]
+    masked_cached = attn.apply_causal_mask(cached.clone())
     # Which scores were hidden: the same whatever the learner writes there (-1e5, -1e10, -inf).
-    return plain(masked) != scores
+    return plain(masked) != scores, plain(masked_cached) != cached
 
 
 @probe("Attention")
