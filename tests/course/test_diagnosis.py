@@ -254,9 +254,9 @@ class UnbiasedLayerNorm(FunctionalLayerNorm):
 
 
 def mask_with_tril(self, attn_scores):
-    """A correct causal mask in another style: tril and -inf."""
+    """A correct causal mask in another style: tril (shifted past the cached keys) and -inf."""
     q, k = attn_scores.shape[-2:]
-    visible = torch.ones(q, k, dtype=torch.bool).tril()
+    visible = torch.ones(q, k, dtype=torch.bool).tril(diagonal=k - q)
     return attn_scores.masked_fill(~visible, float("-inf"))
 
 
