@@ -120,7 +120,7 @@ class PromptRows:
     """The prompts, already tokenized, behind the tokenizer calls part 5's ``generate`` makes.
 
     Prompt ``"row i"`` encodes to row i's real tokens (its left padding removed; ``generate`` pads
-    again). Decoding (DRY's sequence breakers) goes to ``tokenizer`` when there is one.
+    again). Decoding (stop strings, DRY's sequence breakers) goes to ``tokenizer`` when there is one.
     """
 
     def __init__(self, input_ids: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"],
@@ -134,7 +134,7 @@ class PromptRows:
 
     def decode(self, ids, **kwargs) -> str:
         if self.tokenizer is None:
-            raise ValueError("DRY matches its sequence breakers against token texts: pass text_tokenizer=<the model's tokenizer>")
+            raise ValueError("stop strings and DRY read token texts: pass text_tokenizer=<the model's tokenizer>")
         return self.tokenizer.decode(ids, **kwargs)
 
 
@@ -165,6 +165,7 @@ def course_decoding(
     seed: int | None = None,
     logprobs: int | None = None,
     text_tokenizer=None,
+    stop_strings: str | list[str] | None = None,
     constraint=None,
     **model_kwargs,
 ):
@@ -175,8 +176,9 @@ def course_decoding(
     whose part 5 runs (``"solutions"``, the default, or ``"exercises"``); ``settings`` replaces
     the config's sampler settings; ``seed`` seeds part 5's private generator (without it the
     draws come from torch's global one, as Hugging Face's do); ``logprobs=k`` adds each step's k
-    best raw log-probabilities; ``text_tokenizer`` is what DRY reads token texts with;
-    ``constraint`` is part 8's. ``logits_processor`` is Hugging Face's own chain and is not run.
+    best raw log-probabilities; ``stop_strings`` are part 5's (a row stops when its text ends
+    with one), read with ``text_tokenizer``, which DRY reads token texts with too (Hugging Face
+    does not hand a callable its ``tokenizer=``; the folder passes it on); ``constraint`` is part 8's. ``logits_processor`` is Hugging Face's own chain and is not run.
     Stopping criteria run (the maximum length is counted by the loop).
 
     Returns the sequences, or with ``return_dict_in_generate=True`` (or ``logprobs``) part 5's
@@ -217,8 +219,8 @@ def course_decoding(
     max_new_tokens = generation_config.max_length - input_ids.shape[1]
     wants_dict = bool(generation_config.return_dict_in_generate) or logprobs is not None
     out = generate(front, prompts, prompts.prompts, max_new_tokens, settings=settings, logprobs=logprobs,
-                   eos_token_id=eos, stopping_criteria=criteria, seed=seed, return_dict_in_generate=wants_dict,
-                   kv_cache=CacheHandle(cache), constraint=constraint)
+                   eos_token_id=eos, stopping_criteria=criteria, stop_strings=stop_strings, seed=seed,
+                   return_dict_in_generate=wants_dict, kv_cache=CacheHandle(cache), constraint=constraint)
     sequences = out.sequences if wants_dict else out
     # Part 5 re-pads the prompts with its own pad id; the prompts come back as they were given.
     sequences = torch.cat([input_ids, sequences[:, input_ids.shape[1] :]], dim=1)
