@@ -62,7 +62,7 @@ def new_sink_cache(model, n_sink: int = N_SINK):
     return SinkCache(model.config, n_sink, WINDOW)
 
 
-@pytest.mark.parametrize("n_sink", [N_SINK, 0])
+@pytest.mark.parametrize("n_sink", [N_SINK, pytest.param(0, marks=pytest.mark.slow)])
 def test_stepping_the_hugging_face_model_gives_the_courses_logits(pair, n_sink):
     """make_room, then the model without positions: every step's logits equal part 9's, past the capacity."""
     cfg, model, ours = pair
