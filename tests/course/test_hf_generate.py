@@ -171,6 +171,26 @@ def test_draws_from_another_stream_follow_hugging_faces_law(llama):
     assert len(wanted) >= 3 and statistic < bound, f"chi-square {statistic:.1f} >= {bound:.1f} over {len(wanted)} bins"
 
 
+def test_top_logprobs_are_hugging_faces_best_raw_log_probabilities(llama):
+    """``logprobs=k``: each step's k best tokens and log-probabilities under the raw model, Hugging Face's."""
+    settings = dict(**prompts(), max_new_tokens=6, do_sample=False, pad_token_id=0)
+    expected = llama.generate(**settings, return_dict_in_generate=True, output_logits=True)
+    got = llama.generate(**settings, **course("callable"), logprobs=3)
+    best = torch.stack([step.log_softmax(-1) for step in expected.logits], dim=1).topk(3, dim=-1)
+    assert torch.equal(got.sequences, expected.sequences) and torch.equal(got.top_tokens, best.indices)
+    torch.testing.assert_close(got.top_logprobs, best.values, atol=1e-5, rtol=1e-5)
+
+
+def test_settings_replace_the_configs_sampler_settings(llama):
+    """``settings=SamplerSettings(temperature=0)`` decodes greedily even when the config samples."""
+    from sampling_course.sampling_settings import SamplerSettings
+
+    settings = dict(**prompts(), max_new_tokens=8, pad_token_id=0)
+    expected = llama.generate(**settings, do_sample=False)
+    got = llama.generate(**settings, do_sample=True, **course("callable"), settings=SamplerSettings(temperature=0))
+    assert torch.equal(got, expected)
+
+
 def test_the_implementation_is_the_one_asked_for(llama, monkeypatch):
     """``impl=`` picks whose part 5 runs (the solutions when not given)."""
     import sampling_course.hf_generate.engine as engine
