@@ -55,8 +55,8 @@ def sampler_settings(generation_config) -> SamplerSettings:
             f"the course's sampler chain has no step for {', '.join(unsupported)}; leave "
             f"{'it' if len(unsupported) == 1 else 'them'} unset (the chain's settings: {', '.join(SamplerSettings.names())})"
         )
-    values = {name: getattr(generation_config, name, None) for name in SHARED}
-    values = {name: off if value is None else value for (name, off), value in zip(SHARED.items(), values.values())}
+    values = {name: off if getattr(generation_config, name, None) is None else getattr(generation_config, name)
+              for name, off in SHARED.items()}
     if not generation_config.do_sample:
         values["temperature"] = 0  # greedy: the argmax of the processed logits, the chain skipped
     bad_words = getattr(generation_config, "bad_words_ids", None)
@@ -87,7 +87,8 @@ class HFCausalLM(torch.nn.Module):
         config = hf_model.config.get_text_config(decoder=True)
         self.cfg = SimpleNamespace(d_vocab=config.vocab_size, n_ctx=n_ctx)
         self.prompt_mask = None if bool((prompt_mask == 1).all()) else prompt_mask
-        self.keep_one = "logits_to_keep" in inspect.signature(hf_model.forward).parameters
+        takes = inspect.signature(hf_model.forward).parameters
+        self.keep_one, self.takes_positions = "logits_to_keep" in takes, "position_ids" in takes
 
     def forward(
         self, tokens: Int[Tensor, "batch seq"], handle: CacheHandle, attention_mask: Int[Tensor, "batch seq"] | None = None
@@ -103,8 +104,10 @@ class HFCausalLM(torch.nn.Module):
             mask = self.hf_mask(tokens.shape[1])
             full = mask if mask is not None else torch.ones_like(tokens)
             positions = (full.cumsum(-1) - 1).masked_fill(full == 0, 0)[:, handle.seq_len :]
-        out = self.hf(input_ids=new, attention_mask=mask, position_ids=positions, past_key_values=handle.cache,
-                      use_cache=True, return_dict=True, **extra)
+        if self.takes_positions:
+            extra["position_ids"] = positions
+        out = self.hf(input_ids=new, attention_mask=mask, past_key_values=handle.cache, use_cache=True,
+                      return_dict=True, **extra)
         handle.seq_len = tokens.shape[1]
         # The chain runs in float32 whatever the model's dtype, as in Hugging Face's loop.
         return out.logits[:, -1:].float(), handle
