@@ -1,0 +1,1 @@
+"""The folder Hugging Face's ``generate(custom_generate=...)`` loads ``generate.py`` from."""
