@@ -49,6 +49,8 @@ def test_block_hashes_are_equal_exactly_when_the_whole_prefix_is(impl):
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("block_hashes")
 def test_pool_finds_registered_blocks_until_their_block_is_reused(impl):
     pc = impl.prefix_cache
     pool = pc.PrefixCachingPool(3, 2)
@@ -110,6 +112,9 @@ def serve_stream(impl, model, tokenizer, jobs, prefix_caching, block_size=4, n_n
     return [r.output for r in requests], engine
 
 
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
 @pytest.mark.exercise("block_hashes")
 def test_a_shared_system_prompt_is_prefilled_once_and_outputs_do_not_change(impl, parity_demo, parity_reference):
     tok = parity_reference.tokenizer
@@ -124,13 +129,21 @@ def test_a_shared_system_prompt_is_prefilled_once_and_outputs_do_not_change(impl
     assert saved == (sharing - 1) * len(system), f"saved {saved} prefill positions, expected {(sharing - 1) * len(system)}"
     shared_fraction = sharing * len(system) / without.n_prefill_tokens
     assert saved / without.n_prefill_tokens >= shared_fraction * (sharing - 1) / sharing
+    compared = 0
     for (prompt, settings, seed), out in zip(jobs, cached):
         text = [tok.decode(prompt)]
+        if tok.encode(text[0]) != prompt:
+            continue  # generate takes text: only prompts whose text encodes back to the same tokens compare
         alone = impl.generate.generate(parity_demo, tok, text, 8, settings=settings, seed=seed)
-        if alone.shape[1] - 8 == len(prompt):  # the prompt's text re-encodes to the same tokens
-            assert out == alone[0, len(prompt):].tolist(), f"{text[0]!r}: served {out}, generate alone {alone[0, len(prompt):].tolist()}"
+        assert out == alone[0, len(prompt):].tolist(), f"{text[0]!r}: served {out}, generate alone {alone[0, len(prompt):].tolist()}"
+        compared += 1
+    assert compared >= len(jobs) // 2, f"only {compared} prompts encode back to their tokens"
 
 
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("block_hashes")
 def test_prefix_blocks_survive_preemption_and_shared_blocks_are_never_freed_while_held(impl, tiny_demo, tiny):
     tok = tiny.tokenizer
     system, jobs = shared_prompt_stream(tok, 2)
@@ -152,6 +165,9 @@ def test_prefix_blocks_survive_preemption_and_shared_blocks_are_never_freed_whil
 # ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.exercise("BlockPool")
+@pytest.mark.exercise("BlockTable")
+@pytest.mark.exercise("Scheduler.schedule")
 def test_a_stop_string_ends_a_request_frees_its_blocks_and_matches_generate(impl, parity_demo, parity_reference):
     tok = parity_reference.tokenizer
     prompts = ["<|endoftext|>Once upon a time", "<|endoftext|>Lily had a red ball. She", "The cat sat on the mat"]
