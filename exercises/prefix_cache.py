@@ -1,6 +1,6 @@
 # GENERATED from solutions/prefix_cache.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 28a6181a8eba0d6e5e96872b974f17caeea5b40d77d740082d6d53fbbbbeb1cb
+# stub-checksum: c3f44cb9e3db695d36c7ec39fd01c5794990c6dd40494c490a6b2eebb52cfe36
 """Part 10: prefix caching: a full block found again by its tokens and everything before them.
 
 Requests to a server often start the same way: one system prompt, one long document asked
@@ -36,7 +36,7 @@ def block_hashes(tokens: Sequence[int], block_size: int, parent: Hashable | None
     so the hashes of a request's blocks can be computed a few blocks at a time. Equal hashes
     mean equal tokens from position 0 to the block's end (up to collisions of ``hash``).
     """
-        # Hint: each block's hash covers its tokens and the previous block's hash, so its whole prefix.
+    # Hint: each block's hash covers its tokens and the previous block's hash, so its whole prefix.
     raise NotImplementedError()
 
 

@@ -34,10 +34,10 @@ def block_hashes(tokens: Sequence[int], block_size: int, parent: Hashable | None
     mean equal tokens from position 0 to the block's end (up to collisions of ``hash``).
     """
     ### BEGIN SOLUTION
+    # Hint: each block's hash covers its tokens and the previous block's hash, so its whole prefix.
     hashes = []
     # range stops at the last full block: a partly filled block gets no hash.
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        # Hint: each block's hash covers its tokens and the previous block's hash, so its whole prefix.
         parent = hash((parent, tuple(tokens[start : start + block_size])))
         hashes.append(parent)
     return hashes
