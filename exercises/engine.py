@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: a66d4c42c2b4696407148c5c267889159e98f43f8deb512a90b632b8450f2263
+# stub-checksum: 5af0b06e38b7c77515f8116b436243cd427409c79e800f6d7d9860f9618a052b
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
 Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
@@ -26,7 +26,9 @@ from sampling_course.sampling_settings import SamplerSettings
 
 from .batched_sampling import choose_tokens
 from .block_pool import BlockPool, PagedKVCache
+from .outputs import StopStringCriteria
 from .penalties import process_logits
+from .prefix_cache import PrefixCachingPool
 from .scheduler import Request, Scheduler
 from .transformer import DemoTransformer
 
@@ -84,18 +86,30 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
 
 
 class Engine:
-    """A model, a paged cache and a scheduler: add requests, then ``step`` (or ``run``) until all are done."""
+    """A model, a paged cache and a scheduler: add requests, then ``step`` (or ``run``) until all are done.
 
-    def __init__(self, model: DemoTransformer, n_blocks: int, block_size: int = 16, max_running: int = 16):
+    ``tokenizer`` is needed only for requests with stop strings. ``prefix_caching=True`` keeps
+    full blocks findable by their contents (``prefix_cache``): a request whose prompt starts
+    with blocks another request computed reads those blocks and prefills only the rest.
+    ``n_prefill_tokens`` counts the positions the engine's prefills ran.
+    """
+
+    def __init__(self, model: DemoTransformer, n_blocks: int, block_size: int = 16, max_running: int = 16,
+                 tokenizer=None, prefix_caching: bool = False):
         self.model = model
+        self.tokenizer = tokenizer
         weight = model.embed.W_E
-        self.pool = BlockPool(n_blocks, block_size)
+        self.pool = PrefixCachingPool(n_blocks, block_size) if prefix_caching else BlockPool(n_blocks, block_size)
         self.cache = PagedKVCache(model.cfg, n_blocks, block_size, device=weight.device, dtype=weight.dtype)
         self.scheduler = Scheduler(self.pool, max_running, weight.device)
         self.n_steps = 0
+        self.n_prefill_tokens = 0
 
     def add_request(self, prompt: list[int], max_new_tokens: int, settings: SamplerSettings | None = None,
-                    seed: int | None = None, eos_token_id: int | None = None) -> Request:
+                    seed: int | None = None, eos_token_id: int | None = None,
+                    stop_strings: str | list[str] | None = None) -> Request:
+        """Queue a request with its own settings, seed (None: greedy, or torch's global generator),
+        end-of-text token and stop strings; it ends at whichever comes first, or at ``max_new_tokens``."""
         settings = SamplerSettings.of(settings)
         if settings.mirostat or settings.dry_multiplier > 0 or settings.bad_words_ids or settings.xtc_probability > 0:
             raise ValueError("this engine applies the chain, logit_bias and the repetition, presence and frequency "
@@ -103,6 +117,10 @@ class Engine:
         if any(t >= self.model.cfg.d_vocab for t in prompt):
             raise ValueError(f"the prompt holds a token id outside the vocabulary [0, {self.model.cfg.d_vocab})")
         request = Request(list(prompt), max_new_tokens, settings, seed, eos_token_id)
+        if stop_strings:
+            if self.tokenizer is None:
+                raise ValueError("stop_strings need the text of the tokens: give the Engine a tokenizer")
+            request.stop = StopStringCriteria(self.tokenizer, stop_strings)
         if len(request.prompt) + max_new_tokens > self.model.cfg.n_ctx:
             raise ValueError(f"the prompt plus max_new_tokens is more than the model's n_ctx={self.model.cfg.n_ctx}")
         self.scheduler.add(request)
@@ -121,8 +139,10 @@ class Engine:
         """One scheduling step; returns the requests that finished in it (their blocks already freed)."""
         work = self.scheduler.schedule()
         if work.requests:
+            self.n_prefill_tokens += sum(len(r.tokens) - r.n_computed for r in work.prefill)
             logits = paged_forward(self.model, self.cache, work.requests)
             for request, row in zip(work.requests, logits):
+                self.scheduler.register_full_blocks(request)  # before append: its new token is not in the cache yet
                 request.append(self.next_token(request, row))
         self.n_steps += 1
         return self.scheduler.retire()

@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 756fdefa9b27d38d2832079979f3ae244b1bb5c788e084997070737bdf1ab26f
+# stub-checksum: 7831324a153f7406df8234fcb15a4205719e01096e2a1a01b6ff2e42a33dc02c
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -35,6 +35,7 @@ import torch
 from sampling_course.sampling_settings import SamplerSettings
 
 from .block_pool import BlockPool, BlockTable, blocks_needed
+from .prefix_cache import PrefixCachingPool, block_hashes
 
 WAITING, RUNNING, FINISHED = "waiting", "running", "finished"
 
@@ -62,6 +63,10 @@ class Request:
     request_id: int = field(default_factory=lambda: next(request_ids))
     table: BlockTable | None = None
     generator: torch.Generator | None = None
+    # Stops the request when its text reaches a stop string (part 5's StopStringCriteria); None: no stop strings.
+    stop: object | None = None
+    # The hashes of its computed full blocks, in order (prefix caching registers each block once).
+    block_hashes: list = field(default_factory=list)
 
     def __post_init__(self):
         if not isinstance(self.prompt, (list, tuple)) or not self.prompt or not all(
@@ -86,6 +91,8 @@ class Request:
         """Add a generated token; the request is finished at its end-of-text token or its last new token."""
         self.output.append(token)
         if token == self.eos_token_id or len(self.output) >= self.max_new_tokens:
+            self.state = FINISHED
+        elif self.stop is not None and self.stop.row_stops(self.tokens):
             self.state = FINISHED
 
 
@@ -142,6 +149,38 @@ class Scheduler:
         self.running.remove(request)
         self.waiting.appendleft(request)
 
+    def match_prefix(self, request: Request) -> None:
+        """With a ``PrefixCachingPool``: give a request being admitted the cached blocks of its longest cached
+        prefix, one holder each, and count their positions as computed. Its last token is always left to
+        run (the step needs its logits), so only full blocks before it are looked up."""
+        if not isinstance(self.pool, PrefixCachingPool) or request.table.blocks:
+            return
+        size = self.pool.block_size
+        for block_hash in block_hashes(request.tokens[: len(request.tokens) - 1], size):
+            block = self.pool.lookup(block_hash)
+            if block is None:
+                break  # a prefix ends at its first miss: later blocks' hashes include this one
+            request.table.blocks.append(block)
+        request.table.n_tokens = request.n_computed = len(request.table.blocks) * size
+
+    def unmatch(self, request: Request) -> None:
+        """Give back the cached blocks ``match_prefix`` gave a request that was not admitted after all."""
+        if request.state == WAITING and request.table is not None and request.table.blocks:
+            request.table.release(self.pool)
+            request.n_computed = 0
+
+    def register_full_blocks(self, request: Request) -> None:
+        """With a ``PrefixCachingPool``: register every block of ``request`` that its last step filled."""
+        if not isinstance(self.pool, PrefixCachingPool):
+            return
+        size, hashes = self.pool.block_size, request.block_hashes
+        n_full = min(request.n_computed // size, len(request.table.blocks))
+        if n_full > len(hashes):
+            parent = hashes[-1] if hashes else None
+            hashes += block_hashes(request.tokens[len(hashes) * size : n_full * size], size, parent)
+        for index in range(n_full):
+            self.pool.register(request.table.blocks[index], hashes[index])
+
     def schedule(self) -> Step:
         """Room for every running request's next position (preempting from the back), then admissions."""
         decode, preempted = [], []
@@ -162,8 +201,11 @@ class Scheduler:
         # Admitting while others were just preempted would only preempt again: wait for blocks to come back.
         while not preempted and self.waiting and len(self.running) < self.max_running:
             request = self.waiting[0]
+            self.match_prefix(request)  # with prefix caching: its cached blocks first, positions already computed
             # Hint: admit the first waiting request only when all its tokens fit in the free blocks.
             raise NotImplementedError()
+        if self.waiting:
+            self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted)
 
     def retire(self) -> list[Request]:

@@ -52,6 +52,22 @@ EXERCISES: tuple[Exercise, ...] = (
         "self.waiting.popleft(); request.table.grow(self.pool, len(request.tokens))\n"
         "request.state = RUNNING; self.running.append(request); prefill.append(request)",
     ),
+    exercise(
+        "block_hashes", 10, "prefix_cache", "block_hashes",
+        "The hash of every full block of tokens, in order, each chained to the hash of the block before "
+        "it (parent for the first), so that equal hashes mean equal tokens from position 0 to the "
+        "block's end. A partly filled last block gets no hash.",
+        "Walk the tokens a block at a time, for as many full blocks as they hold: len(tokens) // "
+        "block_size of them. Python's hash of a tuple of ints is a good enough hash here.",
+        "A block's keys and values depend on every token before it, so its hash must too: hash the "
+        "pair (previous hash, this block's tokens as a tuple), and make that the previous hash of the "
+        "next block. Hashing the block's tokens alone confuses the same block after different prefixes.",
+        "hashes = []\n"
+        "for start in range(0, len(tokens) - block_size + 1, block_size):\n"
+        "    parent = hash((parent, tuple(tokens[start : start + block_size])))\n"
+        "    hashes.append(parent)\n"
+        "return hashes",
+    ),
 )
 
 _FREE = (
@@ -73,6 +89,8 @@ _SLOTS = (
     "        return blocks * self.block_size + positions % self.block_size\n"
 )
 _FITS = "            if request.table.blocks_to_grow(len(request.tokens)) > self.pool.n_free:\n"
+_CHAIN = "        parent = hash((parent, tuple(tokens[start : start + block_size])))\n"
+_FULL = "    for start in range(0, len(tokens) - block_size + 1, block_size):\n"
 
 MISTAKES: list[Mistake] = [
     Mistake(10, "block freed while shared", "block_pool.py", _FREE,
@@ -95,6 +113,15 @@ MISTAKES: list[Mistake] = [
             "            if len(request.tokens) > self.pool.n_free:\n",
             why="a request's tokens are compared with the number of free blocks, not the blocks they need, so "
                 "requests wait while their blocks are free"),
+    Mistake(10, "block hashed without its prefix", "prefix_cache.py", _CHAIN,
+            "        parent = hash(tuple(tokens[start : start + block_size]))\n",
+            why="each block is hashed from its own tokens only: the same tokens after a different prefix find "
+                "a block whose keys and values were computed for another text",
+            fix="hash the previous block's hash together with this block's tokens"),
+    Mistake(10, "partly filled block hashed", "prefix_cache.py", _FULL,
+            "    for start in range(0, len(tokens), block_size):\n",
+            why="the last, partly filled block gets a hash too, so a request can find a block whose later "
+                "positions another request is still filling"),
 ]
 
 VARIANTS: list[Variant] = [
@@ -123,4 +150,11 @@ VARIANTS: list[Variant] = [
             "            if len(request.tokens) > self.pool.n_free * self.pool.block_size:\n"),
     Variant(10, "Scheduler.schedule", "blocks_needed against the free blocks", "scheduler.py", _FITS,
             "            if blocks_needed(len(request.tokens), self.pool.block_size) > self.pool.n_free:\n"),
+    # block_hashes
+    Variant(10, "block_hashes", "SHA-256 of the parent's hash and the block's tokens", "prefix_cache.py", _CHAIN,
+            "        import hashlib\n\n"
+            "        block = tuple(tokens[start : start + block_size])\n"
+            "        parent = hashlib.sha256(repr((parent, block)).encode()).hexdigest()\n"),
+    Variant(10, "block_hashes", "the number of full blocks counted first", "prefix_cache.py", _FULL,
+            "    for start in [i * block_size for i in range(len(tokens) // block_size)]:\n"),
 ]

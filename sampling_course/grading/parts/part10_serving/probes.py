@@ -57,3 +57,13 @@ def probe_schedule(impl: Impl) -> Any:
     step = scheduler.schedule()
     return [[requests.index(r) for r in step.prefill], [requests.index(r) for r in scheduler.waiting],
             scheduler.pool.n_free]
+
+
+@probe("block_hashes")
+def probe_block_hashes(impl: Impl) -> Any:
+    hashes = impl.prefix_cache.block_hashes
+    base = hashes([1, 2, 3, 4, 5, 6, 7], 2)
+    other_start, other_middle = hashes([9, 9, 3, 4, 5, 6], 2), hashes([1, 2, 3, 9, 5, 6], 2)
+    # Equalities only: any hash function gives the same answers.
+    return [len(base), [a == b for a, b in zip(base, other_start)], [a == b for a, b in zip(base, other_middle)],
+            len(set(hashes([7, 7] * 4, 2))), hashes([5, 6], 2, parent=base[1]) == base[2:]]
