@@ -149,8 +149,8 @@ def table(summaries: dict[str, list], title: str):
     def median(engine, key):
         return statistics.median(getattr(s, key) for s in summaries[engine])
 
-    out = Table("engine", "tokens/s", "spread", "x static", "x HF", "TTFT\np50 s", "TTFT\np99 s", "ms/token\np50",
-                "ms/token\np99", title=title)
+    out = Table("engine", "tok/s", "spread", "x static", "x HF", "TTFT p50\n(s)", "TTFT p99\n(s)", "ms/tok\np50",
+                "ms/tok\np99", title=title)
     for engine in summaries:
         rate = [s.tokens_per_s for s in summaries[engine]]
         ratios = [f"{median(engine, 'tokens_per_s') / median(other, 'tokens_per_s'):.2f}x" if other in summaries
@@ -295,8 +295,8 @@ def _run(args: argparse.Namespace) -> int:
     console.print(memory_table(summaries))
     console.print(
         "course: part 10's server; static: part 5's generate on fixed batches; HF: Hugging Face's continuous "
-        "batching. tokens/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
-        "arrival to the first token. ms/token: (last - first token) / (new tokens - 1). positions run: through the "
+        "batching. tok/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
+        "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). positions run: through the "
         "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "
         "preemption). KV peak: the most KV memory held at once (static: every row at the batch's width; HF: its "
         "cache's used share, as it reports it). KV used: positions held / room in the held memory. Static batches' "

@@ -25,9 +25,11 @@ Times are seconds from the moment the engine was ready (its cache allocated, the
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -218,6 +220,18 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
                   peak * per_position, held_sum / room_sum)
 
 
+@contextmanager
+def frozen_gc():
+    """Stopping Hugging Face's manager runs ``gc.collect`` twice, which takes seconds with transformers and torch
+    loaded. Inside this block the collector skips every object that existed when it began (``gc.freeze``);
+    ``gc.unfreeze`` afterwards hands them back to it as they were."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def hf_manager(hf_model, n_blocks: int, block_size: int, max_running: int, max_batch_tokens: int):
     """Hugging Face's continuous-batching manager with the course engine's cache shape: greedy, no EOS."""
     from transformers import GenerationConfig
@@ -264,8 +278,9 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
                                        f"{result.error}")
                 results[result.request_id] = result
     finally:
-        manager.stop(block=True, timeout=10)
-        manager.destroy()
+        with frozen_gc():
+            manager.stop(block=True, timeout=10)
+            manager.destroy()
         counter.remove()
     ordered = [results[f"r{i}"] for i in range(n)]
     outputs = [list(result.generated_tokens) for result in ordered]
