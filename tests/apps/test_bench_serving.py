@@ -78,7 +78,7 @@ def test_course_server_and_hf_generate_batch_give_the_same_greedy_tokens(pairs, 
     assert course_greedy(demo, PROMPTS, [new] * len(PROMPTS)) == alone
 
 
-@pytest.mark.parametrize("model", ["random", "story"])
+@pytest.mark.parametrize("model", ["random", pytest.param("story", marks=pytest.mark.slow)])
 def test_each_bench_driver_gives_every_request_hf_generate_s_tokens(pairs, model):
     """Requests arriving over time, each with its own length: the course's server, the static batches (a row
     stops at its own budget inside a longer batch) and HF's continuous batching all equal plain ``generate``."""
