@@ -151,6 +151,8 @@ def table(summaries: dict[str, list], title: str):
 
     out = Table("engine", "tok/s", "spread", "x static", "x HF", "TTFT p50\n(s)", "TTFT p99\n(s)", "ms/tok\np50",
                 "ms/tok\np99", title=title)
+    for column in out.columns[1:3]:
+        column.min_width = 7  # "130-140" on one line
     for engine in summaries:
         rate = [s.tokens_per_s for s in summaries[engine]]
         ratios = [f"{median(engine, 'tokens_per_s') / median(other, 'tokens_per_s'):.2f}x" if other in summaries

@@ -146,7 +146,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
             now = time.perf_counter() - t0
             while pending and stream[pending[0]].arrival <= now:
                 i = pending.popleft()
-                requests[i] = engine.add_request(stream[i].prompt, stream[i].new_tokens, greedy)
+                requests[i] = engine.add_request(stream[i].prompt, stream[i].new_tokens, settings=greedy)
                 active.append(i)
             if not active:
                 sleep_until(t0, stream[pending[0]].arrival)

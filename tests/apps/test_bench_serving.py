@@ -44,7 +44,7 @@ def pairs():
 def course_greedy(demo, prompts, new_tokens, block_size=4, n_blocks=64, max_running=16) -> list[list[int]]:
     """Every request added at once to part 10's engine, greedy, no end-of-text token."""
     engine = impl_module("engine", "solutions").Engine(demo, n_blocks, block_size, max_running)
-    requests = [engine.add_request(p, n, SamplerSettings(temperature=0.0)) for p, n in zip(prompts, new_tokens)]
+    requests = [engine.add_request(p, n, settings=SamplerSettings(temperature=0.0)) for p, n in zip(prompts, new_tokens)]
     engine.run()
     return [list(r.output) for r in requests]
 
@@ -183,10 +183,11 @@ def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
 
 
 @pytest.mark.slow
-def test_main_quick_prints_the_tables(capsys):
+def test_main_quick_prints_the_tables(capsys, monkeypatch):
     """`sampling-course bench-serving --quick` checks the tokens, exits 0 and prints both tables."""
+    monkeypatch.setenv("COLUMNS", "200")  # every header on one line
     assert bench_serving.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "checked:" in out and "Serving 6 requests" in out and "Work and KV memory" in out
-    for cell in ("course", "static", "HF", "x static", "x HF", "TTFT", "load average"):
+    for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average"):
         assert cell in out
