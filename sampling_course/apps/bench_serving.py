@@ -238,14 +238,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
                          "once with internet, or use --model random")
     try:
-        n_ctx, d_model = (1024, 768) if args.model == "random" else (
-            reference_settings(args.model)[1].n_ctx, reference_settings(args.model)[1].d_model)
+        cfg = None if args.model == "random" else reference_settings(args.model)[1]
+        n_ctx, d_model = (1024, 768) if cfg is None else (cfg.n_ctx, cfg.d_model)
     except ReferenceUnavailable as exc:
         raise UsageError(str(exc)) from None
     longest = args.system_length + args.prompt_lengths[1] + args.output_lengths[1]
     if longest > n_ctx:
         raise UsageError(f"the longest request (system prompt + prompt + output = {longest} positions) is more than "
                          f"the model's n_ctx={n_ctx}")
+    if -(-longest // args.block_size) > args.blocks:
+        raise UsageError(f"the longest request ({longest} positions) needs {-(-longest // args.block_size)} blocks of "
+                         f"{args.block_size}, more than --blocks {args.blocks}: it could never finish")
     with torch_threads(course_threads(args.threads, d_model)):
         return _run(args)
 

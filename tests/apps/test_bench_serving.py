@@ -175,6 +175,7 @@ def test_the_check_names_an_engine_that_differs():
     (["--prompt-lengths", "9-4"], "--prompt-lengths must look like 8-64"),
     (["--shared", "1.5"], "--shared must be"),
     (["--model", "story", "--output-lengths", "500-500"], "more than the model's n_ctx=512"),
+    (["--blocks", "4", "--block-size", "16"], "needs 14 blocks of 16, more than --blocks 4"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
     assert bench_serving.main(argv) == 2
