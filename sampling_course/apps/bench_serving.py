@@ -1,0 +1,321 @@
+"""Serve a stream of requests three ways: part 10's server, part 5's static batches, Hugging Face's continuous batching.
+
+    sampling-course bench-serving                 # the story model, 32 requests, Poisson arrivals
+    sampling-course bench-serving --quick         # a smoke run on a tiny random model (timings meaningless)
+    sampling-course bench-serving --all-at-once   # every request arrives at t = 0 (an offline batch)
+
+The stream (``sampling_course.apps.serving_stream.make_stream``, seeded): arrivals from a
+Poisson process at ``--rate`` requests per second (or all at t = 0), prompt and output
+lengths uniform over ``--prompt-lengths`` and ``--output-lengths``, and a share
+``--shared`` of the requests with a common ``--system-length``-token system prompt in
+front. Decoding is greedy and no end-of-text token stops a request, so every engine
+generates the same tokens: the bench checks that, request by request, on every run.
+
+The engines, in the same process, on the same weights:
+
+* **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
+  ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests);
+* **static**: part 5's ``generate`` on fixed batches of up to ``--max-running`` requests
+  that have arrived; a batch runs until its longest request is done;
+* **HF**: Hugging Face's continuous batching (the manager behind ``generate_batch``) with
+  the same page size, number of blocks and requests per batch.
+
+Per engine: throughput (generated tokens / time until the last one), time to first token
+(from the request's arrival) and time per later token, p50 and p99 over the requests,
+positions run through the model (padding and finished rows included) and the prefill
+share of them, the most KV memory held at once and, where the engine says, how much of
+the held memory held real positions. Runs are interleaved (every engine once per round,
+``--repeat`` rounds); the table gives medians and, for throughput, the spread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+
+from sampling_course.apps.options import (
+    OneLineParser,
+    add_impl_option,
+    add_threads_option,
+    command,
+    integer,
+    number,
+)
+
+ENGINES = ("course", "static", "hf")
+LABELS = {"course": "course server (part 10)", "static": "static batches (part 5)", "hf": "HF continuous batching"}
+SHORT = {"course": "course", "static": "static", "hf": "HF"}
+MODELS = ("story", "tiny", "gpt2", "random")
+HF_MAX_BATCH_TOKENS = 2048  # Hugging Face's limit on positions per forward pass (the course's engine has none)
+
+
+class BenchCheckError(AssertionError):
+    """An engine generated other tokens than the course's server for some request: the timings would mean nothing."""
+
+
+def length_range(name: str):
+    def parse(text: str) -> tuple[int, int]:
+        low, _, high = text.partition("-")
+        try:
+            low, high = int(low), int(high or low)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must look like 8-64 (integers, 1 <= low <= high), got {text!r}")
+        if not 1 <= low <= high:
+            raise argparse.ArgumentTypeError(f"{name} must look like 8-64 (integers, 1 <= low <= high), got {text!r}")
+        return low, high
+
+    return parse
+
+
+def load_models(name: str, impl: str, seed: int):
+    """(label, the course's DemoTransformer, a Hugging Face GPT2LMHeadModel of its own) on the same weights.
+
+    The Hugging Face model is loaded afresh, not shared: its continuous batching switches the
+    model's attention implementation while it runs.
+    """
+    import torch
+    from transformers import GPT2LMHeadModel
+
+    from sampling_course.config import Config
+    from sampling_course.implementation import impl_module, load_demo
+    from sampling_course.reference import load_reference, quiet_transformers
+    from sampling_course.weights import demo_state_dict
+
+    quiet_transformers()
+    transformer = impl_module("transformer", impl)
+    if name == "random":
+        from sampling_course.apps.bench_setup import random_gpt2
+
+        hf_model = random_gpt2({}, seed)
+        demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
+        demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+        return "GPT-2 small dimensions, random weights", demo.eval(), hf_model
+    reference = load_reference(name, "cpu", quiet=True)
+    hf_model = GPT2LMHeadModel.from_pretrained(reference.path, local_files_only=True, dtype=torch.float32).eval()
+    label = {"story": "the story model", "tiny": "tiny random GPT-2 (smoke run)", "gpt2": "GPT-2 small"}[name]
+    return label, load_demo(reference, transformer, device="cpu"), hf_model
+
+
+def check_same(stream, runs: dict[str, object]) -> None:
+    """Every engine's tokens equal the course server's, request by request (and have the asked-for count)."""
+    course = runs["course"].outputs
+    for engine, served in runs.items():
+        for i, (request, ours, theirs) in enumerate(zip(stream, course, served.outputs)):
+            if len(theirs) != request.new_tokens:
+                raise BenchCheckError(f"{LABELS[engine]}: request {i} got {len(theirs)} tokens, asked for "
+                                      f"{request.new_tokens}")
+            if theirs != ours:
+                first = next(k for k, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+                raise BenchCheckError(f"{LABELS[engine]}: request {i} differs from the course server's greedy tokens "
+                                      f"from new token {first} on")
+
+
+def measure(demo, hf_model, impl: str, stream, args, progress=None) -> dict[str, list]:
+    """Warm every engine up, then ``args.repeat`` interleaved rounds; the summaries per engine."""
+    from sampling_course.apps import serving_stream as serving
+    from sampling_course.implementation import impl_module
+
+    engine_module, generate = impl_module("engine", impl), impl_module("generate", impl).generate
+    runners = {
+        "course": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size, args.max_running),
+        "static": lambda s: serving.run_static(generate, demo, s, args.max_running),
+        "hf": lambda s: serving.run_hf(hf_model, s, args.blocks, args.block_size, args.max_running,
+                                       HF_MAX_BATCH_TOKENS),
+    }
+    engines = [e for e in ENGINES if e != "hf" or hf_model is not None]
+    warm = [serving.StreamRequest(r.prompt, min(r.new_tokens, 4), 0.0, r.shared) for r in stream[:2]]
+    for engine in engines:  # first calls pay for lazy initialisation: keep them out of the timings
+        runners[engine](warm)
+    summaries: dict[str, list] = {engine: [] for engine in engines}
+    for round_ in range(args.repeat):
+        runs = {}
+        for engine in engines:
+            if progress:
+                progress(f"round {round_ + 1}/{args.repeat}: {LABELS[engine]}")
+            runs[engine] = runners[engine](stream)
+            summaries[engine].append(serving.summarise(runs[engine], stream))
+        check_same(stream, runs)
+    return summaries
+
+
+def table(summaries: dict[str, list], title: str):
+    """Throughput and latency as a rich Table, one row per engine (medians over the rounds)."""
+    from rich.table import Table
+
+    def median(engine, key):
+        return statistics.median(getattr(s, key) for s in summaries[engine])
+
+    out = Table("engine", "tok/s", "spread", "x static", "x HF", "TTFT p50\n(s)", "TTFT p99\n(s)", "ms/tok\np50",
+                "ms/tok\np99", title=title)
+    for column in out.columns[1:3]:
+        column.min_width = 7  # "130-140" on one line
+    for engine in summaries:
+        rate = [s.tokens_per_s for s in summaries[engine]]
+        ratios = [f"{median(engine, 'tokens_per_s') / median(other, 'tokens_per_s'):.2f}x" if other in summaries
+                  else "-" for other in ("static", "hf")]
+        out.add_row(
+            SHORT[engine], f"{statistics.median(rate):.1f}", f"{min(rate):.0f}-{max(rate):.0f}", *ratios,
+            f"{median(engine, 'ttft_p50'):.2f}", f"{median(engine, 'ttft_p99'):.2f}",
+            f"{1000 * median(engine, 'tpot_p50'):.1f}", f"{1000 * median(engine, 'tpot_p99'):.1f}",
+        )
+    return out
+
+
+def memory_table(summaries: dict[str, list]):
+    """The work and the KV memory as a rich Table, one row per engine (medians over the rounds)."""
+    from rich.table import Table
+
+    def served(engine, key):
+        values = [getattr(s.served, key) for s in summaries[engine]]
+        return None if any(v is None for v in values) else statistics.median(values)
+
+    out = Table("engine", "positions run", "prefill", "KV peak MiB", "KV used", "preempted", title="Work and KV memory")
+    for engine in summaries:
+        kv, used = served(engine, "kv_peak_bytes"), served(engine, "kv_utilisation")
+        out.add_row(
+            SHORT[engine], f"{served(engine, 'positions'):.0f}", f"{served(engine, 'prefill'):.0f}",
+            "-" if kv is None else f"{kv / 2**20:.2f}", "-" if used is None else f"{used:.0%}",
+            f"{served(engine, 'n_preemptions'):.0f}" if engine == "course" else "-",
+        )
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
+    parser = OneLineParser(prog="sampling-course bench-serving", description=__doc__.splitlines()[0],
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", choices=MODELS, default=None,
+                        help="story (the default), tiny (random weights; --quick's default), gpt2 (real GPT-2 small, "
+                        "from the local cache) or random (GPT-2 small's dimensions, random weights)")
+    add_impl_option(parser, "solutions", "whose code to time")
+    parser.add_argument("--requests", type=integer("--requests", 1), default=32, help="requests in the stream (default 32)")
+    parser.add_argument("--rate", type=number("--rate", 0, low_open=True), default=8.0,
+                        help="Poisson arrivals, requests per second (default 8)")
+    parser.add_argument("--all-at-once", action="store_true", help="every request arrives at t = 0 instead")
+    parser.add_argument("--prompt-lengths", type=length_range("--prompt-lengths"), default=(8, 64),
+                        help="each request's own prompt tokens, uniform over this range (default 8-64)")
+    parser.add_argument("--output-lengths", type=length_range("--output-lengths"), default=(8, 128),
+                        help="new tokens per request, uniform over this range (default 8-128)")
+    parser.add_argument("--shared", type=number("--shared", 0, high=1), default=0.5,
+                        help="share of requests that start with the common system prompt (default 0.5)")
+    parser.add_argument("--system-length", type=integer("--system-length", 0), default=32,
+                        help="tokens of the common system prompt (default 32)")
+    parser.add_argument("--block-size", type=integer("--block-size", 1), default=16, help="positions per block (default 16)")
+    parser.add_argument("--blocks", type=integer("--blocks", 1), default=256,
+                        help="blocks in the paged caches (course and HF; default 256)")
+    parser.add_argument("--max-running", type=integer("--max-running", 1), default=16,
+                        help="requests decoded at once (the static batch size too; default 16)")
+    parser.add_argument("--repeat", type=integer("--repeat", 1), default=3, help="interleaved rounds (default 3)")
+    parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the stream (default 0)")
+    parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face's continuous batching")
+    add_threads_option(parser)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: 6 short requests on the tiny model, one round (timings meaningless)")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a usage error (2), already printed
+        return int(exc.code or 0)
+    if args.quick:
+        args.requests, args.repeat, args.prompt_lengths, args.output_lengths = 6, 1, (4, 16), (2, 12)
+        args.system_length = min(args.system_length, 8)
+    args.model = args.model or ("tiny" if args.quick else "story")
+    return args
+
+
+@command("sampling-course bench-serving")
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    if isinstance(args, int):
+        return args
+    from sampling_course.apps.options import UsageError
+    from sampling_course.apps.threads import course_threads, torch_threads
+    from sampling_course.reference import ReferenceUnavailable, gpt2_local_dir, reference_settings
+
+    if args.model == "gpt2" and gpt2_local_dir() is None:
+        raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
+                         "once with internet, or use --model random")
+    try:
+        cfg = None if args.model == "random" else reference_settings(args.model)[1]
+        n_ctx, d_model = (1024, 768) if cfg is None else (cfg.n_ctx, cfg.d_model)
+    except ReferenceUnavailable as exc:
+        raise UsageError(str(exc)) from None
+    longest = args.system_length + args.prompt_lengths[1] + args.output_lengths[1]
+    if longest > n_ctx:
+        raise UsageError(f"the longest request (system prompt + prompt + output = {longest} positions) is more than "
+                         f"the model's n_ctx={n_ctx}")
+    if -(-longest // args.block_size) > args.blocks:
+        raise UsageError(f"the longest request ({longest} positions) needs {-(-longest // args.block_size)} blocks of "
+                         f"{args.block_size}, more than --blocks {args.blocks}: it could never finish")
+    with torch_threads(course_threads(args.threads, d_model)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+
+    from sampling_course.apps.serving_stream import make_stream
+
+    console = Console()
+    started = time.perf_counter()
+    load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
+    with console.status("loading the models"):
+        label, demo, hf_model = load_models(args.model, args.impl, args.seed)
+    stream = make_stream(args.requests, demo.cfg.d_vocab, args.seed, None if args.all_at_once else args.rate,
+                         args.prompt_lengths, args.output_lengths, args.shared, args.system_length)
+    hf_note = None
+    if args.no_hf:
+        hf_model, hf_note = None, "Hugging Face's continuous batching skipped (--no-hf)"
+    else:
+        try:
+            from transformers.generation import ContinuousBatchingConfig  # noqa: F401
+        except ImportError as exc:
+            hf_model, hf_note = None, f"Hugging Face's continuous batching is not available here ({exc}); skipped"
+    arrivals = "all at t = 0" if args.all_at_once else f"Poisson, {args.rate:g} requests/s"
+    load = "" if load_before is None else (f"; load average {load_before[0]:.1f} {load_before[1]:.1f} "
+                                           f"{load_before[2]:.1f} on {os.cpu_count()} cores")
+    console.print(
+        f"[bold]{label}[/], code from {args.impl}/, CPU ({torch.get_num_threads()} threads){load}\n"
+        f"{args.requests} requests, arrivals {arrivals}, prompts {args.prompt_lengths[0]}-{args.prompt_lengths[1]} "
+        f"tokens (+ a {args.system_length}-token system prompt on {args.shared:.0%}), outputs "
+        f"{args.output_lengths[0]}-{args.output_lengths[1]} tokens (uniform), greedy, seed {args.seed}\n"
+        f"paged caches: {args.blocks} blocks of {args.block_size}; at most {args.max_running} requests at once "
+        f"(static batches of up to {args.max_running}); {args.repeat} interleaved rounds"
+    )
+    if hf_note:
+        console.print(f"[yellow]{hf_note}[/]")
+    try:
+        with console.status("") as status:
+            summaries = measure(demo, hf_model, args.impl, stream, args, progress=status.update)
+    except BenchCheckError as exc:
+        console.print(f"[red]check failed:[/] {exc}")
+        return 1
+    engines = ", ".join(LABELS[e] for e in summaries)
+    console.print(f"[green]checked:[/] every request got the same greedy tokens from {engines}, in every round")
+    total = sum(r.new_tokens for r in stream)
+    console.print(table(summaries, f"Serving {args.requests} requests ({total} new tokens), {label}"))
+    console.print(memory_table(summaries))
+    console.print(
+        "course: part 10's server; static: part 5's generate on fixed batches; HF: Hugging Face's continuous "
+        "batching. tok/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
+        "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). positions run: through the "
+        "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "
+        "preemption). KV peak: the most KV memory held at once (static: every row at the batch's width; HF: its "
+        "cache's used share, as it reports it). KV used: positions held / room in the held memory. Static batches' "
+        "tokens count as ready at the step that made them, as if it streamed."
+    )
+    if load_before is not None:
+        console.print(f"total time {time.perf_counter() - started:.0f} s; load average {load_before[0]:.1f} before, "
+                      f"{os.getloadavg()[0]:.1f} after, on {os.cpu_count()} CPU cores (timings are noisy on a busy "
+                      "machine)")
+    if args.quick:
+        console.print("[yellow]--quick: a tiny random model and a handful of requests; the timings mean nothing, "
+                      "only that everything runs[/]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,194 @@
+"""The serving bench (``sampling-course bench-serving``): its stream, its figures, its check, and exactness
+against Hugging Face's continuous batching.
+
+No timing is asserted. The course's server (part 10's ``Engine``) and Hugging Face's
+``generate_batch`` must give every request the same greedy tokens on the same weights
+(a random-weight GPT-2 and the story model), and both must equal Hugging Face's plain
+``generate`` run on each request alone. The bench's own drivers (requests arriving over
+time, the static batches' per-row budgets) must give those tokens too.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chi2
+
+from sampling_course.apps import bench_serving
+from sampling_course.apps import serving_stream as serving
+from sampling_course.apps.bench_setup import QUICK_DIMS, random_gpt2
+from sampling_course.config import Config
+from sampling_course.implementation import impl_module
+from sampling_course.sampling_settings import SamplerSettings
+from sampling_course.weights import demo_state_dict
+
+# Prompts of different lengths (two share a 9-token start), each with its own number of new tokens.
+PROMPTS = [[5, 6, 7, 8, 9, 10, 11, 12, 13, 40, 41], [3], [5, 6, 7, 8, 9, 10, 11, 12, 13, 70, 71, 72, 73, 74],
+           [100, 200, 300, 400, 500, 600, 700], [17, 18]]
+NEW = [12, 7, 3, 9, 1]
+
+
+def random_pair(seed: int = 0):
+    """A random-weight GPT-2 (Hugging Face's own initialisation) and the course's DemoTransformer on its weights."""
+    hf_model = random_gpt2(QUICK_DIMS, seed)
+    demo = impl_module("transformer", "solutions").DemoTransformer(Config.from_hf(hf_model.config))
+    demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    return demo.eval(), hf_model
+
+
+@pytest.fixture(scope="module")
+def pairs():
+    return {"random": random_pair(), "story": bench_serving.load_models("story", "solutions", 0)[1:]}
+
+
+def course_greedy(demo, prompts, new_tokens, block_size=4, n_blocks=64, max_running=16) -> list[list[int]]:
+    """Every request added at once to part 10's engine, greedy, no end-of-text token."""
+    engine = impl_module("engine", "solutions").Engine(demo, n_blocks, block_size, max_running)
+    requests = [engine.add_request(p, n, settings=SamplerSettings(temperature=0.0)) for p, n in zip(prompts, new_tokens)]
+    engine.run()
+    return [list(r.output) for r in requests]
+
+
+def hf_generate_alone(hf_model, prompt, new_tokens) -> list[int]:
+    from transformers import GenerationConfig
+
+    config = GenerationConfig(max_new_tokens=new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0)
+    ids = torch.tensor([prompt])
+    with torch.inference_mode():
+        out = hf_model.generate(ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    return out[0, len(prompt):].tolist()
+
+
+@pytest.mark.parametrize("model", ["random", "story"])
+def test_course_server_and_hf_generate_batch_give_the_same_greedy_tokens(pairs, model):
+    """``generate_batch`` (one max_new_tokens for all) against the course's engine, both against plain ``generate``."""
+    from transformers import GenerationConfig
+    from transformers.generation import ContinuousBatchingConfig
+
+    demo, hf_model = pairs[model]
+    new = 10
+    config = GenerationConfig(max_new_tokens=new, do_sample=False, eos_token_id=-1, pad_token_id=0)
+    cb_config = ContinuousBatchingConfig(page_size=4, num_blocks=64, max_batch_tokens=256, max_requests_per_batch=16)
+    with serving.frozen_gc():  # only makes its cleanup faster
+        results = hf_model.generate_batch(PROMPTS, generation_config=config, continuous_batching_config=cb_config)
+    theirs = [list(result.generated_tokens) for result in results.values()]
+    assert [list(result.prompt_ids) for result in results.values()] == PROMPTS  # in the order of the inputs
+    alone = [hf_generate_alone(hf_model, p, new) for p in PROMPTS]
+    assert theirs == alone
+    assert course_greedy(demo, PROMPTS, [new] * len(PROMPTS)) == alone
+
+
+@pytest.mark.parametrize("model", ["random", pytest.param("story", marks=pytest.mark.slow)])
+def test_each_bench_driver_gives_every_request_hf_generate_s_tokens(pairs, model):
+    """Requests arriving over time, each with its own length: the course's server, the static batches (a row
+    stops at its own budget inside a longer batch) and HF's continuous batching all equal plain ``generate``."""
+    demo, hf_model = pairs[model]
+    stream = [serving.StreamRequest(p, n, 0.01 * i, False) for i, (p, n) in enumerate(zip(PROMPTS, NEW))]
+    alone = [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
+    course = serving.run_course(impl_module("engine", "solutions"), demo, stream, 64, 4, 16)
+    static = serving.run_static(impl_module("generate", "solutions").generate, demo, stream, 16)
+    hf = serving.run_hf(hf_model, stream, 64, 4, 16, 256)
+    assert course.outputs == alone
+    assert static.outputs == alone
+    assert hf.outputs == alone
+    for served in (course, static, hf):
+        assert all(0 <= served.first[i] <= served.finish[i] for i in range(len(stream)))
+        # Every prompt position is run once, and every new token but the last once more: no prefix is shared here.
+        assert served.positions >= sum(map(len, PROMPTS)) + sum(n - 1 for n in NEW)
+    assert course.positions == hf.positions == sum(map(len, PROMPTS)) + sum(n - 1 for n in NEW)
+    assert course.prefill == hf.prefill == sum(map(len, PROMPTS))
+
+
+def test_a_small_pool_preempts_and_the_tokens_stay_the_same(pairs):
+    """With room for about two requests the course's server preempts; the tokens are plain ``generate``'s."""
+    demo, hf_model = pairs["random"]
+    stream = [serving.StreamRequest(p, n, 0.0, False) for p, n in zip(PROMPTS, NEW)]
+    course = serving.run_course(impl_module("engine", "solutions"), demo, stream, 8, 4, 16)
+    assert course.n_preemptions > 0
+    assert course.outputs == [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
+
+
+def test_the_stream_follows_its_settings():
+    stream = serving.make_stream(40, 1000, 3, 5.0, (4, 9), (2, 30), 0.25, 6)
+    assert stream == serving.make_stream(40, 1000, 3, 5.0, (4, 9), (2, 30), 0.25, 6)  # seeded
+    assert stream != serving.make_stream(40, 1000, 4, 5.0, (4, 9), (2, 30), 0.25, 6)
+    shared = [r for r in stream if r.shared]
+    assert len(shared) == 10
+    system = shared[0].prompt[:6]
+    assert all(r.prompt[:6] == system and 4 <= len(r.prompt) - 6 <= 9 for r in shared)
+    assert all(4 <= len(r.prompt) <= 9 for r in stream if not r.shared)
+    assert all(2 <= r.new_tokens <= 30 for r in stream)
+    assert all(0 <= t < 999 for r in stream for t in r.prompt)  # never the last id, the end-of-text token
+    arrivals = [r.arrival for r in stream]
+    assert arrivals == sorted(arrivals) and arrivals[0] > 0
+    everyone = serving.make_stream(5, 1000, 3, None, (4, 9), (2, 30), 1.0, 6)
+    assert [r.arrival for r in everyone] == [0.0] * 5 and all(r.shared for r in everyone)
+    with pytest.raises(ValueError, match="prompt_lengths"):
+        serving.make_stream(5, 1000, 3, None, (9, 4), (2, 30), 0.5, 6)
+    with pytest.raises(ValueError, match="rate"):
+        serving.make_stream(5, 1000, 3, 0.0, (4, 9), (2, 30), 0.5, 6)
+
+
+def test_arrivals_are_a_poisson_process_at_the_stated_rate():
+    """n exponential gaps at rate r sum to a Gamma(n, r) time: 2 r T is chi-square with 2n degrees of freedom.
+
+    The two-sided acceptance region has a false-failure probability of 1e-6.
+    """
+    n, rate = 4000, 7.0
+    stream = serving.make_stream(n, 50, 11, rate, (1, 1), (1, 1), 0.0, 0)
+    statistic = 2 * rate * stream[-1].arrival
+    assert chi2.ppf(0.5e-6, 2 * n) < statistic < chi2.ppf(1 - 0.5e-6, 2 * n)
+
+
+def test_summarise_computes_the_figures_from_the_times():
+    """Throughput over the whole run, TTFT from arrival, time per later token; quantiles as torch.quantile's."""
+    stream = [serving.StreamRequest([1], 3, 0.0, False), serving.StreamRequest([1], 1, 1.0, False),
+              serving.StreamRequest([1], 5, 2.0, False)]
+    served = serving.Served("course", [[0] * 3, [0], [0] * 5], first=[0.5, 1.75, 2.25], finish=[1.5, 1.75, 5.25])
+    summary = serving.summarise(served, stream)
+    assert summary.tokens_per_s == pytest.approx(9 / 5.25)
+    # The TTFTs are 0.5, 0.75 and 0.25; linear interpolation between order statistics.
+    assert summary.ttft_p50 == pytest.approx(0.5)
+    assert summary.ttft_p99 == pytest.approx(0.5 + 0.98 * 0.25)
+    # Per later token: request 0 took 1.0 s for 2, request 2 took 3.0 s for 4; request 1 has none.
+    assert summary.tpot_p50 == pytest.approx(0.625)
+    assert summary.tpot_p99 == pytest.approx(0.5 + 0.99 * 0.25)
+
+
+def test_the_check_names_an_engine_that_differs():
+    stream = [serving.StreamRequest([1, 2], 3, 0.0, False), serving.StreamRequest([3], 2, 0.0, False)]
+
+    def served(engine, outputs):
+        return serving.Served(engine, outputs, [0.0, 0.0], [1.0, 1.0])
+
+    bench_serving.check_same(stream, {"course": served("course", [[1, 2, 3], [4, 5]]),
+                                      "hf": served("hf", [[1, 2, 3], [4, 5]])})
+    with pytest.raises(bench_serving.BenchCheckError, match=r"HF continuous batching: request 1 differs .* token 1"):
+        bench_serving.check_same(stream, {"course": served("course", [[1, 2, 3], [4, 5]]),
+                                          "hf": served("hf", [[1, 2, 3], [4, 6]])})
+    with pytest.raises(bench_serving.BenchCheckError, match=r"static batches .*: request 0 got 2 tokens, asked for 3"):
+        bench_serving.check_same(stream, {"course": served("course", [[1, 2, 3], [4, 5]]),
+                                          "static": served("static", [[1, 2], [4, 5]])})
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--prompt-lengths", "9-4"], "--prompt-lengths must look like 8-64"),
+    (["--shared", "1.5"], "--shared must be"),
+    (["--model", "story", "--output-lengths", "500-500"], "more than the model's n_ctx=512"),
+    (["--blocks", "4", "--block-size", "16"], "needs 14 blocks of 16, more than --blocks 4"),
+])
+def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
+    assert bench_serving.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_main_quick_prints_the_tables(capsys, monkeypatch):
+    """`sampling-course bench-serving --quick` checks the tokens, exits 0 and prints both tables."""
+    monkeypatch.setenv("COLUMNS", "200")  # every header on one line
+    assert bench_serving.main(["--quick"]) == 0
+    out = capsys.readouterr().out
+    assert "checked:" in out and "Serving 6 requests" in out and "Work and KV memory" in out
+    for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average"):
+        assert cell in out
