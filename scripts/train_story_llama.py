@@ -55,7 +55,7 @@ class LlamaRecipe:
     n_key_value_heads: int = 2
     d_head: int = 32
     d_mlp: int = 384  # three matrices of 3 x d_model: about the parameters of GPT-2's two of 4 x d_model
-    n_layers: int = 4
+    n_layers: int = 3
     n_ctx: int = 512
     rotary_base: float = 10000.0
 
@@ -68,7 +68,7 @@ class LlamaRecipe:
 ARCH = LlamaRecipe()
 # One stage: AdamW, 5% linear warmup, cosine decay to a tenth of the peak (train_story_models.lr_at).
 TRAINING = Recipe(n_layer=ARCH.n_layers, n_embd=ARCH.d_model, n_head=ARCH.n_heads, n_ctx=ARCH.n_ctx,
-                  tokens=2_000_000, lr=3e-3, batch=8, seed=0)
+                  tokens=450_000, lr=4e-3, batch=4, seed=0)
 SMOKE_ARCH = LlamaRecipe(d_model=32, n_heads=2, n_key_value_heads=1, d_head=16, d_mlp=64, n_layers=1, n_ctx=128)
 SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, lr=1e-2, batch=4, warmup=0.1)
 
