@@ -68,7 +68,7 @@ class LlamaRecipe:
 ARCH = LlamaRecipe()
 # One stage: AdamW, 5% linear warmup, cosine decay to a tenth of the peak (train_story_models.lr_at).
 TRAINING = Recipe(n_layer=ARCH.n_layers, n_embd=ARCH.d_model, n_head=ARCH.n_heads, n_ctx=ARCH.n_ctx,
-                  tokens=450_000, lr=4e-3, batch=4, seed=0)
+                  tokens=1_200_000, lr=4e-3, batch=4, seed=0)
 SMOKE_ARCH = LlamaRecipe(d_model=32, n_heads=2, n_key_value_heads=1, d_head=16, d_mlp=64, n_layers=1, n_ctx=128)
 SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, lr=1e-2, batch=4, warmup=0.1)
 
