@@ -115,3 +115,18 @@ def test_the_reported_heldout_loss_and_floor_are_true():
     assert len(stories) == figures["heldout_stories"]
     assert abs(entropy_floor(stories, ref.tokenizer) - figures["entropy_floor"]) < 1e-4
     assert abs(nats / count - figures["heldout_loss"]) < 2e-3
+
+
+def test_trained_model_exports_and_loads_back(trained, impl, tmp_path):
+    """export_llama writes the learner's model holding story-llama's weights; from_pretrained gives Hugging Face's logits."""
+    from transformers import AutoModelForCausalLM
+
+    from sampling_course.export import export_llama
+
+    ref = trained["ref"]
+    model = load_weights(impl.llama.LlamaTransformer(ref.cfg), ref.weights).eval()  # on the CPU, where HF's runs
+    folder = export_llama(model, ref.cfg, tmp_path / "exported")
+    loaded = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    assert type(loaded).__name__ == "LlamaForCausalLM"
+    with torch.no_grad():
+        assert_close(loaded(trained["tokens"]).logits, trained["expected"], "exported story-llama logits")
