@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Literal
 
 from sampling_course.config import Config
 from sampling_course.files import BrokenCourseFile, cache_home, cached_folder, check_assets, read_manifest, sha256_of
+from sampling_course.llama_reference import LLAMA_STORY_MODELS, load_llama_reference, llama_settings
 from sampling_course.tokenizer import Tokenizer
 
 if TYPE_CHECKING:  # torch loads when a model or tensor is built, not to find a checkpoint and its settings
@@ -415,7 +416,7 @@ def _checkpoint(name: str) -> tuple[str, Path, dict[str, dict] | None]:
     if name == "gpt2":
         return "gpt2", _gpt2_dir(allow_download=True), None
     raise ValueError(
-        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft' or 'tiny'"
+        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft', 'story-llama' or 'tiny'"
     )
 
 
@@ -425,12 +426,14 @@ def reference_settings(name: str = "auto") -> tuple[str, Config, Tokenizer]:
     arguments with them before anything heavy loads. Raises what ``load_reference`` raises."""
     if name == "auto":
         name = "gpt2" if gpt2_local_dir() is not None else "story"
+    if name in LLAMA_STORY_MODELS:  # a LlamaConfig: n_ctx, d_model and d_vocab mean what they mean in Config
+        return (name, *llama_settings(name))
     name, path, _ = _checkpoint(name)
     return (name, *_settings(path))
 
 
 def load_reference(
-    name: Literal["auto", "gpt2", "story", "story-draft", "tiny"] = "auto",
+    name: Literal["auto", "gpt2", "story", "story-draft", "story-llama", "tiny"] = "auto",
     device: "str | torch.device | None" = None,
     dtype: "torch.dtype | str | None" = None,
     *,
@@ -442,8 +445,9 @@ def load_reference(
     reachable, and raises ``ReferenceUnavailable`` (saying how to get the weights)
     otherwise. ``"story"`` and ``"story-draft"`` are the models trained on the course's
     story source, shipped with the course. ``"auto"`` falls back to ``"story"`` with a
-    visible notice. The result is cached per process and shared: treat its models as
-    read-only.
+    visible notice. ``"story-llama"`` is the Llama-style story model of part 9: it loads as a
+    ``LlamaReference`` (``sampling_course.llama_reference``). The result is cached per process
+    and shared: treat its models as read-only.
 
     ``device``: where both models compute; None or ``"auto"`` is the course's device
     (``sampling_course.devices.pick_device``: the test session's, else
@@ -469,5 +473,7 @@ def load_reference(
                 "model 'story' instead.", soft_wrap=True, highlight=False,
             )
         return story
+    if name in LLAMA_STORY_MODELS:
+        return load_llama_reference(name, where, dtype)
     name, path, listed = _checkpoint(name)
     return _load(name, path, _checkpoint_digest(path, listed), where, dtype)

@@ -28,11 +28,17 @@ def eager_hf_model(reference):
     return model.to(reference.device).eval()
 
 
+def n_positions(hf_model) -> int:
+    """The model's context: GPT-2's ``n_positions``, a Llama-style model's ``max_position_embeddings``."""
+    config = hf_model.config
+    return getattr(config, "n_positions", None) or config.max_position_embeddings
+
+
 @torch.inference_mode()
 def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[Tensor, "text n_heads query_pos key_pos"]]:
     """Every layer's attention pattern on ``tokens`` (at most n_ctx of them): softmax over keys, per query."""
-    if tokens.shape[1] > hf_model.config.n_positions:
-        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={hf_model.config.n_positions}")
+    if tokens.shape[1] > n_positions(hf_model):
+        raise ValueError(f"{tokens.shape[1]} tokens do not fit the model's n_ctx={n_positions(hf_model)}")
     return list(hf_model(tokens, output_attentions=True).attentions)
 
 
@@ -41,7 +47,7 @@ def attention_mass(
 ) -> Float[Tensor, "n_layers n_heads"]:
     """The share of attention each head puts on the key positions marked in ``keys``, averaged over
     texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
-    n = min(tokens.shape[1], hf_model.config.n_positions)
+    n = min(tokens.shape[1], n_positions(hf_model))
     if not 0 <= from_position < n:
         raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
     if keys.shape != tokens.shape:

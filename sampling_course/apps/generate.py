@@ -31,9 +31,10 @@ from sampling_course.apps.options import (
     integer_check,
     number_check,
 )
+from sampling_course.llama_reference import LLAMA_STORY_MODELS
 from sampling_course.sampling_settings import SamplerSettings, check_setting, describe
 
-MODELS = ("auto", "story", "gpt2", "tiny")
+MODELS = ("auto", "story", "gpt2", "tiny", "story-llama")
 IMPLS = ("solutions", "exercises")
 WHOSE = {"solutions": "the course's solutions (solutions/); --impl exercises runs your code",
          "exercises": "your code (exercises/)"}
@@ -186,7 +187,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--model", choices=MODELS, default="auto",
-                        help="reference weights: real GPT-2 when available (auto), story, gpt2, or the offline stand-in tiny")
+                        help="reference weights: real GPT-2 when available (auto), story, gpt2, the offline stand-in tiny, "
+                             "or the Llama-style story-llama (part 9)")
     parser.add_argument("--impl", choices=IMPLS, default=None,
                         help="whose code runs: solutions (default, or $SAMPLING_COURSE_IMPL) or your exercises")
     parser.add_argument("--prompt", help="the text to continue (required unless --interactive)")
@@ -243,6 +245,12 @@ def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
 
     impl = resolve_impl(impl, default="solutions")
     reference = load_reference(model_name, device)
+    if model_name in LLAMA_STORY_MODELS:  # part 9's model behind part 5's loop; no beam search, no static cache
+        from sampling_course.apps.llama_engine import llama_for_generate
+
+        return Engine(model=llama_for_generate(reference, impl_module("llama", impl)), tokenizer=reference.tokenizer,
+                      generate=impl_module("generate", impl).generate, text_streamer=impl_module("outputs", impl).TextStreamer,
+                      sampler=None, static_cache=None)
     return Engine(
         model=load_demo(reference, impl_module("transformer", impl)),
         tokenizer=reference.tokenizer,
@@ -255,6 +263,10 @@ def load_engine(model_name: str, impl: str | None, device=None) -> Engine:
 
 def new_cache(engine: Engine, prompt: str, settings: dict, batch: int):
     """An empty cache for one generation: part 6's static cache sized for it, or None (the engine's default)."""
+    if engine.static_cache is None:  # a Llama-style model decodes with its own cache
+        if settings["cache"] == "static":
+            raise ValueError("--cache static runs on the GPT-2 models only (auto, story, gpt2, tiny)")
+        return engine.model.new_cache()
     if settings["cache"] != "static":
         return None
     cfg = engine.model.cfg
@@ -279,6 +291,8 @@ def bad_words_ids(tokenizer, words: list[str] | None) -> list[list[int]] | None:
 def run_once(engine: Engine, prompt: str, settings: dict, stop: list[str] | None, stream: bool) -> None:
     """Generate the continuations of ``prompt`` and print them (streamed, or at the end), one per line."""
     if settings["num_beams"] > 1:
+        if engine.sampler is None:
+            raise ValueError("beam search (--num-beams) runs on the GPT-2 models only (auto, story, gpt2, tiny)")
         sampler = engine.sampler(engine.model, engine.tokenizer)
         results = sampler.beam_search(
             prompt, min(settings["num_return_sequences"], settings["num_beams"]), settings["num_beams"],

@@ -1,0 +1,137 @@
+"""Part 6's long-text experiment on the Llama-style story model (part 9), where sinks can keep their positions.
+
+The texts and the table are part 6's (``long_text.story_texts``, ``long_text_results``): held-out
+stories, each after ``<|endoftext|>``, read with teacher forcing; at each position ``t`` the
+negative log-likelihood of the true token ``t + 1``. The methods, for a budget of ``W`` tokens:
+
+* **full attention** while the text fits (``t < n_ctx``), from one forward pass: the ceiling;
+* **full attention past n_ctx**: the same pass over the whole text. A rotary model has no
+  table of positions to run out of, so it runs; but it never saw positions past ``n_ctx`` in
+  training;
+* **sliding window, recomputed**: the last ``W`` tokens from scratch at positions ``0 .. W - 1``,
+  every ``stride``-th position (the reference for a budget of ``W`` tokens);
+* **window, re-prefilled when full**: a cache of ``W`` positions, one token per step; when it is
+  full it starts afresh with one prefill of the last ``W / 2`` tokens at positions from 0;
+* **window cache, re-rotated**: part 9's ``RotatingSinkCache`` without sinks: a sliding window
+  whose keys are turned back to slots ``0 .. W - 1`` as it slides;
+* **sink cache, re-rotated**: the same with the first ``num_sink_tokens`` tokens kept for ever.
+
+Every method reads all texts at once (one batch). ``entropy_floor_of_texts`` gives the source's
+entropy rate on the complete stories of the texts, the loss no model can beat on average.
+"""
+
+from __future__ import annotations
+
+import time
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from jaxtyping import Float, Int
+
+from sampling_course.apps.long_text_results import FULL, REPREFILL, SLIDING, LongTextResults, MethodResult
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+EXTRAPOLATED = "full attention past n_ctx"
+WINDOW_CACHE = "window cache, re-rotated"
+SINK_CACHE = "sink cache, re-rotated"
+
+
+def token_nll(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos_minus_1"]:
+    """NLL of each true next token: position t's logits against token t + 1."""
+    import torch
+
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return -logp.gather(-1, tokens[:, 1:, None])[..., 0]
+
+
+def reprefill_logits(model, llama: ModuleType, tokens: Int[Tensor, "batch pos"], window: int) -> Float[Tensor, "batch pos d_vocab"]:
+    """One token per step through a cache of ``window`` positions, restarted with the last ``window // 2``
+    tokens (one prefill at positions 0 ..) whenever it is full."""
+    import torch
+
+    keep = window // 2
+    cache = llama.LlamaCache(model.cfg.n_layers)
+    steps = []
+    for t in range(tokens.shape[1]):
+        if cache.seq_len == window:
+            cache = llama.LlamaCache(model.cfg.n_layers)
+            model(tokens[:, t - keep : t], cache)  # their logits were already scored
+        steps.append(model(tokens[:, t : t + 1], cache))
+    return torch.cat(steps, dim=1)
+
+
+def sliding_nll(model, tokens: Int[Tensor, "batch pos"], window: int, stride: int) -> Float[Tensor, "batch pos_minus_1"]:
+    """The recomputed window: for every ``stride``-th position past the window, a fresh pass over the
+    last ``window`` tokens; the whole prefix while it fits. NaN where not scored."""
+    import torch
+
+    n = tokens.shape[1]
+    nll = torch.full((tokens.shape[0], n - 1), float("nan"))
+    nll[:, : window - 1] = token_nll(model(tokens[:, :window]), tokens[:, :window])
+    for t in range(window - 1 + stride, n - 1, stride):  # t: the last token read
+        piece = tokens[:, t - window + 1 : t + 2]
+        logp = torch.log_softmax(model(piece[:, :-1])[:, -1].float(), dim=-1)
+        nll[:, t] = -logp.gather(-1, piece[:, -1:])[:, 0]
+    return nll
+
+
+def run_llama_experiment(model, llama: ModuleType, rope_sink: ModuleType, texts: Int[Tensor, "text pos"],
+                         window: int = 256, num_sink_tokens: int = 4, stride: int = 8,
+                         model_name: str = "story-llama") -> LongTextResults:
+    """Every method on ``texts``; ``llama`` and ``rope_sink`` are the implementation's part 9 modules."""
+    import torch
+
+    n_ctx, n = model.cfg.n_ctx, texts.shape[1]
+    if not 2 <= window <= n_ctx or not 0 <= num_sink_tokens < window or stride < 1:
+        raise ValueError(f"need 2 <= window <= n_ctx ({n_ctx}), 0 <= num_sink_tokens < window and stride >= 1; got "
+                         f"window={window}, num_sink_tokens={num_sink_tokens}, stride={stride}")
+    cfg = model.cfg
+    per_position = 2 * cfg.n_layers * cfg.n_key_value_heads * cfg.d_head * 4  # float32 keys and values
+    results = LongTextResults(model_name=model_name, n_ctx=n_ctx, window=window, num_sink_tokens=num_sink_tokens,
+                              stride=stride, tokens=texts)
+
+    def timed(run):
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = run()
+        return out, time.perf_counter() - start
+
+    logits, seconds = timed(lambda: model(texts))
+    whole = token_nll(logits, texts)
+    inside = whole.clone()
+    inside[:, n_ctx:] = float("nan")  # t >= n_ctx: the model reads positions it never trained on
+    results.methods[FULL] = MethodResult(FULL, inside, seconds * min(n_ctx, n - 1) / (n - 1),
+                                         per_position * min(n_ctx, n), "one pass, t < n_ctx")
+    results.methods[EXTRAPOLATED] = MethodResult(EXTRAPOLATED, whole, seconds, per_position * n,
+                                                 f"one pass over all {n} positions")
+    nll, seconds = timed(lambda: sliding_nll(model, texts, window, stride))
+    results.methods[SLIDING] = MethodResult(SLIDING, nll, seconds, 0, f"the last {window} tokens from scratch")
+    logits, seconds = timed(lambda: reprefill_logits(model, llama, texts, window))
+    results.methods[REPREFILL] = MethodResult(REPREFILL, token_nll(logits, texts), seconds, per_position * window,
+                                              f"{window} positions, restarted with {window // 2}")
+    for name, sinks in ((WINDOW_CACHE, 0), (SINK_CACHE, num_sink_tokens)):
+        cache = rope_sink.RotatingSinkCache(cfg, n_sink=sinks, window=window - sinks)
+        logits, seconds = timed(lambda: rope_sink.stream_logits(model, texts, cache))
+        results.methods[name] = MethodResult(name, token_nll(logits, texts), seconds, per_position * window,
+                                             f"{sinks} sinks + {window - sinks} recent, keys re-rotated")
+    return results
+
+
+def entropy_floor_of_texts(tokenizer, texts: Int[Tensor, "text pos"]) -> float:
+    """The source's entropy rate, nats per token, on the complete stories of ``texts`` (the cut-off last
+    story of each text left out): what a perfect model's NLL averages to on them."""
+    from sampling_course.stories import parse_story
+
+    eos = tokenizer.eos_token_id
+    nats, count = 0.0, 0
+    for row in texts.tolist():
+        starts = [i for i, token in enumerate(row) if token == eos] + [len(row)]
+        for begin, end in zip(starts[:-2], starts[1:-1]):  # each story ends where the next <|endoftext|> is
+            logprob = parse_story(tokenizer.decode(row[begin + 1 : end]))
+            if logprob is None:
+                raise ValueError("a story in the texts does not parse under the grammar")
+            nats -= logprob
+            count += end - begin  # the story's tokens and the <|endoftext|> after it
+    return nats / count
