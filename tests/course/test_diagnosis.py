@@ -387,7 +387,8 @@ def test_mistakes_written_in_another_style_are_named(exercise, obj, mistake):
 
 def test_describe_match_is_the_sentence_to_show_first(learner_package):
     expected = ("This matches a classic mistake: the unbiased variance (dividing by d_model - 1 instead of "
-                "d_model), where GPT-2's LayerNorm divides by d_model.")
+                "d_model), where GPT-2's LayerNorm divides by d_model. Fix: take the plain mean of the squared "
+                "deviations, residual.pow(2).mean(dim=-1), which divides by d_model.")
     assert describe_match("LayerNorm", "solutions", UnbiasedLayerNorm) == expected
     assert describe_match("layernorm", learner_package(_mistake("LayerNorm with unbiased variance"))) == expected
     assert describe_match("LayerNorm", "solutions") is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 10
 TITLE = "Serving"
@@ -124,3 +124,5 @@ VARIANTS: list[Variant] = [
     Variant(10, "Scheduler.schedule", "blocks_needed against the free blocks", "scheduler.py", _FITS,
             "            if blocks_needed(len(request.tokens), self.pool.block_size) > self.pool.n_free:\n"),
 ]
+from sampling_course.grading.parts.part10_serving.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)
