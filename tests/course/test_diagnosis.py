@@ -399,7 +399,8 @@ def test_mistakes_that_behave_the_same_are_named_together():
     with planted(_mistake("top-p judged on the raw logits")) as package:
         first, twin = _mistake("temperature applied after top-p"), _mistake("top-p judged on the raw logits")
         assert describe_match("warp_logits", package) == (
-            f"This matches a classic mistake: {explain(first)} It behaves exactly like another one: {explain(twin)}")
+            f"This matches a classic mistake: {explain(first)} It behaves exactly like another one: {explain(twin)}"
+            f" Fix: {first.fix}.")  # the first one's fix: the two are one error written two ways
         assert explain(first).startswith("the temperature is applied after the filters")
         assert name_mistake("warp_logits", package) == _mistake("temperature applied after top-p")
 
