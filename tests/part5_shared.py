@@ -17,7 +17,9 @@ import torch
 from sampling_course.grading.tolerances import parity
 
 # fp32 logits of two correct implementations agree to ~1e-5; every planted mistake moves them by far more.
-# The bounds for the device graded on, float32 (grading/tolerances.py says why).
+# The bounds for the device graded on, float32 (grading/tolerances.py says why). They are relative as well as
+# absolute (rtol with atol), so values that grow, such as a beam score times its length under length_penalty=-1,
+# get a bound that grows with them, which the rounding of a learner's own model (downstream tests) needs.
 TOL = parity()
 # Filters only mask: kept values are the input's, up to one rounding of the temperature division.
 VALUE_TOL = dict(atol=1e-6, rtol=1e-5)

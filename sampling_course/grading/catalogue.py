@@ -6,7 +6,7 @@ Each part of the course lists its own in ``sampling_course/grading/parts/``;
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -69,8 +69,25 @@ class Mistake:
     # when a learner's failing code behaves like it (see grading/diagnosis.py).
     why: str = ""
     exercise: str | None = None  # as in @pytest.mark.exercise(...); None: the exercise whose code it rewrites
-    # How to put it right, shown after "Fix: " with the why; "" when the why already says it.
+    # How to put it right, shown after "Fix: " with the why: the right call or formula, in one sentence.
+    # Most are kept in the part's fixes.py (keyed by name) and filled in by with_fixes.
     fix: str = ""
+
+
+def with_fixes(mistakes: list[Mistake], fixes: dict[str, str]) -> list[Mistake]:
+    """``mistakes`` with each one's ``fix`` taken from ``fixes``, keyed by the mistake's name.
+
+    A part keeps its fixes apart from its mistakes (``parts/<part>/fixes.py``), so a fix that
+    names no mistake of the part, or a mistake given a fix twice, is refused.
+    """
+    names = {mistake.name for mistake in mistakes}
+    unknown = sorted(set(fixes) - names)
+    if unknown:
+        raise ValueError(f"fixes for mistakes this part does not plant: {unknown}")
+    twice = sorted(m.name for m in mistakes if m.fix and m.name in fixes)
+    if twice:
+        raise ValueError(f"mistakes given a fix both in their record and in the fixes: {twice}")
+    return [replace(m, fix=fixes[m.name]) if m.name in fixes else m for m in mistakes]
 
 
 @dataclass(frozen=True)

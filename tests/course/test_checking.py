@@ -37,7 +37,7 @@ from sampling_course.grading.results import (
 )
 from sampling_course.grading.runner import run_checks
 from sampling_course.grading.sandbox import resolve_target, substituted, terminal_like
-from sampling_course.grading.course import EXERCISES, PARTS, UnknownExerciseError, get_exercise
+from sampling_course.grading.course import EXERCISES, MISTAKES, PARTS, UnknownExerciseError, get_exercise
 from sampling_course.grading.stubs import is_learner_edited
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -292,8 +292,11 @@ def test_check_with_an_object_from_the_notebook():
     assert "differs from the reference" in result.message
     text = console.export_text()
     assert "differs from the reference" in text and "This matches a classic mistake" in text
-    # The named mistake's own why replaces the exercise's general first hint.
+    # The named mistake's own why and fix replace the exercise's general first hint.
     assert result.hint is None and get_exercise("LayerNorm").hints[0][:40] not in text
+    fix = next(m.fix for m in MISTAKES if m.name == "LayerNorm with unbiased variance")
+    unwrapped = " ".join(" ".join(line.strip("│╭╰─ ") for line in text.splitlines()).split())
+    assert f"Fix: {fix}." in unwrapped
 
 
 @pytest.mark.slow

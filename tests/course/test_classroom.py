@@ -95,6 +95,7 @@ def test_release_has_no_solutions_and_checks_the_exercises(tmp_path):
         make_release(out)
     assert not list((out / "sampling_course" / "grading" / "parts").rglob("variants*.py"))
     assert not list((out / "sampling_course" / "grading" / "parts").rglob("mistakes*.py"))
+    assert not list((out / "sampling_course" / "grading" / "parts").rglob("fixes*.py"))
     assert (out / "tests" / "doubles.py").is_file()  # the public tests import it
 
 

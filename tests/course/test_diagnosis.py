@@ -387,7 +387,8 @@ def test_mistakes_written_in_another_style_are_named(exercise, obj, mistake):
 
 def test_describe_match_is_the_sentence_to_show_first(learner_package):
     expected = ("This matches a classic mistake: the unbiased variance (dividing by d_model - 1 instead of "
-                "d_model), where GPT-2's LayerNorm divides by d_model.")
+                "d_model), where GPT-2's LayerNorm divides by d_model. Fix: take the plain mean of the squared "
+                "deviations, residual.pow(2).mean(dim=-1), which divides by d_model.")
     assert describe_match("LayerNorm", "solutions", UnbiasedLayerNorm) == expected
     assert describe_match("layernorm", learner_package(_mistake("LayerNorm with unbiased variance"))) == expected
     assert describe_match("LayerNorm", "solutions") is None
@@ -398,7 +399,8 @@ def test_mistakes_that_behave_the_same_are_named_together():
     with planted(_mistake("top-p judged on the raw logits")) as package:
         first, twin = _mistake("temperature applied after top-p"), _mistake("top-p judged on the raw logits")
         assert describe_match("warp_logits", package) == (
-            f"This matches a classic mistake: {explain(first)} It behaves exactly like another one: {explain(twin)}")
+            f"This matches a classic mistake: {explain(first)} It behaves exactly like another one: {explain(twin)}"
+            f" Fix: {first.fix}.")  # the first one's fix: the two are one error written two ways
         assert explain(first).startswith("the temperature is applied after the filters")
         assert name_mistake("warp_logits", package) == _mistake("temperature applied after top-p")
 

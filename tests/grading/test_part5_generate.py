@@ -135,6 +135,7 @@ def oracle_scores(reference, prompts, sequences, width, settings, penalty):
     return scores, logprobs
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("generate")
 @pytest.mark.parametrize("settings", [dict(temperature=0.0), dict(temperature=0.8, top_k=30, top_p=0.9)],
                          ids=["greedy", "sampling"])
@@ -184,6 +185,7 @@ def openai_penalised_greedy(reference, prompt: str, new: int, presence: float, f
     return sampled, scores
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("generate")
 def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo, reference, oracle):
     """generate's presence and frequency penalties follow OpenAI's definition (also vLLM's): they count the tokens

@@ -74,6 +74,7 @@ def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int
     return seen["x"], seen["out"]
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("masked_forward")
 @pytest.mark.parametrize("layer", [0, -1], ids=["first layer", "last layer"])
 def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, oracle, seed, layer):
@@ -104,6 +105,7 @@ def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, 
                                    msg=lambda m: f"layer {layer}, {what}: attention output at real tokens.\n{m}")
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("padded_forward")
 def test_padded_rows_equal_each_row_alone(demo, reference, oracle, seed):
     """Without a cache: at every real position, each row of a left-padded batch gives Hugging Face's
@@ -126,6 +128,7 @@ def test_padded_rows_equal_each_row_alone(demo, reference, oracle, seed):
         )
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("padded_forward")
 def test_padded_rows_with_a_cache(demo, reference, oracle, impl, seed):
     """With a KV cache: a padded prefill, then new tokens one or two at a time; row 1 'finishes' after the

@@ -105,6 +105,7 @@ def test_update_writes_the_next_slots_and_returns_the_filled_prefix(demo, caches
         cache.seq_len += new_pos  # what forward does after the last layer
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("fast_forward")
 @pytest.mark.parametrize("schedule", [[7, 1, 1, 1], [1, 1, 1, 4, 1, 3]], ids=["prefill-then-singles", "chunks"])
 @pytest.mark.parametrize("batch", [1, 3])
@@ -130,6 +131,7 @@ def test_static_cache_logits_equal_full_forward(reference, oracle, demo, caches,
     torch.testing.assert_close(static.v, dynamic.v, **TOL)
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("fast_forward")
 def test_static_cache_crop_rolls_back(reference, oracle, demo, caches, seed):
     """After crop(n), running the rest again gives the logits of a full forward."""
@@ -236,6 +238,7 @@ def test_generate_with_static_cache_equals_dynamic(reference, demo, caches, impl
     torch.testing.assert_close(static.logprobs, dynamic.logprobs, **TOL, equal_nan=True)
 
 
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("fast_forward")
 def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, oracle, demo, caches):
     """With an attention mask, each left-padded row's logits are those of its prompt run alone."""
@@ -363,6 +366,7 @@ def test_sink_cache_misuse_fails_loudly(demo, sink_cache):
 
 # Graded as part 7's crop_cache, which it calls: in course order, fast_forward is checked
 # before crop_cache is written, so this test must not grade fast_forward.
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("crop_cache")
 def test_speculative_crop_cache_crops_a_static_cache(reference, oracle, demo, caches, impl, seed):
     """Part 7's crop_cache rolls a static cache back in place; the next step gives a full forward's logits."""

@@ -12,7 +12,7 @@ and its shipped models, the stubs in ``exercises/``, the notebooks, the grading 
   grading time, when ``sampling-course grade`` runs them and the feedback names only the
   exercise and the mistake;
 * the text of the planted mistakes and correct variants in ``grading/parts/`` (it is copied
-  from the solutions): ``MISTAKES`` and ``VARIANTS`` are emptied wherever they are defined,
+  from the solutions) and their fixes: ``MISTAKES``, ``VARIANTS`` and ``FIXES`` are emptied wherever they are defined,
   a module that held nothing else is not shipped, and an import of one becomes an empty list.
 
 In the release, ``pytest`` checks ``exercises/`` by default (``--impl exercises``).
@@ -39,7 +39,7 @@ RELEASED = ("pyproject.toml", "constraints.txt", "README.md", "LICENSE", "sampli
             "sampling_course/apps/*.py", "sampling_course/grading/*.py", "sampling_course/grading/*/*.py",
             "sampling_course/grading/*/*/*.py", "sampling_course/assets/*", "sampling_course/assets/*/*",
             "exercises/*.py", "notebooks/*.ipynb", "tests/conftest.py", "tests/doubles.py", "tests/grading/*.py")
-PLANTED = ("MISTAKES", "VARIANTS")  # the names whose values hold text copied from the solutions
+PLANTED = ("MISTAKES", "VARIANTS", "FIXES")  # the names whose values hold text copied from the solutions
 
 
 class ReleaseError(ValueError):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 10
 TITLE = "Serving"
@@ -158,3 +158,5 @@ VARIANTS: list[Variant] = [
     Variant(10, "block_hashes", "the number of full blocks counted first", "prefix_cache.py", _FULL,
             "    for start in [i * block_size for i in range(len(tokens) // block_size)]:\n"),
 ]
+from sampling_course.grading.parts.part10_serving.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

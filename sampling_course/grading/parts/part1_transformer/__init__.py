@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 1
 TITLE = "GPT-2 from scratch"
@@ -368,3 +368,5 @@ VARIANTS: list[Variant] = [
             "        normalized = self.ln_final(residual)\n"
             "        return self.unembed(normalized)\n"),
 ]
+from sampling_course.grading.parts.part1_transformer.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

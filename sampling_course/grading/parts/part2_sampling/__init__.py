@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 2
 TITLE = "Sampling"
@@ -481,3 +481,5 @@ VARIANTS: list[Variant] = [
             "            ### BEGIN SOLUTION\n"
             "            if input_ids[-1].item() == self.tokenizer.eos_token_id:\n"),
 ]
+from sampling_course.grading.parts.part2_sampling.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

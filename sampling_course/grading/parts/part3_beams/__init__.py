@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 3
 TITLE = "Beam search"
@@ -418,3 +418,5 @@ VARIANTS: list[Variant] = [
             "        worst = min((score for score, _, _ in self.hypotheses), default=float(\"-inf\"))\n"
             "        return full and (self.early_stopping is True or not self.score(best_running_sum, longest) > worst)\n"),
 ]
+from sampling_course.grading.parts.part3_beams.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

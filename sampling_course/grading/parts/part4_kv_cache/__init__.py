@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 4
 TITLE = "KV cache"
@@ -339,3 +339,5 @@ VARIANTS: list[Variant] = [
     Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
             _GENERATE_TAIL, _GENERATE_LOOPS),
 ]
+from sampling_course.grading.parts.part4_kv_cache.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -3,7 +3,7 @@ mistakes, and its planted correct variants."""
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, exercise
+from sampling_course.grading.catalogue import Exercise, exercise, with_fixes
 
 PART = 5
 TITLE = "The generation engine"
@@ -307,3 +307,5 @@ EXERCISES: tuple[Exercise, ...] = (
 # The planted mistakes and correct variants live beside this file.
 from sampling_course.grading.parts.part5_generation.mistakes import MISTAKES  # noqa: E402, F401
 from sampling_course.grading.parts.part5_generation.variants import VARIANTS  # noqa: E402, F401
+from sampling_course.grading.parts.part5_generation.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

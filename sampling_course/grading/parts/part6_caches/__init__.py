@@ -3,7 +3,7 @@ hints), its planted mistakes and its planted correct variants."""
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 6
 TITLE = "Caches for long and fast generation"
@@ -495,3 +495,5 @@ VARIANTS += [
             "    first = int(torch.where(done, steps, len(done)).min())\n"
             "    return torch.stack(columns[: first + 1], dim=1)\n"),
 ]
+from sampling_course.grading.parts.part6_caches.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -3,7 +3,7 @@ mistakes and its planted correct variants."""
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 7
 TITLE = "Speculative decoding"
@@ -390,3 +390,5 @@ VARIANTS: list[Variant] = [
             "            if torch.equal(tokens[i : i + n], tokens[length - n :]):\n"
             "                return tokens[i + n : i + n + num_tokens]\n"),
 ]
+from sampling_course.grading.parts.part7_speculative.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

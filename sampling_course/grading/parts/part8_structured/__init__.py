@@ -3,7 +3,7 @@ mistakes and its planted correct variants."""
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 8
 TITLE = "Structured generation"
@@ -439,3 +439,5 @@ VARIANTS: list[Variant] = [
             "        return math.inf\n"
             "    return math.fsum(px * math.log(px) for px, _ in terms) - math.fsum(px * math.log(qx) for px, qx in terms)\n"),
 ]
+from sampling_course.grading.parts.part8_structured.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

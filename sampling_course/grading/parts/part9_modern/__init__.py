@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise
+from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
 
 PART = 9
 TITLE = "Modern decoders"
@@ -312,3 +312,5 @@ VARIANTS: list[Variant] = [
             "                self.values[i] = torch.cat((self.values[i][:, : self.n_sink], self.values[i][:, self.n_sink + overflow :]), 1)\n"
             "        return max(overflow, 0)\n"),
 ]
+from sampling_course.grading.parts.part9_modern.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+MISTAKES = with_fixes(MISTAKES, FIXES)

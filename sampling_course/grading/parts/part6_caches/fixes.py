@@ -1,0 +1,62 @@
+"""How to put right each of part 6's planted mistakes, keyed by the mistake's name: the sentence shown
+after "Fix: " when a learner's failing code behaves like that mistake (see grading/diagnosis.describe_match).
+
+Each names the call or formula the solution uses where the mistake went wrong."""
+
+from __future__ import annotations
+
+FIXES: dict[str, str] = {
+    "static cache attends to unfilled slots":
+        "return only the filled slots, buffer[layer, 0, :batch, :end] with end = seq_len + new positions",
+    "static cache returns the old keys only (the new token misses itself)":
+        "write this step's keys first, then return the slots up to end = seq_len + new positions",
+    "static cache writes every step at slot 0":
+        "write at the current length: buffer[layer, 0, :batch, seq_len:end] = k (and likewise v)",
+    "reorder copies row by row in place (overwrites rows still to be read)":
+        "gather every row first, filled.index_select(2, rows), then write the result back in one assignment",
+    "reorder keeps the old batch size": "set self.batch = len(rows) after the reorder",
+    "fused QKV in the order K, Q, V":
+        "concatenate the weights in the order W_Q, W_K, W_V, matching how the fused output is split",
+    "fused weights flattened head-last (d_head, then head)":
+        "flatten each weight with the head outside: einops.rearrange(W, \"n d h -> d (n h)\")",
+    "fast path forgets the positions the cache gives":
+        "index W_pos with the positions given, model.pos_embed.W_pos[positions], which start after the cached tokens",
+    "fast path drops the attention mask (new tokens see each other's future)":
+        "pass the mask to SDPA: scaled_dot_product_attention(..., attn_mask=attn_mask)",
+    "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)":
+        "pass attn_mask=attn_mask, the bottom-right aligned mask, and leave is_causal off",
+    "fast path uses the exact GELU instead of GPT-2's tanh approximation": "call F.gelu(..., approximate=\"tanh\")",
+    "sink cache evicts the sink tokens (the ring covers every slot)":
+        "keep the ring after the sinks: start = num_sink_tokens + ring",
+    "sink window one position off (the window counts as full one token early)":
+        "treat the window as full only when held + new_pos > window_length (<= still fits)",
+    "sink positions off by one (a full window's tokens at window_length)":
+        "cap positions at window_length - 1 under the \"cache\" rule (n_ctx - 1 under \"absolute\")",
+    "sink positions counted from 1": "count from the tokens seen so far: torch.arange(seen, seen + new_pos)",
+    "fixed-shape step hides the new token from itself":
+        "show slots 0 to position inclusive: arange(max_len) <= position",
+    "fixed-shape step attends to every slot": "pass the visible mask (arange(max_len) <= position) to the attention",
+    "fixed-shape step writes the new keys one slot late":
+        "write the new keys and values at slot position: keys.index_copy_(1, slot, k)",
+    "fixed-shape step embeds every token at position 0":
+        ("pass the slot, position.view(1), as the token's position: fast_forward(model, tokens[:, None], slot[None], "
+         "...)"),
+    "fixed-shape step reads the position back to the host":
+        "index with the device tensor itself, slot = position.view(1), never int(position)",
+    "race multiplies by the clocks": "take (probs / clocks).argmax(dim=-1)",
+    "race with uniform clocks": "draw exponential clocks: torch.empty_like(probs).exponential_(generator=generator)",
+    "race won by the last clock to ring": "take argmax of probs / clocks, not argmin",
+    "race run on the logits": "race the probabilities: (logits.softmax(-1) / clocks).argmax(dim=-1)",
+    "race with one set of clocks for every row":
+        "draw a clock for every entry of every row: torch.empty_like(probs).exponential_(generator=generator)",
+    "race ignores the generator it is given": "pass it on: exponential_(generator=generator)",
+    "race drawn with torch.multinomial": "draw exponential clocks and return (probs / clocks).argmax(dim=-1)",
+    "decode loop looks after every step": "look only when (i + 1) % check_every == 0",
+    "decode loop keeps the step's own tensor": "append a copy: columns.append(step().clone())",
+    "decode loop looks one step early":
+        "look when (i + 1) % check_every == 0, after steps check_every, 2 check_every, ...",
+    "decode loop keeps the pad columns at the end":
+        "cut the columns after the first step at which every row had finished",
+    "decode loop drops the step where the last row finished":
+        "keep that step's column too: int(done.long().argmax()) + 1 columns",
+}
