@@ -121,7 +121,8 @@ MISTAKES: list[Mistake] = [
     Mistake(10, "partly filled block hashed", "prefix_cache.py", _FULL,
             "    for start in range(0, len(tokens), block_size):\n",
             why="the last, partly filled block gets a hash too, so a request can find a block whose later "
-                "positions another request is still filling"),
+                "positions another request is still filling",
+            fix="stop the range at the last full block: range(0, len(tokens) - block_size + 1, block_size)"),
 ]
 
 VARIANTS: list[Variant] = [
