@@ -92,7 +92,29 @@ def _submission_module() -> types.ModuleType:
         raise PermissionError('{"kind": "read", "detail": "flagged: tried to read /etc/shadow (refused)"}')
 
     module.forge = forge
+
+    def run_until_finished(step, finished):
+        calls = 0
+        while not bool(finished.all()) and calls < 10:  # reads only its own copy of finished
+            step()
+            calls += 1
+        return calls
+
+    module.run_until_finished = run_until_finished
     return module
+
+
+class MarkingStep:
+    """A step of the grader's that marks one more row finished, in place, at each call (as a decode step does)."""
+
+    def __init__(self, rows: int):
+        self.finished = torch.zeros(rows, dtype=torch.bool)
+        self.calls = 0
+
+    def __call__(self) -> torch.Tensor:
+        self.finished[self.calls] = True
+        self.calls += 1
+        return self.finished.clone()
 
 
 @pytest.fixture
@@ -150,3 +172,11 @@ def test_what_the_submission_says_is_never_a_flag(grader):
     with pytest.raises(PermissionError):
         module.forge()
     assert supervisor_flags(connection) == []
+
+
+def test_a_tensor_the_grader_lent_follows_its_changes_in_place(grader):
+    """The grader's step marks rows finished in the tensor it passed to the submission's loop: the submission's
+    copy sees each change, so the loop stops after three calls, as it would in one process."""
+    module = grader.request("import", None, name=MODULE)
+    step = MarkingStep(3)
+    assert module.run_until_finished(step, step.finished) == 3 and step.calls == 3

@@ -98,6 +98,11 @@ class Endpoint(Codec):
         self.budget: int | None = None  # bytes the other side may send in all (None: no limit)
         self.received = 0
         self.printed = 0  # characters of the submission's output passed on
+        # The grader's tensors lent to each request still in progress, [index, tensor, version synced]: the
+        # grader's code may change them in place while the submission works (a step marking rows finished),
+        # and the submission's copies follow. Only the grader lends; only the submission's side borrows.
+        self._lent: list[list[list]] = []
+        self._borrowed: list[list] = []  # the submission's side: the copies received by each request it answers
 
     # ----- handles ---------------------------------------------------------------------
 
@@ -130,6 +135,15 @@ class Endpoint(Codec):
                 entry[1] = tensor._version
         if changed:
             message["sync"] = changed
+        lent = []
+        for level, entries in enumerate(self._lent):
+            for entry in entries:
+                index, tensor, version = entry
+                if tensor_version(tensor) != version:
+                    lent.append([level, index, encode_tensor(tensor, blobs)])
+                    entry[2] = tensor_version(tensor)
+        if lent:
+            message["lent"] = lent
         write_frame(self.sock, message, blobs,
                     None if self.allowance is None else Deadline.after(max(self.allowance, 10.0)))
 
@@ -155,6 +169,20 @@ class Endpoint(Codec):
                 with torch.no_grad():
                     tensor.copy_(incoming)
                 entry[1] = tensor._version
+        if self.peer_trusted:  # the grader's changes to tensors it lent (the grader never takes these)
+            for item in expect_list(message.get("lent", [])):
+                level, index, spec = expect_list(item, 3)
+                if not (isinstance(level, int) and 0 <= level < len(self._borrowed)):
+                    continue
+                received = self._borrowed[level]
+                for at, (i, tensor, _) in enumerate(received):
+                    if i == index and isinstance(tensor, torch.Tensor):
+                        incoming = decode_tensor(spec, blobs)
+                        if incoming.shape == tensor.shape and incoming.dtype == tensor.dtype:
+                            with torch.no_grad():
+                                tensor.copy_(incoming)
+                            received[at] = (i, tensor, tensor_version(tensor))  # not the submission's change
+                        break
 
     def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
         """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting."""
@@ -164,8 +192,13 @@ class Endpoint(Codec):
         sent: list = []
         message = {"op": op, "ref": ref, "a": [self.encode(a, blobs, sent) for a in args]}
         message.update({key: self.encode(value, blobs, sent) for key, value in fields.items()})
+        lent = False
         try:
             self._send(message, blobs)
+            if not self.peer_trusted:
+                lent = True
+                self._lent.append([[i, v, tensor_version(v)] for i, v in enumerate(sent)
+                                   if isinstance(v, torch.Tensor) and tensor_version(v) is not None])
             while True:
                 reply, reply_blobs = self._read()
                 self._absorb(reply, reply_blobs)
@@ -186,6 +219,9 @@ class Endpoint(Codec):
             # Interrupted half-way (a time limit raised in this thread): the conversation is out of step.
             self.alive = False
             raise
+        finally:
+            if lent and self._lent:
+                self._lent.pop()
         if self.interrupted:  # it answered, but only after the time limit had interrupted it
             self.interrupted = False
             raise TookTooLong(f"stopped after {self.limit_s:g} s")
@@ -288,8 +324,12 @@ class Endpoint(Codec):
             args = [self.decode(a, blobs, received) for a in expect_list(message.get("a", []))]
             extra = {k: self.decode(v, blobs, received) for k, v in message.items()
                      if k in ("kw", "name", "value")}
-            with self._captured() as printed:  # noqa: F841 - read after the block
-                result = perform(self, str(message.get("op")), target, args, extra)
+            self._borrowed.append(received)
+            try:
+                with self._captured() as printed:  # noqa: F841 - read after the block
+                    result = perform(self, str(message.get("op")), target, args, extra)
+            finally:
+                self._borrowed.pop()
             if message.get("op") == "getattr" and self.owns_modules and type(result) in (torch.Tensor, torch.nn.Parameter):
                 value = self._encode_shared(result, out)  # an object's state: shared, so it can change in place
             else:
