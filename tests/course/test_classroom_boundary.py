@@ -101,6 +101,12 @@ def _submission_module() -> types.ModuleType:
         return calls
 
     module.run_until_finished = run_until_finished
+
+    def speak():
+        print("the text")
+        print("a warning", file=sys.stderr)
+
+    module.speak = speak
     return module
 
 
@@ -180,3 +186,12 @@ def test_a_tensor_the_grader_lent_follows_its_changes_in_place(grader):
     module = grader.request("import", None, name=MODULE)
     step = MarkingStep(3)
     assert module.run_until_finished(step, step.finished) == 3 and step.calls == 3
+
+
+def test_what_the_submission_prints_keeps_its_stream(grader, capsys):
+    """Its standard output arrives on the grader's standard output, its standard error on standard error,
+    as in one process (a test that reads the output of ``verbose=False`` is not failed by a warning)."""
+    module = grader.request("import", None, name=MODULE)
+    module.speak()
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("the text\n", "a warning\n")

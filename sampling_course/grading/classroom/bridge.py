@@ -205,10 +205,11 @@ class Endpoint(Codec):
                 kind = reply.get("op")
                 if kind in ("ok", "err"):
                     self._write_back(reply, reply_blobs, sent)
-                    if isinstance(reply.get("print"), str) and self.printed < PRINT_BUDGET:
-                        text = reply["print"][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
-                        self.printed += len(text)
-                        sys.stdout.write(text)
+                    for key, stream in (("print", sys.stdout), ("eprint", sys.stderr)):
+                        if isinstance(reply.get(key), str) and self.printed < PRINT_BUDGET:
+                            text = reply[key][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
+                            self.printed += len(text)
+                            stream.write(text)
                     break
                 self._serve(reply, reply_blobs)
             value = None if kind == "err" else self.decode(reply.get("v"), reply_blobs, [])
@@ -298,13 +299,14 @@ class Endpoint(Codec):
 
     @contextlib.contextmanager
     def _captured(self) -> Any:
-        """On the submission's side, what its code prints during a request goes back with the answer."""
+        """On the submission's side, what its code prints during a request goes back with the answer:
+        its standard output and its standard error apart, each to the same stream on the grader's side."""
         if not self.peer_trusted:
             yield None
             return
-        buffer = _CappedText(PRINT_BUDGET)
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            yield buffer
+        out, err = _CappedText(PRINT_BUDGET), _CappedText(PRINT_BUDGET)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
 
     def _serve(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         started = time.monotonic()
@@ -340,8 +342,10 @@ class Endpoint(Codec):
         except BaseException as exc:  # noqa: BLE001 - everything the code raised goes back as data
             out = []
             reply = {"op": "err", "error": error_of(exc)}
-        if self.peer_trusted and (printed.getvalue() if printed else ""):
-            reply["print"] = printed.getvalue()[:PRINT_BUDGET]
+        if self.peer_trusted and printed:
+            for key, buffer in zip(("print", "eprint"), printed):
+                if buffer.getvalue():
+                    reply[key] = buffer.getvalue()[:PRINT_BUDGET]
         mutated = []
         for index, original, version in received:
             if index is None:
