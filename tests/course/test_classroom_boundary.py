@@ -26,6 +26,7 @@ import torch
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
+from sampling_course.op_recorder import OpRecorder
 
 MODULE = "classroom_boundary_submission"
 
@@ -107,6 +108,7 @@ def _submission_module() -> types.ModuleType:
         print("a warning", file=sys.stderr)
 
     module.speak = speak
+    module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
     return module
 
 
@@ -195,3 +197,15 @@ def test_what_the_submission_prints_keeps_its_stream(grader, capsys):
     module.speak()
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("the text\n", "a warning\n")
+
+
+def test_operations_are_recorded_where_the_submission_runs(grader):
+    """A recorder on in the grader sees the operations the submission's code ran (its read back to the host
+    included), and none of the connection's own work: the same record as in one process."""
+    module = grader.request("import", None, name=MODULE)
+    x = torch.arange(3.0)
+    with OpRecorder() as here:
+        module.reads_back(x)
+    with OpRecorder() as local:
+        int((x * 2).sum().item())
+    assert here.ops == local.ops and "_local_scalar_dense" in here.host_reads()

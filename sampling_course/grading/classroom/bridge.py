@@ -64,6 +64,7 @@ from sampling_course.grading.classroom.wire import (
     write_frame,
 )
 from sampling_course.grading.time_limit import TookTooLong
+from sampling_course.op_recorder import OpRecorder
 
 __all__ = ["PRINT_BUDGET", "Endpoint", "RemoteError", "SubmissionLost", "perform"]
 
@@ -185,13 +186,27 @@ class Endpoint(Codec):
                         break
 
     def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
-        """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting."""
+        """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting.
+
+        While the grader records tensor operations (``OpRecorder``), the submission's code is recorded
+        where it runs, by the same class, and its operations come back as data; the connection's own
+        work is recorded on neither side."""
+        recorders = [] if self.peer_trusted else OpRecorder.recording()
+        with OpRecorder.paused():
+            value, ops = self._request(op, ref, args, fields, bool(recorders))
+        for recorder in recorders:
+            recorder.extend(ops)
+        return value
+
+    def _request(self, op: str, ref: int | None, args: tuple, fields: dict[str, Any], record: bool) -> Any:
         if not self.alive:
             raise SubmissionLost("the submission's process is gone")
         blobs: list[bytes] = []
         sent: list = []
         message = {"op": op, "ref": ref, "a": [self.encode(a, blobs, sent) for a in args]}
         message.update({key: self.encode(value, blobs, sent) for key, value in fields.items()})
+        if record:
+            message["rec"] = True
         lent = False
         try:
             self._send(message, blobs)
@@ -231,7 +246,7 @@ class Endpoint(Codec):
             if self.on_error is not None:
                 self.on_error(error)
             raise_remote(error)
-        return value
+        return value, reply.get("ops", []) if record else []
 
     def _read(self) -> tuple[dict[str, Any], list[memoryview]]:
         while True:
@@ -327,8 +342,9 @@ class Endpoint(Codec):
             extra = {k: self.decode(v, blobs, received) for k, v in message.items()
                      if k in ("kw", "name", "value")}
             self._borrowed.append(received)
+            recorder = OpRecorder() if self.peer_trusted and message.get("rec") else contextlib.nullcontext()
             try:
-                with self._captured() as printed:  # noqa: F841 - read after the block
+                with self._captured() as printed, recorder:  # noqa: F841 - read after the block
                     result = perform(self, str(message.get("op")), target, args, extra)
             finally:
                 self._borrowed.pop()
@@ -337,6 +353,8 @@ class Endpoint(Codec):
             else:
                 value = self.encode(result, out, [])
             reply: dict[str, Any] = {"op": "ok", "v": value}
+            if isinstance(recorder, OpRecorder):  # the operations its code ran, as data
+                reply["ops"] = [[name, [list(shape) for shape in shapes]] for name, shapes in recorder.ops]
         except (WireError, Closed):
             raise
         except BaseException as exc:  # noqa: BLE001 - everything the code raised goes back as data
