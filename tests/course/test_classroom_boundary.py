@@ -27,6 +27,7 @@ from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.op_recorder import OpRecorder
+from sampling_course.repeat import repeat
 
 MODULE = "classroom_boundary_submission"
 
@@ -109,6 +110,7 @@ def _submission_module() -> types.ModuleType:
 
     module.speak = speak
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
+    module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
     return module
 
 
@@ -209,3 +211,17 @@ def test_operations_are_recorded_where_the_submission_runs(grader):
     with OpRecorder() as local:
         int((x * 2).sum().item())
     assert here.ops == local.ops and "_local_scalar_dense" in here.host_reads()
+
+
+def test_repeated_calls_of_a_submission_function_are_one_request(grader):
+    """``repeat`` on a submission's function runs its loop in the submission's process: one request from
+    the grader, the draws of one process seeded alike, and the results as plain tensors."""
+    module = grader.request("import", None, name=MODULE)
+    draw, logits = module.draw, torch.tensor([0.0, 1.0, 2.0])
+    torch.manual_seed(0)
+    before = grader.requests_sent
+    draws = repeat(draw, 50, logits)
+    torch.manual_seed(0)
+    local = [torch.multinomial(logits.softmax(-1), 1)[0] for _ in range(50)]
+    assert grader.requests_sent - before <= 3  # the import of the loop, its function, the call
+    assert all(type(d) is torch.Tensor for d in draws) and torch.equal(torch.stack(draws), torch.stack(local))

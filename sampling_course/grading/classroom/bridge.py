@@ -95,6 +95,7 @@ class Endpoint(Codec):
         self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
         self._rng = torch.get_rng_state()
         self.requests_served = 0
+        self.requests_sent = 0
         self.max_frame = MAX_FRAME  # the largest frame accepted from the other side
         self.budget: int | None = None  # bytes the other side may send in all (None: no limit)
         self.received = 0
@@ -201,6 +202,7 @@ class Endpoint(Codec):
     def _request(self, op: str, ref: int | None, args: tuple, fields: dict[str, Any], record: bool) -> Any:
         if not self.alive:
             raise SubmissionLost("the submission's process is gone")
+        self.requests_sent += 1
         blobs: list[bytes] = []
         sent: list = []
         message = {"op": op, "ref": ref, "a": [self.encode(a, blobs, sent) for a in args]}
