@@ -110,6 +110,7 @@ def _submission_module() -> types.ModuleType:
 
     module.speak = speak
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
+    module.records = lambda *records: [type(r).__name__ for r in records]
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
     return module
 
@@ -225,3 +226,17 @@ def test_repeated_calls_of_a_submission_function_are_one_request(grader):
     local = [torch.multinomial(logits.softmax(-1), 1)[0] for _ in range(50)]
     assert grader.requests_sent - before <= 3  # the import of the loop, its function, the call
     assert all(type(d) is torch.Tensor for d in draws) and torch.equal(torch.stack(draws), torch.stack(local))
+
+
+def test_the_courses_settings_records_cross_by_value(grader):
+    """Config, LlamaConfig and SamplerSettings arrive as the runtime's own classes (a submission checks
+    isinstance), rebuilt from their fields."""
+    from sampling_course.config import Config
+    from sampling_course.llama_config import LlamaConfig
+    from sampling_course.sampling_settings import SamplerSettings
+
+    module = grader.request("import", None, name=MODULE)
+    cfg = Config(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_layers=1)
+    llama = LlamaConfig(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_key_value_heads=2, n_layers=1)
+    settings = SamplerSettings(temperature=0.5, top_k=3)
+    assert module.records(cfg, llama, settings) == ["Config", "LlamaConfig", "SamplerSettings"]
