@@ -26,6 +26,8 @@ import torch
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
+from sampling_course.op_recorder import OpRecorder
+from sampling_course.repeat import repeat
 
 MODULE = "classroom_boundary_submission"
 
@@ -92,7 +94,38 @@ def _submission_module() -> types.ModuleType:
         raise PermissionError('{"kind": "read", "detail": "flagged: tried to read /etc/shadow (refused)"}')
 
     module.forge = forge
+
+    def run_until_finished(step, finished):
+        calls = 0
+        while not bool(finished.all()) and calls < 10:  # reads only its own copy of finished
+            step()
+            calls += 1
+        return calls
+
+    module.run_until_finished = run_until_finished
+
+    def speak():
+        print("the text")
+        print("a warning", file=sys.stderr)
+
+    module.speak = speak
+    module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
+    module.records = lambda *records: [type(r).__name__ for r in records]
+    module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
     return module
+
+
+class MarkingStep:
+    """A step of the grader's that marks one more row finished, in place, at each call (as a decode step does)."""
+
+    def __init__(self, rows: int):
+        self.finished = torch.zeros(rows, dtype=torch.bool)
+        self.calls = 0
+
+    def __call__(self) -> torch.Tensor:
+        self.finished[self.calls] = True
+        self.calls += 1
+        return self.finished.clone()
 
 
 @pytest.fixture
@@ -150,3 +183,60 @@ def test_what_the_submission_says_is_never_a_flag(grader):
     with pytest.raises(PermissionError):
         module.forge()
     assert supervisor_flags(connection) == []
+
+
+def test_a_tensor_the_grader_lent_follows_its_changes_in_place(grader):
+    """The grader's step marks rows finished in the tensor it passed to the submission's loop: the submission's
+    copy sees each change, so the loop stops after three calls, as it would in one process."""
+    module = grader.request("import", None, name=MODULE)
+    step = MarkingStep(3)
+    assert module.run_until_finished(step, step.finished) == 3 and step.calls == 3
+
+
+def test_what_the_submission_prints_keeps_its_stream(grader, capsys):
+    """Its standard output arrives on the grader's standard output, its standard error on standard error,
+    as in one process (a test that reads the output of ``verbose=False`` is not failed by a warning)."""
+    module = grader.request("import", None, name=MODULE)
+    module.speak()
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == ("the text\n", "a warning\n")
+
+
+def test_operations_are_recorded_where_the_submission_runs(grader):
+    """A recorder on in the grader sees the operations the submission's code ran (its read back to the host
+    included), and none of the connection's own work: the same record as in one process."""
+    module = grader.request("import", None, name=MODULE)
+    x = torch.arange(3.0)
+    with OpRecorder() as here:
+        module.reads_back(x)
+    with OpRecorder() as local:
+        int((x * 2).sum().item())
+    assert here.ops == local.ops and "_local_scalar_dense" in here.host_reads()
+
+
+def test_repeated_calls_of_a_submission_function_are_one_request(grader):
+    """``repeat`` on a submission's function runs its loop in the submission's process: one request from
+    the grader, the draws of one process seeded alike, and the results as plain tensors."""
+    module = grader.request("import", None, name=MODULE)
+    draw, logits = module.draw, torch.tensor([0.0, 1.0, 2.0])
+    torch.manual_seed(0)
+    before = grader.requests_sent
+    draws = repeat(draw, 50, logits)
+    torch.manual_seed(0)
+    local = [torch.multinomial(logits.softmax(-1), 1)[0] for _ in range(50)]
+    assert grader.requests_sent - before <= 3  # the import of the loop, its function, the call
+    assert all(type(d) is torch.Tensor for d in draws) and torch.equal(torch.stack(draws), torch.stack(local))
+
+
+def test_the_courses_settings_records_cross_by_value(grader):
+    """Config, LlamaConfig and SamplerSettings arrive as the runtime's own classes (a submission checks
+    isinstance), rebuilt from their fields."""
+    from sampling_course.config import Config
+    from sampling_course.llama_config import LlamaConfig
+    from sampling_course.sampling_settings import SamplerSettings
+
+    module = grader.request("import", None, name=MODULE)
+    cfg = Config(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_layers=1)
+    llama = LlamaConfig(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_key_value_heads=2, n_layers=1)
+    settings = SamplerSettings(temperature=0.5, top_k=3)
+    assert module.records(cfg, llama, settings) == ["Config", "LlamaConfig", "SamplerSettings"]

@@ -33,6 +33,8 @@ from functools import cache
 import pytest
 import torch
 
+from sampling_course.repeat import repeat
+
 from doubles import NeverEOSModel
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -158,14 +160,16 @@ def assert_left_alone(given: torch.Tensor, original: torch.Tensor, name: str) ->
     )
 
 
-def draws_of(method, logits: torch.Tensor, n: int, *args, **kwargs) -> torch.Tensor:
-    """``n`` calls of ``method`` on one copy of one position's logits: a (n,) tensor of token ids.
+def draws_of(method, logits: torch.Tensor, n: int, *args, before: tuple = (), **kwargs) -> torch.Tensor:
+    """``n`` calls ``method(*before, logits, *args, **kwargs)`` on one copy of one position's logits: a (n,)
+    tensor of token ids. The calls are one ``repeat``, so that a submission graded in another process
+    makes them there, in one request.
 
     The copy must be left as it was (``assert_left_alone``).
     """
     name = getattr(method, "__name__", "the method")
     given = logits.clone()
-    draws = torch.tensor([as_token(method(given, *args, **kwargs), name) for _ in range(n)])
+    draws = torch.tensor([as_token(token, name) for token in repeat(method, n, *before, given, *args, **kwargs)])
     assert_left_alone(given, logits, name)
     return draws
 
@@ -502,7 +506,7 @@ def test_sample_next_token_distribution(Sampler, settings, seed):
     """
     torch.manual_seed(seed)
     input_ids = torch.tensor(PENALISED_IDS)
-    draws = draws_of(lambda logits: Sampler.sample_next_token(input_ids, logits, **settings), LOGITS, n_draws())
+    draws = draws_of(Sampler.sample_next_token, LOGITS, n_draws(), before=(input_ids,), **settings)
     expected = pipeline_probs(LOGITS, PENALISED_IDS, **settings)
     assert_draws_follow(draws, expected, f"sample_next_token({settings})")
 
@@ -873,7 +877,7 @@ def hf_next_token_logits(reference, prompt: str) -> torch.Tensor:
 
 
 def frequencies_of(Sampler, input_ids, logits, n: int) -> torch.Tensor:
-    draws = draws_of(lambda row: Sampler.sample_next_token(input_ids, row), logits, n)
+    draws = draws_of(Sampler.sample_next_token, logits, n, before=(input_ids,))
     return torch.bincount(draws, minlength=logits.shape[-1])
 
 

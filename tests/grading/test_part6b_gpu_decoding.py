@@ -10,8 +10,9 @@ with a one-line reason elsewhere):
   is far off. Fed one token at a time, its logits must equal Hugging Face's full forward
   at that position, and the buffer must then hold Hugging Face's keys and values exactly
   where the tokens went. That it can be captured is checked by recording every operation
-  it runs (a ``TorchDispatchMode``): at two positions the same operations on the same
-  shapes, and no operation that reads a value back to the host.
+  it runs (``sampling_course.op_recorder.OpRecorder``, which records in the process where the
+  code runs): at two positions the same operations on the same shapes, and no operation that
+  reads a value back to the host.
 * ``race_sample`` is statistical: one call on many rows of the same logits, each token's
   count within its exact binomial interval (Bonferroni over tokens and tails), so a correct
   sampler fails with probability at most ``ALPHA`` = 1e-6. The law it must follow is
@@ -33,15 +34,12 @@ import math
 import einops
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from sampling_course.grading.tolerances import parity
+from sampling_course.op_recorder import OpRecorder
 
 TOL = parity()
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
-# Operations that make the host wait for the device (a value read back, a shape that depends on data).
-HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "multinomial", "unique", "item"}
 
 needs_cuda = pytest.mark.skipif(
     not torch.cuda.is_available(), reason="needs a CUDA GPU (runs with pytest --device cuda on a machine with one)"
@@ -55,23 +53,6 @@ def gpu(impl):
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
     return torch.randint(0, d_vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
-
-
-class OpRecorder(TorchDispatchMode):
-    """Records every operation run inside it: its name and the shapes of what it returns."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: list[tuple[str, tuple]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        shapes = tuple(tuple(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
-        self.ops.append((func._overloadpacket.__name__, shapes))
-        return out
-
-    def host_reads(self) -> list[str]:
-        return [name for name, _ in self.ops if name in HOST_READS]
 
 
 # ---------------------------------------------------------------------------------------

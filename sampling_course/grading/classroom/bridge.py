@@ -64,6 +64,7 @@ from sampling_course.grading.classroom.wire import (
     write_frame,
 )
 from sampling_course.grading.time_limit import TookTooLong
+from sampling_course.op_recorder import OpRecorder
 
 __all__ = ["PRINT_BUDGET", "Endpoint", "RemoteError", "SubmissionLost", "perform"]
 
@@ -94,10 +95,16 @@ class Endpoint(Codec):
         self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
         self._rng = torch.get_rng_state()
         self.requests_served = 0
+        self.requests_sent = 0
         self.max_frame = MAX_FRAME  # the largest frame accepted from the other side
         self.budget: int | None = None  # bytes the other side may send in all (None: no limit)
         self.received = 0
         self.printed = 0  # characters of the submission's output passed on
+        # The grader's tensors lent to each request still in progress, [index, tensor, version synced]: the
+        # grader's code may change them in place while the submission works (a step marking rows finished),
+        # and the submission's copies follow. Only the grader lends; only the submission's side borrows.
+        self._lent: list[list[list]] = []
+        self._borrowed: list[list] = []  # the submission's side: the copies received by each request it answers
 
     # ----- handles ---------------------------------------------------------------------
 
@@ -130,6 +137,15 @@ class Endpoint(Codec):
                 entry[1] = tensor._version
         if changed:
             message["sync"] = changed
+        lent = []
+        for level, entries in enumerate(self._lent):
+            for entry in entries:
+                index, tensor, version = entry
+                if tensor_version(tensor) != version:
+                    lent.append([level, index, encode_tensor(tensor, blobs)])
+                    entry[2] = tensor_version(tensor)
+        if lent:
+            message["lent"] = lent
         write_frame(self.sock, message, blobs,
                     None if self.allowance is None else Deadline.after(max(self.allowance, 10.0)))
 
@@ -155,27 +171,62 @@ class Endpoint(Codec):
                 with torch.no_grad():
                     tensor.copy_(incoming)
                 entry[1] = tensor._version
+        if self.peer_trusted:  # the grader's changes to tensors it lent (the grader never takes these)
+            for item in expect_list(message.get("lent", [])):
+                level, index, spec = expect_list(item, 3)
+                if not (isinstance(level, int) and 0 <= level < len(self._borrowed)):
+                    continue
+                received = self._borrowed[level]
+                for at, (i, tensor, _) in enumerate(received):
+                    if i == index and isinstance(tensor, torch.Tensor):
+                        incoming = decode_tensor(spec, blobs)
+                        if incoming.shape == tensor.shape and incoming.dtype == tensor.dtype:
+                            with torch.no_grad():
+                                tensor.copy_(incoming)
+                            received[at] = (i, tensor, tensor_version(tensor))  # not the submission's change
+                        break
 
     def request(self, op: str, ref: int | None, *args: Any, **fields: Any) -> Any:
-        """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting."""
+        """Ask the other side to do ``op`` on its object ``ref``; serve its requests while waiting.
+
+        While the grader records tensor operations (``OpRecorder``), the submission's code is recorded
+        where it runs, by the same class, and its operations come back as data; the connection's own
+        work is recorded on neither side."""
+        recorders = [] if self.peer_trusted else OpRecorder.recording()
+        with OpRecorder.paused():
+            value, ops = self._request(op, ref, args, fields, bool(recorders))
+        for recorder in recorders:
+            recorder.extend(ops)
+        return value
+
+    def _request(self, op: str, ref: int | None, args: tuple, fields: dict[str, Any], record: bool) -> Any:
         if not self.alive:
             raise SubmissionLost("the submission's process is gone")
+        self.requests_sent += 1
         blobs: list[bytes] = []
         sent: list = []
         message = {"op": op, "ref": ref, "a": [self.encode(a, blobs, sent) for a in args]}
         message.update({key: self.encode(value, blobs, sent) for key, value in fields.items()})
+        if record:
+            message["rec"] = True
+        lent = False
         try:
             self._send(message, blobs)
+            if not self.peer_trusted:
+                lent = True
+                self._lent.append([[i, v, tensor_version(v)] for i, v in enumerate(sent)
+                                   if isinstance(v, torch.Tensor) and tensor_version(v) is not None])
             while True:
                 reply, reply_blobs = self._read()
                 self._absorb(reply, reply_blobs)
                 kind = reply.get("op")
                 if kind in ("ok", "err"):
                     self._write_back(reply, reply_blobs, sent)
-                    if isinstance(reply.get("print"), str) and self.printed < PRINT_BUDGET:
-                        text = reply["print"][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
-                        self.printed += len(text)
-                        sys.stdout.write(text)
+                    for key, stream in (("print", sys.stdout), ("eprint", sys.stderr)):
+                        if isinstance(reply.get(key), str) and self.printed < PRINT_BUDGET:
+                            text = reply[key][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
+                            self.printed += len(text)
+                            stream.write(text)
                     break
                 self._serve(reply, reply_blobs)
             value = None if kind == "err" else self.decode(reply.get("v"), reply_blobs, [])
@@ -186,6 +237,9 @@ class Endpoint(Codec):
             # Interrupted half-way (a time limit raised in this thread): the conversation is out of step.
             self.alive = False
             raise
+        finally:
+            if lent and self._lent:
+                self._lent.pop()
         if self.interrupted:  # it answered, but only after the time limit had interrupted it
             self.interrupted = False
             raise TookTooLong(f"stopped after {self.limit_s:g} s")
@@ -194,7 +248,7 @@ class Endpoint(Codec):
             if self.on_error is not None:
                 self.on_error(error)
             raise_remote(error)
-        return value
+        return value, reply.get("ops", []) if record else []
 
     def _read(self) -> tuple[dict[str, Any], list[memoryview]]:
         while True:
@@ -262,13 +316,14 @@ class Endpoint(Codec):
 
     @contextlib.contextmanager
     def _captured(self) -> Any:
-        """On the submission's side, what its code prints during a request goes back with the answer."""
+        """On the submission's side, what its code prints during a request goes back with the answer:
+        its standard output and its standard error apart, each to the same stream on the grader's side."""
         if not self.peer_trusted:
             yield None
             return
-        buffer = _CappedText(PRINT_BUDGET)
-        with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-            yield buffer
+        out, err = _CappedText(PRINT_BUDGET), _CappedText(PRINT_BUDGET)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            yield out, err
 
     def _serve(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         started = time.monotonic()
@@ -288,20 +343,29 @@ class Endpoint(Codec):
             args = [self.decode(a, blobs, received) for a in expect_list(message.get("a", []))]
             extra = {k: self.decode(v, blobs, received) for k, v in message.items()
                      if k in ("kw", "name", "value")}
-            with self._captured() as printed:  # noqa: F841 - read after the block
-                result = perform(self, str(message.get("op")), target, args, extra)
+            self._borrowed.append(received)
+            recorder = OpRecorder() if self.peer_trusted and message.get("rec") else contextlib.nullcontext()
+            try:
+                with self._captured() as printed, recorder:  # noqa: F841 - read after the block
+                    result = perform(self, str(message.get("op")), target, args, extra)
+            finally:
+                self._borrowed.pop()
             if message.get("op") == "getattr" and self.owns_modules and type(result) in (torch.Tensor, torch.nn.Parameter):
                 value = self._encode_shared(result, out)  # an object's state: shared, so it can change in place
             else:
                 value = self.encode(result, out, [])
             reply: dict[str, Any] = {"op": "ok", "v": value}
+            if isinstance(recorder, OpRecorder):  # the operations its code ran, as data
+                reply["ops"] = [[name, [list(shape) for shape in shapes]] for name, shapes in recorder.ops]
         except (WireError, Closed):
             raise
         except BaseException as exc:  # noqa: BLE001 - everything the code raised goes back as data
             out = []
             reply = {"op": "err", "error": error_of(exc)}
-        if self.peer_trusted and (printed.getvalue() if printed else ""):
-            reply["print"] = printed.getvalue()[:PRINT_BUDGET]
+        if self.peer_trusted and printed:
+            for key, buffer in zip(("print", "eprint"), printed):
+                if buffer.getvalue():
+                    reply[key] = buffer.getvalue()[:PRINT_BUDGET]
         mutated = []
         for index, original, version in received:
             if index is None:

@@ -4,7 +4,8 @@
 ``bridge.py`` inherits it):
 
 * tensors, numbers, strings, None, lists, tuples, dicts, sets, ``torch.Size``, dtypes,
-  slices, ranges, bytes, the course's ``Config``, a torch ``Generator`` (its state), a few
+  slices, ranges, bytes, the course's settings records (``Config``, ``LlamaConfig``,
+  ``SamplerSettings``: rebuilt from their fields, checked again), a torch ``Generator`` (its state), a few
   classes by name (``torch.Tensor``, ``int``, ...) and exception classes: by value;
 * a tensor that is an object's attribute (``cache.buffer``): *shared*, one copy on each side,
   kept in step, so that ``cache.buffer.fill_(...)`` and ``cache.buffer is buffer`` mean what they
@@ -26,6 +27,8 @@ from typing import Any
 import torch
 
 from sampling_course.config import Config
+from sampling_course.llama_config import LlamaConfig
+from sampling_course.sampling_settings import SamplerSettings
 from sampling_course.grading.classroom.policy import may_hand_out
 from sampling_course.grading.classroom.proxies import SPECIALS, ModuleMirror, RemoteObject, build_mirror, local_type
 from sampling_course.grading.classroom.wire import DTYPES, WireError, decode_tensor, encode_tensor
@@ -51,6 +54,8 @@ _CLASSES: dict[str, type] = {
     "Config": Config,
 }
 _CLASS_NAMES = {cls: name for name, cls in _CLASSES.items()}
+# The runtime's settings records, which cross by value (their fields), checked again where they are rebuilt.
+_RECORDS: dict[str, type] = {cls.__name__: cls for cls in (Config, LlamaConfig, SamplerSettings)}
 
 
 class RemoteError(RuntimeError):
@@ -133,8 +138,9 @@ class Codec:
         if type(value) is bytes:
             blobs.append(value)
             return {"by": len(blobs) - 1}
-        if type(value) is Config:
-            return {"C": {f.name: enc(getattr(value, f.name)) for f in dataclasses.fields(value)}}
+        if type(value) in _RECORDS.values():
+            return {"C": {f.name: enc(getattr(value, f.name)) for f in dataclasses.fields(value)},
+                    "n": type(value).__name__}
         if isinstance(value, torch.Generator):
             spec = encode_tensor(value.get_state(), blobs)
             sent.append(value)
@@ -247,14 +253,14 @@ class Codec:
                 raise WireError("bad bytes reference")
             return bytes(blobs[index])
         if "C" in value:
-            fields = value["C"]
+            fields, record = value["C"], _RECORDS[_choice(value.get("n", "Config"), _RECORDS)]
             if not isinstance(fields, dict):
-                raise WireError("bad Config")
-            known = {f.name for f in dataclasses.fields(Config)}
+                raise WireError(f"bad {record.__name__}")
+            known = {f.name for f in dataclasses.fields(record) if f.init}
             try:
-                return Config(**{k: dec(v) for k, v in fields.items() if k in known})
+                return record(**{k: dec(v) for k, v in fields.items() if k in known})
             except (TypeError, ValueError) as exc:
-                raise WireError(f"bad Config: {exc}") from None
+                raise WireError(f"bad {record.__name__}: {exc}") from None
         if "G" in value:
             generator = torch.Generator()
             try:
@@ -323,7 +329,7 @@ class Codec:
 
 
 _PLAIN_LEAVES = (type(None), bool, int, float, str, bytes, torch.Size, torch.dtype, torch.device, range, Config,
-                 torch.Generator)
+                 LlamaConfig, SamplerSettings, torch.Generator)
 
 
 def plain(value: Any, endpoint: Any = None, depth: int = 0) -> bool:

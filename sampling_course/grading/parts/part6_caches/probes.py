@@ -14,13 +14,12 @@ from typing import Any
 
 import einops
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from sampling_course.grading.matching import FALSE_MATCH, Distribution, Frequencies, attempt, draws_for, enumerating, plain
 from sampling_course.grading.probing import (
     Impl, attn_params, demo_params, generator, loaded, probe, randn, small_config,
 )
+from sampling_course.op_recorder import OpRecorder
 
 
 @probe("fuse_qkv")
@@ -159,28 +158,6 @@ def _probe_sink_update(impl: Impl) -> Any:
 # Fast decoding on a GPU (notebook 06b)
 # ---------------------------------------------------------------------------------------
 
-# Operations that make the host wait for the device: a value read back, a shape that depends on data.
-_HOST_READS = {"_local_scalar_dense", "nonzero", "masked_select", "multinomial", "unique", "item"}
-
-
-class _HostReads(TorchDispatchMode):
-    """Counts the operations run inside it that read a value back to the host; keeps every op's name and shapes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple[str, tuple]] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        shapes = tuple(tuple(t.shape) for t in tree_leaves(out) if isinstance(t, torch.Tensor))
-        self.ops.append((func._overloadpacket.__name__, shapes))
-        return out
-
-    @property
-    def reads(self) -> int:
-        return sum(name in _HOST_READS for name, _ in self.ops)
-
-
 @probe("fixed_shape_step")
 def _probe_fixed_shape_step(impl: Impl) -> Any:
     cfg, g = small_config(), generator(95)
@@ -191,11 +168,11 @@ def _probe_fixed_shape_step(impl: Impl) -> Any:
     fused = _fast_layers(impl, model)
     logits, recorded = [], []
     for position in (3, 4):
-        with _HostReads() as reads:
+        with OpRecorder() as reads:
             logits.append(plain(impl.gpu_decoding.fixed_shape_step(model, fused, buffer, tokens, torch.tensor(position))))
         recorded.append(reads)
     # Whether it read anything back to the host, and whether both positions ran the same operations on the same shapes.
-    return [logits, plain(buffer), any(r.reads for r in recorded), recorded[0].ops == recorded[1].ops]
+    return [logits, plain(buffer), any(r.host_reads() for r in recorded), recorded[0].ops == recorded[1].ops]
 
 
 # Five tokens whose laws under the race's classic mistakes lie at least 0.07 apart from each other and
@@ -230,7 +207,7 @@ def _probe_race_sample(impl: Impl) -> Any:
     race = impl.gpu_decoding.race_sample
     rows = _RACE_LOGITS.expand(64, -1)
     generator_ = torch.Generator()
-    with _HostReads() as reads:
+    with OpRecorder() as reads:
         first = torch.as_tensor(race(rows, generator=generator_.manual_seed(5)))
     # Rows of one call drawn independently (64 equal draws: probability about 1e-13 if they are)?
     same_rows = bool((first == first[0]).all())
@@ -238,7 +215,7 @@ def _probe_race_sample(impl: Impl) -> Any:
     reproducible = torch.equal(first, torch.as_tensor(race(rows, generator=generator_.manual_seed(5))))
     # The law is compared only where rows are drawn independently: it is estimated from the rows of one call.
     law = None if same_rows else _race_law(race, 6)
-    return [same_rows, reproducible, reads.reads > 0, law]
+    return [same_rows, reproducible, len(reads.host_reads()) > 0, law]
 
 
 class _ScriptedStep:
