@@ -75,19 +75,24 @@ def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache
     reads its requests' keys and values back through their slots, padded, and runs one
     masked attention call for all of them.
     """
-    q = torch.einsum("td,ndh->tnh", x, attn.W_Q) + attn.b_Q
-    k = torch.einsum("td,ndh->tnh", x, attn.W_K) + attn.b_K
-    v = torch.einsum("td,ndh->tnh", x, attn.W_V) + attn.b_V
+    # Queries, keys and values in one matmul: the three (n_heads, d_model, d_head) weights side by side as one
+    # (d_model, 3 * n_heads * d_head) matrix. (An einsum per weight would copy it into that shape at every call.)
+    weight = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).flatten(1)
+    bias = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
+    q, k, v = (x @ weight + bias).view(len(x), 3, *attn.b_Q.shape).unbind(1)
     cache.write(layer, new_slots, k, v)
     kv = cache.flat(layer)
     z = torch.empty_like(q)
     for group in groups:
-        # (2, n_requests, max_len, n_heads, d_head) -> keys and values as (n_requests, n_heads, max_len, d_head)
-        keys, values = kv[:, group.slots].transpose(2, 3)
+        # One gather of whole slots (index_select copies each slot's heads in one piece, much faster
+        # than advanced indexing), then keys and values as (n_requests, n_heads, max_len, d_head).
+        n_requests, max_len = group.slots.shape
+        picked = kv.index_select(1, group.slots.flatten()).view(2, n_requests, max_len, *kv.shape[2:])
+        keys, values = picked.transpose(2, 3)
         queries = q[group.rows].transpose(1, 2)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask)
         z[group.rows[group.valid]] = out.transpose(1, 2)[group.valid]
-    return torch.einsum("tnh,nhd->td", z, attn.W_O) + attn.b_O
+    return z.flatten(1) @ attn.W_O.flatten(0, 1) + attn.b_O
 
 
 @torch.inference_mode()
