@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 5af0b06e38b7c77515f8116b436243cd427409c79e800f6d7d9860f9618a052b
+# stub-checksum: f770f5d8583404a2b588b999b43426d9c44e481decc3b8785f037328d1bb9968
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
 Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
@@ -8,18 +8,20 @@ Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forw
 generator, and retires the requests that finished. The forward pass packs the new tokens of
 every request into one row, the way vLLM does: a prompt being prefilled and a request being
 decoded by one token sit side by side. Everything but attention works token by token, so it
-runs on the packed row at once; attention runs per request, each reading its own keys and
-values from the paged cache through its block table. A request's logits therefore depend on
-its own tokens only, not on which requests share its step.
+runs on the packed row at once. Attention reads each request's own keys and values from the
+paged cache through its block table; the requests decoded by one token run as one padded,
+masked batch, and the prompts being prefilled as another. The mask lets a query read only its
+own request's positions, so a request's logits depend on its own tokens only (up to float
+rounding, which can vary with the shape of the batch), not on which requests share its step.
 """
 
 from __future__ import annotations
 
-import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.sampling_settings import SamplerSettings
@@ -33,29 +35,67 @@ from .scheduler import Request, Scheduler
 from .transformer import DemoTransformer
 
 
-def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache, layer: int,
-                    requests: list[Request], starts: list[int]) -> Float[Tensor, "n_new d_model"]:
-    """One layer's attention for the packed new tokens of ``requests``.
+@dataclass
+class AttentionGroup:
+    """Requests whose attention runs as one padded batch, and where their queries and keys are.
 
-    The new keys and values are written into the cache through each request's table first,
-    then each request's queries attend to all of its positions so far, read back in order.
+    Row ``r`` is one request: ``rows[r]`` lists its queries' rows in the step's packed tokens,
+    ``slots[r]`` the cache slots of its positions 0 .. len - 1, both padded to the longest
+    request of the group; ``valid`` marks the real queries and ``mask`` the keys each may read.
     """
-    q = torch.einsum("td,ndh->tnh", x, attn.W_Q) + attn.b_Q
-    k = torch.einsum("td,ndh->tnh", x, attn.W_K) + attn.b_K
-    v = torch.einsum("td,ndh->tnh", x, attn.W_V) + attn.b_V
-    outputs = []
-    for request, start in zip(requests, starts):
-        n_new, end = len(request.tokens) - request.n_computed, len(request.tokens)
-        rows = slice(start, start + n_new)
-        cache.write(layer, request.table.slots(request.n_computed, end), k[rows], v[rows])
-        keys, values = cache.gather(layer, request.table, end)
-        # The new queries are the last n_new positions: the causal mask's diagonal shifts by the cached ones.
-        future = torch.ones(n_new, end, dtype=torch.bool, device=x.device).triu(end - n_new + 1)
-        scores = torch.einsum("qnh,knh->nqk", q[rows], keys) / math.sqrt(attn.cfg.d_head)
-        pattern = scores.masked_fill(future, attn.IGNORE).softmax(dim=-1)
-        outputs.append(torch.einsum("nqk,knh->qnh", pattern, values))
-    z = torch.cat(outputs)
-    return torch.einsum("tnh,nhd->td", z, attn.W_O) + attn.b_O
+
+    rows: Int[Tensor, "n_requests max_new"]
+    valid: Bool[Tensor, "n_requests max_new"]
+    slots: Int[Tensor, "n_requests max_len"]
+    mask: Bool[Tensor, "n_requests 1 max_new max_len"]
+
+
+def attention_group(requests: list[Request], starts: list[int], slots: list[Int[Tensor, "n"]],
+                    device: torch.device) -> AttentionGroup:
+    """The padded layout of ``requests``' attention; ``slots[i]`` are request ``i``'s slots (``BlockTable.slots``)."""
+    n_new = torch.tensor([len(r.tokens) - r.n_computed for r in requests])
+    n_computed = torch.tensor([r.n_computed for r in requests])
+    step = torch.arange(int(n_new.max()))
+    valid = step[None] < n_new[:, None]
+    rows = torch.tensor(starts)[:, None] + step[None]
+    # A query's position is n_computed + its index; a padding query copies the request's last one,
+    # so that every row of the mask reads at least one key (an empty row would give NaN).
+    positions = n_computed[:, None] + torch.minimum(step[None], n_new[:, None] - 1)
+    keys = torch.arange(max(len(s) for s in slots))
+    # Causal: a query reads the positions up to its own. Those are all real, so padding keys are never read.
+    mask = keys[None, None, :] <= positions[:, :, None]
+    # Padding slots point at slot 0: any slot would do, the mask hides them.
+    padded = torch.nn.utils.rnn.pad_sequence(slots, batch_first=True, padding_value=0)
+    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device),
+                          mask[:, None].to(device))
+
+
+def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache, layer: int,
+                    new_slots: Int[Tensor, "n_new"], groups: list[AttentionGroup]) -> Float[Tensor, "n_new d_model"]:
+    """One layer's attention for the packed new tokens of a step's requests.
+
+    The new keys and values are written into the cache at their slots first; then each group
+    reads its requests' keys and values back through their slots, padded, and runs one
+    masked attention call for all of them.
+    """
+    # Queries, keys and values in one matmul: the three (n_heads, d_model, d_head) weights side by side as one
+    # (d_model, 3 * n_heads * d_head) matrix. (An einsum per weight would copy it into that shape at every call.)
+    weight = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).flatten(1)
+    bias = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
+    q, k, v = (x @ weight + bias).view(len(x), 3, *attn.b_Q.shape).unbind(1)
+    cache.write(layer, new_slots, k, v)
+    kv = cache.flat(layer)
+    z = torch.empty_like(q)
+    for group in groups:
+        # One gather of whole slots (index_select copies each slot's heads in one piece, much faster
+        # than advanced indexing), then keys and values as (n_requests, n_heads, max_len, d_head).
+        n_requests, max_len = group.slots.shape
+        picked = kv.index_select(1, group.slots.flatten()).view(2, n_requests, max_len, *kv.shape[2:])
+        keys, values = picked.transpose(2, 3)
+        queries = q[group.rows].transpose(1, 2)
+        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask)
+        z[group.rows[group.valid]] = out.transpose(1, 2)[group.valid]
+    return z.flatten(1) @ attn.W_O.flatten(0, 1) + attn.b_O
 
 
 @torch.inference_mode()
@@ -68,16 +108,27 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
         raise ValueError("paged_forward needs at least one request")
     device = model.embed.W_E.device
     tokens = torch.tensor([t for r in requests for t in r.tokens[r.n_computed:]], device=device)
-    positions = torch.cat([torch.arange(r.n_computed, len(r.tokens)) for r in requests]).to(device)
+    positions = torch.tensor([p for r in requests for p in range(r.n_computed, len(r.tokens))], device=device)
     if int(positions.max()) >= model.cfg.n_ctx:
         raise ValueError(f"a request reaches position {int(positions.max())}, past the model's n_ctx={model.cfg.n_ctx}")
     lengths = [len(r.tokens) - r.n_computed for r in requests]
     starts = [sum(lengths[:i]) for i in range(len(requests))]
+    # Every layer uses the same slots: look them up once per step, not once per layer.
+    slots = [r.table.slots(0, len(r.tokens)) for r in requests]
+    new_slots = torch.cat([s[r.n_computed:] for s, r in zip(slots, requests)]).to(device)
+    # Decodes (one query each) and prefills in separate groups, so that one long prompt does not
+    # pad every decoding request's single query to its length.
+    groups = []
+    for one_query in (True, False):
+        picked = [i for i, n in enumerate(lengths) if (n == 1) == one_query]
+        if picked:
+            groups.append(attention_group([requests[i] for i in picked], [starts[i] for i in picked],
+                                          [slots[i] for i in picked], device))
     residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[positions]
     for layer, block in enumerate(model.blocks):
         # LayerNorm and the MLP act on each position alone, so the packed row is (1, n_new, d_model) to them.
         normed = block.ln1(residual[None])[0]
-        residual = residual + paged_attention(block.attn, normed, cache, layer, requests, starts)
+        residual = residual + paged_attention(block.attn, normed, cache, layer, new_slots, groups)
         residual = residual + block.mlp(block.ln2(residual[None]))[0]
     last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
     for request in requests:

@@ -3,6 +3,7 @@
     sampling-course bench-serving                 # the story model, 32 requests, Poisson arrivals
     sampling-course bench-serving --quick         # a smoke run on a tiny random model (timings meaningless)
     sampling-course bench-serving --all-at-once   # every request arrives at t = 0 (an offline batch)
+    sampling-course bench-serving --prefix-caching  # the course's server reuses cached prompt blocks
 
 The stream (``sampling_course.apps.serving_stream.make_stream``, seeded): arrivals from a
 Poisson process at ``--rate`` requests per second (or all at t = 0), prompt and output
@@ -14,7 +15,8 @@ generates the same tokens: the bench checks that, request by request, on every r
 The engines, in the same process, on the same weights:
 
 * **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
-  ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests);
+  ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests;
+  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again);
 * **static**: part 5's ``generate`` on fixed batches of up to ``--max-running`` requests
   that have arrived; a batch runs until its longest request is done;
 * **HF**: Hugging Face's continuous batching (the manager behind ``generate_batch``) with
@@ -121,7 +123,8 @@ def measure(demo, hf_model, impl: str, stream, args, progress=None) -> dict[str,
 
     engine_module, generate = impl_module("engine", impl), impl_module("generate", impl).generate
     runners = {
-        "course": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size, args.max_running),
+        "course": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size, args.max_running,
+                                               prefix_caching=args.prefix_caching),
         "static": lambda s: serving.run_static(generate, demo, s, args.max_running),
         "hf": lambda s: serving.run_hf(hf_model, s, args.blocks, args.block_size, args.max_running,
                                        HF_MAX_BATCH_TOKENS),
@@ -165,19 +168,24 @@ def table(summaries: dict[str, list], title: str):
     return out
 
 
-def memory_table(summaries: dict[str, list]):
-    """The work and the KV memory as a rich Table, one row per engine (medians over the rounds)."""
+def memory_table(summaries: dict[str, list], prompt_positions: int):
+    """The work and the KV memory as a rich Table, one row per engine (medians over the rounds).
+
+    "prefill saved" is the share of the stream's ``prompt_positions`` an engine did not run (prefix
+    caching); static batches pad their prompts, so theirs is not given."""
     from rich.table import Table
 
     def served(engine, key):
         values = [getattr(s.served, key) for s in summaries[engine]]
         return None if any(v is None for v in values) else statistics.median(values)
 
-    out = Table("engine", "positions run", "prefill", "KV peak MiB", "KV used", "preempted", title="Work and KV memory")
+    out = Table("engine", "positions run", "prefill", "prefill saved", "KV peak MiB", "KV used", "preempted",
+                title="Work and KV memory")
     for engine in summaries:
         kv, used = served(engine, "kv_peak_bytes"), served(engine, "kv_utilisation")
+        saved = "-" if engine == "static" else f"{1 - served(engine, 'prefill') / prompt_positions:.0%}"
         out.add_row(
-            SHORT[engine], f"{served(engine, 'positions'):.0f}", f"{served(engine, 'prefill'):.0f}",
+            SHORT[engine], f"{served(engine, 'positions'):.0f}", f"{served(engine, 'prefill'):.0f}", saved,
             "-" if kv is None else f"{kv / 2**20:.2f}", "-" if used is None else f"{used:.0%}",
             f"{served(engine, 'n_preemptions'):.0f}" if engine == "course" else "-",
         )
@@ -210,6 +218,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
                         help="requests decoded at once (the static batch size too; default 16)")
     parser.add_argument("--repeat", type=integer("--repeat", 1), default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the stream (default 0)")
+    parser.add_argument("--prefix-caching", action="store_true",
+                        help="the course's server keeps full blocks findable by their tokens and reuses them")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face's continuous batching")
     add_threads_option(parser)
     parser.add_argument("--quick", action="store_true",
@@ -283,7 +293,8 @@ def _run(args: argparse.Namespace) -> int:
         f"tokens (+ a {args.system_length}-token system prompt on {args.shared:.0%}), outputs "
         f"{args.output_lengths[0]}-{args.output_lengths[1]} tokens (uniform), greedy, seed {args.seed}\n"
         f"paged caches: {args.blocks} blocks of {args.block_size}; at most {args.max_running} requests at once "
-        f"(static batches of up to {args.max_running}); {args.repeat} interleaved rounds"
+        f"(static batches of up to {args.max_running}); prefix caching in the course's server "
+        f"{'on' if args.prefix_caching else 'off'}; {args.repeat} interleaved rounds"
     )
     if hf_note:
         console.print(f"[yellow]{hf_note}[/]")
@@ -297,14 +308,15 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"[green]checked:[/] every request got the same greedy tokens from {engines}, in every round")
     total = sum(r.new_tokens for r in stream)
     console.print(table(summaries, f"Serving {args.requests} requests ({total} new tokens), {label}"))
-    console.print(memory_table(summaries))
+    console.print(memory_table(summaries, sum(len(r.prompt) for r in stream)))
     console.print(
         "course: part 10's server; static: part 5's generate on fixed batches; HF: Hugging Face's continuous "
         "batching. tok/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
         "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). positions run: through the "
         "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "
-        "preemption). KV peak: the most KV memory held at once (static: every row at the batch's width; HF: its "
-        "cache's used share, as it reports it). KV used: positions held / room in the held memory. Static batches' "
+        "preemption). prefill saved: the share of the prompts' positions not run (a cached prefix). KV peak: the "
+        "most KV memory held at once (static: every row at the batch's width; HF: its cache's used share, as it "
+        "reports it). KV used: positions held / room in the held memory. Static batches' "
         "tokens count as ready at the step that made them, as if it streamed."
     )
     if load_before is not None:

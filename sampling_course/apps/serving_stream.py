@@ -120,11 +120,12 @@ def kv_bytes_per_position(cfg, dtype: torch.dtype) -> int:
 
 
 def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int, block_size: int,
-               max_running: int) -> Served:
-    """Part 10's engine: requests join at their arrival, the engine steps while any is waiting or running."""
+               max_running: int, prefix_caching: bool = False) -> Served:
+    """Part 10's engine: requests join at their arrival, the engine steps while any is waiting or running.
+    With ``prefix_caching`` a prompt's blocks computed earlier are read, not prefilled again."""
     from sampling_course.sampling_settings import SamplerSettings
 
-    engine = engine_module.Engine(model, n_blocks, block_size, max_running)
+    engine = engine_module.Engine(model, n_blocks, block_size, max_running, prefix_caching=prefix_caching)
     greedy = SamplerSettings(temperature=0.0)
     per_position = kv_bytes_per_position(model.cfg, model.embed.W_E.dtype)
     peak, held_sum, room_sum = 0, 0, 0

@@ -108,6 +108,26 @@ def test_a_small_pool_preempts_and_the_tokens_stay_the_same(pairs):
     assert course.outputs == [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
 
 
+def test_prefix_caching_skips_the_shared_full_blocks_and_the_tokens_stay_the_same(pairs):
+    """Prompts 0 and 2 share 9 tokens: two full blocks of 4. Request 0 runs first (the others arrive later),
+    so with prefix caching request 2 reads those 8 positions from the cache instead of prefilling them."""
+    demo, hf_model = pairs["random"]
+    stream = [serving.StreamRequest(p, n, 0.0 if i == 0 else 0.2 + 0.01 * i, False)
+              for i, (p, n) in enumerate(zip(PROMPTS, NEW))]
+    engine = impl_module("engine", "solutions")
+    cached = serving.run_course(engine, demo, stream, 64, 4, 16, prefix_caching=True)
+    plain = serving.run_course(engine, demo, stream, 64, 4, 16)
+    assert plain.prefill == sum(map(len, PROMPTS))
+    assert cached.prefill == sum(map(len, PROMPTS)) - 8
+    alone = [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
+    assert cached.outputs == plain.outputs == alone
+
+
+def test_main_prefix_caching_is_a_flag():
+    args = bench_serving.parse_args(["--prefix-caching"])
+    assert args.prefix_caching and not bench_serving.parse_args([]).prefix_caching
+
+
 def test_the_stream_follows_its_settings():
     stream = serving.make_stream(40, 1000, 3, 5.0, (4, 9), (2, 30), 0.25, 6)
     assert stream == serving.make_stream(40, 1000, 3, 5.0, (4, 9), (2, 30), 0.25, 6)  # seeded
