@@ -32,7 +32,6 @@ rewritten.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -48,7 +47,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from sampling_course.llama_config import LlamaConfig  # noqa: E402
 from sampling_course.stories import entropy_floor  # noqa: E402
 from sampling_course.tokenizer import ASSETS_DIR, load_story_tokenizer  # noqa: E402
-from train_story_models import Recipe, heldout_stories, train_stage  # noqa: E402
+from train_story_models import Recipe, heldout_stories, save_trained, train_stage  # noqa: E402
 
 NAME = "story-llama"
 
@@ -127,15 +126,7 @@ def train(arch: LlamaRecipe, recipe: Recipe, out_dir: Path | None, name: str = N
     print(f"[{name}] held-out loss {held:.4f} nats/token (float16 weights), entropy floor {floor:.4f}, "
           f"gap {held - floor:.4f}; {stage['tokens']:,} tokens in {wall / 60:.1f} min", flush=True)
     if out_dir is not None:
-        target = Path(out_dir) / name
-        model.to(torch.float16).save_pretrained(target)
-        tokenizer.save_pretrained(target)
-        (target / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
-        if Path(out_dir).resolve() == ASSETS_DIR.resolve():
-            from sampling_course.files import write_asset_manifest
-
-            write_asset_manifest()  # the shipped files' sizes and checksums, which loading checks
-        print(f"[{name}] saved to {target}", flush=True)
+        save_trained(model, tokenizer, figures, Path(out_dir), name)
     return figures
 
 

@@ -299,17 +299,22 @@ def train(name: str, stages: list[Recipe], out_dir: Path | None, heldout_tokens:
     print(f"[{name}] held-out loss {held:.4f} nats/token, entropy floor {floor:.4f}, gap {held - floor:.4f}; "
           f"{tokens:,} tokens in {seconds / 60:.1f} min of training", flush=True)
     if out_dir is not None:
-        target = Path(out_dir) / name
-        # float16 halves the files; the course loads them back as float32.
-        model.to(torch.float16).save_pretrained(target)
-        tokenizer.save_pretrained(target)
-        (target / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
-        if Path(out_dir).resolve() == ASSETS_DIR.resolve():
-            from sampling_course.files import write_asset_manifest
-
-            write_asset_manifest()  # the shipped files' sizes and checksums, which loading checks
-        print(f"[{name}] saved to {target}", flush=True)
+        save_trained(model, tokenizer, figures, Path(out_dir), name)
     return figures
+
+
+def save_trained(model, tokenizer, figures: dict, out_dir: Path, name: str) -> None:
+    """``out_dir/name``: the model in float16 (half the files; the course loads it back as float32),
+    its tokenizer and ``training.json``; the asset manifest rewritten when that is the course's assets."""
+    target = out_dir / name
+    model.to(torch.float16).save_pretrained(target)
+    tokenizer.save_pretrained(target)
+    (target / "training.json").write_text(json.dumps(figures, indent=2) + "\n")
+    if out_dir.resolve() == ASSETS_DIR.resolve():
+        from sampling_course.files import write_asset_manifest
+
+        write_asset_manifest()  # the shipped files' sizes and checksums, which loading checks
+    print(f"[{name}] saved to {target}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
