@@ -137,8 +137,9 @@ MISTAKES: list[Mistake] = [
     Mistake(1, "causal mask hides the diagonal", "transformer.py",
             "diagonal=key_pos - query_pos + 1,", "diagonal=key_pos - query_pos,",
             why="the causal mask also hides the diagonal, so a token cannot attend to itself (torch.triu needs diagonal=1)"),
+    # Attention's own checks run without a cache, where this mask is right: the mistake is the mask's.
     Mistake(1, "causal mask ignores the cached keys", "transformer.py",
-            "diagonal=key_pos - query_pos + 1,", "diagonal=1,",
+            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", exercise="apply_causal_mask",
             why="the mask is placed as if the queries started at key 0, so with cached keys (query_pos < key_pos) "
                 "each query is hidden from the keys just before it",
             fix="shift the diagonal by the number of cached keys: torch.triu(..., diagonal=key_pos - query_pos + 1)"),
