@@ -93,10 +93,15 @@ def test_each_bench_driver_gives_every_request_hf_generate_s_tokens(pairs, model
     assert hf.outputs == alone
     for served in (course, static, hf):
         assert all(0 <= served.first[i] <= served.finish[i] for i in range(len(stream)))
-        # Every prompt position is run once, and every new token but the last once more: no prefix is shared here.
-        assert served.positions >= sum(map(len, PROMPTS)) + sum(n - 1 for n in NEW)
-    assert course.positions == hf.positions == sum(map(len, PROMPTS)) + sum(n - 1 for n in NEW)
-    assert course.prefill == hf.prefill == sum(map(len, PROMPTS))
+        # Every prefilled position is run once, and every new token but the last once more.
+        assert served.positions >= served.prefill + sum(n - 1 for n in NEW)
+    # The course's server (prefix caching off) prefills every prompt position.
+    assert course.positions == sum(map(len, PROMPTS)) + sum(n - 1 for n in NEW)
+    assert course.prefill == sum(map(len, PROMPTS))
+    # Hugging Face's shares full blocks of a common prefix (prompts 0 and 2 share two blocks of 4) when the
+    # later request arrives after the earlier one's blocks are cached, which depends on the wall clock here.
+    assert sum(map(len, PROMPTS)) - 8 <= hf.prefill <= sum(map(len, PROMPTS))
+    assert hf.positions == hf.prefill + sum(n - 1 for n in NEW)
 
 
 def test_a_small_pool_preempts_and_the_tokens_stay_the_same(pairs):
