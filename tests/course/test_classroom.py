@@ -97,6 +97,13 @@ def test_release_has_no_solutions_and_checks_the_exercises(tmp_path):
     assert not list((out / "sampling_course" / "grading" / "parts").rglob("mistakes*.py"))
     assert not list((out / "sampling_course" / "grading" / "parts").rglob("fixes*.py"))
     assert (out / "tests" / "doubles.py").is_file()  # the public tests import it
+    # Every helper module a released test imports from the tests' folders is released beside it.
+    helpers = {p.stem for folder in (REPO / "tests", REPO / "tests" / "grading") for p in folder.glob("*.py")}
+    for test in (out / "tests" / "grading").glob("*.py"):
+        for node in ast.walk(ast.parse(test.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in helpers:
+                assert any((out / "tests" / folder / f"{node.module}.py").is_file() for folder in ("", "grading")), \
+                    f"{test.name} imports {node.module}, which the release leaves out"
 
 
 def _regions_and_public() -> tuple[list[list[str]], set[str]]:

@@ -2,7 +2,7 @@
 
 ``make_release(OUT)`` copies the files an allow-list names (``RELEASED``: the course's package
 and its shipped models, the stubs in ``exercises/``, the notebooks, the grading tests in
-``tests/grading/`` with ``tests/conftest.py`` and ``tests/doubles.py``, ``pyproject.toml``,
+``tests/grading/`` with ``tests/conftest.py``, ``tests/doubles.py`` and ``tests/part5_shared.py``, ``pyproject.toml``,
 ``constraints.txt`` and the README) into ``OUT``; nothing else is copied, and of those it leaves out:
 
 * ``solutions/`` and everything that exists to check them (``tests/course``, ``tests/apps``,
@@ -38,7 +38,8 @@ HIDDEN = "hidden"  # the marker's name: @pytest.mark.hidden
 RELEASED = ("pyproject.toml", "constraints.txt", "README.md", "LICENSE", "sampling_course/*.py",
             "sampling_course/apps/*.py", "sampling_course/grading/*.py", "sampling_course/grading/*/*.py",
             "sampling_course/grading/*/*/*.py", "sampling_course/assets/*", "sampling_course/assets/*/*",
-            "exercises/*.py", "notebooks/*.ipynb", "tests/conftest.py", "tests/doubles.py", "tests/grading/*.py")
+            "exercises/*.py", "notebooks/*.ipynb", "tests/conftest.py", "tests/doubles.py", "tests/part5_shared.py",
+            "tests/grading/*.py")
 PLANTED = ("MISTAKES", "VARIANTS", "FIXES")  # the names whose values hold text copied from the solutions
 
 
