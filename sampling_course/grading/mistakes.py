@@ -163,14 +163,13 @@ def _run_tests(change: Job, package: str, selection: list[str], paths: Sequence[
                marks: str = "not gpt2") -> tuple[int, _Reports, str]:
     """pytest on the tests of ``selection`` in ``paths`` (all the tests by default) carrying ``marks``,
     in this process, grading the planted ``package``."""
-    from sampling_course.grading.sandbox import isolated_package, isolated_tests
+    from sampling_course.grading.sandbox import NESTED_RUN_OPTIONS, isolated_package, isolated_tests, nested_run_env
 
     args = [*(paths or [str(TESTS)]), *selection, "--planted-impl", package, "--test-timeout", str(TEST_TIMEOUT_S),
-            "-q", "-m", marks, "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"),
-            "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly"]
+            "-q", "-m", marks, "--rootdir", str(REPO), "-c", str(REPO / "pyproject.toml"), *NESTED_RUN_OPTIONS]
     reports = _Reports()
     output = io.StringIO()
-    with isolated_package(package), isolated_tests(TESTS), \
+    with isolated_package(package), isolated_tests(TESTS), nested_run_env(), \
             contextlib.redirect_stdout(output), contextlib.redirect_stderr(output):
         import pytest
 

@@ -16,11 +16,10 @@ import dataclasses
 import io
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext, redirect_stderr, redirect_stdout
+from collections.abc import Sequence
+from contextlib import nullcontext, redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 
@@ -32,7 +31,8 @@ from sampling_course.grading.pytest_plugin import COURSE_BROKEN as _COURSE_BROKE
 from sampling_course.grading.pytest_plugin import NOT_IMPLEMENTED as _NOT_IMPLEMENTED_KEY
 from sampling_course.grading.pytest_plugin import TOOK_TOO_LONG as _TOOK_TOO_LONG_KEY
 from sampling_course.grading.pytest_plugin import resolve_test_timeout
-from sampling_course.grading.sandbox import isolated_package, isolated_tests, substituted, terminal_like
+from sampling_course.grading.sandbox import (NESTED_RUN_OPTIONS, isolated_package, isolated_tests, nested_run_env, substituted,
+                                             terminal_like)
 from sampling_course.grading.results import FAILING, CheckReport, Result, TestOutcome, summarize
 
 # A failure message is cut to this many lines (of at most _MAX_LINE_CHARS): enough for
@@ -185,19 +185,6 @@ class _Collector:
             self.outcomes[report.nodeid] = TestOutcome(report.nodeid, names, "passed")
 
 
-@contextmanager
-def _scoped_env(**values: str | None) -> Iterator[None]:
-    """Set (or, for None, remove) environment variables inside the block only."""
-    # patch.dict restores the whole environment on exit, whatever the block changed.
-    with mock.patch.dict(os.environ):
-        for key, value in values.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        yield
-
-
 def _unique_exercises(names: Sequence[str | Exercise] | str | None) -> list[Exercise]:
     if names is None:
         return list(EXERCISES)
@@ -244,8 +231,7 @@ def run_report(
         args += ["--recompute-oracle"]
     # Quiet, no cache files, and nothing that changes process-wide state the caller (maybe
     # an outer pytest session) relies on: faulthandler and random reseeding are left off.
-    args += ["-q", "-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
-             "--continue-on-collection-errors"]  # one broken test file must not hide the others
+    args += ["-q", *NESTED_RUN_OPTIONS, "--continue-on-collection-errors"]  # one broken test file must not hide the others
 
     from sampling_course.files import NOTICES
 
@@ -254,7 +240,7 @@ def run_report(
     first_notice = len(NOTICES)
     # PYTEST_ADDOPTS could change what runs; PYTEST_CURRENT_TEST is deleted by the inner
     # session's last teardown and belongs to an outer session, if any: put it back.
-    env = _scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
+    env = nested_run_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"))
     with isolated_package(impl), isolated_tests(tests), env, terminal_like():
         with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
             # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.

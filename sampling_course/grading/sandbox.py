@@ -24,9 +24,37 @@ from sampling_course.grading.catalogue import Exercise
 from sampling_course.grading.course import get_exercise
 
 __all__ = [
-    "import_all", "isolated_modules", "isolated_package", "isolated_tests", "resolve_target", "substituted",
-    "terminal_like",
+    "NESTED_RUN_OPTIONS", "import_all", "isolated_modules", "isolated_package", "isolated_tests", "nested_run_env",
+    "resolve_target", "substituted", "terminal_like",
 ]
+
+# pytest plugins a nested test run (a check, a planted mistake, a graded submission) leaves off.
+# The cache provider and faulthandler write files or change process-wide state the caller may
+# rely on; random reseeding would change the tests' seeded draws; the unraisable-exception
+# plugin runs several full garbage collections when a run ends, which with torch loaded was
+# about a fifth of a first check's time.
+NESTED_RUN_OPTIONS = ["-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
+                      "-p", "no:unraisableexception"]
+
+
+@contextmanager
+def nested_run_env(**values: str | None) -> Iterator[None]:
+    """Inside the block, the environment variables in ``values`` set (or removed, for None), and
+    pytest plugins installed in the environment not loaded: the course's tests need none of them
+    (a notebook server such as Colab's has several), and each would cost its import on every check.
+    The whole environment is restored on exit."""
+    saved = dict(os.environ)
+    os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    for key, value in values.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 @contextmanager

@@ -263,3 +263,74 @@ def test_reference_builds_its_transformer_lens_model_on_first_use():
     assert not fresh.model_loaded and not fresh.hf_model_loaded
     bridge = fresh.model
     assert fresh.model_loaded and fresh.model is bridge and hasattr(bridge, "run_with_cache")
+
+
+def _parsed_markers(path: Path) -> set[str]:
+    """The exercise names that Python's parser finds in ``pytest.mark.exercise("...")`` calls."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "exercise"
+                and node.args and isinstance(node.args[0], ast.Constant)):
+            names.add(node.args[0].value.lower())
+    return names
+
+
+def test_the_text_scan_of_test_files_misses_no_marker_the_parser_finds():
+    """A check skips the test files that grade none of its exercises, deciding from their text:
+    every marker the parser finds must be read (more names only cost an import), and no file of
+    the course's tests may need importing to tell (that would cost every check its import)."""
+    tests = Path(__file__).resolve().parents[1]
+    files = sorted(tests.rglob("test_*.py"))
+    assert len(files) > 40
+    for path in files:
+        scanned = pytest_plugin.marked_exercises(path)
+        assert scanned is not None, f"{path.name}: an exercise marker the text scan cannot read"
+        assert _parsed_markers(path) <= scanned, path.name
+
+
+def test_the_text_scan_reads_each_way_a_marker_is_written(tmp_path):
+    path = tmp_path / "test_planted_markers.py"
+    path.write_text(textwrap.dedent('''
+        import pytest
+        from pytest import mark
+
+        pytestmark = pytest.mark.exercise("LayerNorm")
+
+        @pytest.mark.parametrize("x", [pytest.param(1, marks=mark.exercise( 'Embed' ))])
+        @pytest.mark.exercise(
+            "Beams.filter",
+        )
+        def test_x(x):
+            pass  # a marker in a comment, pytest.mark.exercise("unembed"), only adds a name
+    '''))
+    assert pytest_plugin.marked_exercises(path) == {"layernorm", "embed", "beams.filter", "unembed"}
+    assert _parsed_markers(path) == {"layernorm", "embed", "beams.filter"}
+    # A name that is computed cannot be read from the text: the file is imported to find out.
+    # (Spelled in two pieces so that this file's own text holds no computed marker.)
+    computed = "@pytest.mark." + "exercise(NAME)"
+    path.write_text(path.read_text() + f"\nNAME = 'Attention'\n\n{computed}\ndef test_y():\n    pass\n")
+    assert pytest_plugin.marked_exercises(path) is None
+    path.write_text("def test_z():\n    pass\n")
+    assert pytest_plugin.marked_exercises(path) == frozenset()
+
+
+def test_a_nested_run_loads_no_installed_pytest_plugin_and_restores_the_environment(monkeypatch):
+    """Plugins installed beside the course (a notebook server has several) cost each check their
+    import and could change what runs: the nested runs leave them off."""
+    from sampling_course.grading.sandbox import NESTED_RUN_OPTIONS, nested_run_env
+
+    monkeypatch.delenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", raising=False)
+    monkeypatch.setenv("PYTEST_ADDOPTS", "-x")
+    with pytest.raises(RuntimeError), nested_run_env(PYTEST_ADDOPTS=None, SAMPLING_COURSE_PROBE="1"):
+        import os
+
+        assert os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] == "1"
+        assert "PYTEST_ADDOPTS" not in os.environ and os.environ["SAMPLING_COURSE_PROBE"] == "1"
+        raise RuntimeError("the block fails: the environment must still come back")
+    import os
+
+    assert "PYTEST_DISABLE_PLUGIN_AUTOLOAD" not in os.environ and "SAMPLING_COURSE_PROBE" not in os.environ
+    assert os.environ["PYTEST_ADDOPTS"] == "-x"
+    assert "no:unraisableexception" in NESTED_RUN_OPTIONS and "no:cacheprovider" in NESTED_RUN_OPTIONS

@@ -76,7 +76,7 @@ def marker_names() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for path in sorted(TESTS.rglob("test_*.py")):
         for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-            if (  # pytest.mark.exercise(...) or mark.exercise(...)
+            if (  # a call of pytest.mark.exercise or of mark.exercise
                 isinstance(node, ast.Call)
                 and isinstance(node.func, ast.Attribute)
                 and node.func.attr == "exercise"
@@ -109,7 +109,7 @@ def test_registry_is_in_course_order():
 
 
 def test_every_marker_names_a_registered_exercise():
-    """Each @pytest.mark.exercise(...) in tests/ uses a registered name, spelled exactly."""
+    """Each exercise marker in tests/ uses a registered name, spelled exactly."""
     markers = marker_names()
     assert markers, "no exercise markers found: the scan is broken"
     registered = {e.name for e in EXERCISES}

@@ -43,7 +43,7 @@ from sampling_course.grading.classroom.submission import SubmissionError, module
 from sampling_course.grading.classroom.worker import Worker
 from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
-from sampling_course.grading.sandbox import isolated_package, isolated_tests, terminal_like
+from sampling_course.grading.sandbox import NESTED_RUN_OPTIONS, isolated_package, isolated_tests, nested_run_env, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
 
 __all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool",
@@ -217,13 +217,13 @@ def _forget_lost_fixtures(item: Any) -> None:
 def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:
     """Run the selected exercises' tests against the submission; return the judge, results and pytest's output."""
     judge = _Judge(connection, settings)
-    args = [str(tests), "--impl", PACKAGE, "--test-timeout", "0", "-q", "-p", "no:cacheprovider",
-            "-p", "no:faulthandler", "-p", "no:randomly", "--continue-on-collection-errors"]
+    args = [str(tests), "--impl", PACKAGE, "--test-timeout", "0", "-q", *NESTED_RUN_OPTIONS,
+            "--continue-on-collection-errors"]
     for name in settings.exercises:
         args += ["--exercise", name]
     output = io.StringIO()
     package = RemotePackage(PACKAGE, module_names(), connection.connect)
-    env = runner._scoped_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"),
+    env = nested_run_env(PYTEST_ADDOPTS=None, PYTEST_CURRENT_TEST=os.environ.get("PYTEST_CURRENT_TEST"),
                              SAMPLING_COURSE_IMPL=None)
     with isolated_package(PACKAGE), isolated_tests(tests), env, terminal_like():
         sys.meta_path.insert(0, package)
