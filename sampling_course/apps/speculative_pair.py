@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import statistics
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -260,23 +261,22 @@ def hf_generate(pair: Pair, prompt: list[int], n: int, temperature: float, seed:
 
 @torch.inference_mode()
 def verify_cost(pair: Pair, gammas: list[int], repeats: int = 10) -> dict[int, float]:
-    """Time of one cached target forward over gamma + 1 new positions, over the time of one over 1 position."""
+    """Time of one cached target forward over gamma + 1 new positions, over the time of one over 1
+    position: the medians of ``repeats`` interleaved rounds (each round times every size once, so
+    a slow spell of the machine falls on all of them alike)."""
     KeyValueCache = importlib.import_module(f"{pair.impl}.kv_cache").KeyValueCache
     prompt = pair.prompts[0]
     length = min(pair.n_ctx, len(prompt) + 64)
     tokens = torch.tensor([(prompt * length)[:length]], device=pair.device)
-
-    def best(new: int) -> float:
-        past = length - new
-        _, cache = pair.target(tokens[:, :past], KeyValueCache.new_empty(pair.target.cfg))
-        times = []
-        for _ in range(repeats):
+    sizes = sorted({1, *(gamma + 1 for gamma in gammas)})
+    caches = {new: pair.target(tokens[:, : length - new], KeyValueCache.new_empty(pair.target.cfg))[1] for new in sizes}
+    times: dict[int, list[float]] = {new: [] for new in sizes}
+    for _ in range(repeats):
+        for new in sizes:
             synchronize(pair.device)  # a GPU runs its work later: time it from an idle device to a finished one
             start = time.perf_counter()
-            pair.target(tokens, cache)
+            pair.target(tokens, caches[new])
             synchronize(pair.device)
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    one = best(1)
-    return {gamma: best(gamma + 1) / one for gamma in gammas}
+            times[new].append(time.perf_counter() - start)
+    median = {new: statistics.median(seconds) for new, seconds in times.items()}
+    return {gamma: median[gamma + 1] / median[1] for gamma in gammas}
