@@ -148,6 +148,7 @@ def hf_last_logits(reference, ids: list[int]) -> torch.Tensor:
 
 
 @pytest.mark.exercise("constrained_generate")
+@pytest.mark.downstream  # the learner's own model against Hugging Face's logits, ties within 1e-4
 def test_greedy_takes_the_best_allowed_token(st, gen, tiny, tiny_model, oracle):
     """Temperature 0: every token is the argmax of the model's logits over the allowed tokens (oracle:
     Hugging Face's logits and the allowed sets of a brute-force walk over the members)."""
