@@ -78,10 +78,17 @@ def test_a_file_marked_hidden_is_left_out():
     assert not file_is_hidden(ast.parse("import pytest\npytestmark = pytest.mark.gpt2\n"))
 
 
-def test_release_has_no_solutions_and_checks_the_exercises(tmp_path):
-    """The release holds the stubs, the package and the grading tests; no solutions, no planted text."""
-    out = tmp_path / "release"
+@pytest.fixture(scope="module")
+def release(tmp_path_factory) -> Path:
+    """One student release, made once for the tests that read it (making one takes seconds)."""
+    out = tmp_path_factory.mktemp("release") / "release"
     make_release(out)
+    return out
+
+
+def test_release_has_no_solutions_and_checks_the_exercises(release):
+    """The release holds the stubs, the package and the grading tests; no solutions, no planted text."""
+    out = release
     assert (out / "exercises" / "sampling.py").is_file() and (out / "tests" / "grading").is_dir()
     assert not (out / "solutions").exists() and not (out / "tests" / "course").exists()
     pyproject = tomllib.loads((out / "pyproject.toml").read_text())
@@ -143,10 +150,8 @@ def _leaks(release: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def release_leaks(tmp_path_factory) -> list[str]:
-    out = tmp_path_factory.mktemp("leaks") / "release"
-    make_release(out)
-    return _leaks(out)
+def release_leaks(release) -> list[str]:
+    return _leaks(release)
 
 
 def test_no_text_of_a_solution_region_is_in_the_release(release_leaks):
