@@ -121,6 +121,15 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
             keys, values = cache.gather(layer, tables[r], n)
             assert torch.equal(keys, contiguous[r][layer, 0]), f"request {r}, layer {layer}: keys out of order"
             assert torch.equal(values, contiguous[r][layer, 1]), f"request {r}, layer {layer}: values out of order"
+    # Whole blocks, the three tables side by side (padded with block 0): each row's first n positions are its own.
+    widest = max(len(t.blocks) for t in tables)
+    blocks = torch.tensor([t.blocks + [0] * (widest - len(t.blocks)) for t in tables])
+    for layer in range(cfg.n_layers):
+        keys, values = cache.read_blocks(layer, blocks)  # (n_heads, rows, positions, d_head) each
+        for r in range(3):
+            n = contiguous[r].shape[2]
+            assert torch.equal(keys[:, r, :n].transpose(0, 1), contiguous[r][layer, 0]), f"request {r}: read_blocks keys"
+            assert torch.equal(values[:, r, :n].transpose(0, 1), contiguous[r][layer, 1]), f"request {r}: read_blocks values"
 
 
 # ---------------------------------------------------------------------------------------
