@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: f770f5d8583404a2b588b999b43426d9c44e481decc3b8785f037328d1bb9968
+# stub-checksum: 96d0b0da16edf52feb857c5836fd6fafb911ab7549bf4bcbcd85eb223af1cefd
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
 Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
@@ -40,34 +40,42 @@ class AttentionGroup:
     """Requests whose attention runs as one padded batch, and where their queries and keys are.
 
     Row ``r`` is one request: ``rows[r]`` lists its queries' rows in the step's packed tokens,
-    ``slots[r]`` the cache slots of its positions 0 .. len - 1, both padded to the longest
-    request of the group; ``valid`` marks the real queries and ``mask`` the keys each may read.
+    ``blocks[r]`` the blocks of its table in order, both padded to the longest request of the
+    group; ``valid`` marks the real queries and ``mask`` the keys each may read.
     """
 
     rows: Int[Tensor, "n_requests max_new"]
     valid: Bool[Tensor, "n_requests max_new"]
-    slots: Int[Tensor, "n_requests max_len"]
-    mask: Bool[Tensor, "n_requests 1 max_new max_len"]
+    blocks: Int[Tensor, "n_requests max_blocks"]
+    mask: Bool[Tensor, "n_requests max_new max_keys"]
 
 
-def attention_group(requests: list[Request], starts: list[int], slots: list[Int[Tensor, "n"]],
-                    device: torch.device) -> AttentionGroup:
-    """The padded layout of ``requests``' attention; ``slots[i]`` are request ``i``'s slots (``BlockTable.slots``)."""
-    n_new = torch.tensor([len(r.tokens) - r.n_computed for r in requests])
-    n_computed = torch.tensor([r.n_computed for r in requests])
-    step = torch.arange(int(n_new.max()))
-    valid = step[None] < n_new[:, None]
+def attention_group(n_new: list[int], n_computed: list[int], starts: list[int], blocks: list[list[int]],
+                    block_size: int, device: torch.device) -> AttentionGroup:
+    """The padded layout of a group's attention: request ``i`` runs ``n_new[i]`` queries after its
+    ``n_computed[i]`` cached positions, from row ``starts[i]`` of the packed tokens, over ``blocks[i]``."""
+    new, computed = torch.tensor(n_new), torch.tensor(n_computed)
+    step = torch.arange(max(n_new))
+    valid = step[None] < new[:, None]
     rows = torch.tensor(starts)[:, None] + step[None]
     # A query's position is n_computed + its index; a padding query copies the request's last one,
     # so that every row of the mask reads at least one key (an empty row would give NaN).
-    positions = n_computed[:, None] + torch.minimum(step[None], n_new[:, None] - 1)
-    keys = torch.arange(max(len(s) for s in slots))
-    # Causal: a query reads the positions up to its own. Those are all real, so padding keys are never read.
+    positions = computed[:, None] + torch.minimum(step[None], new[:, None] - 1)
+    widest = max(len(b) for b in blocks)
+    keys = torch.arange(widest * block_size)
+    # Causal: a query reads the positions up to its own. Those are all real, so the unfilled end of a last
+    # block and the padding blocks are never read.
     mask = keys[None, None, :] <= positions[:, :, None]
-    # Padding slots point at slot 0: any slot would do, the mask hides them.
-    padded = torch.nn.utils.rnn.pad_sequence(slots, batch_first=True, padding_value=0)
-    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device),
-                          mask[:, None].to(device))
+    # Padding blocks are block 0: any block would do, the mask hides them.
+    padded = torch.tensor([b + [0] * (widest - len(b)) for b in blocks])
+    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device), mask.to(device))
+
+
+def fused_qkv(attn) -> tuple[Float[Tensor, "d_model three_heads_d_head"], Float[Tensor, "three_heads_d_head"]]:
+    """The three (n_heads, d_model, d_head) weights side by side as one (d_model, 3 * n_heads * d_head) matrix,
+    and their biases, so that queries, keys and values are one matmul."""
+    weight = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).flatten(1)
+    return weight, torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
 
 
 def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache, layer: int,
@@ -75,26 +83,19 @@ def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache
     """One layer's attention for the packed new tokens of a step's requests.
 
     The new keys and values are written into the cache at their slots first; then each group
-    reads its requests' keys and values back through their slots, padded, and runs one
-    masked attention call for all of them.
+    reads its requests' blocks back whole, padded, and runs one masked attention call for all
+    of them.
     """
-    # Queries, keys and values in one matmul: the three (n_heads, d_model, d_head) weights side by side as one
-    # (d_model, 3 * n_heads * d_head) matrix. (An einsum per weight would copy it into that shape at every call.)
-    weight = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).flatten(1)
-    bias = torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
+    weight, bias = fused_qkv(attn)
     q, k, v = (x @ weight + bias).view(len(x), 3, *attn.b_Q.shape).unbind(1)
     cache.write(layer, new_slots, k, v)
-    kv = cache.flat(layer)
     z = torch.empty_like(q)
     for group in groups:
-        # One gather of whole slots (index_select copies each slot's heads in one piece, much faster
-        # than advanced indexing), then keys and values as (n_requests, n_heads, max_len, d_head).
-        n_requests, max_len = group.slots.shape
-        picked = kv.index_select(1, group.slots.flatten()).view(2, n_requests, max_len, *kv.shape[2:])
-        keys, values = picked.transpose(2, 3)
-        queries = q[group.rows].transpose(1, 2)
+        # Whole blocks, already (n_heads, n_requests, keys, d_head): heads lead, requests are a second batch dimension.
+        keys, values = cache.read_blocks(layer, group.blocks)
+        queries = q[group.rows].permute(2, 0, 1, 3)  # (n_heads, n_requests, max_new, d_head)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask)
-        z[group.rows[group.valid]] = out.transpose(1, 2)[group.valid]
+        z[group.rows[group.valid]] = out.permute(1, 2, 0, 3)[group.valid]
     return z.flatten(1) @ attn.W_O.flatten(0, 1) + attn.b_O
 
 
@@ -107,23 +108,31 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
     if not requests:
         raise ValueError("paged_forward needs at least one request")
     device = model.embed.W_E.device
-    tokens = torch.tensor([t for r in requests for t in r.tokens[r.n_computed:]], device=device)
-    positions = torch.tensor([p for r in requests for p in range(r.n_computed, len(r.tokens))], device=device)
-    if int(positions.max()) >= model.cfg.n_ctx:
-        raise ValueError(f"a request reaches position {int(positions.max())}, past the model's n_ctx={model.cfg.n_ctx}")
-    lengths = [len(r.tokens) - r.n_computed for r in requests]
-    starts = [sum(lengths[:i]) for i in range(len(requests))]
-    # Every layer uses the same slots: look them up once per step, not once per layer.
-    slots = [r.table.slots(0, len(r.tokens)) for r in requests]
-    new_slots = torch.cat([s[r.n_computed:] for s, r in zip(slots, requests)]).to(device)
+    size = cache.block_size
+    all_tokens = [r.tokens for r in requests]  # built once: Request.tokens joins two lists at each call
+    computed = [r.n_computed for r in requests]
+    lengths = [len(t) - c for t, c in zip(all_tokens, computed)]
+    if max(len(t) for t in all_tokens) > model.cfg.n_ctx:
+        raise ValueError(f"a request reaches position {max(len(t) for t in all_tokens) - 1}, past the model's "
+                         f"n_ctx={model.cfg.n_ctx}")
+    tokens = torch.tensor([t for ts, c in zip(all_tokens, computed) for t in ts[c:]], device=device)
+    spans = [range(c, len(t)) for t, c in zip(all_tokens, computed)]
+    positions = torch.tensor([p for span in spans for p in span], device=device)
+    # Position p's slot, straight from the table (BlockTable.slots for a whole range, as plain integers).
+    new_slots = torch.tensor([r.table.blocks[p // size] * size + p % size for r, span in zip(requests, spans)
+                              for p in span], device=device)
+    starts = [0] * len(requests)
+    for i in range(1, len(requests)):
+        starts[i] = starts[i - 1] + lengths[i - 1]
     # Decodes (one query each) and prefills in separate groups, so that one long prompt does not
     # pad every decoding request's single query to its length.
     groups = []
     for one_query in (True, False):
         picked = [i for i, n in enumerate(lengths) if (n == 1) == one_query]
         if picked:
-            groups.append(attention_group([requests[i] for i in picked], [starts[i] for i in picked],
-                                          [slots[i] for i in picked], device))
+            groups.append(attention_group([lengths[i] for i in picked], [computed[i] for i in picked],
+                                          [starts[i] for i in picked], [requests[i].table.blocks for i in picked],
+                                          size, device))
     residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[positions]
     for layer, block in enumerate(model.blocks):
         # LayerNorm and the MLP act on each position alone, so the packed row is (1, n_new, d_model) to them.
@@ -131,9 +140,17 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
         residual = residual + paged_attention(block.attn, normed, cache, layer, new_slots, groups)
         residual = residual + block.mlp(block.ln2(residual[None]))[0]
     last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
-    for request in requests:
-        request.n_computed = len(request.tokens)
+    for request, ts in zip(requests, all_tokens):
+        request.n_computed = len(ts)
     return model.unembed(model.ln_final(residual[last][None]))[0]
+
+
+def plain_greedy(request: Request) -> bool:
+    """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them."""
+    s = request.settings
+    return (s.temperature == 0 and not s.logit_bias and s.repetition_penalty == 1.0 and s.presence_penalty == 0.0
+            and s.frequency_penalty == 0.0
+            and (request.eos_token_id is None or len(request.output) >= s.min_new_tokens))
 
 
 class Engine:
@@ -192,9 +209,13 @@ class Engine:
         if work.requests:
             self.n_prefill_tokens += sum(len(r.tokens) - r.n_computed for r in work.prefill)
             logits = paged_forward(self.model, self.cache, work.requests)
-            for request, row in zip(work.requests, logits):
+            # Requests whose token is the argmax of their raw logits share one argmax over their rows; the others
+            # draw one at a time, each from its own settings and generator.
+            greedy = [plain_greedy(request) for request in work.requests]
+            argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
+            for i, (request, row) in enumerate(zip(work.requests, logits)):
                 self.scheduler.register_full_blocks(request)  # before append: its new token is not in the cache yet
-                request.append(self.next_token(request, row))
+                request.append(argmax[i] if greedy[i] else self.next_token(request, row))
         self.n_steps += 1
         return self.scheduler.retire()
 

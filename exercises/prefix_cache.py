@@ -1,6 +1,6 @@
 # GENERATED from solutions/prefix_cache.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: c3f44cb9e3db695d36c7ec39fd01c5794990c6dd40494c490a6b2eebb52cfe36
+# stub-checksum: 071a2ed4af59b77490a55f505768f005c346c8b96dd58462efdc18e481434d4e
 """Part 10: prefix caching: a full block found again by its tokens and everything before them.
 
 Requests to a server often start the same way: one system prompt, one long document asked
@@ -76,8 +76,9 @@ class PrefixCachingPool(BlockPool):
     def register(self, block: int, block_hash: Hashable) -> None:
         """Remember that ``block``, now full, holds the contents ``block_hash`` names.
 
-        When another block already holds the same contents (two requests computed the same
-        prefix in the same step), the first one stays the one found; ``block`` is not cached.
+        When another block already holds the same contents (a request never looks up the block
+        that holds its last token, so it computes that block again), the first one stays the one
+        found; ``block`` is not cached.
         """
         self.check_block(block)
         if self.ref_counts[block] == 0:

@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 7831324a153f7406df8234fcb15a4205719e01096e2a1a01b6ff2e42a33dc02c
+# stub-checksum: f91134193fe1742abff57a1601e06e108e9dbe2592b842b722362e0d67b96db1
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -169,12 +169,14 @@ class Scheduler:
             request.table.release(self.pool)
             request.n_computed = 0
 
-    def register_full_blocks(self, request: Request) -> None:
-        """With a ``PrefixCachingPool``: register every block of ``request`` that its last step filled."""
+    def register_full_blocks(self, request: Request, n_positions: int | None = None) -> None:
+        """With a ``PrefixCachingPool``: register every full block of ``request``'s first ``n_positions``
+        positions (None: its ``n_computed``, the positions its last step filled)."""
         if not isinstance(self.pool, PrefixCachingPool):
             return
         size, hashes = self.pool.block_size, request.block_hashes
-        n_full = min(request.n_computed // size, len(request.table.blocks))
+        n_positions = request.n_computed if n_positions is None else n_positions
+        n_full = min(n_positions // size, len(request.table.blocks))
         if n_full > len(hashes):
             parent = hashes[-1] if hashes else None
             hashes += block_hashes(request.tokens[len(hashes) * size : n_full * size], size, parent)
@@ -204,6 +206,11 @@ class Scheduler:
             self.match_prefix(request)  # with prefix caching: its cached blocks first, positions already computed
             # Hint: admit the first waiting request only when all its tokens fit in the free blocks.
             raise NotImplementedError()
+            if request.state == RUNNING:
+                # Its full blocks are findable at once, before this step's forward pass fills them: a request
+                # admitted later in this step reads them in that same pass, since every layer writes the new
+                # keys and values of all the step's requests before any request reads its blocks.
+                self.register_full_blocks(request, len(request.tokens))
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted)

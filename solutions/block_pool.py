@@ -150,12 +150,16 @@ class BlockTable:
 
 
 class PagedKVCache:
-    """Every layer's keys and values in blocks: one tensor (n_layers, 2, n_blocks, block_size, n_heads, d_head).
+    """Every layer's keys and values in blocks: one tensor (n_layers, 2, n_heads, n_blocks, block_size, d_head).
 
     Index 0 of the second dimension holds keys, 1 values, as in part 4's ``KeyValueCache``.
     A request's positions are scattered over whichever blocks its table lists; ``write``
     puts new positions where the table says and ``gather`` reads a request's positions back
     in order, so attention sees exactly what a contiguous cache would hold.
+
+    Heads come before blocks so that one block of one head (``block_size`` positions of
+    ``d_head`` numbers) is one piece of memory: ``read_blocks`` copies whole blocks and hands
+    attention keys already laid out as (n_heads, rows, positions, d_head), with no transpose.
     """
 
     def __init__(self, cfg: Config, n_blocks: int, block_size: int, device: torch.device | str | None = None,
@@ -163,22 +167,22 @@ class PagedKVCache:
         if not isinstance(cfg, Config):
             raise TypeError(f"PagedKVCache takes the model's Config, got {type(cfg).__name__}")
         self.block_size = block_size
-        self.data: Float[Tensor, "n_layers 2 n_blocks block_size n_heads d_head"] = torch.zeros(
-            cfg.n_layers, 2, n_blocks, block_size, cfg.n_heads, cfg.d_head, device=device, dtype=dtype
+        self.data: Float[Tensor, "n_layers 2 n_heads n_blocks block_size d_head"] = torch.zeros(
+            cfg.n_layers, 2, cfg.n_heads, n_blocks, block_size, cfg.d_head, device=device, dtype=dtype
         )
 
-    def flat(self, layer: int) -> Float[Tensor, "2 n_slots n_heads d_head"]:
+    def flat(self, layer: int) -> Float[Tensor, "2 n_heads n_slots d_head"]:
         """A view of one layer with blocks and offsets merged into slots (no copy)."""
-        n_layers, two, n_blocks, block_size, n_heads, d_head = self.data.shape
-        return self.data[layer].view(two, n_blocks * block_size, n_heads, d_head)
+        n_layers, two, n_heads, n_blocks, block_size, d_head = self.data.shape
+        return self.data[layer].view(two, n_heads, n_blocks * block_size, d_head)
 
     def write(self, layer: int, slots: Int[Tensor, "n"], keys: Float[Tensor, "n n_heads d_head"],
               values: Float[Tensor, "n n_heads d_head"]) -> None:
         """Store new positions' keys and values of ``layer`` at their slots (``BlockTable.slots``)."""
         kv = self.flat(layer)
         slots = slots.to(kv.device)
-        kv[0, slots] = keys
-        kv[1, slots] = values
+        kv[0].index_copy_(1, slots, keys.transpose(0, 1))
+        kv[1].index_copy_(1, slots, values.transpose(0, 1))
 
     def gather(self, layer: int, table: BlockTable, n_tokens: int) -> tuple[
         Float[Tensor, "n_tokens n_heads d_head"], Float[Tensor, "n_tokens n_heads d_head"]
@@ -187,4 +191,19 @@ class PagedKVCache:
         kv = self.flat(layer)
         # The table lists the blocks in position order, so the slots of positions 0 .. n_tokens - 1 are in order too.
         slots = table.slots(0, n_tokens).to(kv.device)
-        return kv[0, slots], kv[1, slots]
+        picked = kv.index_select(2, slots).transpose(1, 2)
+        return picked[0], picked[1]
+
+    def read_blocks(self, layer: int, blocks: Int[Tensor, "n_rows n_row_blocks"]) -> Float[
+        Tensor, "2 n_heads n_rows n_positions d_head"
+    ]:
+        """Keys (index 0) and values (1) of ``layer`` for rows of blocks, each row's blocks one after the other.
+
+        Row ``r`` holds the positions of blocks ``blocks[r, 0], blocks[r, 1], ...`` in that order:
+        ``n_positions = n_row_blocks * block_size``, including the unfilled end of a row's last
+        block (the caller masks what a row does not hold).
+        """
+        data = self.data[layer]
+        n_rows, n_row_blocks = blocks.shape
+        picked = data.index_select(2, blocks.flatten().to(data.device))
+        return picked.view(2, data.shape[1], n_rows, n_row_blocks * self.block_size, data.shape[-1])

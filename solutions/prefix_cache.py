@@ -80,8 +80,9 @@ class PrefixCachingPool(BlockPool):
     def register(self, block: int, block_hash: Hashable) -> None:
         """Remember that ``block``, now full, holds the contents ``block_hash`` names.
 
-        When another block already holds the same contents (two requests computed the same
-        prefix in the same step), the first one stays the one found; ``block`` is not cached.
+        When another block already holds the same contents (a request never looks up the block
+        that holds its last token, so it computes that block again), the first one stays the one
+        found; ``block`` is not cached.
         """
         self.check_block(block)
         if self.ref_counts[block] == 0:

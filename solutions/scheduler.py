@@ -166,12 +166,14 @@ class Scheduler:
             request.table.release(self.pool)
             request.n_computed = 0
 
-    def register_full_blocks(self, request: Request) -> None:
-        """With a ``PrefixCachingPool``: register every block of ``request`` that its last step filled."""
+    def register_full_blocks(self, request: Request, n_positions: int | None = None) -> None:
+        """With a ``PrefixCachingPool``: register every full block of ``request``'s first ``n_positions``
+        positions (None: its ``n_computed``, the positions its last step filled)."""
         if not isinstance(self.pool, PrefixCachingPool):
             return
         size, hashes = self.pool.block_size, request.block_hashes
-        n_full = min(request.n_computed // size, len(request.table.blocks))
+        n_positions = request.n_computed if n_positions is None else n_positions
+        n_full = min(n_positions // size, len(request.table.blocks))
         if n_full > len(hashes):
             parent = hashes[-1] if hashes else None
             hashes += block_hashes(request.tokens[len(hashes) * size : n_full * size], size, parent)
@@ -209,6 +211,11 @@ class Scheduler:
             self.running.append(request)
             prefill.append(request)
             ### END SOLUTION
+            if request.state == RUNNING:
+                # Its full blocks are findable at once, before this step's forward pass fills them: a request
+                # admitted later in this step reads them in that same pass, since every layer writes the new
+                # keys and values of all the step's requests before any request reads its blocks.
+                self.register_full_blocks(request, len(request.tokens))
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted)

@@ -172,7 +172,10 @@ def memory_table(summaries: dict[str, list], prompt_positions: int):
     """The work and the KV memory as a rich Table, one row per engine (medians over the rounds).
 
     "prefill saved" is the share of the stream's ``prompt_positions`` an engine did not run (prefix
-    caching); static batches pad their prompts, so theirs is not given."""
+    caching); static batches pad their prompts, so theirs is not given. "KV used" is the positions
+    the held KV memory holds over its room, summed over the steps: for the course's server a block
+    shared by several requests (prefix caching) is one block, and its positions count once
+    (``serving_stream.kv_in_use``), so it never exceeds 100%."""
     from rich.table import Table
 
     def served(engine, key):
@@ -316,8 +319,9 @@ def _run(args: argparse.Namespace) -> int:
         "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "
         "preemption). prefill saved: the share of the prompts' positions not run (a cached prefix). KV peak: the "
         "most KV memory held at once (static: every row at the batch's width; HF: its cache's used share, as it "
-        "reports it). KV used: positions held / room in the held memory. Static batches' "
-        "tokens count as ready at the step that made them, as if it streamed."
+        "reports it). KV used: the positions the held memory holds / its room, summed over the steps (a block "
+        "shared by several requests, and its positions, count once; static: real positions / every row at the "
+        "batch's width). Static batches' tokens count as ready at the step that made them, as if it streamed."
     )
     if load_before is not None:
         console.print(f"total time {time.perf_counter() - started:.0f} s; load average {load_before[0]:.1f} before, "

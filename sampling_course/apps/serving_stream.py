@@ -85,7 +85,9 @@ class Served:
     positions: int = 0  # positions run through the model, padding and finished rows included
     prefill: int = 0  # of those, the positions of prompts (and of recomputed tokens after a preemption)
     kv_peak_bytes: float | None = None  # the most KV memory held at once
-    kv_utilisation: float | None = None  # positions held / positions the held memory has room for
+    # Positions held / positions the held memory has room for, summed over the steps; a shared block and its
+    # positions count once (``kv_in_use``), so this is at most 1.
+    kv_utilisation: float | None = None
     n_preemptions: int = 0
 
 
@@ -119,6 +121,21 @@ def kv_bytes_per_position(cfg, dtype: torch.dtype) -> int:
     return cfg.n_layers * 2 * cfg.n_heads * cfg.d_head * torch.empty(0, dtype=dtype).element_size()
 
 
+def kv_in_use(tables, block_size: int) -> tuple[int, int]:
+    """The blocks ``tables`` hold and the positions those blocks hold, each counted once.
+
+    A block shared by several tables (a common prefix) is one block of memory, and its
+    positions are held once however many requests read them: a block holds, of its
+    ``block_size`` positions, as many as its fullest holder fills.
+    """
+    filled: dict[int, int] = {}
+    for table in tables:
+        for index, block in enumerate(table.blocks):
+            fill = min(block_size, table.n_tokens - index * block_size)
+            filled[block] = max(filled.get(block, 0), fill)
+    return len(filled), sum(filled.values())
+
+
 def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int, block_size: int,
                max_running: int, prefix_caching: bool = False) -> Served:
     """Part 10's engine: requests join at their arrival, the engine steps while any is waiting or running.
@@ -132,9 +149,9 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
 
     def during_forward():  # the blocks every running request holds while the step runs
         nonlocal peak, held_sum, room_sum
-        blocks = engine.pool.n_blocks - engine.pool.n_free
+        blocks, positions = kv_in_use([request.table for request in engine.scheduler.running], block_size)
         peak = max(peak, blocks)
-        held_sum += sum(request.table.n_tokens for request in engine.scheduler.running)
+        held_sum += positions
         room_sum += blocks * block_size
 
     counter = PositionCounter(model.blocks[0].ln1, during_forward)

@@ -128,6 +128,35 @@ def test_prefix_caching_skips_the_shared_full_blocks_and_the_tokens_stay_the_sam
     assert cached.outputs == plain.outputs == alone
 
 
+def test_kv_in_use_counts_a_shared_block_and_its_positions_once():
+    """Blocks of 4: table a holds blocks 3, 7, 1 (10 positions: 4 + 4 + 2), table b shares 3 and 7 and has its
+    own 5 (9 positions: 4 + 4 + 1), table c holds 3 partly (3 positions). Four blocks, 16 places; the positions
+    they hold: 4 + 4 + 2 + 1 = 11 (the requests' own counts would add up to 22, more than the room)."""
+    from types import SimpleNamespace
+
+    tables = [SimpleNamespace(blocks=[3, 7, 1], n_tokens=10), SimpleNamespace(blocks=[3, 7, 5], n_tokens=9),
+              SimpleNamespace(blocks=[3], n_tokens=3)]
+    assert serving.kv_in_use(tables, 4) == (4, 11)
+    assert serving.kv_in_use(tables[2:], 4) == (1, 3)
+    assert serving.kv_in_use([], 4) == (0, 0)
+
+
+def test_kv_used_with_prefix_caching_is_the_held_blocks_fill(pairs):
+    """Two 9-token prompts sharing 8 tokens, one new token each, blocks of 4, both admitted in one step: the first
+    holds blocks for positions 0-3, 4-7 and 8; the second shares the first two and holds its own for position 8.
+    Four blocks (16 places) hold 4 + 4 + 1 + 1 = 10 positions: KV used 10/16, KV peak 4 blocks."""
+    demo, _ = pairs["random"]
+    stream = [serving.StreamRequest(list(range(1, 9)) + [9], 1, 0.0, True),
+              serving.StreamRequest(list(range(1, 9)) + [10], 1, 0.0, True)]
+    engine = impl_module("engine", "solutions")
+    served = serving.run_course(engine, demo, stream, 16, 4, 16, prefix_caching=True)
+    assert served.kv_utilisation == pytest.approx(10 / 16)
+    assert served.kv_peak_bytes == 4 * 4 * serving.kv_bytes_per_position(demo.cfg, torch.float32)
+    assert served.prefill == 9 + 1
+    plain = serving.run_course(engine, demo, stream, 16, 4, 16)
+    assert plain.kv_utilisation == pytest.approx(18 / 24) and plain.outputs == served.outputs
+
+
 def test_main_prefix_caching_is_a_flag():
     args = bench_serving.parse_args(["--prefix-caching"])
     assert args.prefix_caching and not bench_serving.parse_args([]).prefix_caching

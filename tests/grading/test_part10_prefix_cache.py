@@ -98,14 +98,34 @@ def held_blocks_match_the_tables(engine):
     assert sorted(pool.free_blocks) == [b for b in range(pool.n_blocks) if holders[b] == 0]
 
 
-def serve_stream(impl, model, tokenizer, jobs, prefix_caching, block_size=4, n_new=8):
-    """One request arrives per step; each step checks the pool against the tables."""
+def kv_within_a_block_per_request(engine):
+    """Right after each step is planned (what its forward pass holds): the held blocks are the running tables'
+    blocks, and their room exceeds the distinct (block, offset) places of the running requests' positions by at
+    most one block per running request, however many requests share a block."""
+    plan, pool, size = engine.scheduler.schedule, engine.pool, engine.pool.block_size
+
+    def checked():
+        step = plan()
+        running = engine.scheduler.running
+        places = {(r.table.blocks[p // size], p % size) for r in running for p in range(r.table.n_tokens)}
+        held = pool.n_blocks - pool.n_free
+        assert held == len({b for r in running for b in r.table.blocks})
+        assert held * size - len(places) <= len(running) * (size - 1), "more than a block per request unused"
+        return step
+
+    engine.scheduler.schedule = checked
+
+
+def serve_stream(impl, model, tokenizer, jobs, prefix_caching, block_size=4, n_new=8, all_at_once=False):
+    """One request arrives per step (``all_at_once``: every request before the first step); each step checks
+    the pool against the tables."""
     engine = impl.engine.Engine(model, 96, block_size, tokenizer=tokenizer, prefix_caching=prefix_caching)
     requests = []
     for prompt, settings, seed in jobs:
         requests.append(engine.add_request(prompt, n_new, settings, seed))
-        engine.step()
-        held_blocks_match_the_tables(engine)
+        if not all_at_once:
+            engine.step()
+            held_blocks_match_the_tables(engine)
     while not engine.scheduler.done:
         engine.step()
         held_blocks_match_the_tables(engine)
@@ -139,11 +159,39 @@ def test_a_shared_system_prompt_is_prefilled_once_and_outputs_do_not_change(impl
 
 
 @pytest.mark.exercise("block_hashes")
+def test_requests_admitted_in_one_step_share_the_first_one_s_prefix_blocks(impl, parity_demo, parity_reference):
+    """Every request arrives before the first step, so all are admitted together: the first with the system
+    prompt computes its blocks in that step's forward pass and the later ones read them in the same pass."""
+    tok = parity_reference.tokenizer
+    system, jobs = shared_prompt_stream(tok, 4)
+    plain, without = serve_stream(impl, parity_demo, tok, jobs, prefix_caching=False, all_at_once=True)
+    engine = impl.engine.Engine(parity_demo, 96, 4, prefix_caching=True)
+    kv_within_a_block_per_request(engine)
+    requests = [engine.add_request(p, 8, s, seed) for p, s, seed in jobs]
+    engine.step()
+    assert not engine.scheduler.waiting, "the pool has room for every request in the first step"
+    held_blocks_match_the_tables(engine)
+    sharing = [r for r in requests if r.prompt[: len(system)] == system]
+    n_system_blocks = len(system) // 4
+    first = sharing[0].table.blocks[:n_system_blocks]
+    for request in sharing[1:]:
+        assert request.table.blocks[:n_system_blocks] == first, "a request admitted in the same step did not share " \
+            "the system prompt's blocks"
+    assert all(engine.pool.ref_counts[b] == len(sharing) for b in first)
+    assert engine.n_prefill_tokens == without.n_prefill_tokens - (len(sharing) - 1) * len(system)
+    while not engine.scheduler.done:
+        engine.step()
+        held_blocks_match_the_tables(engine)
+    assert [r.output for r in requests] == plain, "sharing blocks within a step changed a request's tokens"
+
+
+@pytest.mark.exercise("block_hashes")
 def test_prefix_blocks_survive_preemption_and_shared_blocks_are_never_freed_while_held(impl, tiny_demo, tiny):
     tok = tiny.tokenizer
     system, jobs = shared_prompt_stream(tok, 2)
     longest = max(len(p) for p, _, _ in jobs) + 8
     engine = impl.engine.Engine(tiny_demo, -(-longest // 2) + 3, 2, prefix_caching=True)
+    kv_within_a_block_per_request(engine)
     requests = [engine.add_request(p, 8, s, seed) for p, s, seed in jobs]
     while not engine.scheduler.done:
         engine.step()

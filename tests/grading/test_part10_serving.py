@@ -121,6 +121,15 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
             keys, values = cache.gather(layer, tables[r], n)
             assert torch.equal(keys, contiguous[r][layer, 0]), f"request {r}, layer {layer}: keys out of order"
             assert torch.equal(values, contiguous[r][layer, 1]), f"request {r}, layer {layer}: values out of order"
+    # Whole blocks, the three tables side by side (padded with block 0): each row's first n positions are its own.
+    widest = max(len(t.blocks) for t in tables)
+    blocks = torch.tensor([t.blocks + [0] * (widest - len(t.blocks)) for t in tables])
+    for layer in range(cfg.n_layers):
+        keys, values = cache.read_blocks(layer, blocks)  # (n_heads, rows, positions, d_head) each
+        for r in range(3):
+            n = contiguous[r].shape[2]
+            assert torch.equal(keys[:, r, :n].transpose(0, 1), contiguous[r][layer, 0]), f"request {r}: read_blocks keys"
+            assert torch.equal(values[:, r, :n].transpose(0, 1), contiguous[r][layer, 1]), f"request {r}: read_blocks values"
 
 
 # ---------------------------------------------------------------------------------------
@@ -276,6 +285,63 @@ def test_a_tiny_pool_really_preempts(impl, tiny_demo, tiny):
     assert any(r.n_preemptions > 0 for r in requests), "the pool cannot hold three requests: one must be preempted"
     assert all(len(r.output) == NEW for r in requests)
     assert_pool_empty(engine)
+
+
+def assert_kv_within_a_block_per_request(engine):
+    """The blocks held are exactly those the running requests' tables list, and they hold at most one block's
+    room per running request more than the distinct positions those requests hold (counted by brute force:
+    the set of (block, offset) places their positions live in)."""
+    pool, size, running = engine.pool, engine.pool.block_size, engine.scheduler.running
+    places, listed = set(), set()
+    for request in running:
+        table = request.table
+        assert len(table.blocks) == -(-table.n_tokens // size), "a table holds a block it does not need"
+        listed.update(table.blocks)
+        places.update((table.blocks[p // size], p % size) for p in range(table.n_tokens))
+    held = pool.n_blocks - pool.n_free
+    assert held == len(listed), f"{held} blocks held, the running requests' tables list {len(listed)}"
+    assert held * size - len(places) <= len(running) * (size - 1), (
+        f"{held} blocks of {size} hold {len(places)} positions of {len(running)} running requests: more than one "
+        "block per request is unused"
+    )
+
+
+def check_every_step(engine):
+    """Check the KV memory bound right after each step is planned: the step's forward pass holds that memory."""
+    plan = engine.scheduler.schedule
+    steps = []
+
+    def checked():
+        step = plan()
+        assert_kv_within_a_block_per_request(engine)
+        steps.append(step)
+        return step
+
+    engine.scheduler.schedule = checked
+    return steps
+
+
+@pytest.mark.exercise("Scheduler.schedule")
+def test_kv_memory_stays_within_one_block_per_running_request_at_every_step(impl, tiny_demo):
+    """A stream of requests of many lengths arriving over time through a pool small enough to preempt; blocks
+    of 4 and of 3."""
+    rng = random.Random(1)
+    jobs = [([rng.randrange(tiny_demo.cfg.d_vocab) for _ in range(rng.randint(1, 14))], rng.randint(1, 12))
+            for _ in range(12)]
+    preempted = []
+    for size, n_blocks in ((4, 12), (3, 40)):
+        engine = impl.engine.Engine(tiny_demo, n_blocks, size, max_running=6)
+        steps = check_every_step(engine)
+        requests, pending = [], list(jobs)
+        while pending or not engine.scheduler.done:
+            if pending and engine.n_steps % 2 == 0:
+                prompt, n_new = pending.pop(0)
+                requests.append(engine.add_request(prompt, n_new, GREEDY))
+            engine.step()
+        assert len(steps) == engine.n_steps and all(len(r.output) == n for r, (_, n) in zip(requests, jobs))
+        assert_pool_empty(engine)
+        preempted.append(sum(r.n_preemptions for r in requests))
+    assert preempted[0] > 0, "12 blocks of 4 were meant to be too few for the stream: the bound must hold under preemption"
 
 
 def test_engine_rejects_what_it_cannot_serve(impl, tiny_demo):
