@@ -45,9 +45,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from sampling_course.llama_config import LlamaConfig  # noqa: E402
-from sampling_course.stories import entropy_floor  # noqa: E402
+from sampling_course.stories import entropy_floor, heldout_stories  # noqa: E402
 from sampling_course.tokenizer import ASSETS_DIR, load_story_tokenizer  # noqa: E402
-from train_story_models import Recipe, heldout_stories, save_trained, train_stage  # noqa: E402
+from train_story_models import Recipe, save_trained, train_stage  # noqa: E402
 
 NAME = "story-llama"
 
