@@ -85,6 +85,7 @@ __all__ = [
     "GrammarAmbiguity",
     "Story",
     "entropy_floor",
+    "heldout_stories",
     "parse_story",
     "prefix_logprob",
     "sample_stories",
@@ -379,6 +380,35 @@ def entropy_floor(stories: Iterable[Story], tokenizer) -> float:
     if tokens == 0:
         raise ValueError("entropy_floor needs at least one story")
     return nats / tokens
+
+
+def heldout_stories(tokenizer, n_ctx: int, n_tokens: int = 20_000, seed: int = HELDOUT_SEED) -> list[Story]:
+    """Fresh stories that fit a model's context whole, about ``n_tokens`` tokens in all.
+
+    A model reads ``<|endoftext|>``, the story and a closing ``<|endoftext|>``, so a story
+    fits when it has at most ``n_ctx - 2`` tokens. Longer stories (a few percent) are
+    skipped, and :func:`entropy_floor` is computed on the same stories, so that a model's
+    held-out loss and the floor always count the same tokens. ``tokenizer`` is any callable
+    that returns an object with ``input_ids``.
+    """
+    if not isinstance(n_ctx, int) or n_ctx < 3:
+        raise ValueError(f"n_ctx must be an integer of at least 3 (two <|endoftext|> and a story), got {n_ctx!r}")
+    if not isinstance(n_tokens, int) or n_tokens < 1:
+        raise ValueError(f"n_tokens must be a positive integer, got {n_tokens!r}")
+    rng = random.Random(seed)
+    chosen: list[Story] = []
+    total = 0
+    drawn = 0
+    while total < n_tokens:
+        for story in sample_stories(64, rng.getrandbits(32)):
+            length = len(tokenizer(story.text).input_ids)
+            if length + 2 <= n_ctx and total < n_tokens:
+                chosen.append(story)
+                total += length + 1
+        drawn += 64
+        if not chosen and drawn >= 1024:  # the shortest stories have dozens of tokens: a tiny n_ctx fits none
+            raise ValueError(f"none of {drawn} stories fits n_ctx={n_ctx}; a larger n_ctx is needed")
+    return chosen
 
 
 # ---------------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ floating-point differences between machines and thread counts.
 
 The held-out loss is measured on ~20,000 tokens of stories drawn with a seed training
 never uses, each read from position 0; stories too long for the context are left out of
-both the loss and the floor (see ``heldout_stories``).
+both the loss and the floor (see ``sampling_course.stories.heldout_stories``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import argparse
 import json
 import math
 import os
-import random
 import sys
 import time
 from collections.abc import Sequence
@@ -50,7 +49,7 @@ import torch
 # Let the script run from a plain checkout, without `pip install -e .`.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sampling_course.stories import HELDOUT_SEED, Story, entropy_floor, sample_stories  # noqa: E402
+from sampling_course.stories import Story, entropy_floor, heldout_stories, sample_stories  # noqa: E402
 from sampling_course.tokenizer import ASSETS_DIR, load_story_tokenizer  # noqa: E402
 
 TRAIN_SEED = 1000  # stories for training come from seeds TRAIN_SEED, TRAIN_SEED + 1, ...
@@ -88,26 +87,6 @@ SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, l
 # ---------------------------------------------------------------------------------------
 # Held-out loss of a model against the floor
 # ---------------------------------------------------------------------------------------
-
-
-def heldout_stories(tokenizer, n_ctx: int, n_tokens: int = 20_000, seed: int = HELDOUT_SEED) -> list[Story]:
-    """Fresh stories that fit a model's context whole, about ``n_tokens`` tokens in all.
-
-    A model reads ``<|endoftext|>``, the story and a closing ``<|endoftext|>``, so a story
-    fits when it has at most ``n_ctx - 2`` tokens. Longer stories (a few percent) are
-    skipped, and the entropy floor is computed on the same stories, so that loss and
-    floor always count the same tokens.
-    """
-    rng = random.Random(seed)
-    chosen: list[Story] = []
-    total = 0
-    while total < n_tokens:
-        for story in sample_stories(64, rng.getrandbits(32)):
-            length = len(tokenizer(story.text).input_ids)
-            if length + 2 <= n_ctx and total < n_tokens:
-                chosen.append(story)
-                total += length + 1
-    return chosen
 
 
 def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 16) -> float:

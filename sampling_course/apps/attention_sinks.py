@@ -43,21 +43,47 @@ def attention_patterns(hf_model, tokens: Int[Tensor, "text pos"]) -> list[Float[
 
 
 def attention_mass(
-    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"], from_position: int = 64
+    hf_model, tokens: Int[Tensor, "text pos"], keys: Bool[Tensor, "text pos"] | Bool[Tensor, "text pos pos"],
+    from_position: int = 64,
 ) -> Float[Tensor, "n_layers n_heads"]:
     """The share of attention each head puts on the key positions marked in ``keys``, averaged over
-    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory)."""
+    texts and over the queries from ``from_position`` to n_ctx - 1 (one text at a time, to bound memory).
+
+    ``keys`` marks the same keys for every query (text, key), or its own keys for each query
+    (text, query, key), as :func:`latest_marks` does."""
     n = min(tokens.shape[1], n_positions(hf_model))
     if not 0 <= from_position < n:
         raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
-    if keys.shape != tokens.shape:
-        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)}, got {tuple(keys.shape)}")
+    if keys.shape not in (tokens.shape, (*tokens.shape, tokens.shape[1])):
+        raise ValueError(f"keys must mark positions of tokens, shape {tuple(tokens.shape)} or "
+                         f"{(*tokens.shape, tokens.shape[1])} (one row per query), got {tuple(keys.shape)}")
+    keys = keys[:, :n, :n] if keys.dim() == 3 else keys[:, :n]
     total = 0.0
     device = next(hf_model.parameters()).device  # the texts go where the model is; the shares come back to the CPU
-    for row, marked in zip(tokens[:, :n].to(device), keys[:, :n].to(device)):
+    for row, marked in zip(tokens[:, :n].to(device), keys.to(device)):
         patterns = torch.stack(attention_patterns(hf_model, row[None]))[:, 0].float()  # (layer, head, query, key)
+        marked = marked[from_position:] if marked.dim() == 2 else marked
         total = total + (patterns[:, :, from_position:] * marked).sum(dim=-1).mean(dim=-1)
     return (total / len(tokens)).cpu()
+
+
+def latest_marks(tokens: Int[Tensor, "text pos"], token_id: int) -> Bool[Tensor, "text pos pos"]:
+    """For each query, the key of the most recent ``token_id`` at or before it (none where there is none yet).
+
+    With ``<|endoftext|>`` before every story, that is the start of the story the query is in."""
+    n = tokens.shape[1]
+    positions = torch.arange(n, device=tokens.device)
+    last = torch.where(tokens == token_id, positions, -1).cummax(dim=-1).values  # (text, query); -1: none yet
+    return positions[None, None, :] == last[:, :, None]
+
+
+def uniform_mass(keys: Bool[Tensor, "text pos pos"], from_position: int) -> float:
+    """What a head spreading its attention evenly over the keys it may see (0 ... q) puts on ``keys``."""
+    n = keys.shape[1]
+    if not 0 <= from_position < n:
+        raise ValueError(f"from_position must be in [0, {n - 1}], got {from_position}")
+    seen = keys.tril().sum(dim=-1).float() / torch.arange(1, n + 1)  # (text, query)
+    return seen[:, from_position:].mean().item()
 
 
 def attention_mass_on_first(

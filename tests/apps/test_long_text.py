@@ -178,6 +178,30 @@ def test_attention_patterns_are_distributions_and_the_mass_is_read_from_them(tin
     assert attention_sinks.uniform_mass_on_first(1, 0, 2) == pytest.approx(0.75)  # queries 0 and 1: 1/1 and 1/2
 
 
+def test_attention_on_the_latest_marked_token_is_read_per_query(tiny, tokens):
+    """latest_marks marks, for each query, the last <|endoftext|> at or before it (a loop finds it here);
+    attention_mass reads each query's own keys from the patterns; uniform_mass is 1/(q+1) where one is marked."""
+    hf = attention_sinks.eager_hf_model(tiny)
+    n = tiny.cfg.n_ctx
+    eos = tiny.tokenizer.eos_token_id
+    marks = attention_sinks.latest_marks(tokens, eos)
+    assert marks.shape == (*tokens.shape, tokens.shape[1])
+    for text in range(tokens.shape[0]):
+        seen = [p for p in range(tokens.shape[1]) if tokens[text, p] == eos]
+        for query in range(tokens.shape[1]):
+            before = [p for p in seen if p <= query]
+            assert marks[text, query].nonzero().flatten().tolist() == before[-1:], (text, query)
+    patterns = attention_sinks.attention_patterns(hf, tokens[:, :n])
+    mass = attention_sinks.attention_mass(hf, tokens, marks, from_position=10)
+    expected = torch.stack([(p[:, :, 10:] * marks[:, None, 10:n, :n]).sum(-1).mean(dim=(0, 2)) for p in patterns])
+    torch.testing.assert_close(mass, expected, atol=1e-5, rtol=0)
+    has_one = marks[:, 10:n, :n].any(-1).float()
+    expected_uniform = (has_one / torch.arange(11, n + 1)).mean().item()
+    assert attention_sinks.uniform_mass(marks[:, :n, :n], 10) == pytest.approx(expected_uniform)
+    with pytest.raises(ValueError, match="one row per query"):
+        attention_sinks.attention_mass(hf, tokens, marks[:, :5], from_position=10)
+
+
 def test_bad_settings_fail_with_a_message(model, tokens, tiny):
     caches = impl_module("caches", "solutions")
     with pytest.raises(ValueError, match="window must be an integer"):

@@ -21,6 +21,7 @@ from sampling_course.stories import (
     EOS_TOKEN,
     Story,
     entropy_floor,
+    heldout_stories,
     parse_story,
     prefix_logprob,
     sample_stories,
@@ -319,6 +320,23 @@ def test_report_scores_continuations_against_the_source(stories, tokenizer) -> N
     assert "true story" in console.export_text()
 
 
+def test_heldout_stories_fit_the_context_and_add_up(tokenizer) -> None:
+    """Held-out stories fit whole (<|endoftext|> + story + <|endoftext|> <= n_ctx), come from HELDOUT_SEED
+    (the same call gives the same stories, another seed others), and total at least the tokens asked for."""
+    stories = heldout_stories(tokenizer, n_ctx=128, n_tokens=3_000)
+    lengths = [len(tokenizer(s.text).input_ids) for s in stories]
+    assert max(lengths) + 2 <= 128
+    assert 3_000 <= sum(n + 1 for n in lengths) < 3_000 + 128, "stops at the first story that reaches the total"
+    assert heldout_stories(tokenizer, n_ctx=128, n_tokens=3_000) == stories
+    assert heldout_stories(tokenizer, n_ctx=128, n_tokens=3_000, seed=1)[0] != stories[0]
+    everything = heldout_stories(tokenizer, n_ctx=10_000, n_tokens=3_000)
+    assert any(len(tokenizer(s.text).input_ids) + 2 > 128 for s in everything), "a smaller context leaves stories out"
+    with pytest.raises(ValueError, match="n_ctx"):
+        heldout_stories(tokenizer, n_ctx=2)
+    with pytest.raises(ValueError, match="larger n_ctx"):
+        heldout_stories(tokenizer, n_ctx=5, n_tokens=10)
+
+
 # ---------------------------------------------------------------------------------------
 # The training script
 # ---------------------------------------------------------------------------------------
@@ -416,7 +434,7 @@ def test_heldout_loss_is_near_the_entropy_floor(script, story, draft, tokenizer)
     with a seed that training never used. The draft failing the tighter bound shows the
     check can tell a weaker model from the target.
     """
-    stories = script.heldout_stories(tokenizer, n_ctx=512)
+    stories = heldout_stories(tokenizer, n_ctx=512)
     floor = entropy_floor(stories, tokenizer)
     gaps = {}
     for ref in (story, draft):

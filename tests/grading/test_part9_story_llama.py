@@ -10,7 +10,6 @@ exact entropy floor on the same stories.
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 import torch
@@ -20,7 +19,7 @@ from sampling_course.files import check_assets
 from sampling_course.grading.tolerances import parity
 from sampling_course.llama_config import LlamaConfig
 from sampling_course.reference import load_reference, reference_settings
-from sampling_course.stories import HELDOUT_SEED, entropy_floor, sample_stories
+from sampling_course.stories import entropy_floor, heldout_stories
 from sampling_course.tokenizer import ASSETS_DIR
 from sampling_course.weights import load_weights
 
@@ -85,25 +84,13 @@ def test_trained_model_cached_steps_match_hugging_face(trained, impl):
                          f"cached step at position {position}")
 
 
-def heldout(tokenizer, n_ctx: int, n_tokens: int = 20_000) -> list:
-    """The held-out stories of the training script: fresh ones (HELDOUT_SEED) that fit the context whole."""
-    rng, chosen, total = random.Random(HELDOUT_SEED), [], 0
-    while total < n_tokens:
-        for story in sample_stories(64, rng.getrandbits(32)):
-            length = len(tokenizer(story.text).input_ids)
-            if length + 2 <= n_ctx and total < n_tokens:
-                chosen.append(story)
-                total += length + 1
-    return chosen
-
-
 @pytest.mark.slow
 def test_the_reported_heldout_loss_and_floor_are_true():
     """Hugging Face's model on the held-out stories (each <|endoftext|> + story + <|endoftext|>, scored on
     the story and the closing token) gives training.json's loss; the grammar gives its floor."""
     ref = load_reference("story-llama", "cpu")
     figures = json.loads((FOLDER / "training.json").read_text())
-    stories = heldout(ref.tokenizer, ref.cfg.n_ctx)
+    stories = heldout_stories(ref.tokenizer, ref.cfg.n_ctx)
     eos = ref.tokenizer.eos_token_id
     nats, count = 0.0, 0
     with torch.no_grad():
