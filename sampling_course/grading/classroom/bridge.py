@@ -91,6 +91,7 @@ class Endpoint(Codec):
         self._export_ids: dict[int, int] = {}
         self._counter = itertools.count(1)
         self._proxies: dict[int, Any] = {}  # the other side's handles -> RemoteObject / mirror
+        self._shared_refs: dict[int, int] = {}  # id of the local copy of a tensor the other side shared -> its handle
         self._local_types: dict[tuple, type] = {}  # the other side's classes -> local handle classes
         self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
         self._rng = torch.get_rng_state()
