@@ -26,8 +26,11 @@ import torch
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
+from sampling_course.beside import made_beside
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.repeat import repeat
+from sampling_course.scripted_step import ScriptedStep
+from sampling_course.trigram_model import TrigramModel
 
 MODULE = "classroom_boundary_submission"
 
@@ -240,3 +243,36 @@ def test_the_courses_settings_records_cross_by_value(grader):
     llama = LlamaConfig(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_key_value_heads=2, n_layers=1)
     settings = SamplerSettings(temperature=0.5, top_k=3)
     assert module.records(cfg, llama, settings) == ["Config", "LlamaConfig", "SamplerSettings"]
+
+
+def test_a_double_is_made_beside_the_submissions_code(grader):
+    """``made_beside`` builds the runtime's double in the submission's process from its description: the
+    submission's code calls it there (no request reaches the grader), the grader reads what it recorded as
+    plain data, and the tensor it shares, handed back, is its own (so the loop sees the rows it marks)."""
+    module = grader.request("import", None, name=MODULE)
+    step = made_beside(module, ScriptedStep, [0, 2])
+    served = grader.requests_served
+    assert module.run_until_finished(step, step.finished) == 3
+    assert grader.requests_served == served, "the submission's code called back to the grader"
+    assert type(step.calls) is int and step.calls == 3
+
+
+def test_a_model_made_beside_is_the_submissions_and_reads_back_as_data(grader):
+    """A toy model made beside the submission's code arrives as a mirror of a module of that process; what it
+    recorded comes back as plain lists, and ``clear_calls`` empties the record there."""
+    module = grader.request("import", None, name=MODULE)
+    table = torch.randn(4, 3, 3, generator=torch.Generator().manual_seed(0))
+    model = made_beside(module, TrigramModel, table, "toy")
+    assert torch.equal(model(torch.tensor([[2, 0, 1]])), TrigramModel(table, "here")(torch.tensor([[2, 0, 1]])))
+    assert model.calls == [(3, None)] and type(model.calls) is list
+    model.clear_calls()
+    assert model.calls == []
+
+
+def test_made_beside_makes_only_the_runtimes_objects():
+    """Here (a module of this process) it is a plain call; a factory outside the course's runtime is refused."""
+    here = types.ModuleType("here")
+    assert isinstance(made_beside(here, ScriptedStep, [1]), ScriptedStep)
+    for factory in (dict, Path, _try):
+        with pytest.raises(ValueError, match="sampling_course"):
+            made_beside(here, factory)
