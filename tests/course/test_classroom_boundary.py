@@ -17,6 +17,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -115,6 +116,7 @@ def _submission_module() -> types.ModuleType:
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
     module.records = lambda *records: [type(r).__name__ for r in records]
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
+    module.slow = lambda: time.sleep(0.5)
     return module
 
 
@@ -276,3 +278,19 @@ def test_made_beside_makes_only_the_runtimes_objects():
     for factory in (dict, Path, _try):
         with pytest.raises(ValueError, match="sampling_course"):
             made_beside(here, factory)
+
+
+def test_a_call_answered_after_its_time_limit_leaves_the_connection_to_a_fresh_process(grader):
+    """A call that answers only after the time limit interrupted it fails as too long, and its connection is
+    retired: its side may be out of step, so the next test gets a fresh process (a later exercise never pays)."""
+    from sampling_course.grading.time_limit import TookTooLong
+
+    module = grader.request("import", None, name=MODULE)
+
+    def interrupt(endpoint):  # what the grader does when a call runs out of time (here nothing can be signalled)
+        endpoint.interrupted, endpoint.allowance = True, 10.0
+
+    grader.on_wait, grader.allowance = interrupt, 0.05
+    with pytest.raises(TookTooLong):
+        module.slow()
+    assert not grader.alive

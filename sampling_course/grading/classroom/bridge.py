@@ -243,6 +243,7 @@ class Endpoint(Codec):
                 self._lent.pop()
         if self.interrupted:  # it answered, but only after the time limit had interrupted it
             self.interrupted = False
+            self.alive = False  # an interruption can leave its side out of step: the next call gets a fresh process
             raise TookTooLong(f"stopped after {self.limit_s:g} s")
         if kind == "err":
             error = reply.get("error") if isinstance(reply.get("error"), dict) else {}
