@@ -215,7 +215,10 @@ def _forget_lost_fixtures(item: Any) -> None:
         for definition in definitions:
             cached = getattr(definition, "cached_result", None)
             if cached is not None and _holds_lost_handle(cached[0]):
-                definition.cached_result = None
+                try:  # torn down as pytest tears a fixture down (its finalizers too), so it is made afresh
+                    definition.finish(item._request)
+                except Exception:  # noqa: BLE001 - a teardown that needed the stopped process: nothing left to undo
+                    pass
 
 
 def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:
