@@ -13,6 +13,11 @@ The recorders wrap or stand in for a real object and keep what they were given:
 ``RecordingModel`` (calls), ``RecordingTokenizer`` (the last decoded ids), ``RecordingFile``
 (each write). ``IdTokenizer`` is a tokenizer whose text is token ids.
 
+``TrigramModel``, ``IdTokenizer`` and ``IdTokenizerWithVocab`` live in the course's runtime
+(``sampling_course.trigram_model``, ``sampling_course.id_tokenizer``), so that a test can make
+them beside the code it hands them to (``sampling_course.beside.made_beside``): a submission
+graded in another process calls them where it runs. They are imported here under their names.
+
 The suites import these with ``from doubles import ...`` (pyproject.toml puts tests/ on
 the import path).
 """
@@ -25,45 +30,15 @@ import torch
 from torch import nn
 
 from sampling_course.config import Config
+from sampling_course.id_tokenizer import IdTokenizer, IdTokenizerWithVocab
+from sampling_course.trigram_model import TrigramModel
+
+__all__ = ["BigramModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile", "RecordingModel",
+           "RecordingTokenizer", "SuccessorModel", "TrigramModel"]
 
 # ---------------------------------------------------------------------------------------
 # Tokenizers
 # ---------------------------------------------------------------------------------------
-
-
-class IdTokenizer:
-    """Text is token ids separated by spaces: "2 0 1" <-> [2, 0, 1].
-
-    ``encode(text, return_tensors="pt")`` gives ``tensor([[2, 0, 1]])``; ``decode`` takes a
-    list, a tensor or one id. There is no pad token, and ``eos_token_id`` is what the test
-    says (None: no token ends a text). All the generation loops need from a tokenizer.
-    """
-
-    pad_token_id = None
-
-    def __init__(self, eos_token_id: int | None = None):
-        self.eos_token_id = eos_token_id
-
-    def encode(self, text: str, return_tensors: str | None = None):
-        ids = [int(token) for token in text.split()]
-        return torch.tensor([ids]) if return_tensors == "pt" else ids
-
-    def decode(self, ids, **kwargs) -> str:
-        if isinstance(ids, torch.Tensor):
-            ids = ids.tolist()
-        return " ".join(str(i) for i in ([ids] if isinstance(ids, int) else ids))
-
-
-class IdTokenizerWithVocab(IdTokenizer):
-    """An ``IdTokenizer`` that reports a vocabulary, as Hugging Face tokenizers do with
-    ``get_vocab()``: two tokenizers with different vocabularies do not share token ids."""
-
-    def __init__(self, vocab: dict[str, int], eos_token_id: int | None = None):
-        super().__init__(eos_token_id)
-        self.vocab = vocab
-
-    def get_vocab(self) -> dict[str, int]:
-        return self.vocab
 
 
 class RecordingTokenizer:
@@ -178,58 +153,6 @@ class BigramModel(nn.Module):
             raise NotImplementedError("the toy model runs uncached")
         self.longest_input = max(self.longest_input, tokens.shape[1])
         return self.logits[tokens]
-
-
-class TrigramModel(nn.Module):
-    """The logits for the next token are ``table[previous, current]``: they depend on the last
-    two tokens. ``table`` has shape ``(V + 1, V, V)`` for a vocabulary of V tokens; its row V
-    stands for "no previous token" (the first position).
-
-    Called like a DemoTransformer: ``model(tokens)`` gives logits at every position and
-    ``model(tokens, kv_cache)`` runs only the positions the cache lacks and returns
-    ``(their logits, the extended cache)``. Its "keys and values" are the token ids
-    themselves, so the previous token of the first new position is read from the cache,
-    as a transformer reads its past. Every cache it is given is checked against the
-    tokens: a cache holding a token the sequence does not have (a rejected proposal that
-    was not cropped) raises an AssertionError saying so. ``calls`` records
-    (positions passed, positions cached, or None uncached) for every call. The table is the
-    model's one (frozen) parameter, so the model is on the device its table is on, as a
-    transformer is on the device of its weights.
-    """
-
-    def __init__(self, table: torch.Tensor, name: str, n_ctx: int = 64):
-        super().__init__()
-        vocab = table.shape[-1]
-        assert table.shape == (vocab + 1, vocab, vocab), f"a trigram table has shape (V + 1, V, V), got {tuple(table.shape)}"
-        self.table = nn.Parameter(table.float(), requires_grad=False)
-        self.start = vocab  # the table's row for "no previous token"
-        self.name = name
-        self.cfg = Config(d_model=1, d_vocab=vocab, n_ctx=n_ctx, d_head=1, d_mlp=1, n_heads=1, n_layers=1)
-        self.calls: list[tuple[int, int | None]] = []
-
-    def forward(self, tokens: torch.Tensor, kv_cache=None):
-        assert tokens.ndim == 2 and tokens.shape[0] == 1, f"{self.name}: expected tokens of shape (1, pos), got {tuple(tokens.shape)}"
-        if tokens.shape[1] > self.cfg.n_ctx:
-            raise ValueError(f"{self.name}: {tokens.shape[1]} positions, past n_ctx={self.cfg.n_ctx}")
-        ids = tokens[0]
-        if kv_cache is None:
-            self.calls.append((len(ids), None))
-            previous = torch.cat([ids.new_tensor([self.start]), ids[:-1]])
-            return self.table[previous, ids][None]
-        past = kv_cache.shape[3]
-        self.calls.append((len(ids), past))
-        if len(ids) <= past:
-            raise ValueError(f"{self.name}: {len(ids)} tokens but the cache already holds {past} positions")
-        cached = kv_cache.as_subclass(torch.Tensor)[0, 0, 0, :, 0, 0].round().long()
-        assert torch.equal(cached, ids[:past]), (
-            f"{self.name}'s cache holds the tokens {cached.tolist()}, but the sequence begins with "
-            f"{ids[:past].tolist()}: a cache must be cropped back to the tokens that were kept"
-        )
-        new = ids[past:]
-        previous = torch.cat([cached[-1:] if past else ids.new_tensor([self.start]), new[:-1]])
-        entries = new.to(kv_cache.dtype).reshape(1, 1, 1, -1, 1, 1).expand(1, 2, 1, -1, 1, 1)
-        extended = torch.cat([kv_cache.as_subclass(torch.Tensor), entries], dim=3)
-        return self.table[previous, new][None], type(kv_cache)(extended)
 
 
 # ---------------------------------------------------------------------------------------

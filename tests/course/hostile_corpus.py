@@ -230,3 +230,30 @@ def write_corpus(root: Path, port: int, canary: Path) -> dict[str, Case]:
             package.rmdir()
             folder.rmdir()
     return out
+
+
+# race_sample (part 6b), graded on its own: the files it imports are the solutions'.
+RACE_GRADED = ("race_sample",)
+RACE_FILES = ("__init__.py", "transformer.py", "kv_cache.py", "fast_path.py", "caches.py", "gpu_decoding.py")
+# torch.multinomial draws from the right law, from the generator it is given, but checks its input with values
+# read back to the host: what the exercise is to avoid. On the CPU the operation recording of its tests catches
+# it (the check that a GPU draw never waits runs only with a CUDA GPU).
+MULTINOMIAL = "return torch.multinomial(logits.float().softmax(dim=-1), 1, generator=generator)[:, 0]"
+
+
+def write_race_corpus(root: Path) -> dict[str, Case]:
+    """Write the race_sample submissions into ``root``: the solutions' and one drawing with torch.multinomial."""
+    cases = {
+        "race_control": (Case("8", "nothing: the solutions' race_sample", RACE_GRADED), None),
+        "race_multinomial": (Case("6", "race_sample delegated to torch.multinomial (right law, reads back to the host)",
+                                  ()), MULTINOMIAL),
+    }
+    for student, (_, body) in cases.items():
+        package = root / student / "exercises"
+        package.mkdir(parents=True)
+        for name in RACE_FILES:
+            source = (REPO / "solutions" / name).read_text()
+            if name == "gpu_decoding.py" and body is not None:
+                source = _replace(source, "race_sample", body)
+            (package / name).write_text(source)
+    return {student: case for student, (case, _) in cases.items()}

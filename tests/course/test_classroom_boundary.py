@@ -17,6 +17,7 @@ from __future__ import annotations
 import socket
 import sys
 import threading
+import time
 import types
 from pathlib import Path
 
@@ -26,8 +27,11 @@ import torch
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
+from sampling_course.beside import made_beside
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.repeat import repeat
+from sampling_course.scripted_step import ScriptedStep
+from sampling_course.trigram_model import TrigramModel
 
 MODULE = "classroom_boundary_submission"
 
@@ -112,6 +116,7 @@ def _submission_module() -> types.ModuleType:
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
     module.records = lambda *records: [type(r).__name__ for r in records]
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
+    module.slow = lambda: time.sleep(0.5)
     return module
 
 
@@ -240,3 +245,52 @@ def test_the_courses_settings_records_cross_by_value(grader):
     llama = LlamaConfig(d_model=8, d_vocab=5, n_ctx=4, d_head=2, d_mlp=8, n_heads=4, n_key_value_heads=2, n_layers=1)
     settings = SamplerSettings(temperature=0.5, top_k=3)
     assert module.records(cfg, llama, settings) == ["Config", "LlamaConfig", "SamplerSettings"]
+
+
+def test_a_double_is_made_beside_the_submissions_code(grader):
+    """``made_beside`` builds the runtime's double in the submission's process from its description: the
+    submission's code calls it there (no request reaches the grader), the grader reads what it recorded as
+    plain data, and the tensor it shares, handed back, is its own (so the loop sees the rows it marks)."""
+    module = grader.request("import", None, name=MODULE)
+    step = made_beside(module, ScriptedStep, [0, 2])
+    served = grader.requests_served
+    assert module.run_until_finished(step, step.finished) == 3
+    assert grader.requests_served == served, "the submission's code called back to the grader"
+    assert type(step.calls) is int and step.calls == 3
+
+
+def test_a_model_made_beside_is_the_submissions_and_reads_back_as_data(grader):
+    """A toy model made beside the submission's code arrives as a mirror of a module of that process; what it
+    recorded comes back as plain lists, and ``clear_calls`` empties the record there."""
+    module = grader.request("import", None, name=MODULE)
+    table = torch.randn(4, 3, 3, generator=torch.Generator().manual_seed(0))
+    model = made_beside(module, TrigramModel, table, "toy")
+    assert torch.equal(model(torch.tensor([[2, 0, 1]])), TrigramModel(table, "here")(torch.tensor([[2, 0, 1]])))
+    assert model.calls == [(3, None)] and type(model.calls) is list
+    model.clear_calls()
+    assert model.calls == []
+
+
+def test_made_beside_makes_only_the_runtimes_objects():
+    """Here (a module of this process) it is a plain call; a factory outside the course's runtime is refused."""
+    here = types.ModuleType("here")
+    assert isinstance(made_beside(here, ScriptedStep, [1]), ScriptedStep)
+    for factory in (dict, Path, _try):
+        with pytest.raises(ValueError, match="sampling_course"):
+            made_beside(here, factory)
+
+
+def test_a_call_answered_after_its_time_limit_leaves_the_connection_to_a_fresh_process(grader):
+    """A call that answers only after the time limit interrupted it fails as too long, and its connection is
+    retired: its side may be out of step, so the next test gets a fresh process (a later exercise never pays)."""
+    from sampling_course.grading.time_limit import TookTooLong
+
+    module = grader.request("import", None, name=MODULE)
+
+    def interrupt(endpoint):  # what the grader does when a call runs out of time (here nothing can be signalled)
+        endpoint.interrupted, endpoint.allowance = True, 10.0
+
+    grader.on_wait, grader.allowance = interrupt, 0.05
+    with pytest.raises(TookTooLong):
+        module.slow()
+    assert not grader.alive

@@ -4,7 +4,8 @@
   submission could earn what it did not solve (the grader's objects, objects that judge
   themselves, links out of the folder, the environment and forged flags, the limits, answers
   from the release or Hugging Face, the reports) and honest ones beside them. Each earns
-  exactly what it solves; no honest one is flagged.
+  exactly what it solves; no honest one is flagged. A race_sample drawn with torch.multinomial
+  (part 6b) is graded apart, on that exercise alone.
 * The executors: a process pool of two, Dask on a LocalCluster of two workers, and the
   Gradescope bundle run in a folder laid out like Gradescope's.
 * A synthetic class of 200 whose true grades are known in advance.
@@ -31,7 +32,7 @@ from sampling_course.grading.classroom.settings import load_settings
 from sampling_course.grading.classroom.submission import STUBS, find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
 
-from hostile_corpus import CANARY_ENV, write_corpus
+from hostile_corpus import CANARY_ENV, RACE_GRADED, write_corpus, write_race_corpus
 from hostile_corpus import GRADED as CORPUS_GRADED
 from sampling_course.grading.classroom.reports import write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
@@ -98,6 +99,23 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     feedback = (report / "feedback" / "fence_breaker.md").read_text()
     assert "<script>" not in feedback and "\n# Score" not in feedback and "```" not in feedback
     listener.close()
+
+
+def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
+    """A race_sample that draws with torch.multinomial follows softmax's law and its generator, but reads values
+    back to the host: it earns nothing, and the operations recorded in its process (the one check of this that
+    runs on the CPU; the CUDA sync check needs a GPU) are why. The solutions' race_sample earns it, unflagged."""
+    cases = write_race_corpus(tmp_path / "class")
+    settings = load_settings(None, exercises=list(RACE_GRADED), seconds_per_test=30, seconds_per_exercise=120,
+                             seconds_per_submission=300, memory_mb=1536)
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    for student, case in cases.items():
+        (entry,) = results[student]["exercises"]
+        earned = (entry["exercise"],) if entry["status"] == "done" else ()
+        assert earned == case.passes, f"{student}: earned {earned}, solves {case.passes}: {entry}"
+        assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
+    (entry,) = results["race_multinomial"]["exercises"]
+    assert entry["failed"] == 1 and "multinomial" in entry["message"], entry  # only the host reads: the law is right
 
 
 def test_process_pool_of_two(tmp_path):

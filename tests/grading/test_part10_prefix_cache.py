@@ -64,7 +64,7 @@ def test_pool_finds_registered_blocks_until_their_block_is_reused(impl):
     assert pool.lookup(pc.block_hashes([2, 1], 2)[0]) is None
     pool.free(block), pool.free(block)
     assert pool.n_free == 3 and pool.cached(h) == block, "a freed block keeps its contents until it is reused"
-    assert pool.lookup(h) == block and pool.n_free == 2 and block not in pool.free_blocks
+    assert pool.lookup(h) == block and pool.n_free == 2 and block not in list(pool.free_blocks)
     pool.free(block)
     taken = [pool.allocate() for _ in range(3)]  # every block, so the cached one too: handed out for new contents
     assert block in taken and pool.cached(h) is None and pool.lookup(h) is None, "a reused block kept its old hash"

@@ -28,7 +28,9 @@ import pytest
 import torch
 
 from doubles import BigramModel
-from sampling_course.implementation import Impl, load_demo
+from sampling_course.beside import made_beside
+from sampling_course.implementation import load_demo
+from sampling_course.masked_top_k import MaskedTopK
 from sampling_course.reference import load_reference
 
 
@@ -204,10 +206,10 @@ def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle, monkeypa
     """generate(k, no_repeat_ngram_size=2) proposes HF's top-k after its bigram blocking.
 
     generate's job is to pass no_repeat_ngram_size on to get_topk_non_repeating, the next
-    exercise: so this runs with the solutions' get_topk_non_repeating, and grades generate
-    alone whether or not get_topk_non_repeating is written yet (and whether it is right).
+    exercise: so this runs with a stand-in for it (``MaskedTopK``, made beside the code under
+    test) that blocks the tokens Hugging Face's blocking blocks for these beams, and grades
+    generate alone whether or not get_topk_non_repeating is written yet (and whether it is right).
     """
-    monkeypatch.setattr(impl.beams.Beams, "get_topk_non_repeating", Impl("solutions").beams.Beams.get_topk_non_repeating)
     start = torch.tensor([tiny.tokenizer.encode("When I was")])
     # The stand-in's greedy continuation repeats itself, so bigram blocking has work to do.
     seq = oracle(greedy_continuation, tiny, start, 30)[0]
@@ -220,6 +222,8 @@ def test_generate_applies_ngram_blocking(impl, tiny, tiny_demo, oracle, monkeypa
     plain = logprobs.topk(k).indices
     expected_lp, expected_tok = blocked.topk(k)
     assert not torch.equal(plain, expected_tok), "precondition: blocking should change some beam's top-k"
+    blocked_tokens = torch.isinf(blocked) & ~torch.isinf(logprobs)
+    monkeypatch.setattr(impl.beams.Beams, "get_topk_non_repeating", made_beside(impl.beams, MaskedTopK, blocked_tokens, 2))
 
     beams = impl.beams.Beams(tiny_demo, tiny.tokenizer, torch.zeros(len(tokens)), tokens)
     with torch.no_grad():

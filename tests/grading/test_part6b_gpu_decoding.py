@@ -18,9 +18,10 @@ with a one-line reason elsewhere):
   sampler fails with probability at most ``ALPHA`` = 1e-6. The law it must follow is
   softmax(logits), which is ``torch.multinomial``'s. Support is checked apart from
   frequencies. It must draw from the generator it is given and read nothing back to the host.
-* ``decode_loop`` runs a scripted step whose rows end at known steps, against the loop
-  that looks after every step, transcribed here: the same tokens, the number of steps the
-  rule implies, and few host reads.
+* ``decode_loop`` runs a scripted step whose rows end at known steps
+  (``sampling_course.scripted_step``, made beside the code under test), against the loop that
+  looks after every step, transcribed here: the same tokens, the number of steps the rule
+  implies, and few host reads.
 * ``CapturedDecoder`` (written for the learner) must give Hugging Face's greedy ``generate``,
   end token, padding and early stop included.
 
@@ -35,8 +36,10 @@ import einops
 import pytest
 import torch
 
+from sampling_course.beside import made_beside
 from sampling_course.grading.tolerances import parity
 from sampling_course.op_recorder import OpRecorder
+from sampling_course.scripted_step import ScriptedStep
 
 TOL = parity()
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -242,37 +245,9 @@ def test_race_sample_refuses_what_is_not_a_batch_of_logits(gpu):
 EOS, PAD = 99, 0
 
 
-class ScriptedStep:
-    """A decode step whose rows end at known calls: at call i (from 0), row r returns the end token if
-    ``ends[r] == i``, a pad once it has ended, and 100 (r + 1) + i otherwise. Like a captured step it
-    writes into the same tensor at every call and marks ended rows in ``finished``, in place."""
-
-    def __init__(self, ends: list[int | None]):
-        self.ends = ends
-        self.out = torch.zeros(len(ends), dtype=torch.long)
-        self.finished = torch.zeros(len(ends), dtype=torch.bool)
-        self.done = [False] * len(ends)  # the host's own copy, so the double itself never reads the device
-        self.calls = 0
-
-    def __call__(self) -> torch.Tensor:
-        i, self.calls = self.calls, self.calls + 1
-        values = []
-        for r, end in enumerate(self.ends):
-            if self.done[r]:
-                values.append(PAD)
-            elif end == i:
-                values.append(EOS)
-                self.done[r] = True
-            else:
-                values.append(100 * (r + 1) + i)
-        self.out.copy_(torch.tensor(values))
-        self.finished.copy_(torch.tensor(self.done))
-        return self.out
-
-
 def looking_after_every_step(ends: list[int | None], max_new_tokens: int) -> tuple[torch.Tensor, int]:
     """The reference: look after every step, stop when every row has ended. Returns the tokens and the steps run."""
-    step, columns = ScriptedStep(ends), []
+    step, columns = ScriptedStep(ends, EOS, PAD), []
     for _ in range(max_new_tokens):
         columns.append(step().clone())
         if all(step.done):
@@ -296,15 +271,17 @@ def test_decode_loop_gives_the_tokens_of_a_loop_that_looks_every_step(gpu, case,
     multiple of check_every at or after the step where the last row ended (at most max_new_tokens)."""
     ends, max_new_tokens = case
     expected, steps_needed = looking_after_every_step(ends, max_new_tokens)
-    step = ScriptedStep(ends)
+    step = made_beside(gpu, ScriptedStep, ends, EOS, PAD)  # where decode_loop runs: it calls the step there
+    finished = step.finished
     with OpRecorder() as recorder:
-        got = gpu.decode_loop(step, step.finished, max_new_tokens, check_every)
+        got = gpu.decode_loop(step, finished, max_new_tokens, check_every)
     assert isinstance(got, torch.Tensor) and got.shape[0] == len(ends), "decode_loop returns (batch, new) tokens"
     assert torch.equal(got, expected), f"tokens {got.tolist()}, expected {expected.tolist()}"
     ended = all(end is not None and end < max_new_tokens for end in ends)
     calls = min(max_new_tokens, check_every * math.ceil(steps_needed / check_every)) if ended else max_new_tokens
-    assert step.calls == calls, (
-        f"step() ran {step.calls} times; looking at finished every {check_every} steps, the loop must stop at the "
+    ran = step.calls
+    assert ran == calls, (
+        f"step() ran {ran} times; looking at finished every {check_every} steps, the loop must stop at the "
         f"first look after every row has ended: after {calls} steps"
     )
     looks = calls // check_every
@@ -316,7 +293,7 @@ def test_decode_loop_gives_the_tokens_of_a_loop_that_looks_every_step(gpu, case,
 
 @pytest.mark.exercise("decode_loop")
 def test_decode_loop_of_no_steps_and_bad_arguments(gpu):
-    step = ScriptedStep([3])
+    step = made_beside(gpu, ScriptedStep, [3], EOS, PAD)
     assert gpu.decode_loop(step, step.finished, 0).shape == (1, 0) and step.calls == 0
     for bad in (0, -2, 1.5):
         with pytest.raises(ValueError, match="check_every"):

@@ -11,8 +11,10 @@ How the tests judge:
   the empirical frequencies (chi-square). A second test checks the theorem itself: a
   proposal drawn from q and then judged comes out distributed as p.
 * ``speculative_generate`` (the loop around your ``speculative_round``) runs on toy models
-  with a four-token vocabulary: ``TrigramModel``s (tests/doubles.py), whose next-token
-  logits depend on the last two tokens. The target's exact distribution over the first two or three generated tokens
+  with a four-token vocabulary: ``TrigramModel``s (``sampling_course.trigram_model``), whose next-token
+  logits depend on the last two tokens; they are made beside the code under test
+  (``sampling_course.beside``, in its process when it runs in another), and every oracle runs on
+  a twin made here from the same table. The target's exact distribution over the first two or three generated tokens
   is computed by enumerating every continuation, and the empirical joint distribution of
   the generated tokens must match it (chi-square), for several gammas, temperatures and
   filters. The trigram models keep the token ids themselves in their KeyValueCache and fail
@@ -60,6 +62,7 @@ import torch
 from torch import nn
 
 from sampling_course.config import Config
+from sampling_course.beside import made_beside
 from sampling_course.implementation import load_demo
 from sampling_course.reference import ReferenceUnavailable, load_reference
 from sampling_course.repeat import repeat
@@ -84,7 +87,7 @@ V = 4  # the toy models' vocabulary
 
 
 # ---------------------------------------------------------------------------------------
-# Toy models: trigram tables over V tokens (TrigramModel, in tests/doubles.py)
+# Toy models: trigram tables over V tokens (TrigramModel, in sampling_course.trigram_model)
 # ---------------------------------------------------------------------------------------
 
 
@@ -104,8 +107,20 @@ TOY_DRAFT_TABLE = random_table(202, scale=1.2, bigram=True)
 TOY_PROMPT = "2 0"
 
 
-def toy_pair(n_ctx: int = 64) -> tuple[TrigramModel, TrigramModel]:
-    return TrigramModel(TOY_TARGET_TABLE, "target", n_ctx), TrigramModel(TOY_DRAFT_TABLE, "draft", n_ctx)
+def toy_pair(where, n_ctx: int = 64) -> tuple[TrigramModel, TrigramModel]:
+    """The toy target and draft, made beside the code under test (``where``: one of its modules)."""
+    return (made_beside(where, TrigramModel, TOY_TARGET_TABLE, "target", n_ctx),
+            made_beside(where, TrigramModel, TOY_DRAFT_TABLE, "draft", n_ctx))
+
+
+# Their twins in the test's own process: the oracles compute with these, never with the models handed out.
+ORACLE_TARGET = TrigramModel(TOY_TARGET_TABLE, "target", 256)
+ORACLE_DRAFT = TrigramModel(TOY_DRAFT_TABLE, "draft", 256)
+
+
+def id_tokenizer(where, *args):
+    """An IdTokenizer (``args``: its eos_token_id), made beside the code under test."""
+    return made_beside(where, IdTokenizer, *args)
 
 
 def random_demo(transformer, seed: int, **dims) -> nn.Module:
@@ -353,24 +368,25 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
     """gamma cached forwards, each on its new positions only; q rows are the filtered draft distributions
     after each prefix (uncached oracle); every proposal lies in its q's support; the cache holds all but the last."""
     KVC = impl.kv_cache.KeyValueCache
-    _, draft = toy_pair()
+    _, draft = toy_pair(spec)
     tokens = torch.tensor([2, 0, 3])
     cache = KVC.new_empty(draft.cfg)
     if cached:
         _, cache = draft(tokens[None, :cached], cache)
-        draft.calls.clear()
+        draft.clear_calls()
     gamma = 5
     generator = torch.Generator(device=device).manual_seed(seed)
     proposals, q, cache = spec.draft_tokens(draft, tokens, cache, gamma, generator=generator, **settings)
     assert proposals.shape == (gamma,) and q.shape == (gamma, V), f"shapes {tuple(proposals.shape)}, {tuple(q.shape)}"
-    assert len(draft.calls) == gamma, f"expected {gamma} forward passes of the draft, got {len(draft.calls)}"
-    assert all(c is not None for _, c in draft.calls), "every forward pass of the draft must use its cache"
-    assert draft.calls[0][1] == cached and all(n - c == 1 for n, c in draft.calls[1:]), (
-        f"after the first, each draft forward must run exactly one new position; calls (positions, cached): {draft.calls}"
+    calls = draft.calls
+    assert len(calls) == gamma, f"expected {gamma} forward passes of the draft, got {len(calls)}"
+    assert all(c is not None for _, c in calls), "every forward pass of the draft must use its cache"
+    assert calls[0][1] == cached and all(n - c == 1 for n, c in calls[1:]), (
+        f"after the first, each draft forward must run exactly one new position; calls (positions, cached): {calls}"
     )
     sequence = torch.cat([tokens, proposals])
     for i in range(gamma):
-        expected = oracle_filtered(draft(sequence[None, : len(tokens) + i])[0, -1], **settings)
+        expected = oracle_filtered(ORACLE_DRAFT(sequence[None, : len(tokens) + i])[0, -1], **settings)
         torch.testing.assert_close(q[i].double(), expected, atol=1e-6, rtol=1e-5, msg=lambda m: f"q[{i}]: {m}")
         assert expected[proposals[i]] > 0, f"proposal {i} is token {int(proposals[i])}, which q[{i}] gives probability 0"
     assert cache.shape[3] == len(tokens) + gamma - 1, f"the draft's cache holds {cache.shape[3]} positions, expected {len(tokens) + gamma - 1}"
@@ -381,12 +397,12 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
 def test_draft_tokens_is_greedy_at_temperature_zero_and_follows_the_generator(spec, impl, device):
     """Temperature 0 proposes the draft's greedy chain; the same generator seed gives the same proposals."""
     KVC = impl.kv_cache.KeyValueCache
-    _, draft = toy_pair()
+    _, draft = toy_pair(spec)
     tokens = torch.tensor([1, 3])
     proposals, q, _ = spec.draft_tokens(draft, tokens, KVC.new_empty(draft.cfg), 4, temperature=0)
     sequence = tokens.tolist()
     for _ in range(4):
-        sequence.append(int(draft(torch.tensor([sequence]))[0, -1].argmax()))
+        sequence.append(int(ORACLE_DRAFT(torch.tensor([sequence]))[0, -1].argmax()))
     assert proposals.tolist() == sequence[2:], f"proposals {proposals.tolist()}, the draft's greedy chain {sequence[2:]}"
     assert q.sum(-1).tolist() == [1.0] * 4 and (q.max(-1).values == 1).all()
     runs = [
@@ -548,7 +564,7 @@ def test_crop_cache_lets_a_cache_crop_itself(spec, impl):
 
 
 def generate(spec_loop, target, draft, prompt: str, n: int, tokenizer=None, **settings):
-    tokenizer = tokenizer or IdTokenizer()
+    tokenizer = id_tokenizer(spec_loop) if tokenizer is None else tokenizer
     text, stats = spec_loop.speculative_generate(target, draft, tokenizer, prompt, n, return_stats=True, **settings)
     return IdTokenizer().encode(text), stats
 
@@ -559,20 +575,21 @@ def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, devic
     afterwards each cache holds only the tokens kept (the toy models check their content).
     40 rounds from the same start, which include rejections except with probability < 1e-11."""
     KVC = impl.kv_cache.KeyValueCache
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec)
     generator = torch.Generator(device=device).manual_seed(seed)
     tokens = torch.tensor([2, 0, 1])
     target_cache, draft_cache = KVC.new_empty(target.cfg), KVC.new_empty(draft.cfg)
     _, target_cache = target(tokens[None, :2], target_cache)
     lengths = Counter()
     for _ in range(40):
-        target.calls.clear()
+        target.clear_calls()
         new, t_cache, d_cache = spec.speculative_round(
             target, draft, tokens, target_cache, draft_cache, 3, 1.0, 0, 1.0, generator
         )
         lengths[len(new)] += 1
         assert 1 <= len(new) <= 4, f"a round with gamma=3 added {len(new)} tokens"
-        assert target.calls == [(len(tokens) + 3, 2)], f"expected one target forward over 4 new positions, got {target.calls}"
+        calls = target.calls
+        assert calls == [(len(tokens) + 3, 2)], f"expected one target forward over 4 new positions, got {calls}"
         kept = torch.cat([tokens, new])
         assert t_cache.shape[3] == len(kept) - 1, f"the target's cache holds {t_cache.shape[3]} positions, expected {len(kept) - 1}"
         assert d_cache.shape[3] <= len(kept) - 1
@@ -595,15 +612,16 @@ TOY_SETTINGS = [
 def test_output_follows_the_target_distribution_exactly(spec_loop, settings, length, seed):
     """The joint distribution of the first ``length`` generated tokens equals the target's, computed by
     enumerating every continuation with uncached forwards. Chi-square: false-failure probability <= 1e-6."""
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec_loop)
+    tokenizer = id_tokenizer(spec_loop)
     filters = {k: v for k, v in settings.items() if k != "gamma"}
-    expected = exact_joint(target, IdTokenizer().encode(TOY_PROMPT), length, filters)
+    expected = exact_joint(ORACLE_TARGET, IdTokenizer().encode(TOY_PROMPT), length, filters)
     n = sample_size(sum(prob > 0 for prob in expected.values()) - 1)
     torch.manual_seed(seed)  # the runs draw from torch's global generator (seed=None)
     n_prompt = len(TOY_PROMPT.split())
     observed: Counter = Counter()
     for _ in range(n):
-        ids, _ = generate(spec_loop, target, draft, TOY_PROMPT, length, **settings)
+        ids, _ = generate(spec_loop, target, draft, TOY_PROMPT, length, tokenizer, **settings)
         observed[tuple(ids[n_prompt:])] += 1
     assert_frequencies_match(observed, expected, n, f"speculative_generate({settings})")
 
@@ -612,10 +630,10 @@ def test_output_follows_the_target_distribution_exactly(spec_loop, settings, len
 @pytest.mark.parametrize("gamma", [1, 3, 5])
 def test_temperature_zero_is_the_targets_greedy_text_on_toy_models(spec_loop, gamma):
     """Temperature 0: token for token the target's greedy choice, whatever the draft proposes."""
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec_loop)
     for prompt in ("2 0", "1", "3 3 1"):
         ids, stats = generate(spec_loop, target, draft, prompt, 30, gamma=gamma, temperature=0)
-        assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"gamma={gamma}, prompt {prompt!r}")
+        assert_greedy(ORACLE_TARGET, IdTokenizer().encode(prompt), ids, 30, None, f"gamma={gamma}, prompt {prompt!r}")
 
 
 @pytest.mark.exercise("speculative_round")
@@ -705,14 +723,15 @@ def test_an_identical_draft_has_every_proposal_accepted(spec_loop, gamma, n):
     catches a temperature applied twice to one side."""
     table = random_table(7, scale=1.5)
     for settings in (dict(temperature=1.0), dict(temperature=0.5, top_k=3), dict(temperature=2.0, top_p=0.8)):
-        target, draft = TrigramModel(table, "target"), TrigramModel(table, "draft")
+        target, draft = made_beside(spec_loop, TrigramModel, table, "target"), made_beside(spec_loop, TrigramModel, table, "draft")
         ids, stats = generate(spec_loop, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
         rounds = math.ceil(n / (gamma + 1))
         assert len(ids) == 2 + n
         assert stats.acceptance_rate == 1.0, f"{settings}: acceptance rate {stats.acceptance_rate} with the target as its own draft"
-        assert stats.target_forwards == rounds == len(target.calls), (
+        calls = target.calls
+        assert stats.target_forwards == rounds == len(calls), (
             f"{settings}: {n} tokens with gamma={gamma} and nothing rejected take {rounds} target forwards; "
-            f"stats say {stats.target_forwards}, the target was called {len(target.calls)} times"
+            f"stats say {stats.target_forwards}, the target was called {len(calls)} times"
         )
         assert stats.tokens_per_target_forward == pytest.approx(n / rounds)
 
@@ -723,13 +742,14 @@ def test_stats_count_the_real_forward_passes(spec_loop, seed):
     after the first, every target forward runs at most gamma + 1 new positions. Alpha is strictly between
     0 and 1 except with probability < 1e-10 (no context of the toy pair accepts 3 proposals in a row with
     probability above .3, or rejects the first with probability above .72)."""
-    target, draft = toy_pair(n_ctx=128)
+    target, draft = toy_pair(spec_loop, n_ctx=128)
     gamma, n = 3, 80
     ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, n, gamma=gamma, seed=seed)
+    target_calls, draft_calls = target.calls, draft.calls
     assert len(ids) == 2 + n and stats.new_tokens == n
-    assert stats.target_forwards == len(target.calls) and stats.draft_forwards == len(draft.calls)
-    assert all(c is not None for _, c in target.calls + draft.calls), "every forward pass must use a cache"
-    assert all(positions - cached <= gamma + 1 for positions, cached in target.calls[1:]), target.calls
+    assert stats.target_forwards == len(target_calls) and stats.draft_forwards == len(draft_calls)
+    assert all(c is not None for _, c in target_calls + draft_calls), "every forward pass must use a cache"
+    assert all(positions - cached <= gamma + 1 for positions, cached in target_calls[1:]), target_calls
     assert sum(stats.accepted_per_round) == stats.accepted <= stats.judged <= stats.proposed
     assert 0 < stats.acceptance_rate < 1 and stats.acceptance_rate == stats.accepted / stats.judged
     assert stats.tokens_per_target_forward == n / stats.target_forwards
@@ -738,12 +758,13 @@ def test_stats_count_the_real_forward_passes(spec_loop, seed):
 @pytest.mark.exercise("speculative_round")
 def test_same_seed_same_text_and_eos_ends_it(spec_loop):
     """A seed makes the run reproducible; generation stops right after the end-of-text token."""
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec_loop)
     first = generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0]
     assert generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=11)[0] == first
     eos = 3
+    ending = id_tokenizer(spec_loop, eos)
     for s in range(10):
-        ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=s, tokenizer=IdTokenizer(eos))
+        ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, 30, gamma=3, seed=s, tokenizer=ending)
         new = ids[2:]
         assert eos not in new[:-1], f"tokens were generated after the end-of-text token: {new}"
         assert new[-1] == eos or len(new) == 30
@@ -754,9 +775,9 @@ def test_same_seed_same_text_and_eos_ends_it(spec_loop):
 def test_bad_input_raises_clear_errors(spec, impl, spec_loop):
     """Different vocabularies or tokenizers, gamma < 1, the n_ctx limit, bad settings: ValueError saying what is allowed
     (a cache class without new_empty: TypeError)."""
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec_loop)
     other_vocab = random_demo(impl.transformer, 0, d_vocab=5)
-    tok = IdTokenizer()
+    tok = id_tokenizer(spec_loop)
 
     def run(*args, **kwargs):
         return spec_loop.speculative_generate(*args, **kwargs)
@@ -765,7 +786,8 @@ def test_bad_input_raises_clear_errors(spec, impl, spec_loop):
         run(target, other_vocab, tok, "1 2", 5)
 
     with pytest.raises(ValueError, match="tokenizer"):
-        run(target, draft, (IdTokenizerWithVocab({"a": 0}), IdTokenizerWithVocab({"b": 0})), "1 2", 5)
+        run(target, draft, (made_beside(spec_loop, IdTokenizerWithVocab, {"a": 0}),
+                            made_beside(spec_loop, IdTokenizerWithVocab, {"b": 0})), "1 2", 5)
     for gamma in (0, -2, 1.5):
         with pytest.raises(ValueError, match="gamma"):
             run(target, draft, tok, "1 2", 5, gamma=gamma)
@@ -786,7 +808,7 @@ def test_bad_input_raises_clear_errors(spec, impl, spec_loop):
     with pytest.raises(TypeError, match="cache_class"):
         run(target, draft, tok, "1 2", 5, cache_class=dict)
     # The limit is the prompt plus max_new_tokens: 2 + 62 positions fit in n_ctx=64.
-    shared = IdTokenizerWithVocab({"a": 0})
+    shared = made_beside(spec_loop, IdTokenizerWithVocab, {"a": 0})
     ids, stats = generate(spec_loop, target, draft, "1 2", 62, gamma=8, tokenizer=(shared, shared), seed=0)
     assert len(ids) == 64
 
@@ -843,8 +865,9 @@ def test_prompt_lookup_on_random_texts(spec, seed):
                 assert got == expected, f"{tokens.tolist()} (num_tokens={num_tokens}, n={max_ngram_size}): {got}, expected {expected}"
 
 
-def lookup_generate(spec_loop, target, prompt: str, n: int, **settings):
-    text, stats = spec_loop.speculative_generate(target, None, IdTokenizer(), prompt, n, return_stats=True, **settings)
+def lookup_generate(spec_loop, target, prompt: str, n: int, tokenizer=None, **settings):
+    tokenizer = id_tokenizer(spec_loop) if tokenizer is None else tokenizer
+    text, stats = spec_loop.speculative_generate(target, None, tokenizer, prompt, n, return_stats=True, **settings)
     return IdTokenizer().encode(text), stats
 
 
@@ -860,16 +883,17 @@ LOOKUP_SETTINGS = [
 def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec_loop, settings, length, seed):
     """With prompt-lookup drafting, the joint distribution of the first ``length`` tokens equals the target's,
     computed by enumeration (chi-square; false-failure probability <= 1e-6), and proposals were judged."""
-    target, _ = toy_pair()
+    target, _ = toy_pair(spec_loop)
+    tokenizer = id_tokenizer(spec_loop)
     filters = {k: v for k, v in settings.items() if k in ("temperature", "top_k", "top_p")}
-    expected = exact_joint(target, IdTokenizer().encode(LOOKUP_PROMPT), length, filters)
+    expected = exact_joint(ORACLE_TARGET, IdTokenizer().encode(LOOKUP_PROMPT), length, filters)
     n = sample_size(sum(prob > 0 for prob in expected.values()) - 1)
     torch.manual_seed(seed)
     n_prompt = len(LOOKUP_PROMPT.split())
     observed: Counter = Counter()
     judged = 0
     for _ in range(n):
-        ids, stats = lookup_generate(spec_loop, target, LOOKUP_PROMPT, length, **settings)
+        ids, stats = lookup_generate(spec_loop, target, LOOKUP_PROMPT, length, tokenizer, **settings)
         observed[tuple(ids[n_prompt:])] += 1
         judged += stats.judged
     assert judged > 0, "no proposal was judged: the prompt lookup never proposed"
@@ -880,12 +904,12 @@ def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec_loop,
 def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(spec, impl, spec_loop):
     """Temperature 0: the target's greedy text, token for token, on toy models and the reference pairs' targets;
     the stats count target forwards only."""
-    target, _ = toy_pair()
+    target, _ = toy_pair(spec_loop)
     for prompt in ("2 0", "1 2 0 1 2", "3 3 1"):
-        target.calls.clear()
+        target.clear_calls()
         ids, stats = lookup_generate(spec_loop, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
         assert stats.draft_forwards == 0 and stats.target_forwards == len(target.calls) > 0
-        assert_greedy(target, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
+        assert_greedy(ORACLE_TARGET, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
     for pair in REFERENCE_PAIRS:
         model, _, tokenizer = _reference_pair(pair, impl.transformer)
         recording = RecordingTokenizer(tokenizer)
@@ -898,10 +922,11 @@ def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(s
 
 @pytest.mark.exercise("prompt_lookup")
 def test_prompt_lookup_settings_are_checked(spec, spec_loop):
-    target, draft = toy_pair()
+    target, draft = toy_pair(spec_loop)
+    tok = id_tokenizer(spec_loop)
     with pytest.raises(ValueError, match="draft=None"):
-        spec_loop.speculative_generate(target, draft, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3)
+        spec_loop.speculative_generate(target, draft, tok, "1 2", 4, prompt_lookup_num_tokens=3)
     with pytest.raises(ValueError, match="max_matching_ngram_size"):
-        spec_loop.speculative_generate(target, None, IdTokenizer(), "1 2", 4, prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
+        spec_loop.speculative_generate(target, None, tok, "1 2", 4, prompt_lookup_num_tokens=3, max_matching_ngram_size=0)
     with pytest.raises(ValueError, match="num_tokens"):
         spec.prompt_lookup(torch.tensor([1, 2]), 0)

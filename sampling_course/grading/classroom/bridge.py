@@ -91,6 +91,7 @@ class Endpoint(Codec):
         self._export_ids: dict[int, int] = {}
         self._counter = itertools.count(1)
         self._proxies: dict[int, Any] = {}  # the other side's handles -> RemoteObject / mirror
+        self._shared_refs: dict[int, int] = {}  # id of the local copy of a tensor the other side shared -> its handle
         self._local_types: dict[tuple, type] = {}  # the other side's classes -> local handle classes
         self._tracked: dict[tuple[int, str], list] = {}  # (module ref, name) -> [tensor, version synced]
         self._rng = torch.get_rng_state()
@@ -242,6 +243,7 @@ class Endpoint(Codec):
                 self._lent.pop()
         if self.interrupted:  # it answered, but only after the time limit had interrupted it
             self.interrupted = False
+            self.alive = False  # an interruption can leave its side out of step: the next call gets a fresh process
             raise TookTooLong(f"stopped after {self.limit_s:g} s")
         if kind == "err":
             error = reply.get("error") if isinstance(reply.get("error"), dict) else {}

@@ -9,7 +9,7 @@
   classes by name (``torch.Tensor``, ``int``, ...) and exception classes: by value;
 * a tensor that is an object's attribute (``cache.buffer``): *shared*, one copy on each side,
   kept in step, so that ``cache.buffer.fill_(...)`` and ``cache.buffer is buffer`` mean what they
-  mean in one process;
+  mean in one process (the copy, handed back, is the object's own tensor again);
 * a submission's ``torch.nn.Module``: a *mirror* (``proxies.build_mirror``);
 * anything else: a *handle* (``proxies.RemoteObject``), which names the object and the
   special methods its class has, so ``hasattr(handle, "__len__")`` answers as the object would.
@@ -107,6 +107,9 @@ class Codec:
         if isinstance(value, (int, float)) and type(value) in (int, float):
             return value
         if isinstance(value, torch.Tensor) and not self._is_subclass_to_keep(value):
+            ref = self._shared_refs.get(id(value))
+            if ref is not None and self._proxies.get(ref) is value:
+                return {"Y": ref}  # the copy of an object's tensor the other side shared: its own tensor there
             spec = encode_tensor(value, blobs)
             spec["rg"] = bool(value.requires_grad)
             sent.append(value)
@@ -286,6 +289,7 @@ class Codec:
             raise WireError("a shared tensor was referred to before it was sent")
         tensor = decode_tensor(spec["t"], blobs)
         self._proxies[ref] = tensor
+        self._shared_refs[id(tensor)] = ref
         self.track(ref, "", tensor)
         return tensor
 

@@ -12,7 +12,8 @@ can change a grade.
 Limits count the time the grader waits for the submission and the time it spends serving the
 submission's requests (computing a reference, which every student needs alike, does not
 count): the code one test calls may run ``seconds_per_test`` seconds (then it is interrupted, and its process stopped if
-it will not stop); one exercise's tests together ``seconds_per_exercise``, after which its
+it will not stop; either way the next test gets a fresh process, so a time limit in one exercise never costs a later
+one); one exercise's tests together ``seconds_per_exercise``, after which its
 remaining tests are not run; the whole submission ``seconds_per_submission``. A submission
 whose process dies is restarted for the next test, at most ``MAX_RESTARTS`` times.
 
@@ -80,6 +81,7 @@ class Connection:
         self.limit_s = settings.seconds_per_test
         self.context = ""  # the exercise being graded, for messages
         self._waited = 0.0  # time waited for processes of this submission that have ended
+        self._cut: Endpoint | None = None  # the connection a time limit last interrupted
 
     def flag(self, kind: str, reason: str) -> None:
         self.flags.setdefault(kind, reason)
@@ -88,7 +90,9 @@ class Connection:
         if self.endpoint is not None and self.endpoint.alive:
             return self.endpoint
         if self.worker is not None:
-            if self.worker.process.poll() is not None:  # it ended on its own (the grader had not stopped it)
+            if self.endpoint is self._cut:  # it answered after a time limit interrupted it: never held against it
+                self.stopped_for_time += 1
+            elif self.worker.process.poll() is not None:  # it ended on its own (the grader had not stopped it)
                 self.flag("process", "its process ended during grading and was started again")
             self.retire()
         if self.started - self.stopped_for_time > MAX_RESTARTS:  # a time limit's restart is never held against it
@@ -120,7 +124,7 @@ class Connection:
     def _on_wait(self, endpoint: Endpoint) -> None:
         """A call ran out of time: interrupt it; if it will not stop, stop the process."""
         if not endpoint.interrupted:
-            endpoint.interrupted, endpoint.limit_s = True, self.limit_s
+            endpoint.interrupted, endpoint.limit_s, self._cut = True, self.limit_s, endpoint
             self.flag("time", f"ran past the time limit ({self.limit_s:g} s) in {self.context or 'a test'}")
             if self.worker is not None:
                 self.worker.interrupt()
@@ -211,7 +215,10 @@ def _forget_lost_fixtures(item: Any) -> None:
         for definition in definitions:
             cached = getattr(definition, "cached_result", None)
             if cached is not None and _holds_lost_handle(cached[0]):
-                definition.cached_result = None
+                try:  # torn down as pytest tears a fixture down (its finalizers too), so it is made afresh
+                    definition.finish(item._request)
+                except Exception:  # noqa: BLE001 - a teardown that needed the stopped process: nothing left to undo
+                    pass
 
 
 def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> tuple[_Judge, list, str]:

@@ -27,6 +27,12 @@ class RemoteModule(types.ModuleType):
         package: RemotePackage = self.__dict__["_bridge_package"]
         return package.attribute(self.__name__, name)
 
+    def run_beside(self, function: str, *args: Any, **kwargs: Any) -> Any:
+        """``function`` of the course's runtime, called with this module in the submission's process
+        (``RemoteObject.run_beside``): how a test's double is made beside the code it is handed to."""
+        package: RemotePackage = self.__dict__["_bridge_package"]
+        return RemoteObject.run_beside(package.handle(self.__name__), function, *args, **kwargs)
+
 
 class RemotePackage(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves ``<name>`` and ``<name>.<module>`` as RemoteModules while installed in ``sys.meta_path``.
