@@ -262,7 +262,7 @@ def start_device_session(config: pytest.Config) -> None:
 
 
 # `mark.exercise(` (as in `pytest.mark.exercise(` or `marks=mark.exercise(`), then the literal
-# name that must follow it. Reading the text with these is ~100x faster than parsing it, and a
+# name that must follow it. Reading the text with these is about 50 times faster than parsing it, and a
 # first check reads every test file's text.
 _EXERCISE_MARK = re.compile(rb"\bmark\s*\.\s*exercise\s*\(\s*")
 _LITERAL_NAME = re.compile(rb"""[rRuU]?(['"])([^'"\\\n]*)\1\s*[,)]""")

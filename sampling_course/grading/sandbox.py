@@ -32,7 +32,7 @@ __all__ = [
 # The cache provider and faulthandler write files or change process-wide state the caller may
 # rely on; random reseeding would change the tests' seeded draws; the unraisable-exception
 # plugin runs several full garbage collections when a run ends, which with torch loaded was
-# about a fifth of a first check's time.
+# about a fifth of what a first check spends after its imports.
 NESTED_RUN_OPTIONS = ["-p", "no:cacheprovider", "-p", "no:faulthandler", "-p", "no:randomly",
                       "-p", "no:unraisableexception"]
 
