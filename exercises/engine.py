@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 96d0b0da16edf52feb857c5836fd6fafb911ab7549bf4bcbcd85eb223af1cefd
+# stub-checksum: ef9beab1967eb6869c260b8a41bc7c284fc725978534d7733f0cd5a65a063e90
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
 Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
@@ -146,7 +146,8 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
 
 
 def plain_greedy(request: Request) -> bool:
-    """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them."""
+    """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them
+    (the processors ``add_request`` accepts; it refuses DRY, banned sequences, mirostat and XTC)."""
     s = request.settings
     return (s.temperature == 0 and not s.logit_bias and s.repetition_penalty == 1.0 and s.presence_penalty == 0.0
             and s.frequency_penalty == 0.0

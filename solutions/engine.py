@@ -143,7 +143,8 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
 
 
 def plain_greedy(request: Request) -> bool:
-    """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them."""
+    """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them
+    (the processors ``add_request`` accepts; it refuses DRY, banned sequences, mirostat and XTC)."""
     s = request.settings
     return (s.temperature == 0 and not s.logit_bias and s.repetition_penalty == 1.0 and s.presence_penalty == 0.0
             and s.frequency_penalty == 0.0
