@@ -1,6 +1,6 @@
 # GENERATED from solutions/distortion.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 5c2c8df587f946d507220d5e8deca7ebbf2bd91016a7b09cab8da882723ac4b8
+# stub-checksum: c878156d5abea074b744bd4f2e0222e0c1a29ca70698ee20f81b776dfcb81511
 """Part 8: masking is not conditioning. The distortion of mask-and-renormalise, computed exactly.
 
 Sampling with the mask gives every member x of the language L the probability q(x), the
@@ -158,7 +158,7 @@ def enumerate_language(
             logprobs = step(rows)
             for (tokens, state, lps, masses), row_logprobs in zip(rows, logprobs):
                 moves = index.transitions[state]
-                ids = torch.tensor(list(moves))
+                ids = torch.tensor(list(moves), device=row_logprobs.device)
                 mass = torch.logsumexp(row_logprobs[ids], dim=0).item()
                 for token, target in moves.items():
                     if token == eos:

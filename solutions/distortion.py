@@ -155,7 +155,7 @@ def enumerate_language(
             logprobs = step(rows)
             for (tokens, state, lps, masses), row_logprobs in zip(rows, logprobs):
                 moves = index.transitions[state]
-                ids = torch.tensor(list(moves))
+                ids = torch.tensor(list(moves), device=row_logprobs.device)
                 mass = torch.logsumexp(row_logprobs[ids], dim=0).item()
                 for token, target in moves.items():
                     if token == eos:

@@ -274,8 +274,10 @@ class CapturedDecoder:
     def _capture(self) -> None:
         """Record one step as a CUDA graph: warm up on a side stream first (cuBLAS and attention pick
         their kernels on first use), then capture. Recording runs nothing, and the warm-up's changes
-        to the static tensors are undone, so the next replay is the next step."""
+        to the static tensors and to torch's generator are undone: the next replay is the next step, and
+        a seeded run draws the same tokens whether or not its first step captured the graph."""
         saved = [t.clone() for t in (self.tokens, self.position, self.finished)]
+        rng = torch.cuda.get_rng_state(self.device)  # the warm-up's draws must not move the sampled stream
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
@@ -284,6 +286,7 @@ class CapturedDecoder:
                 for t, s in zip((self.tokens, self.position, self.finished), saved):
                     t.copy_(s)
         torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.set_rng_state(rng, self.device)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self._step()

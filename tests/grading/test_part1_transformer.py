@@ -79,6 +79,7 @@ def run(parity_reference, oracle):
 
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
+    expected = expected.to(actual.device)  # the references run on the CPU; the learner's model may not
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from the reference.\n{m}")
 
@@ -314,7 +315,7 @@ def test_random_weights_match_hf(impl, oracle, dims, scale):
     # The same weights as the Hugging Face model's: drawn from the same seed, name by name.
     load_weights(demo, demo_state_dict(_random_weights(len(dims), scale, shapes), cfg))
     with torch.no_grad():
-        assert_close(demo.eval()(tokens), expected, "logits on random weights")
+        assert_close(demo.eval()(tokens.to(next(demo.parameters()).device)), expected, "logits on random weights")
 
 
 def test_demo_state_dict_names_and_shapes(impl, parity_reference):

@@ -38,7 +38,8 @@ def trained(impl, device):
     """The shipped model in the implementation under test, Hugging Face's on the same folder, and two texts."""
     ref = load_reference("story-llama", "cpu")
     model = load_weights(impl.llama.LlamaTransformer(ref.cfg), ref.weights).to(device).eval()
-    tokens = story_texts(ref.tokenizer, n_texts=2, length=160)
+    # On the CPU with Hugging Face's model, whatever device the session grades on (pytest --device).
+    tokens = story_texts(ref.tokenizer, n_texts=2, length=160).cpu()
     with torch.no_grad():
         expected = ref.hf_model(tokens).logits
     return dict(ref=ref, model=model, tokens=tokens, expected=expected, device=device)
@@ -111,9 +112,9 @@ def test_trained_model_exports_and_loads_back(trained, impl, tmp_path):
     from sampling_course.export import export_llama
 
     ref = trained["ref"]
-    model = load_weights(impl.llama.LlamaTransformer(ref.cfg), ref.weights).eval()  # on the CPU, where HF's runs
+    model = load_weights(impl.llama.LlamaTransformer(ref.cfg), ref.weights).to("cpu").eval()  # where HF's runs
     folder = export_llama(model, ref.cfg, tmp_path / "exported")
-    loaded = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).eval()
+    loaded = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True).to("cpu").eval()
     assert type(loaded).__name__ == "LlamaForCausalLM"
     with torch.no_grad():
         assert_close(loaded(trained["tokens"]).logits, trained["expected"], "exported story-llama logits")
