@@ -39,11 +39,11 @@ def test_the_dry_run_lists_every_step_with_its_command_and_runs_nothing(tmp_path
     assert not (tmp_path / "logs").exists()
 
 
-def test_the_step_limits_add_up_to_ten_minutes_at_most():
-    """Ten minutes of steps, plus the install and the machine's start, fit a 15-minute GPU lease."""
+def test_the_step_limits_add_up_to_eight_minutes_at_most():
+    """Eight minutes of steps, plus the install and the machine's start, fit a 15-minute GPU lease."""
     limits = [int(line.split("(limit ")[1].split(" s)")[0]) for line in run("--dry-run").stdout.splitlines()
               if line.startswith("would run")]
-    assert len(limits) == len(STEPS) and sum(limits) <= 10 * 60
+    assert len(limits) == len(STEPS) and sum(limits) <= 8 * 60
 
 
 def test_only_chooses_steps_in_the_order_given():
