@@ -15,11 +15,14 @@ import sys
 import time
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from sampling_course.grading.course import EXERCISES, get_exercise
+from sampling_course.grading.lean_imports import import_jsonschema
 from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
+
+import_jsonschema()  # nbformat imports jsonschema: this makes that import lean
+import nbformat  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK_DIR = REPO / "notebooks"

@@ -17,13 +17,15 @@ import math
 import random
 import re
 
-import jsonschema
 import pytest
 from interegular import parse_pattern
 from interegular.fsm import anything_else
 
 from part8_oracles import completed_texts
+from sampling_course.grading.lean_imports import import_jsonschema
 from sampling_course.implementation import load_demo
+
+jsonschema = import_jsonschema()
 
 
 @pytest.fixture(scope="module")
