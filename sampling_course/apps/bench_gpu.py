@@ -274,9 +274,9 @@ def float32_agrees(cases: list[Case]) -> list[str]:
 
 def main(args: argparse.Namespace, device: torch.device) -> int:
     """Run the GPU bench (``bench.main`` calls it for ``--device cuda``)."""
-    from rich.console import Console
+    from sampling_course.apps.options import report_console
 
-    console = Console()
+    console = report_console()
     started = time.perf_counter()
     with console.status("building the models"):
         cases, label = build_cases(args, device)

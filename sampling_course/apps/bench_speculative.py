@@ -444,9 +444,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from rich.console import Console
+    from sampling_course.apps.options import report_console
 
-    console = Console()
+    console = report_console()
     started = time.perf_counter()
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     from sampling_course.apps.speculative_pair import load_pair

@@ -458,7 +458,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
 
 @command("sampling-course bench-structured")
 def main(argv: Sequence[str] | None = None) -> int:
-    from rich.console import Console
+    from sampling_course.apps.options import report_console
 
     args = parse_args(argv)
     if isinstance(args, int):
@@ -468,7 +468,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The race masks logits over the story model's vocabulary: small operations, one thread (apps.threads).
     with torch_threads(course_threads(args.threads, 192)):
         results = measure(args.impl, args.quick, args.repeats, args.seed)
-    report(results, Console())
+    report(results, report_console())
     return 0
 
 

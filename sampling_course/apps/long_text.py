@@ -274,12 +274,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, reference) -> int:
-    from rich.console import Console
+    from sampling_course.apps.options import report_console
 
     from sampling_course.apps.attention_sinks import attention_mass_on_first, attention_table, eager_hf_model
     from sampling_course.implementation import impl_module, load_demo
 
-    console = Console()
+    console = report_console()
     started = time.perf_counter()
     cfg, length, window = reference.cfg, args.length, args.window
     model = load_demo(reference, impl_module("transformer", args.impl))

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch loads with the command's work, not with its --help
     import torch
+    from rich.console import Console
 
 EXIT_OK, EXIT_NOT_OK, EXIT_USAGE, EXIT_BROKEN, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
@@ -234,3 +235,20 @@ def command(prog: str) -> Callable[[Callable[..., int]], Callable[..., int]]:
         return run
 
     return wrap
+
+
+# Wide enough for the benches' tables; rich folds a table to fit 80 columns when no terminal says otherwise.
+LOG_WIDTH = 200
+
+
+def report_console() -> "Console":
+    """The console a command prints its tables to: the terminal's width in a terminal, else (the
+    output is a file or a pipe, as in a log) ``$COLUMNS`` when set, else ``LOG_WIDTH`` columns,
+    so that a saved table keeps one line per row instead of words folded inside its cells."""
+    import os
+
+    from rich.console import Console
+
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=LOG_WIDTH)

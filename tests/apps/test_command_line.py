@@ -170,3 +170,21 @@ def test_ctrl_c_during_the_demo():
     assert proc.returncode == 130, err
     assert "Traceback" not in err and [line for line in err.splitlines() if line.strip()][-1:] == [
         "sampling-course demo: interrupted"], err
+
+
+def test_a_report_printed_to_a_log_keeps_one_line_per_table_row(monkeypatch, capsys):
+    """Without a terminal, rich would fold a bench's table to 80 columns; a log gets LOG_WIDTH, or $COLUMNS when set."""
+    from rich.table import Table
+
+    from sampling_course.apps.options import LOG_WIDTH, report_console
+
+    table = Table("method", "tokens/s", "vs Hugging Face eager", "vs Hugging Face compiled", "of the bandwidth limit", "tokens")
+    table.add_row("static cache, eager", "2,357", "1.68x", "0.63x", "3%", "same as Hugging Face eager")
+    monkeypatch.delenv("COLUMNS", raising=False)
+    console = report_console()  # pytest's captured stdout is not a terminal
+    assert console.width == LOG_WIDTH
+    console.print(table)
+    row = [line for line in capsys.readouterr().out.splitlines() if "static cache" in line]
+    assert len(row) == 1 and "same as Hugging Face eager" in row[0], "the row was folded over several lines"
+    monkeypatch.setenv("COLUMNS", "100")
+    assert report_console().width == 100
