@@ -36,6 +36,7 @@ import torch
 from sampling_course.repeat import repeat
 
 from doubles import NeverEOSModel
+from quantiles import binom_isf, binom_ppf, norm_isf
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 
@@ -49,9 +50,7 @@ def draws_needed(delta: float = 0.07, alpha: float = ALPHA, beta: float = 1e-6, 
     n >= ((z_alpha + z_beta) / 2 / delta)^2. Every classic mistake shifts some token's
     probability by more than 0.07 on the logits below, so it is caught almost surely.
     """
-    from scipy.stats import norm  # scipy loads only for the statistical tests
-
-    z_alpha, z_beta = norm.isf(alpha / (2 * n_tokens)), norm.isf(beta)
+    z_alpha, z_beta = norm_isf(alpha / (2 * n_tokens)), norm_isf(beta)
     return int(((z_alpha + z_beta) / 2 / delta) ** 2) + 1
 
 
@@ -69,12 +68,6 @@ def n_draws(delta: float = 0.07) -> int:
 # So these tests are sized for delta = 0.15: about 1,100 draws instead of 5,200.
 NUCLEUS_DELTA = 0.15
 
-
-def binom():
-    """scipy's binomial distribution, loaded on first use (only the statistical tests need scipy)."""
-    from scipy.stats import binom
-
-    return binom
 
 # Hand-made logits over a 10-token vocabulary, deliberately unsorted so that an index
 # into the sorted order (a forgotten gather) shows up as a wrong token.
@@ -195,7 +188,7 @@ def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, 
     problems = []
     for token in support:
         p = expected[token].item()
-        low, high = binom().ppf(q, n, p), binom().isf(q, n, p)
+        low, high = binom_ppf(q, n, p), binom_isf(q, n, p)
         if not low <= observed[token] <= high:
             problems.append(
                 f"token {token}: frequency {observed[token].item() / n:.4f}, expected {p:.4f} "
@@ -400,7 +393,7 @@ def test_sample_top_k_with_a_tie_at_the_kth_value(Sampler, seed):
     top_count = int((draws == 1).sum())
     accepted = []
     for p_top in (e2 / (e2 + e1), e2 / (e2 + 3 * e1)):
-        low, high = binom().ppf(ALPHA / 2, n_draws(), p_top), binom().isf(ALPHA / 2, n_draws(), p_top)
+        low, high = binom_ppf(ALPHA / 2, n_draws(), p_top), binom_isf(ALPHA / 2, n_draws(), p_top)
         accepted.append((low, high))
         if low <= top_count <= high:
             return
@@ -899,7 +892,7 @@ def test_next_token_frequencies_match_the_reference(Sampler, demo, reference, or
     q = ALPHA / 4
     for token in top:
         p = probs[token].item()
-        low, high = binom().ppf(q, n_draws(), p), binom().isf(q, n_draws(), p)
+        low, high = binom_ppf(q, n_draws(), p), binom_isf(q, n_draws(), p)
         assert low <= observed[token] <= high, (
             f"{reference.tokenizer.decode(token)!r}: frequency {observed[token].item() / n_draws():.4f}, "
             f"reference probability {p:.4f}"
@@ -939,8 +932,8 @@ def test_gpt2_church_and_house_frequencies(Sampler, gpt2_demo, gpt2, seed):
     q = ALPHA / 4
     for word, published in ((" church", 0.0648), (" house", 0.0367)):
         (token,) = gpt2.tokenizer.encode(word)
-        low = binom().ppf(q, n, published - 0.00005)
-        high = binom().isf(q, n, published + 0.00005)
+        low = binom_ppf(q, n, published - 0.00005)
+        high = binom_isf(q, n, published + 0.00005)
         assert low <= observed[token] <= high, (
             f"{word!r}: frequency {observed[token].item() / n:.4f}, published {published}"
         )

@@ -41,6 +41,8 @@ from sampling_course.grading.tolerances import parity
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.scripted_step import ScriptedStep
 
+from quantiles import binom_isf, binom_ppf
+
 TOL = parity()
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 
@@ -175,9 +177,7 @@ def assert_draws_follow(draws: torch.Tensor, probs: torch.Tensor, what: str, alp
     problems = []
     for token in support:
         p = probs[token].item()
-        from scipy.stats import binom  # scipy loads only for the statistical tests
-
-        low, high = binom.ppf(q, n, p), binom.isf(q, n, p)
+        low, high = binom_ppf(q, n, p), binom_isf(q, n, p)
         if not low <= observed[token] <= high:
             problems.append(f"token {token}: frequency {observed[token].item() / n:.4f}, expected {p:.4f} "
                             f"(acceptable count range [{low:.0f}, {high:.0f}] of {n})")

@@ -1,0 +1,74 @@
+"""The binomial and normal quantiles that the frequency tests' bounds need, from ``scipy.special``.
+
+``scipy.stats.binom.ppf``, ``binom.isf`` and ``norm.isf`` give the same numbers, but importing
+``scipy.stats`` imports most of scipy (optimisation, interpolation, spatial, ...): on an idle
+2-core machine about 0.9 s of a learner's first check, where ``scipy.special`` takes about a
+quarter of that. ``tests/course/test_quantiles.py`` compares these with ``scipy.stats`` over a grid.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from types import ModuleType
+
+
+@cache
+def _special() -> ModuleType:
+    """``scipy.special``, imported by the first statistical test (the other tests never need scipy)."""
+    from scipy import special
+
+    return special
+
+
+def _check(q: float, n: int, p: float) -> None:
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q must be a probability strictly between 0 and 1, got {q!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a whole number of draws, 0 or more, got {n!r}")
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+
+
+def _start(q: float, n: int, p: float) -> int:
+    """A count near the q-quantile of Binomial(n, p): cdflib's continuous inverse, clipped to [0, n]."""
+    guess = float(_special().bdtrik(q, n, p))
+    return min(max(math.floor(guess) if math.isfinite(guess) else round(n * p), 0), n)
+
+
+# A computed tail probability within this (relative) of q counts as equal to it: P(X <= 3) for
+# Binomial(7, 1/2) is exactly 1/2 and computes as 0.49999999999999994.
+ROUNDING = 1e-12
+
+
+def binom_ppf(q: float, n: int, p: float) -> int:
+    """The smallest count k in [0, n] with P(X <= k) >= q, for X ~ Binomial(n, p) (``scipy.stats.binom.ppf``)."""
+    _check(q, n, p)
+    at_least = q * (1 - ROUNDING)
+    k = _start(q, n, p)
+    while k > 0 and _special().bdtr(k - 1, n, p) >= at_least:
+        k -= 1
+    while k < n and _special().bdtr(k, n, p) < at_least:
+        k += 1
+    return k
+
+
+def binom_isf(q: float, n: int, p: float) -> int:
+    """The smallest count k in [0, n] with P(X > k) <= q, for X ~ Binomial(n, p) (``scipy.stats.binom.isf``).
+
+    ``bdtrc`` computes P(X > k) directly, so a tail of 1e-9 keeps its precision (1 - cdf would not)."""
+    _check(q, n, p)
+    at_most = q * (1 + ROUNDING)
+    k = _start(1.0 - q, n, p)
+    while k > 0 and _special().bdtrc(k - 1, n, p) <= at_most:
+        k -= 1
+    while k < n and _special().bdtrc(k, n, p) > at_most:
+        k += 1
+    return k
+
+
+def norm_isf(q: float) -> float:
+    """The z with P(Z > z) = q for a standard normal Z (``scipy.stats.norm.isf``)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q must be a probability strictly between 0 and 1, got {q!r}")
+    return -float(_special().ndtri(q))
