@@ -233,21 +233,15 @@ def test_a_named_mistake_comes_with_its_own_fix(learner_package):
 # ---------------------------------------------------------------------------------------
 
 
-class UnbiasedLayerNorm(torch.nn.Module):
+def unbiased_forward(self, residual):
     """The "unbiased variance" mistake, written in another style than the planted one."""
-
-    def __init__(self, cfg):
-        super().__init__()
-        self.cfg = cfg
-        self.w = torch.nn.Parameter(torch.ones(cfg.d_model))
-        self.b = torch.nn.Parameter(torch.zeros(cfg.d_model))
-
-    def forward(self, residual):
-        residual = residual - residual.mean(dim=-1, keepdim=True)
-        return residual / (residual.var(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
+    residual = residual - residual.mean(dim=-1, keepdim=True)
+    return residual / (residual.var(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt() * self.w + self.b
 
 
 def test_describe_match_is_the_sentence_to_show_first(learner_package):
+    UnbiasedLayerNorm = type("UnbiasedLayerNorm", (importlib.import_module("solutions.transformer").LayerNorm,),
+                             {"forward": unbiased_forward})
     expected = ("This matches a classic mistake: the unbiased variance (dividing by d_model - 1 instead of "
                 "d_model), where GPT-2's LayerNorm divides by d_model. Fix: take the plain mean of the squared "
                 "deviations, residual.pow(2).mean(dim=-1), which divides by d_model.")
