@@ -60,7 +60,7 @@ def test_greedy_on_story_llama_is_hugging_faces(story_llama, way):
                                          model.config.head_dim)
 
 
-@pytest.mark.parametrize("way", ["hugging face", "course"])
+@pytest.mark.parametrize("way", ["hugging face", pytest.param("course", marks=pytest.mark.slow)])
 def test_seeded_sampling_on_story_llama_draws_what_hugging_face_draws(story_llama, way):
     """Seeded alike, sampling with top-p and a temperature through the course's cache draws Hugging Face's tokens."""
     model, batch = story_llama
