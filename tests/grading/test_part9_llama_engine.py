@@ -99,16 +99,22 @@ def test_engine_greedy_on_story_llama_is_hugging_faces(story_llama, cache):
 
 def test_engine_seeded_sampling_on_story_llama_draws_what_hugging_face_draws(story_llama):
     """generate(seed=s) draws what torch's global generator draws after manual_seed(s): Hugging Face's tokens,
-    sampled with a temperature and top-p from the same distributions."""
+    sampled with a temperature and top-p from the same distributions. "." ends a row, so rows end at different
+    steps (checked): a finished row's pads, which the model reads as tokens, change nothing in the others."""
     hf_model, tokenizer, engine = story_llama
     ids = prompt_ids(tokenizer, PROMPTS)
-    eos = tokenizer.eos_token_id
+    dot = tokenizer.encode(".")[0]
+    ends = set()
     for seed in (1, 2):
-        got = SOLUTIONS.generate.generate(engine, tokenizer, PROMPTS, 16, temperature=1.3, top_k=0, top_p=0.95, seed=seed)
+        got = SOLUTIONS.generate.generate(engine, tokenizer, PROMPTS, 16, temperature=1.3, top_k=0, top_p=0.95,
+                                          seed=seed, eos_token_id=dot)
         torch.manual_seed(seed)
         expected = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=True,
-                                     temperature=1.3, top_k=0, top_p=0.95, eos_token_id=eos, pad_token_id=eos)
+                                     temperature=1.3, top_k=0, top_p=0.95, eos_token_id=dot, pad_token_id=dot)
         assert torch.equal(got, expected), f"seed {seed}"
+        new = got[:, ids.shape[1] :].tolist()
+        ends |= {row.index(dot) if dot in row else len(row) for row in new}
+    assert len(ends) > 1, "precondition: rows end at different steps"
 
 
 def part3_beam_search(engine, tokenizer, prompt: str, kv_cache, steps: int = 6, k: int = 3):
