@@ -25,6 +25,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import torch
+from jaxtyping import Float
 from torch import Tensor
 from transformers.cache_utils import Cache, CacheLayerMixin
 
@@ -100,9 +101,14 @@ class StaticKeyValueCache(Cache):
             raise ValueError(f"the StaticKeyValueCache holds max_len={self.max_len} positions but this generation runs the "
                              f"model on {positions} (the prompt plus max_new_tokens - 1); make it with max_len >= {positions}")
 
-    def write(self, layer: int, key_states: Tensor, value_states: Tensor) -> tuple[Tensor, Tensor]:
+    def write(
+        self,
+        layer: int,
+        key_states: Float[Tensor, "batch kv_heads new_pos d_head"],
+        value_states: Float[Tensor, "batch kv_heads new_pos d_head"],
+    ) -> tuple[Float[Tensor, "batch kv_heads key_pos d_head"], Float[Tensor, "batch kv_heads key_pos d_head"]]:
         """Store ``layer``'s new keys and values through the course's ``update``; every filled slot, in Hugging Face's layout."""
-        rows, _, new, _ = key_states.shape
+        new = key_states.shape[2]
         if layer == 0:
             self.check_step(key_states)
         k, v = self.course.update(layer, key_states.transpose(1, 2), value_states.transpose(1, 2))
@@ -110,7 +116,7 @@ class StaticKeyValueCache(Cache):
             self.course.seq_len += new  # every layer has written its slots (the course's forward does this too)
         return k.transpose(1, 2), v.transpose(1, 2)
 
-    def check_step(self, key_states: Tensor) -> None:
+    def check_step(self, key_states: Float[Tensor, "batch kv_heads new_pos d_head"]) -> None:
         """At a step's first layer: allocate the buffer (first step), then refuse a step that does not fit."""
         rows, heads, new, d_head = key_states.shape
         if self.course is None:
