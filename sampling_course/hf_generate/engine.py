@@ -175,7 +175,8 @@ def course_decoding(
     """Part 5's ``generate`` as Hugging Face's decoding method (pass it as ``custom_generate=``).
 
     Hugging Face has expanded the prompts for ``num_return_sequences`` and made the cache
-    (``past_key_values=`` replaces it: ``SinkCache`` for a Llama or Qwen3 model). ``impl`` picks
+    (``past_key_values=`` replaces it: ``SinkCache`` for a Llama or Qwen3 model, ``StaticKeyValueCache``
+    for any). ``impl`` picks
     whose part 5 runs (``"solutions"``, the default, or ``"exercises"``); ``settings`` replaces
     the config's sampler settings; ``seed`` seeds part 5's private generator (without it the
     draws come from torch's global one, as Hugging Face's do); ``logprobs=k`` adds each step's k
@@ -201,6 +202,8 @@ def course_decoding(
     cache = model_kwargs.get("past_key_values")
     if cache is None or cache.get_seq_length() != 0:
         raise ValueError("the course's loop fills the cache from the prompts: it needs an empty past_key_values")
+    if hasattr(cache, "check_room"):  # a static cache: refused now rather than after some steps
+        cache.check_room(input_ids.shape[0], generation_config.max_length - 1)
     sink = hasattr(cache, "make_room")
     if sink and bool((attention_mask == 0).any()):
         raise ValueError("the sink cache keeps the first columns as every row's sinks, so its prompts take no "
