@@ -1,6 +1,7 @@
-"""The binomial and normal quantiles that the frequency tests' bounds need, from ``scipy.special``.
+"""The binomial, normal and chi-square quantiles the statistical tests' bounds need, from ``scipy.special``.
 
-``scipy.stats.binom.ppf``, ``binom.isf`` and ``norm.isf`` give the same numbers, but importing
+``scipy.stats`` gives the same numbers (``binom.ppf`` and ``isf``, ``norm.isf``, ``chi2.isf``,
+``ncx2.sf``), but importing
 ``scipy.stats`` imports most of scipy (optimisation, interpolation, spatial, ...): on an idle
 2-core machine about 0.9 s of a learner's first check, where ``scipy.special`` takes about a
 quarter of that. ``tests/course/test_quantiles.py`` compares these with ``scipy.stats`` over a grid.
@@ -72,3 +73,21 @@ def norm_isf(q: float) -> float:
     if not 0.0 < q < 1.0:
         raise ValueError(f"q must be a probability strictly between 0 and 1, got {q!r}")
     return -float(_special().ndtri(q))
+
+
+def chi2_isf(q: float, df: int) -> float:
+    """The x with P(X > x) = q for X ~ chi-square(df) (``scipy.stats.chi2.isf``, the same cdflib routine)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"q must be a probability strictly between 0 and 1, got {q!r}")
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    return float(_special().chdtri(df, q))
+
+
+def ncx2_sf(x: float, df: int, nc: float) -> float:
+    """P(X > x) for X ~ noncentral chi-square(df, nc) (``scipy.stats.ncx2.sf``, to about 1e-12)."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    if nc < 0:
+        raise ValueError(f"nc must be >= 0, got {nc!r}")
+    return 1.0 - float(_special().chndtr(x, df, nc))

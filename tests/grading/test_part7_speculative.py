@@ -68,6 +68,7 @@ from sampling_course.reference import ReferenceUnavailable, load_reference
 from sampling_course.repeat import repeat
 
 from doubles import IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel
+from quantiles import chi2_isf, ncx2_sf
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 # At these sample sizes Pearson's statistic has a heavier far tail than the chi-square
@@ -188,18 +189,14 @@ def exact_joint(model: TrigramModel, prompt_ids: list[int], length: int, setting
 
 
 def chi2_threshold(df: int) -> float:
-    from scipy.stats import chi2  # scipy loads only for the statistical tests
-
-    return chi2.isf(ALPHA / TAIL_SAFETY, df)
+    return chi2_isf(ALPHA / TAIL_SAFETY, df)
 
 
 def sample_size(df: int) -> int:
     """The smallest n that catches a distribution DETECT_DISTANCE away with probability POWER."""
-    from scipy.stats import ncx2
-
     threshold = chi2_threshold(df)
     n = 1
-    while ncx2.sf(threshold, df, n * DETECT_DISTANCE) < POWER:
+    while ncx2_sf(threshold, df, n * DETECT_DISTANCE) < POWER:
         n = math.ceil(n * 1.05) + 1
     return n
 

@@ -28,6 +28,7 @@ from collections import Counter
 import pytest
 import torch
 
+from quantiles import chi2_isf, ncx2_sf
 from part8_oracles import allowed_by_oracle, byte_prefixes, completed_texts, oracle_vocabulary
 from sampling_course.implementation import load_demo
 
@@ -195,17 +196,13 @@ def test_the_constraint_ends_rows_without_the_eos_criterion(st, gen, tiny, tiny_
 
 
 def chi2_threshold(df: int) -> float:
-    from scipy.stats import chi2  # scipy loads only for the statistical tests
-
-    return chi2.isf(ALPHA / TAIL_SAFETY, df)
+    return chi2_isf(ALPHA / TAIL_SAFETY, df)
 
 
 def sample_size(df: int) -> int:
     threshold = chi2_threshold(df)
     n = 1
-    from scipy.stats import ncx2
-
-    while ncx2.sf(threshold, df, n * DETECT_DISTANCE) < POWER:
+    while ncx2_sf(threshold, df, n * DETECT_DISTANCE) < POWER:
         n = math.ceil(n * 1.05) + 1
     return n
 
