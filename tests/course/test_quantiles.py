@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "grading"))
-from quantiles import binom_isf, binom_ppf, chi2_isf, ncx2_sf, norm_isf  # noqa: E402
+from quantiles import binom_isf, binom_ppf, chi2_isf, chi2_sf, ncx2_sf, norm_isf  # noqa: E402
 
 QS = [1e-12, 1e-9, 3.1e-8, 1e-6, 0.0025, 0.05, 0.5, 0.95, 0.9999]
 NS = [0, 1, 2, 7, 50, 1_100, 5_200, 40_000]
@@ -33,6 +33,7 @@ def test_the_normal_tail_quantile_is_scipy_stats_one():
 def test_chi_square_quantiles_are_scipy_stats_ones():
     for q, df in itertools.product([1e-7, 1e-6, 0.05, 0.5], range(1, 121)):
         assert chi2_isf(q, df) == stats.chi2.isf(q, df), (q, df)
+        assert chi2_sf(q * df * 10, df) == stats.chi2.sf(q * df * 10, df), (q, df)
     for x, df, nc in itertools.product([0.5, 7.0, 40.0, 150.0], [1, 3, 12, 60], [0.0, 0.3, 10.0, 400.0]):
         assert ncx2_sf(x, df, nc) == pytest.approx(stats.ncx2.sf(x, df, nc), rel=1e-9, abs=1e-12), (x, df, nc)
 
@@ -57,6 +58,7 @@ def test_parts_7_and_8_sample_sizes_are_the_ones_scipy_stats_gives():
     (lambda: binom_isf(0.5, 10, 1.5), "p must be"),
     (lambda: norm_isf(0.0), "q must be"),
     (lambda: chi2_isf(0.5, 0), "df must be"),
+    (lambda: chi2_sf(1.0, 0), "df must be"),
     (lambda: ncx2_sf(1.0, 2, -1.0), "nc must be"),
 ])
 def test_bad_arguments_are_refused(call, message):

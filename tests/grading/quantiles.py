@@ -91,3 +91,10 @@ def ncx2_sf(x: float, df: int, nc: float) -> float:
     if nc < 0:
         raise ValueError(f"nc must be >= 0, got {nc!r}")
     return 1.0 - float(_special().chndtr(x, df, nc))
+
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square(df) (``scipy.stats.chi2.sf``, the same cdflib routine)."""
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    return float(_special().chdtrc(df, x))
