@@ -4,6 +4,7 @@
     sampling-course bench-serving --quick         # a smoke run on a tiny random model (timings meaningless)
     sampling-course bench-serving --all-at-once   # every request arrives at t = 0 (an offline batch)
     sampling-course bench-serving --prefix-caching  # the course's server reuses cached prompt blocks
+    sampling-course bench-serving --max-step-tokens 32  # ... and runs at most 32 positions a step (chunked prefill)
 
 The stream (``sampling_course.apps.serving_stream.make_stream``, seeded): arrivals from a
 Poisson process at ``--rate`` requests per second (or all at t = 0), prompt and output
@@ -16,7 +17,8 @@ The engines, in the same process, on the same weights:
 
 * **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
   ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests;
-  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again);
+  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again;
+  with ``--max-step-tokens``, no step runs more positions: long prompts are prefilled in chunks);
 * **static**: part 5's ``generate`` on fixed batches of up to ``--max-running`` requests
   that have arrived; a batch runs until its longest request is done;
 * **HF**: Hugging Face's continuous batching (the manager behind ``generate_batch``) with
@@ -124,7 +126,8 @@ def measure(demo, hf_model, impl: str, stream, args, progress=None) -> dict[str,
     engine_module, generate = impl_module("engine", impl), impl_module("generate", impl).generate
     runners = {
         "course": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size, args.max_running,
-                                               prefix_caching=args.prefix_caching),
+                                               prefix_caching=args.prefix_caching,
+                                               max_step_tokens=args.max_step_tokens),
         "static": lambda s: serving.run_static(generate, demo, s, args.max_running),
         "hf": lambda s: serving.run_hf(hf_model, s, args.blocks, args.block_size, args.max_running,
                                        HF_MAX_BATCH_TOKENS),
@@ -223,6 +226,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the stream (default 0)")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="the course's server keeps full blocks findable by their tokens and reuses them")
+    parser.add_argument("--max-step-tokens", type=integer("--max-step-tokens", 1), default=None,
+                        help="the course's server runs at most this many positions a step, prefilling long prompts "
+                        "in chunks (at least --max-running; default: no cap)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face's continuous batching")
     add_threads_option(parser)
     parser.add_argument("--quick", action="store_true",
@@ -247,6 +253,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sampling_course.apps.threads import course_threads, torch_threads
     from sampling_course.reference import ReferenceUnavailable, gpt2_local_dir, reference_settings
 
+    if args.max_step_tokens is not None and args.max_step_tokens < args.max_running:
+        raise UsageError(f"--max-step-tokens ({args.max_step_tokens}) must be at least --max-running "
+                         f"({args.max_running}): every running request runs one position a step")
     if args.model == "gpt2" and gpt2_local_dir() is None:
         raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
                          "once with internet, or use --model random")
@@ -297,7 +306,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{args.output_lengths[0]}-{args.output_lengths[1]} tokens (uniform), greedy, seed {args.seed}\n"
         f"paged caches: {args.blocks} blocks of {args.block_size}; at most {args.max_running} requests at once "
         f"(static batches of up to {args.max_running}); prefix caching in the course's server "
-        f"{'on' if args.prefix_caching else 'off'}; {args.repeat} interleaved rounds"
+        f"{'on' if args.prefix_caching else 'off'}; positions per step "
+        f"{'not capped' if args.max_step_tokens is None else f'at most {args.max_step_tokens} (chunked prefill)'}"
+        f"; {args.repeat} interleaved rounds"
     )
     if hf_note:
         console.print(f"[yellow]{hf_note}[/]")
