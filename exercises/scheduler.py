@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 735debd6594f33ac4b4b3e844a506e2ee1760edab02626b5b33d19e1b7fe5f4b
+# stub-checksum: dabbe4c1e0de7507a370c44f8cd47a62422fb4d16e20664826de07ee864eb1c5
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -21,7 +21,7 @@ A server also bounds the work of one step. With ``max_step_tokens`` the schedule
 step at most that many positions (vLLM's ``max_num_batched_tokens``): the running requests'
 one-token decodes first, then the prompts being prefilled, which take what is left. A prompt
 longer than what is left is prefilled a chunk at a time over several steps (chunked prefill,
-Agrawal et al., *Sarathi*, 2023), so a long prompt that arrives cannot make every running
+Agrawal et al., *SARATHI*, 2023), so a long prompt that arrives cannot make every running
 request wait a whole long step for its next token. Its blocks are all taken when it is
 admitted, as without a budget; it draws its first token after its last chunk.
 

@@ -18,7 +18,7 @@ A server also bounds the work of one step. With ``max_step_tokens`` the schedule
 step at most that many positions (vLLM's ``max_num_batched_tokens``): the running requests'
 one-token decodes first, then the prompts being prefilled, which take what is left. A prompt
 longer than what is left is prefilled a chunk at a time over several steps (chunked prefill,
-Agrawal et al., *Sarathi*, 2023), so a long prompt that arrives cannot make every running
+Agrawal et al., *SARATHI*, 2023), so a long prompt that arrives cannot make every running
 request wait a whole long step for its next token. Its blocks are all taken when it is
 admitted, as without a budget; it draws its first token after its last chunk.
 
