@@ -264,3 +264,7 @@ def test_main_quick_prints_the_tables(capsys, monkeypatch):
     assert "checked:" in out and "Serving 6 requests" in out and "Work and KV memory" in out
     for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average"):
         assert cell in out
+    assert "chunked" not in out.split("course: part 10's server")[0], "no chunked row without --max-step-tokens"
+    assert bench_serving.main(["--quick", "--no-hf", "--max-step-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "checked:" in out and "│ chunked" in out and "at most 16 positions a step" in out
