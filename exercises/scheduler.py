@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: f91134193fe1742abff57a1601e06e108e9dbe2592b842b722362e0d67b96db1
+# stub-checksum: dabbe4c1e0de7507a370c44f8cd47a62422fb4d16e20664826de07ee864eb1c5
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -17,6 +17,14 @@ al., Orca, 2022), the shape vLLM and its small from-scratch descendants share:
 * a finished request is retired at once and its blocks go back to the pool, so a waiting
   request can take them at the next step.
 
+A server also bounds the work of one step. With ``max_step_tokens`` the scheduler gives each
+step at most that many positions (vLLM's ``max_num_batched_tokens``): the running requests'
+one-token decodes first, then the prompts being prefilled, which take what is left. A prompt
+longer than what is left is prefilled a chunk at a time over several steps (chunked prefill,
+Agrawal et al., *SARATHI*, 2023), so a long prompt that arrives cannot make every running
+request wait a whole long step for its next token. Its blocks are all taken when it is
+admitted, as without a budget; it draws its first token after its last chunk.
+
 Preemption here is by recomputation: a preempted request gives back all its blocks and goes
 to the front of the waiting queue with the tokens it has; when it is admitted again its
 prompt and the tokens it already generated are prefilled together. Its generator is not
@@ -27,6 +35,7 @@ been preempted.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -98,11 +107,20 @@ class Request:
 
 @dataclass
 class Step:
-    """One step's work: requests whose tokens are prefilled, and requests decoded by one token."""
+    """One step's work: requests whose tokens are prefilled, and requests decoded by one token.
+
+    ``chunks`` gives the positions a prefill runs this step when a token budget cut its prompt
+    into chunks; a request not in it runs every position it has not computed (``n_new``).
+    """
 
     prefill: list[Request]
     decode: list[Request]
     preempted: list[Request]
+    chunks: dict = field(default_factory=dict)
+
+    def n_new(self, request: Request) -> int:
+        """The positions ``request`` runs this step."""
+        return self.chunks.get(request, len(request.tokens) - request.n_computed)
 
     @property
     def requests(self) -> list[Request]:
@@ -110,13 +128,25 @@ class Step:
 
 
 class Scheduler:
-    """Waiting and running queues over one ``BlockPool``; ``schedule`` plans a step, ``retire`` ends requests."""
+    """Waiting and running queues over one ``BlockPool``; ``schedule`` plans a step, ``retire`` ends requests.
 
-    def __init__(self, pool: BlockPool, max_running: int = 16, device: torch.device | str = "cpu"):
+    ``max_step_tokens`` (None: no limit) caps the positions one step runs, prefills chunked to fit.
+    It must be at least ``max_running``, so that every running request can run one position each
+    step (vLLM asks the same of its ``max_num_batched_tokens``).
+    """
+
+    def __init__(self, pool: BlockPool, max_running: int = 16, device: torch.device | str = "cpu",
+                 max_step_tokens: int | None = None):
         if isinstance(max_running, bool) or not isinstance(max_running, int) or max_running < 1:
             raise ValueError(f"max_running must be an integer >= 1, got {max_running!r}")
+        if max_step_tokens is not None and (isinstance(max_step_tokens, bool) or not isinstance(max_step_tokens, int)
+                                            or max_step_tokens < max_running):
+            raise ValueError(f"max_step_tokens must be None (no limit) or an integer >= max_running ({max_running}), "
+                             f"so that every running request runs at least one position a step; got {max_step_tokens!r}")
         self.pool = pool
         self.max_running = max_running
+        self.max_step_tokens = max_step_tokens
+        self.partial: set[Request] = set()  # running requests whose last chunk left part of their prompt to run
         self.device = torch.device(device)  # where requests' generators draw: the model's device
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
@@ -143,6 +173,7 @@ class Scheduler:
     def preempt(self, request: Request) -> None:
         """Give back all of ``request``'s blocks; it waits at the front, to be recomputed first."""
         request.table.release(self.pool)
+        self.partial.discard(request)
         request.n_computed = 0
         request.state = WAITING
         request.n_preemptions += 1
@@ -183,8 +214,18 @@ class Scheduler:
         for index in range(n_full):
             self.pool.register(request.table.blocks[index], hashes[index])
 
+    def take_chunk(self, request: Request, left: int | float, chunks: dict) -> None:
+        """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later."""
+        remaining = len(request.tokens) - request.n_computed
+        chunks[request] = min(left, remaining)
+        if chunks[request] < remaining:
+            self.partial.add(request)
+        else:
+            self.partial.discard(request)
+
     def schedule(self) -> Step:
-        """Room for every running request's next position (preempting from the back), then admissions."""
+        """Room for every running request's next position (preempting from the back), then admissions;
+        under ``max_step_tokens``, decodes first, then prefills (unfinished ones first) while positions are left."""
         decode, preempted = [], []
         # Oldest first: when blocks run out, the requests admitted last give theirs back.
         for request in list(self.running):
@@ -199,21 +240,35 @@ class Scheduler:
             if request.state == RUNNING:
                 request.table.grow(self.pool, len(request.tokens))
                 decode.append(request)
-        prefill = []
+        # Prompts a budget cut short go on being prefilled; the others run their one new token.
+        unfinished = [request for request in decode if request in self.partial]
+        decode = [request for request in decode if request not in self.partial]
+        left = math.inf if self.max_step_tokens is None else self.max_step_tokens
+        left -= len(decode)  # never below 0: at most max_running decode, and the budget is at least that
+        prefill, chunks = [], {}
+        for request in unfinished:
+            if left == 0:
+                break  # it keeps its blocks and goes on at a later step
+            self.take_chunk(request, left, chunks)
+            left -= chunks[request]
+            prefill.append(request)
         # Admitting while others were just preempted would only preempt again: wait for blocks to come back.
-        while not preempted and self.waiting and len(self.running) < self.max_running:
+        while not preempted and self.waiting and len(self.running) < self.max_running and left > 0:
             request = self.waiting[0]
             self.match_prefix(request)  # with prefix caching: its cached blocks first, positions already computed
             # Hint: admit the first waiting request only when all its tokens fit in the free blocks.
             raise NotImplementedError()
             if request.state == RUNNING:
-                # Its full blocks are findable at once, before this step's forward pass fills them: a request
-                # admitted later in this step reads them in that same pass, since every layer writes the new
-                # keys and values of all the step's requests before any request reads its blocks.
-                self.register_full_blocks(request, len(request.tokens))
+                self.take_chunk(request, left, chunks)
+                left -= chunks[request]
+                # The full blocks this step fills are findable at once, before its forward pass fills them: a
+                # request admitted later in this step reads them in that same pass, since every layer writes the
+                # new keys and values of all the step's requests before any request reads its blocks. Blocks a
+                # later chunk fills are registered after that chunk's step (the engine does it).
+                self.register_full_blocks(request, request.n_computed + chunks[request])
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
-        return Step(prefill, decode, preempted)
+        return Step(prefill, decode, preempted, chunks)
 
     def retire(self) -> list[Request]:
         """Take finished requests out of the running queue and give their blocks back, now."""

@@ -4,6 +4,7 @@
     sampling-course bench-serving --quick         # a smoke run on a tiny random model (timings meaningless)
     sampling-course bench-serving --all-at-once   # every request arrives at t = 0 (an offline batch)
     sampling-course bench-serving --prefix-caching  # the course's server reuses cached prompt blocks
+    sampling-course bench-serving --max-step-tokens 32  # the course's server also with at most 32 positions a step
 
 The stream (``sampling_course.apps.serving_stream.make_stream``, seeded): arrivals from a
 Poisson process at ``--rate`` requests per second (or all at t = 0), prompt and output
@@ -16,7 +17,9 @@ The engines, in the same process, on the same weights:
 
 * **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
   ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests;
-  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again);
+  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again;
+  with ``--max-step-tokens``, it runs a second time in each round as **chunked**, where no step runs
+  more positions than that: long prompts are prefilled in chunks);
 * **static**: part 5's ``generate`` on fixed batches of up to ``--max-running`` requests
   that have arrived; a batch runs until its longest request is done;
 * **HF**: Hugging Face's continuous batching (the manager behind ``generate_batch``) with
@@ -48,9 +51,10 @@ from sampling_course.apps.options import (
     number,
 )
 
-ENGINES = ("course", "static", "hf")
-LABELS = {"course": "course server (part 10)", "static": "static batches (part 5)", "hf": "HF continuous batching"}
-SHORT = {"course": "course", "static": "static", "hf": "HF"}
+ENGINES = ("course", "chunked", "static", "hf")
+LABELS = {"course": "course server (part 10)", "chunked": "course server, chunked prefill (--max-step-tokens)",
+          "static": "static batches (part 5)", "hf": "HF continuous batching"}
+SHORT = {"course": "course", "chunked": "chunked", "static": "static", "hf": "HF"}
 MODELS = ("story", "tiny", "gpt2", "random")
 HF_MAX_BATCH_TOKENS = 2048  # Hugging Face's limit on positions per forward pass (the course's engine has none)
 
@@ -125,11 +129,15 @@ def measure(demo, hf_model, impl: str, stream, args, progress=None) -> dict[str,
     runners = {
         "course": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size, args.max_running,
                                                prefix_caching=args.prefix_caching),
+        "chunked": lambda s: serving.run_course(engine_module, demo, s, args.blocks, args.block_size,
+                                                args.max_running, prefix_caching=args.prefix_caching,
+                                                max_step_tokens=args.max_step_tokens),
         "static": lambda s: serving.run_static(generate, demo, s, args.max_running),
         "hf": lambda s: serving.run_hf(hf_model, s, args.blocks, args.block_size, args.max_running,
                                        HF_MAX_BATCH_TOKENS),
     }
-    engines = [e for e in ENGINES if e != "hf" or hf_model is not None]
+    engines = [e for e in ENGINES if (e != "hf" or hf_model is not None)
+               and (e != "chunked" or args.max_step_tokens is not None)]
     warm = [serving.StreamRequest(r.prompt, min(r.new_tokens, 4), 0.0, r.shared) for r in stream[:2]]
     for engine in engines:  # first calls pay for lazy initialisation: keep them out of the timings
         runners[engine](warm)
@@ -190,7 +198,7 @@ def memory_table(summaries: dict[str, list], prompt_positions: int):
         out.add_row(
             SHORT[engine], f"{served(engine, 'positions'):.0f}", f"{served(engine, 'prefill'):.0f}", saved,
             "-" if kv is None else f"{kv / 2**20:.2f}", "-" if used is None else f"{used:.0%}",
-            f"{served(engine, 'n_preemptions'):.0f}" if engine == "course" else "-",
+            f"{served(engine, 'n_preemptions'):.0f}" if engine in ("course", "chunked") else "-",
         )
     return out
 
@@ -223,6 +231,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the stream (default 0)")
     parser.add_argument("--prefix-caching", action="store_true",
                         help="the course's server keeps full blocks findable by their tokens and reuses them")
+    parser.add_argument("--max-step-tokens", type=integer("--max-step-tokens", 1), default=None,
+                        help="also run the course's server with at most this many positions a step, prefilling long "
+                        "prompts in chunks (the 'chunked' row; at least --max-running)")
     parser.add_argument("--no-hf", action="store_true", help="skip Hugging Face's continuous batching")
     add_threads_option(parser)
     parser.add_argument("--quick", action="store_true",
@@ -247,6 +258,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sampling_course.apps.threads import course_threads, torch_threads
     from sampling_course.reference import ReferenceUnavailable, gpt2_local_dir, reference_settings
 
+    if args.max_step_tokens is not None and args.max_step_tokens < args.max_running:
+        raise UsageError(f"--max-step-tokens ({args.max_step_tokens}) must be at least --max-running "
+                         f"({args.max_running}): every running request runs one position a step")
     if args.model == "gpt2" and gpt2_local_dir() is None:
         raise UsageError("real GPT-2 small is not in the local Hugging Face cache: run `sampling-course download-gpt2` "
                          "once with internet, or use --model random")
@@ -297,7 +311,9 @@ def _run(args: argparse.Namespace) -> int:
         f"{args.output_lengths[0]}-{args.output_lengths[1]} tokens (uniform), greedy, seed {args.seed}\n"
         f"paged caches: {args.blocks} blocks of {args.block_size}; at most {args.max_running} requests at once "
         f"(static batches of up to {args.max_running}); prefix caching in the course's server "
-        f"{'on' if args.prefix_caching else 'off'}; {args.repeat} interleaved rounds"
+        f"{'on' if args.prefix_caching else 'off'}"
+        f"{'' if args.max_step_tokens is None else f'; chunked: the same, at most {args.max_step_tokens} positions a step'}"
+        f"; {args.repeat} interleaved rounds"
     )
     if hf_note:
         console.print(f"[yellow]{hf_note}[/]")
@@ -313,7 +329,8 @@ def _run(args: argparse.Namespace) -> int:
     console.print(table(summaries, f"Serving {args.requests} requests ({total} new tokens), {label}"))
     console.print(memory_table(summaries, sum(len(r.prompt) for r in stream)))
     console.print(
-        "course: part 10's server; static: part 5's generate on fixed batches; HF: Hugging Face's continuous "
+        "course: part 10's server; chunked: the same with --max-step-tokens; static: part 5's generate on fixed "
+        "batches; HF: Hugging Face's continuous "
         "batching. tok/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
         "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). positions run: through the "
         "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "

@@ -137,12 +137,14 @@ def kv_in_use(tables, block_size: int) -> tuple[int, int]:
 
 
 def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int, block_size: int,
-               max_running: int, prefix_caching: bool = False) -> Served:
+               max_running: int, prefix_caching: bool = False, max_step_tokens: int | None = None) -> Served:
     """Part 10's engine: requests join at their arrival, the engine steps while any is waiting or running.
-    With ``prefix_caching`` a prompt's blocks computed earlier are read, not prefilled again."""
+    With ``prefix_caching`` a prompt's blocks computed earlier are read, not prefilled again; with
+    ``max_step_tokens`` no step runs more positions (long prompts are prefilled in chunks)."""
     from sampling_course.sampling_settings import SamplerSettings
 
-    engine = engine_module.Engine(model, n_blocks, block_size, max_running, prefix_caching=prefix_caching)
+    engine = engine_module.Engine(model, n_blocks, block_size, max_running, prefix_caching=prefix_caching,
+                                  max_step_tokens=max_step_tokens)
     greedy = SamplerSettings(temperature=0.0)
     per_position = kv_bytes_per_position(model.cfg, model.embed.W_E.dtype)
     peak, held_sum, room_sum = 0, 0, 0

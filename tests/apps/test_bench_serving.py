@@ -157,6 +157,22 @@ def test_kv_used_with_prefix_caching_is_the_held_blocks_fill(pairs):
     assert plain.kv_utilisation == pytest.approx(18 / 24) and plain.outputs == served.outputs
 
 
+def test_max_step_tokens_caps_every_pass_and_the_tokens_stay_the_same(pairs):
+    """With at most 5 positions a step (the 14-token prompt takes several), every forward pass runs at most 5
+    positions (counted by a hook on the first LayerNorm) and the tokens are plain ``generate``'s."""
+    demo, hf_model = pairs["random"]
+    stream = [serving.StreamRequest(p, n, 0.0, False) for p, n in zip(PROMPTS, NEW)]
+    passes = []
+    hook = demo.blocks[0].ln1.register_forward_pre_hook(lambda module, args: passes.append(args[0].shape[-2]))
+    try:
+        capped = serving.run_course(impl_module("engine", "solutions"), demo, stream, 64, 4, 4, max_step_tokens=5)
+    finally:
+        hook.remove()
+    assert passes and max(passes) <= 5 < max(map(len, PROMPTS))
+    assert capped.prefill == sum(map(len, PROMPTS)) and capped.positions == capped.prefill + sum(n - 1 for n in NEW)
+    assert capped.outputs == [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
+
+
 def test_main_prefix_caching_is_a_flag():
     args = bench_serving.parse_args(["--prefix-caching"])
     assert args.prefix_caching and not bench_serving.parse_args([]).prefix_caching
@@ -230,6 +246,8 @@ def test_the_check_names_an_engine_that_differs():
     (["--shared", "1.5"], "--shared must be"),
     (["--model", "story", "--output-lengths", "500-500"], "more than the model's n_ctx=512"),
     (["--blocks", "4", "--block-size", "16"], "needs 14 blocks of 16, more than --blocks 4"),
+    (["--max-step-tokens", "8", "--max-running", "16"], "--max-step-tokens (8) must be at least --max-running (16)"),
+    (["--max-step-tokens", "0"], "--max-step-tokens"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, capsys):
     assert bench_serving.main(argv) == 2
@@ -246,3 +264,7 @@ def test_main_quick_prints_the_tables(capsys, monkeypatch):
     assert "checked:" in out and "Serving 6 requests" in out and "Work and KV memory" in out
     for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average"):
         assert cell in out
+    assert "chunked" not in out.split("course: part 10's server")[0], "no chunked row without --max-step-tokens"
+    assert bench_serving.main(["--quick", "--no-hf", "--max-step-tokens", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "checked:" in out and "│ chunked" in out and "at most 16 positions a step" in out

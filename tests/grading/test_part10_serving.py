@@ -287,6 +287,31 @@ def test_a_tiny_pool_really_preempts(impl, tiny_demo, tiny):
     assert_pool_empty(engine)
 
 
+@pytest.mark.exercise("Scheduler.schedule")
+def test_the_engine_places_new_keys_where_the_table_s_own_slots_say(impl, tiny_demo, monkeypatch):
+    """The engine asks each request's ``BlockTable.slots`` where its positions go, not a formula of its own:
+    with ``slots`` wrapped (same results), the wrapper is called and the tokens are those of the unwrapped engine."""
+    prompts = [[3, 1, 4, 1, 5, 9, 2, 6, 5], [2, 7], [1, 8, 2, 8, 1, 8, 2, 8, 4, 5, 9]]
+
+    def serve_all():
+        engine = impl.engine.Engine(tiny_demo, n_blocks=12, block_size=3, max_running=2)
+        requests = [engine.add_request(p, 7, GREEDY) for p in prompts]
+        engine.run()
+        return [r.output for r in requests]
+
+    plain = serve_all()
+    table_class, asked = impl.block_pool.BlockTable, []
+    slots = table_class.slots
+
+    def recorded(table, start, end):
+        asked.append((tuple(table.blocks), start, end))
+        return slots(table, start, end)
+
+    monkeypatch.setattr(table_class, "slots", recorded)
+    assert serve_all() == plain, "wrapping BlockTable.slots (same results) changed the engine's tokens"
+    assert asked, "the engine never called BlockTable.slots: it computes the slots some other way"
+
+
 def assert_kv_within_a_block_per_request(engine):
     """The blocks held are exactly those the running requests' tables list, and they hold at most one block's
     room per running request more than the distinct positions those requests hold (counted by brute force:
