@@ -29,6 +29,7 @@ import dataclasses
 import pytest
 import torch
 
+from sampling_course.beside import made_beside
 from sampling_course.grading.tolerances import parity
 
 from doubles import RecordingModel
@@ -385,7 +386,7 @@ def test_cached_and_uncached_sampling_agree(KVC, sampler, reference, seed, kwarg
 def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl):
     """With a cache, the first call runs the whole prompt from an empty cache and every later call
     passes a cache holding all but the newest position."""
-    spy = RecordingModel(demo)
+    spy = made_beside(impl.sampling, RecordingModel, demo)  # beside the demo and the sampler that calls it
     sampler = impl.sampling.TransformerSampler(spy, reference.tokenizer)
     prompt = PROMPTS[0]
     n_prompt = len(reference.tokenizer(prompt).input_ids)
