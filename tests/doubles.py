@@ -10,14 +10,16 @@ from the rule alone (no run of the code under test produces it):
   it keeps the token ids in its cache and checks that a cache holds the sequence's tokens.
 
 The recorders wrap or stand in for a real object and keep what they were given:
-``RecordingTokenizer`` (the last decoded ids), ``RecordingFile`` (each write). ``IdTokenizer`` is a tokenizer whose text is token ids.
+``RecordingTokenizer`` (a shipped tokenizer that keeps the ids it last decoded), ``RecordingFile``
+(each write). ``IdTokenizer`` is a tokenizer whose text is token ids.
 
 ``CountedModel`` wraps a model and keeps its record where the test runs: a test whose verdict
 rests on how a loop calls its model (how often, with what) reads that record, which the code
 under test cannot change, as it can change a record kept by an object made in its own process.
 
-All but ``RecordingTokenizer`` live in the course's runtime (``sampling_course.toy_models``,
-``sampling_course.trigram_model``, ``sampling_course.recording_file``, ``sampling_course.id_tokenizer``),
+All but ``CountedModel`` live in the course's runtime (``sampling_course.toy_models``,
+``sampling_course.trigram_model``, ``sampling_course.recording_file``, ``sampling_course.recording_tokenizer``,
+``sampling_course.id_tokenizer``),
 so that a test can make them beside the code it hands them to (``sampling_course.beside.made_beside``):
 a submission graded in another process calls them where it runs, and the test works out its expected
 answer on a twin made where the test runs. They are imported here under their names.
@@ -33,6 +35,7 @@ from torch import nn
 
 from sampling_course.id_tokenizer import IdTokenizer, IdTokenizerWithVocab
 from sampling_course.recording_file import RecordingFile
+from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
@@ -70,28 +73,3 @@ class CountedModel(nn.Module):
         self.calls.append((int(tokens.shape[1]), None if kv_cache is None else int(kv_cache.seq_len)))
         model = self._wrapped[0]
         return model(tokens, **kwargs) if kv_cache is None else model(tokens, kv_cache, **kwargs)
-
-
-# ---------------------------------------------------------------------------------------
-# Tokenizers
-# ---------------------------------------------------------------------------------------
-
-
-class RecordingTokenizer:
-    """Wraps a tokenizer and keeps the ids it last decoded (``decoded``): the generated
-    tokens themselves, without a round trip through text."""
-
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.eos_token_id = tokenizer.eos_token_id
-        self.decoded: list[int] = []
-
-    def __len__(self) -> int:
-        return len(self.tokenizer)
-
-    def encode(self, *args, **kwargs):
-        return self.tokenizer.encode(*args, **kwargs)
-
-    def decode(self, ids):
-        self.decoded = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self.tokenizer.decode(ids)

@@ -32,8 +32,10 @@ from sampling_course.beside import made_beside
 from sampling_course.config import Config
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.recording_file import RecordingFile
+from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.repeat import repeat
 from sampling_course.scripted_step import ScriptedStep
+from sampling_course.tokenizer import TOKENIZER_DIR, Tokenizer
 from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
@@ -122,6 +124,7 @@ def _submission_module() -> types.ModuleType:
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
     module.call_twice = lambda model, tokens: [model(tokens), model(tokens[:, -1:])][0]
     module.write_words = lambda file, text: [file.write(word) for word in text.split(" ")]
+    module.decode_ids = lambda tokenizer, ids: tokenizer.decode(torch.tensor(ids))
 
     def call_and_hide(model, tokens):
         """Two calls, then every way to take the second out of the model's record that this side has."""
@@ -287,7 +290,7 @@ def test_a_model_made_beside_is_the_submissions_and_reads_back_as_data(grader):
 
 
 def test_the_toy_models_and_recorders_are_made_beside_and_read_back_as_data(grader):
-    """Parts 2 to 5's doubles (the toy models and a file that records) are the submission's
+    """Parts 2 to 5's doubles (the toy models, a file and a tokenizer that record) are the submission's
     objects: its code calls them with no request to the grader, and what they recorded comes back as data
     equal to what a twin made here records for the same calls."""
     module = grader.request("import", None, name=MODULE)
@@ -309,6 +312,11 @@ def test_the_toy_models_and_recorders_are_made_beside_and_read_back_as_data(grad
     file = made_beside(module, RecordingFile)
     module.write_words(file, "one two  three")
     assert file.chunks == ["one", "two", "three"] and type(file.chunks) is list
+    tokenizer = made_beside(module, RecordingTokenizer, "tiny")
+    served = grader.requests_served
+    text = module.decode_ids(tokenizer, [40, 41, 42])
+    assert grader.requests_served == served, "the tokenizer's decode reached the grader"
+    assert text == Tokenizer(TOKENIZER_DIR).decode([40, 41, 42]) and tokenizer.decoded == [40, 41, 42]
 
 
 def test_a_record_kept_by_the_grader_cannot_be_changed_by_the_submissions_code(grader):

@@ -678,6 +678,8 @@ REFERENCE_PAIRS = {
     "stand-in, draft = its first layer": _stand_in_pair,
     "story, story-draft": _story_pair,
 }
+# The shipped tokenizer of each pair, by name: a RecordingTokenizer of it is made where the loop runs.
+PAIR_TOKENIZER = {"stand-in, draft = its first layer": "tiny", "story, story-draft": "story"}
 
 
 @cache
@@ -691,7 +693,7 @@ def _reference_pair(name: str, transformer):
 def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec_loop, impl, pair):
     """The reference models with their tokenizer: greedy speculative text equals the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
-    recording = RecordingTokenizer(tokenizer)
+    recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
         text = spec_loop.speculative_generate(target, draft, recording, prompt, 40, gamma=gamma, temperature=0)
         assert text == tokenizer.decode(recording.decoded)
@@ -705,7 +707,7 @@ def test_speculative_generate_runs_on_part_6_static_caches(spec_loop, impl, pair
     """cache_class=StaticKeyValueCache: both models keep their keys in part 6's preallocated buffers, which crop
     themselves (crop_cache calls their crop); greedy speculative text is still the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
-    recording = RecordingTokenizer(tokenizer)
+    recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
         text = spec_loop.speculative_generate(
             target, draft, recording, prompt, 40, gamma=gamma, temperature=0, cache_class=impl.caches.StaticKeyValueCache
@@ -912,7 +914,7 @@ def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(s
         assert_greedy(ORACLE_TARGET, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
     for pair in REFERENCE_PAIRS:
         model, _, tokenizer = _reference_pair(pair, impl.transformer)
-        recording = RecordingTokenizer(tokenizer)
+        recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
         text, stats = spec_loop.speculative_generate(model, None, recording, "Once upon a time", 60, temperature=0,
                                                 prompt_lookup_num_tokens=5, return_stats=True)
         assert text == tokenizer.decode(recording.decoded)
