@@ -10,13 +10,19 @@ from the rule alone (no run of the code under test produces it):
   it keeps the token ids in its cache and checks that a cache holds the sequence's tokens.
 
 The recorders wrap or stand in for a real object and keep what they were given:
-``RecordingModel`` (calls), ``RecordingTokenizer`` (the last decoded ids), ``RecordingFile``
+``RecordingTokenizer`` (a shipped tokenizer that keeps the ids it last decoded), ``RecordingFile``
 (each write). ``IdTokenizer`` is a tokenizer whose text is token ids.
 
-``TrigramModel``, ``IdTokenizer`` and ``IdTokenizerWithVocab`` live in the course's runtime
-(``sampling_course.trigram_model``, ``sampling_course.id_tokenizer``), so that a test can make
-them beside the code it hands them to (``sampling_course.beside.made_beside``): a submission
-graded in another process calls them where it runs. They are imported here under their names.
+``CountedModel`` wraps a model and keeps its record where the test runs: a test whose verdict
+rests on how a loop calls its model (how often, with what) reads that record, which the code
+under test cannot change, as it can change a record kept by an object made in its own process.
+
+All but ``CountedModel`` live in the course's runtime (``sampling_course.toy_models``,
+``sampling_course.trigram_model``, ``sampling_course.recording_file``, ``sampling_course.recording_tokenizer``,
+``sampling_course.id_tokenizer``),
+so that a test can make them beside the code it hands them to (``sampling_course.beside.made_beside``):
+a submission graded in another process calls them where it runs, and the test works out its expected
+answer on a twin made where the test runs. They are imported here under their names.
 
 The suites import these with ``from doubles import ...`` (pyproject.toml puts tests/ on
 the import path).
@@ -24,166 +30,46 @@ the import path).
 
 from __future__ import annotations
 
-import math
-
 import torch
 from torch import nn
 
-from sampling_course.config import Config
 from sampling_course.id_tokenizer import IdTokenizer, IdTokenizerWithVocab
+from sampling_course.recording_file import RecordingFile
+from sampling_course.recording_tokenizer import RecordingTokenizer
+from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
-__all__ = ["BigramModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile", "RecordingModel",
+__all__ = ["BigramModel", "CountedModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile",
            "RecordingTokenizer", "SuccessorModel", "TrigramModel"]
 
 # ---------------------------------------------------------------------------------------
-# Tokenizers
+# A record the code under test cannot change
 # ---------------------------------------------------------------------------------------
 
 
-class RecordingTokenizer:
-    """Wraps a tokenizer and keeps the ids it last decoded (``decoded``): the generated
-    tokens themselves, without a round trip through text."""
+class CountedModel(nn.Module):
+    """Wraps a model and records every call in this process: ``inputs`` (the tokens, a copy) and
+    ``calls`` ((positions passed, positions cached or None) for each).
 
-    def __init__(self, tokenizer):
-        self.tokenizer = tokenizer
-        self.eos_token_id = tokenizer.eos_token_id
-        self.decoded: list[int] = []
+    The code under test calls it as it calls any model. Graded in another process, each call comes
+    here (one message) and is recorded before it goes on to the wrapped model, which may be made
+    beside that code (``made_beside``): the answers are that model's, the record is this one's.
+    The wrapped model is not a child module, so the code under test cannot reach past the record."""
 
-    def __len__(self) -> int:
-        return len(self.tokenizer)
-
-    def encode(self, *args, **kwargs):
-        return self.tokenizer.encode(*args, **kwargs)
-
-    def decode(self, ids):
-        self.decoded = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
-        return self.tokenizer.decode(ids)
-
-
-# ---------------------------------------------------------------------------------------
-# Language models with a known answer
-# ---------------------------------------------------------------------------------------
-
-
-class SuccessorModel(nn.Module):
-    """The next token is always the last token + 1 (mod d_vocab), with certainty (logit 10
-    against -10 for every other token).
-
-    A prompt ending k tokens below the EOS id reaches EOS after exactly k steps, so rows of a
-    batch end at known steps. Called like a DemoTransformer, with or without a cache (of the
-    ``KeyValueCache`` class it is given); ``calls`` records (positions passed, positions
-    already cached) for every call.
-    """
-
-    def __init__(self, KeyValueCache, d_vocab: int = 64, n_ctx: int = 64):
+    def __init__(self, model):
         super().__init__()
-        self.cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=d_vocab, n_ctx=n_ctx)
-        self.KeyValueCache = KeyValueCache
-        self.calls: list[tuple[int, int]] = []
-
-    def forward(self, tokens, kv_cache=None, *, attention_mask=None):
-        past = 0 if kv_cache is None else kv_cache.seq_len
-        self.calls.append((tokens.shape[1], past))
-        new = tokens[:, past:]
-        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
-        logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
-        if kv_cache is None:
-            return logits
-        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
-        return logits, self.KeyValueCache(cache)
-
-
-class NeverEOSModel(nn.Module):
-    """The next token is always ``successor(last)`` = (last * 7 + 3) mod (d_vocab - 1), stepped
-    over the EOS id, so a text never ends before its token budget.
-
-    Every other logit is -inf, so greedy decoding and sampling agree. It records every input
-    (``inputs``), so the number of steps and the context the sampler passes are observable.
-    The rule is written in tensor operations, so it runs on whatever device the tokens are.
-    """
-
-    def __init__(self, cfg, eos: int):
-        super().__init__()
-        self.cfg, self.eos = cfg, eos
-        self.inputs: list[torch.Tensor] = []
-
-    def successor(self, token):
-        """The next token after ``token``: an int for an int, a tensor of them for a tensor."""
-        nxt = (token * 7 + 3) % (self.cfg.d_vocab - 1)
-        return nxt + (nxt >= self.eos)  # step over the EOS id
-
-    def continuation(self, prompt_ids: list[int], n: int) -> list[int]:
-        """The prompt followed by the ``n`` tokens the rule gives."""
-        ids = list(prompt_ids)
-        for _ in range(n):
-            ids.append(self.successor(ids[-1]))
-        return ids
-
-    def forward(self, tokens: torch.Tensor, *args, **kwargs):
-        self.inputs.append(tokens.detach().clone())
-        nxt = self.successor(tokens)
-        return torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf")).scatter(-1, nxt[..., None], 0.0)
-
-
-class BigramModel(nn.Module):
-    """The next-token distribution depends on the last token only: ``table[last]`` maps next
-    tokens to probabilities.
-
-    Unlisted tokens get a negligible share and unlisted last tokens a uniform distribution.
-    Each row's logits carry its own offset (``offsets[last]``), so ranking by logits instead
-    of log-probabilities gives a different answer. It runs uncached and records the longest
-    input it was given (``longest_input``); ``logits[last]`` is its table of logits.
-    """
-
-    def __init__(self, cfg, table: dict[int, dict[int, float]], offsets: dict[int, float] | None = None):
-        super().__init__()
-        self.cfg = cfg
-        logits = torch.zeros(cfg.d_vocab, cfg.d_vocab)
-        for last, row in table.items():
-            logits[last] = -40.0
-            for nxt, p in row.items():
-                logits[last, nxt] = math.log(p)
-            logits[last] += (offsets or {}).get(last, 0.0)
-        self.register_buffer("logits", logits)
-        self.longest_input = 0
-
-    def forward(self, tokens, kv_cache=None):
-        if kv_cache is not None:
-            raise NotImplementedError("the toy model runs uncached")
-        self.longest_input = max(self.longest_input, tokens.shape[1])
-        return self.logits[tokens]
-
-
-# ---------------------------------------------------------------------------------------
-# Recorders
-# ---------------------------------------------------------------------------------------
-
-
-class RecordingModel(nn.Module):
-    """Wraps a model and records, for every call, (positions passed, positions cached or None)."""
-
-    def __init__(self, model: nn.Module):
-        super().__init__()
-        self.model = model
+        self._wrapped = (model,)  # private, in a tuple: not a child module, not handed to the code under test
         self.cfg = model.cfg
+        # An empty parameter on the wrapped model's device: a loop that takes its device from the model's
+        # parameters finds the one the wrapped model's are on.
+        first = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
+        device = first.device if isinstance(first, torch.Tensor) else "cpu"
+        self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
+        self.inputs: list[torch.Tensor] = []
         self.calls: list[tuple[int, int | None]] = []
 
-    def forward(self, tokens, kv_cache=None):
-        self.calls.append((tokens.shape[1], None if kv_cache is None else kv_cache.seq_len))
-        return self.model(tokens) if kv_cache is None else self.model(tokens, kv_cache)
-
-
-class RecordingFile:
-    """A text file that keeps every non-empty write separately (``chunks``)."""
-
-    def __init__(self):
-        self.chunks: list[str] = []
-
-    def write(self, text: str) -> int:
-        if text:
-            self.chunks.append(text)
-        return len(text)
-
-    def flush(self) -> None:
-        pass
+    def forward(self, tokens, kv_cache=None, **kwargs):
+        self.inputs.append(torch.as_tensor(tokens).detach().clone())
+        self.calls.append((int(tokens.shape[1]), None if kv_cache is None else int(kv_cache.seq_len)))
+        model = self._wrapped[0]
+        return model(tokens, **kwargs) if kv_cache is None else model(tokens, kv_cache, **kwargs)

@@ -113,6 +113,12 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         "int_subclass": (Case("2", "greedy_search returns an int subclass equal to everything", GRADED[1:]),
                          {"greedy_search": "class Liar(int):\n    def __eq__(self, other):\n        return True\n"
                                            "    __hash__ = int.__hash__\nreturn Liar(0)"}, ""),
+        "patched_record": (Case("2", "sample wastes a model call each step and takes it out of the toy model's "
+                                     "record of its inputs", GRADED[:3]), {
+            "sample": _sample_body("try:\n    record = self.model.inputs\nexcept Exception:\n    record = None\n"
+                                   "if isinstance(record, list):\n"
+                                   "    self.model(input_ids[None, -self.cfg.n_ctx :])\n"
+                                   "    try:\n        self.model.inputs.pop()\n    except Exception:\n        pass")}, ""),
         # 3. folders followed out of the submission
         "symlinked_folder": (Case("3", "its exercises/ is a link to a classmate's", (), "symlinked folder"), {}, ""),
         "symlinked_file": (Case("3", "its sampling.py is a link to a classmate's", (), "symlinked file"), {}, ""),

@@ -27,10 +27,16 @@ import torch
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.settings import GradeSettings
+from doubles import CountedModel
 from sampling_course.beside import made_beside
+from sampling_course.config import Config
 from sampling_course.op_recorder import OpRecorder
+from sampling_course.recording_file import RecordingFile
+from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.repeat import repeat
 from sampling_course.scripted_step import ScriptedStep
+from sampling_course.tokenizer import TOKENIZER_DIR, Tokenizer
+from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
 MODULE = "classroom_boundary_submission"
@@ -116,6 +122,18 @@ def _submission_module() -> types.ModuleType:
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
     module.records = lambda *records: [type(r).__name__ for r in records]
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
+    module.call_twice = lambda model, tokens: [model(tokens), model(tokens[:, -1:])][0]
+    module.write_words = lambda file, text: [file.write(word) for word in text.split(" ")]
+    module.decode_ids = lambda tokenizer, ids: tokenizer.decode(torch.tensor(ids))
+
+    def call_and_hide(model, tokens):
+        """Two calls, then every way to take the second out of the model's record that this side has."""
+        model(tokens), model(tokens)
+        return {"pop": _try(lambda: model.inputs.pop()), "clear": _try(lambda: model.calls.clear()),
+                "assign": _try(lambda: setattr(model, "calls", [])), "reach": _try(lambda: model._wrapped[0](tokens)),
+                "children": _try(lambda: len(list(model.children())))}
+
+    module.call_and_hide = call_and_hide
     module.slow = lambda: time.sleep(0.5)
     return module
 
@@ -269,6 +287,51 @@ def test_a_model_made_beside_is_the_submissions_and_reads_back_as_data(grader):
     assert model.calls == [(3, None)] and type(model.calls) is list
     model.clear_calls()
     assert model.calls == []
+
+
+def test_the_toy_models_and_recorders_are_made_beside_and_read_back_as_data(grader):
+    """Parts 2 to 5's doubles (the toy models, a file and a tokenizer that record) are the submission's
+    objects: its code calls them with no request to the grader, and what they recorded comes back as data
+    equal to what a twin made here records for the same calls."""
+    module = grader.request("import", None, name=MODULE)
+    cfg = Config(d_model=4, d_vocab=11, n_ctx=8, d_head=4, d_mlp=4, n_heads=1, n_layers=1)
+    tokens = torch.tensor([[3, 1, 4, 1]])
+    made = {"never": (NeverEOSModel, (cfg, 5)), "bigram": (BigramModel, (cfg, {1: {2: 0.5, 3: 0.5}}, {1: 2.0})),
+            "successor": (SuccessorModel, (None, 11))}
+    for name, (factory, args) in made.items():
+        model, twin = made_beside(module, factory, *args), factory(*args)
+        served = grader.requests_served
+        logits = module.call_twice(model, tokens)
+        assert grader.requests_served == served, f"{name}: a call of the double reached the grader"
+        expected = [twin(tokens), twin(tokens[:, -1:])][0]
+        assert type(logits) is torch.Tensor and torch.equal(logits, expected), name
+        for record in ("inputs", "longest_input", "calls"):
+            if hasattr(twin, record):
+                seen, kept = getattr(model, record), getattr(twin, record)
+                assert type(seen) is type(kept) and str(seen) == str(kept), (name, record, seen, kept)
+    file = made_beside(module, RecordingFile)
+    module.write_words(file, "one two  three")
+    assert file.chunks == ["one", "two", "three"] and type(file.chunks) is list
+    tokenizer = made_beside(module, RecordingTokenizer, "tiny")
+    served = grader.requests_served
+    text = module.decode_ids(tokenizer, [40, 41, 42])
+    assert grader.requests_served == served, "the tokenizer's decode reached the grader"
+    assert text == Tokenizer(TOKENIZER_DIR).decode([40, 41, 42]) and tokenizer.decoded == [40, 41, 42]
+
+
+def test_a_record_kept_by_the_grader_cannot_be_changed_by_the_submissions_code(grader):
+    """``CountedModel`` records each call in the grader: the submission's code sees copies of its record
+    (changing them changes nothing here), cannot assign it, and cannot reach the model it wraps to call it
+    unrecorded; the answers are the wrapped model's, made beside the submission's code."""
+    module = grader.request("import", None, name=MODULE)
+    cfg = Config(d_model=4, d_vocab=11, n_ctx=8, d_head=4, d_mlp=4, n_heads=1, n_layers=1)
+    counted = CountedModel(made_beside(module, NeverEOSModel, cfg, 5))
+    tokens = torch.tensor([[3, 1, 4]])
+    seen = module.call_and_hide(counted, tokens)
+    assert counted.calls == [(3, None), (3, None)] and len(counted.inputs) == 2, seen
+    assert all(torch.equal(kept, tokens) for kept in counted.inputs)
+    assert seen["assign"][0] == "PermissionError" and seen["reach"][0] != "ok", seen
+    assert seen["children"] in (["ok", 0], ["PermissionError", seen["children"][1]]), seen  # no child to reach
 
 
 def test_made_beside_makes_only_the_runtimes_objects():

@@ -33,9 +33,10 @@ from functools import cache
 import pytest
 import torch
 
+from sampling_course.beside import made_beside
 from sampling_course.repeat import repeat
 
-from doubles import NeverEOSModel
+from doubles import CountedModel, NeverEOSModel
 from quantiles import binom_isf, binom_ppf, norm_isf
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -549,7 +550,7 @@ def test_sample_next_token_rejects_bad_settings(Sampler, settings, message):
 def test_sample_rejects_bad_input(Sampler, tiny, kwargs, message):
     """sample() validates everything before generating anything."""
     kwargs = {"prompt": "Hello", "max_tokens_generated": 3, **kwargs}
-    sampler = Sampler(NeverEOSModel(tiny.cfg, tiny.tokenizer.eos_token_id), tiny.tokenizer)
+    sampler = Sampler(made_beside(Sampler, NeverEOSModel, tiny.cfg, tiny.tokenizer.eos_token_id), tiny.tokenizer)
     with pytest.raises(ValueError, match=message):
         sampler.sample(**kwargs)
 
@@ -782,10 +783,12 @@ def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
     """Without EOS, exactly max_tokens_generated tokens are added (7, 1, then 0), one model call each."""
     tokenizer = tiny.tokenizer
     prompt_ids = tokenizer(PROMPTS[0]).input_ids
+    rule = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)  # the expected text is worked out on this twin
     for max_tokens_generated in (7, 1, 0):
-        model = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)
+        # made where sample calls it; the calls are recorded here, where sample cannot change the record
+        model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
         actual = Sampler(model, tokenizer).sample(PROMPTS[0], max_tokens_generated=max_tokens_generated, **settings)
-        expected = tokenizer.decode(model.continuation(prompt_ids, max_tokens_generated))
+        expected = tokenizer.decode(rule.continuation(prompt_ids, max_tokens_generated))
         assert actual == expected, f"max_tokens_generated={max_tokens_generated}"
         assert len(model.inputs) == max_tokens_generated, (
             f"the model was called {len(model.inputs)} times for {max_tokens_generated} tokens"
@@ -801,9 +804,9 @@ def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
     prompt = " ".join(["the cat sat on the mat"] * 40)
     prompt_ids = tokenizer(prompt).input_ids
     assert len(prompt_ids) > n_ctx + 10
-    model = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)
+    model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=4, temperature=0.0)
-    full = model.continuation(prompt_ids, 4)
+    full = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id).continuation(prompt_ids, 4)  # on a twin
     assert actual == tokenizer.decode(full)
     assert len(model.inputs) == 4
     for step, seen in enumerate(model.inputs):

@@ -27,7 +27,7 @@ import math
 import pytest
 import torch
 
-from doubles import BigramModel
+from doubles import BigramModel, CountedModel
 from sampling_course.beside import made_beside
 from sampling_course.implementation import load_demo
 from sampling_course.masked_top_k import MaskedTopK
@@ -400,14 +400,15 @@ def test_beam_search_beats_greedy_on_a_toy_model(impl, tiny):
         c: {d: 0.9, e: 0.1},
     }
     # b's logits sit 5 higher: ranking by raw logits would prefer " cat big".
-    model = BigramModel(tiny.cfg, table, offsets={b: 5.0})
+    model = made_beside(impl.sampling, BigramModel, tiny.cfg, table, {b: 5.0})  # where beam_search calls it
     sampler = impl.sampling.TransformerSampler(model, tok)
 
     prompt = tok.decode([a])
-    # Greedy, independently: argmax of the table twice.
+    # Greedy, independently: argmax of the table twice, on a twin of the model.
+    twin = BigramModel(tiny.cfg, table, offsets={b: 5.0})
     greedy = [a]
     for _ in range(2):
-        greedy.append(int(model.logits[greedy[-1]].argmax()))
+        greedy.append(int(twin.logits[greedy[-1]].argmax()))
     assert greedy == [a, b, x]
 
     out = sampler.beam_search(prompt, num_return_sequences=2, num_beams=2, max_new_tokens=2)
@@ -430,7 +431,7 @@ def test_beam_search_returns_finished_beams_first_and_never_extends_them(impl, t
         c: {e: 0.6, d: 0.4},
         eos: {z: 0.99, d: 0.01},  # what a beam kept alive after EOS would grow into
     }
-    model = BigramModel(tiny.cfg, table)
+    model = made_beside(impl.sampling, BigramModel, tiny.cfg, table)
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=3, num_beams=3, max_new_tokens=2)
     texts = [text for _, text in out]
@@ -453,21 +454,22 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
     a, b, d = _word_ids(tok, " the", " cat", " sat")
     table = {a: {eos: 0.5, b: 0.3, d: 0.2}, b: {eos: 0.6, d: 0.4}, d: {b: 1.0}}
 
-    model = BigramModel(tiny.cfg, table)
+    # made where beam_search calls it; its calls are recorded here, where beam_search cannot change the record
+    model = CountedModel(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=1, num_beams=3, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos])]
     assert out[0][0] == pytest.approx(math.log(0.5), abs=ATOL)
-    assert model.longest_input == 1, "beam search kept going after enough beams had finished"
+    assert max(positions for positions, _ in model.calls) == 1, "beam search kept going after enough beams had finished"
 
     # Two beams: " the<eos>" finishes at step 1, " the cat<eos>" at step 2 (0.3 * 0.6 beats
     # " the cat sat" at 0.12), then it must stop.
-    model = BigramModel(tiny.cfg, table)
+    model = CountedModel(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=2, num_beams=2, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos]), tok.decode([a, b, eos])]
     assert [lp for lp, _ in out] == pytest.approx([math.log(0.5), math.log(0.18)], abs=ATOL)
-    assert model.longest_input == 2, "beam search kept going after enough beams had finished"
+    assert max(positions for positions, _ in model.calls) == 2, "beam search kept going after enough beams had finished"
 
 
 # ---------------------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from doubles import IdTokenizer, SuccessorModel
+from doubles import CountedModel, IdTokenizer, SuccessorModel
+from sampling_course.beside import made_beside
 from part5_shared import (
     assert_same_tokens, hf_logits_alone, hf_processor, hf_warpers, left_padded, new_tokens_of, Part5, PROMPTS, TOL,
     with_05b_solved,
@@ -215,8 +216,9 @@ def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo,
 
 @pytest.fixture()
 def successor_batch(impl):
-    model = SuccessorModel(impl.transformer.KeyValueCache)
-    eos = model.cfg.d_vocab - 1
+    # made where generate calls it; its calls are recorded here, where generate cannot change the record
+    model = CountedModel(made_beside(impl.transformer, SuccessorModel, impl.transformer.KeyValueCache))
+    eos = SuccessorModel(None).cfg.d_vocab - 1  # on a twin
     # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
     prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]
     return model, IdTokenizer(eos), prompts, eos
@@ -239,9 +241,10 @@ def test_rows_finish_at_their_own_step(gen, successor_batch):
         f"new tokens {new_tokens_of(out.sequences, width)}: each row must stop at its own EOS, get pads afterwards, "
         "and the batch must run until its last row is done"
     )
-    assert model.calls[0] == (width, 0), f"the first call should be the prefill of {width} positions, got {model.calls[0]}"
-    assert model.calls[1:] == [(width + i, width + i - 1) for i in range(1, 8)], (
-        f"after the prefill each step should run one new position on top of the cache, got calls {model.calls}"
+    calls = [(positions, cached or 0) for positions, cached in model.calls]  # no cache: nothing cached
+    assert calls[0] == (width, 0), f"the first call should be the prefill of {width} positions, got {calls[0]}"
+    assert calls[1:] == [(width + i, width + i - 1) for i in range(1, 8)], (
+        f"after the prefill each step should run one new position on top of the cache, got calls {calls}"
     )
     for row, steps in enumerate((3, 5, 8)):
         assert torch.isfinite(out.scores[row, :steps]).all() and torch.isfinite(out.logprobs[row, :steps]).all()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from doubles import RecordingFile
+from sampling_course.beside import made_beside
 from part5_shared import assert_same_tokens, left_padded, Part5, PROMPTS, with_05b_solved
 
 
@@ -115,7 +116,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     tok = tiny.tokenizer
     ids = tok.encode(STREAM_TEXT)
     assert any(tok.decode(ids[i : i + 1]) == "\ufffd" for i in range(len(ids))), "the text must split a character"
-    out = RecordingFile()
+    out = made_beside(gen.TextStreamer, RecordingFile)  # where the streamer writes to it
     streamer = gen.TextStreamer(tok, file=out)
     streamer.put(torch.tensor([ids[:3]]))
     for token in ids[3:]:
@@ -126,7 +127,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
     assert all(chunk[-1] in " \n" for chunk in out.chunks[:-1]), f"writes that end mid-word: {out.chunks}"
     assert len(out.chunks) >= 8, f"expected the text a word at a time, got {len(out.chunks)} writes"
 
-    out = RecordingFile()
+    out = made_beside(gen.TextStreamer, RecordingFile)  # where the streamer writes to it
     streamer = gen.TextStreamer(tok, skip_prompt=True, file=out)
     streamer.put(torch.tensor([ids[:4]]))
     for token in ids[4:]:
@@ -139,7 +140,7 @@ def test_streamer_prints_the_decode_a_word_at_a_time(gen, tiny):
 def test_generate_streams_what_it_returns(gen, demo, reference, seed):
     """generate(..., streamer=TextStreamer(...)) prints the prompt and then exactly the text it returns."""
     tok = reference.tokenizer
-    out = RecordingFile()
+    out = made_beside(gen.TextStreamer, RecordingFile)  # where the streamer writes to it
     sequences = gen.generate(demo, tok, ["Grüße aus Köln, said the"], 25, seed=seed, temperature=1.5,
                              streamer=gen.TextStreamer(tok, file=out))
     assert "".join(out.chunks) == tok.decode(sequences[0], clean_up_tokenization_spaces=False)

@@ -67,7 +67,7 @@ from sampling_course.implementation import load_demo
 from sampling_course.reference import ReferenceUnavailable, load_reference
 from sampling_course.repeat import repeat
 
-from doubles import IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel
+from doubles import CountedModel, IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel
 from quantiles import chi2_isf, ncx2_sf
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -117,6 +117,16 @@ def toy_pair(where, n_ctx: int = 64) -> tuple[TrigramModel, TrigramModel]:
 # Their twins in the test's own process: the oracles compute with these, never with the models handed out.
 ORACLE_TARGET = TrigramModel(TOY_TARGET_TABLE, "target", 256)
 ORACLE_DRAFT = TrigramModel(TOY_DRAFT_TABLE, "draft", 256)
+
+
+def assert_cache_holds(cache, tokens: torch.Tensor, what: str) -> None:
+    """A toy model's keys and values are the token ids: the cache must hold exactly ``tokens``. Checked here,
+    on the cache's data (the models check it too where they run, but a record there is the code's to change)."""
+    held = torch.clone(cache).as_subclass(torch.Tensor)[:, :, 0, :, 0, 0].round().long()  # a torch function: on its data
+    assert held.shape[-1] == len(tokens) and bool((held == tokens.to(held.device)).all()), (
+        f"{what} holds the tokens {held[0, 0].tolist()}, but the sequence kept begins with {tokens.tolist()}: "
+        "a cache must be cropped back to the tokens that were kept"
+    )
 
 
 def id_tokenizer(where, *args):
@@ -370,12 +380,12 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
     cache = KVC.new_empty(draft.cfg)
     if cached:
         _, cache = draft(tokens[None, :cached], cache)
-        draft.clear_calls()
     gamma = 5
     generator = torch.Generator(device=device).manual_seed(seed)
-    proposals, q, cache = spec.draft_tokens(draft, tokens, cache, gamma, generator=generator, **settings)
+    counted = CountedModel(draft)  # its calls are recorded here, where draft_tokens cannot change the record
+    proposals, q, cache = spec.draft_tokens(counted, tokens, cache, gamma, generator=generator, **settings)
     assert proposals.shape == (gamma,) and q.shape == (gamma, V), f"shapes {tuple(proposals.shape)}, {tuple(q.shape)}"
-    calls = draft.calls
+    calls = counted.calls
     assert len(calls) == gamma, f"expected {gamma} forward passes of the draft, got {len(calls)}"
     assert all(c is not None for _, c in calls), "every forward pass of the draft must use its cache"
     assert calls[0][1] == cached and all(n - c == 1 for n, c in calls[1:]), (
@@ -569,7 +579,7 @@ def generate(spec_loop, target, draft, prompt: str, n: int, tokenizer=None, **se
 @pytest.mark.exercise("speculative_round")
 def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, device):
     """One round: 1 to gamma + 1 new tokens; one target forward over the last token and every proposal;
-    afterwards each cache holds only the tokens kept (the toy models check their content).
+    afterwards each cache holds only the tokens kept (checked here, on the caches' data).
     40 rounds from the same start, which include rejections except with probability < 1e-11."""
     KVC = impl.kv_cache.KeyValueCache
     target, draft = toy_pair(spec)
@@ -579,19 +589,19 @@ def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, devic
     _, target_cache = target(tokens[None, :2], target_cache)
     lengths = Counter()
     for _ in range(40):
-        target.clear_calls()
+        counted = CountedModel(target)  # its calls are recorded here, where speculative_round cannot change them
         new, t_cache, d_cache = spec.speculative_round(
-            target, draft, tokens, target_cache, draft_cache, 3, 1.0, 0, 1.0, generator
+            counted, draft, tokens, target_cache, draft_cache, 3, 1.0, 0, 1.0, generator
         )
         lengths[len(new)] += 1
         assert 1 <= len(new) <= 4, f"a round with gamma=3 added {len(new)} tokens"
-        calls = target.calls
+        calls = counted.calls
         assert calls == [(len(tokens) + 3, 2)], f"expected one target forward over 4 new positions, got {calls}"
         kept = torch.cat([tokens, new])
         assert t_cache.shape[3] == len(kept) - 1, f"the target's cache holds {t_cache.shape[3]} positions, expected {len(kept) - 1}"
         assert d_cache.shape[3] <= len(kept) - 1
-        target(kept[None], t_cache)  # each model checks that its cache holds the tokens kept
-        draft(kept[None], d_cache)
+        assert_cache_holds(t_cache, kept[: len(kept) - 1], "the target's cache")
+        assert_cache_holds(d_cache, kept[: d_cache.shape[3]], "the draft's cache")
     # From this context a round adds 1 token with probability .12 and all 4 with at most .51, so 40 rounds
     # without a rejection, or without an accepted proposal, happen with probability below 1e-11.
     assert min(lengths) < 4 and max(lengths) >= 2, f"40 rounds should see rejections and acceptances, got lengths {dict(lengths)}"
@@ -675,6 +685,8 @@ REFERENCE_PAIRS = {
     "stand-in, draft = its first layer": _stand_in_pair,
     "story, story-draft": _story_pair,
 }
+# The shipped tokenizer of each pair, by name: a RecordingTokenizer of it is made where the loop runs.
+PAIR_TOKENIZER = {"stand-in, draft = its first layer": "tiny", "story, story-draft": "story"}
 
 
 @cache
@@ -688,7 +700,7 @@ def _reference_pair(name: str, transformer):
 def test_temperature_zero_is_the_targets_greedy_text_on_reference_pairs(spec_loop, impl, pair):
     """The reference models with their tokenizer: greedy speculative text equals the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
-    recording = RecordingTokenizer(tokenizer)
+    recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
         text = spec_loop.speculative_generate(target, draft, recording, prompt, 40, gamma=gamma, temperature=0)
         assert text == tokenizer.decode(recording.decoded)
@@ -702,7 +714,7 @@ def test_speculative_generate_runs_on_part_6_static_caches(spec_loop, impl, pair
     """cache_class=StaticKeyValueCache: both models keep their keys in part 6's preallocated buffers, which crop
     themselves (crop_cache calls their crop); greedy speculative text is still the target's greedy text."""
     target, draft, tokenizer = _reference_pair(pair, impl.transformer)
-    recording = RecordingTokenizer(tokenizer)
+    recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
     for prompt, gamma in (("Once upon a time", 3), ("The cat sat on the", 5)):
         text = spec_loop.speculative_generate(
             target, draft, recording, prompt, 40, gamma=gamma, temperature=0, cache_class=impl.caches.StaticKeyValueCache
@@ -721,6 +733,7 @@ def test_an_identical_draft_has_every_proposal_accepted(spec_loop, gamma, n):
     table = random_table(7, scale=1.5)
     for settings in (dict(temperature=1.0), dict(temperature=0.5, top_k=3), dict(temperature=2.0, top_p=0.8)):
         target, draft = made_beside(spec_loop, TrigramModel, table, "target"), made_beside(spec_loop, TrigramModel, table, "draft")
+        target = CountedModel(target)  # its calls are recorded here, where the loop cannot change them
         ids, stats = generate(spec_loop, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
         rounds = math.ceil(n / (gamma + 1))
         assert len(ids) == 2 + n
@@ -739,7 +752,7 @@ def test_stats_count_the_real_forward_passes(spec_loop, seed):
     after the first, every target forward runs at most gamma + 1 new positions. Alpha is strictly between
     0 and 1 except with probability < 1e-10 (no context of the toy pair accepts 3 proposals in a row with
     probability above .3, or rejects the first with probability above .72)."""
-    target, draft = toy_pair(spec_loop, n_ctx=128)
+    target, draft = (CountedModel(model) for model in toy_pair(spec_loop, n_ctx=128))  # records kept here
     gamma, n = 3, 80
     ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, n, gamma=gamma, seed=seed)
     target_calls, draft_calls = target.calls, draft.calls
@@ -901,15 +914,15 @@ def test_prompt_lookup_output_follows_the_target_distribution_exactly(spec_loop,
 def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(spec, impl, spec_loop):
     """Temperature 0: the target's greedy text, token for token, on toy models and the reference pairs' targets;
     the stats count target forwards only."""
-    target, _ = toy_pair(spec_loop)
+    model, _ = toy_pair(spec_loop)
     for prompt in ("2 0", "1 2 0 1 2", "3 3 1"):
-        target.clear_calls()
+        target = CountedModel(model)  # its calls are recorded here, where the loop cannot change them
         ids, stats = lookup_generate(spec_loop, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
         assert stats.draft_forwards == 0 and stats.target_forwards == len(target.calls) > 0
         assert_greedy(ORACLE_TARGET, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")
     for pair in REFERENCE_PAIRS:
         model, _, tokenizer = _reference_pair(pair, impl.transformer)
-        recording = RecordingTokenizer(tokenizer)
+        recording = made_beside(spec_loop, RecordingTokenizer, PAIR_TOKENIZER[pair])
         text, stats = spec_loop.speculative_generate(model, None, recording, "Once upon a time", 60, temperature=0,
                                                 prompt_lookup_num_tokens=5, return_stats=True)
         assert text == tokenizer.decode(recording.decoded)

@@ -32,10 +32,12 @@ from pathlib import Path
 
 __all__ = ["ALLOWED_PACKAGES", "WORKER_FILES", "available", "command", "python_paths", "rlimits", "seccomp_filter"]
 
-# What the exercises (and torch itself) import; the only packages the sandbox holds.
+# What the exercises (and torch itself) import, and ``tokenizers`` (which imports nothing else), for the course's
+# own tokenizer a test makes beside the submission's code; the only packages the sandbox holds.
 ALLOWED_PACKAGES = ("torch", "torchgen", "functorch", "numpy", "numpy.libs", "einops", "jaxtyping", "wadler_lindig",
                     "typeguard", "typing_extensions.py", "tqdm", "rich", "markdown_it", "mdurl", "pygments",
-                    "filelock", "fsspec", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "interegular")
+                    "filelock", "fsspec", "sympy", "mpmath", "networkx", "jinja2", "markupsafe", "interegular",
+                    "tokenizers")
 # The grader's modules the submission's side of the bridge needs (everything else of grading/ stays out).
 WORKER_FILES = ("grading/__init__.py", "grading/time_limit.py", "grading/classroom/__init__.py",
                 "grading/classroom/bridge.py", "grading/classroom/codec.py", "grading/classroom/proxies.py",
