@@ -1,10 +1,10 @@
 """The binomial, normal and chi-square quantiles the statistical tests' bounds need, from ``scipy.special``.
 
-``scipy.stats`` gives the same numbers (``binom.ppf`` and ``isf``, ``norm.isf``, ``chi2.isf``,
-``ncx2.sf``), but importing
-``scipy.stats`` imports most of scipy (optimisation, interpolation, spatial, ...): on an idle
-2-core machine about 0.9 s of a learner's first check, where ``scipy.special`` takes about a
-quarter of that. ``tests/course/test_quantiles.py`` compares these with ``scipy.stats`` over a grid.
+``scipy.stats`` gives the same numbers (``binom.ppf`` and ``isf``, ``norm.isf``, ``chi2.isf`` and
+``sf``, ``ncx2.sf``), but importing it imports most of scipy (optimisation, interpolation,
+spatial, ...): on an idle 2-core machine about 0.9 s of a learner's first check, where
+``scipy.special`` takes about a quarter of that. ``tests/course/test_quantiles.py`` compares
+these with ``scipy.stats`` over grids.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ def _check(q: float, n: int, p: float) -> None:
         raise ValueError(f"n must be a whole number of draws, 0 or more, got {n!r}")
     if not 0.0 <= p <= 1.0:
         raise ValueError(f"p must be a probability in [0, 1], got {p!r}")
+
+
+def _check_df(df: int) -> None:
+    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
+        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
 
 
 def _start(q: float, n: int, p: float) -> int:
@@ -79,15 +84,13 @@ def chi2_isf(q: float, df: int) -> float:
     """The x with P(X > x) = q for X ~ chi-square(df) (``scipy.stats.chi2.isf``, the same cdflib routine)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"q must be a probability strictly between 0 and 1, got {q!r}")
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    _check_df(df)
     return float(_special().chdtri(df, q))
 
 
 def ncx2_sf(x: float, df: int, nc: float) -> float:
-    """P(X > x) for X ~ noncentral chi-square(df, nc) (``scipy.stats.ncx2.sf``, to about 1e-12)."""
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    """P(X > x) for X ~ noncentral chi-square(df, nc) (``scipy.stats.ncx2.sf``, to 1e-9 relative)."""
+    _check_df(df)
     if nc < 0:
         raise ValueError(f"nc must be >= 0, got {nc!r}")
     return 1.0 - float(_special().chndtr(x, df, nc))
@@ -95,6 +98,5 @@ def ncx2_sf(x: float, df: int, nc: float) -> float:
 
 def chi2_sf(x: float, df: int) -> float:
     """P(X > x) for X ~ chi-square(df) (``scipy.stats.chi2.sf``, the same cdflib routine)."""
-    if isinstance(df, bool) or not isinstance(df, int) or df < 1:
-        raise ValueError(f"df must be a whole number of degrees of freedom, 1 or more, got {df!r}")
+    _check_df(df)
     return float(_special().chdtrc(df, x))
