@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "grading"))
-from quantiles import binom_isf, binom_ppf, chi2_isf, chi2_sf, ncx2_sf, norm_isf  # noqa: E402
+from quantiles import binom_isf, binom_ppf, chi2_isf, chi2_sample_size, chi2_sf, ncx2_sf, norm_isf  # noqa: E402
 
 QS = [1e-12, 1e-9, 3.1e-8, 1e-6, 0.0025, 0.05, 0.5, 0.95, 0.9999]
 NS = [0, 1, 2, 7, 50, 1_100, 5_200, 40_000]
@@ -40,14 +40,14 @@ def test_chi_square_quantiles_are_scipy_stats_ones():
 
 def test_parts_7_and_8_sample_sizes_are_the_ones_scipy_stats_gives():
     """The search both parts run (the smallest n whose power reaches 0.999 at distance 0.1) ends at the same n."""
-    def sample_size(isf, sf, df):
-        threshold, n = isf(1e-7, df), 1
-        while sf(threshold, df, n * 0.1) < 0.999:
+    def scipy_stats_sample_size(df):
+        threshold, n = stats.chi2.isf(1e-7, df), 1
+        while stats.ncx2.sf(threshold, df, n * 0.1) < 0.999:
             n = math.ceil(n * 1.05) + 1
         return n
 
     for df in range(1, 121):
-        assert sample_size(chi2_isf, ncx2_sf, df) == sample_size(stats.chi2.isf, stats.ncx2.sf, df), df
+        assert chi2_sample_size(chi2_isf(1e-7, df), df, 0.1, 0.999) == scipy_stats_sample_size(df), df
 
 
 @pytest.mark.parametrize("call, message", [
@@ -59,6 +59,7 @@ def test_parts_7_and_8_sample_sizes_are_the_ones_scipy_stats_gives():
     (lambda: norm_isf(0.0), "q must be"),
     (lambda: chi2_isf(0.5, 0), "df must be"),
     (lambda: chi2_sf(1.0, 0), "df must be"),
+    (lambda: chi2_sample_size(10.0, 3, 0.1, 1.0), "power must be"),
     (lambda: ncx2_sf(1.0, 2, -1.0), "nc must be"),
 ])
 def test_bad_arguments_are_refused(call, message):

@@ -22,7 +22,7 @@ from sampling_course.implementation import load_demo
 from sampling_course.reference import ReferenceUnavailable, load_reference
 
 from doubles import IdTokenizer, TrigramModel
-from quantiles import chi2_isf, ncx2_sf
+from quantiles import chi2_isf, chi2_sample_size
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
 # At these sample sizes Pearson's statistic has a heavier far tail than the chi-square
@@ -158,11 +158,7 @@ def chi2_threshold(df: int) -> float:
 
 def sample_size(df: int) -> int:
     """The smallest n that catches a distribution DETECT_DISTANCE away with probability POWER."""
-    threshold = chi2_threshold(df)
-    n = 1
-    while ncx2_sf(threshold, df, n * DETECT_DISTANCE) < POWER:
-        n = math.ceil(n * 1.05) + 1
-    return n
+    return chi2_sample_size(chi2_threshold(df), df, DETECT_DISTANCE, POWER)
 
 
 def pooled(expected: dict, n: int) -> list[list]:

@@ -100,3 +100,15 @@ def chi2_sf(x: float, df: int) -> float:
     """P(X > x) for X ~ chi-square(df) (``scipy.stats.chi2.sf``, the same cdflib routine)."""
     _check_df(df)
     return float(_special().chdtrc(df, x))
+
+
+def chi2_sample_size(threshold: float, df: int, distance: float, power: float) -> int:
+    """The sample size of a chi-square test that rejects above ``threshold``: the first n on a grid
+    growing 5% a step whose chance of catching a law at chi-square distance ``distance`` (noncentral
+    chi-square, noncentrality n * distance) is at least ``power``."""
+    if not 0.0 < power < 1.0 or distance <= 0:
+        raise ValueError(f"power must be in (0, 1) and distance > 0, got power={power!r}, distance={distance!r}")
+    n = 1
+    while ncx2_sf(threshold, df, n * distance) < power:
+        n = math.ceil(n * 1.05) + 1
+    return n

@@ -28,7 +28,7 @@ from collections import Counter
 import pytest
 import torch
 
-from quantiles import chi2_isf, ncx2_sf
+from quantiles import chi2_isf, chi2_sample_size
 from part8_oracles import allowed_by_oracle, byte_prefixes, completed_texts, oracle_vocabulary
 from sampling_course.implementation import load_demo
 
@@ -200,11 +200,8 @@ def chi2_threshold(df: int) -> float:
 
 
 def sample_size(df: int) -> int:
-    threshold = chi2_threshold(df)
-    n = 1
-    while ncx2_sf(threshold, df, n * DETECT_DISTANCE) < POWER:
-        n = math.ceil(n * 1.05) + 1
-    return n
+    """The smallest n that catches a distribution DETECT_DISTANCE away with probability POWER."""
+    return chi2_sample_size(chi2_threshold(df), df, DETECT_DISTANCE, POWER)
 
 
 def assert_frequencies_match(observed: Counter, expected: dict, n: int, what: str) -> None:
