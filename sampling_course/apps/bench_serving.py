@@ -282,11 +282,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     import torch
-    from rich.console import Console
+    from sampling_course.apps.options import report_console
 
     from sampling_course.apps.serving_stream import make_stream
 
-    console = Console()
+    console = report_console()
     started = time.perf_counter()
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     with console.status("loading the models"):
