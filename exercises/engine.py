@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b1c778b40b7b95ec83df56ecab04b978f2c819679c766d6fb563c05039182bff
+# stub-checksum: daf2c6c3ab5e0d19facf70a1339d12f256667569f39c7b7806ee8918d8480246
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
 Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
@@ -9,10 +9,17 @@ generator, and retires the requests that finished. The forward pass packs the ne
 every request into one row, the way vLLM does: a prompt being prefilled and a request being
 decoded by one token sit side by side. Everything but attention works token by token, so it
 runs on the packed row at once. Attention reads each request's own keys and values from the
-paged cache through its block table; the requests decoded by one token run as one padded,
-masked batch, and the prompts being prefilled as another. The mask lets a query read only its
-own request's positions, so a request's logits depend on its own tokens only (up to float
-rounding, which can vary with the shape of the batch), not on which requests share its step.
+paged cache through its block table; the requests decoded by one token run as padded, masked
+batches of requests of similar lengths (``split_by_width``: one batch unless padding the short
+ones to the longest would cost more than another attention call), and the prompts being
+prefilled as another. The mask lets a query read only its own request's positions, so a
+request's logits depend on its own tokens only (up to float rounding, which can vary with the
+shape of the batch), not on which requests share its step.
+
+On a CPU the step's fixed costs weigh as much as its arithmetic on a small model, so the loop
+keeps them down: every layer's fused QKV weights are built once per engine, the MLP is two
+plain matrix multiplies, attention takes PyTorch's fused kernel (it needs a 4-d mask), and
+blocks are read into a buffer the cache reuses.
 """
 
 from __future__ import annotations

@@ -6,10 +6,17 @@ generator, and retires the requests that finished. The forward pass packs the ne
 every request into one row, the way vLLM does: a prompt being prefilled and a request being
 decoded by one token sit side by side. Everything but attention works token by token, so it
 runs on the packed row at once. Attention reads each request's own keys and values from the
-paged cache through its block table; the requests decoded by one token run as one padded,
-masked batch, and the prompts being prefilled as another. The mask lets a query read only its
-own request's positions, so a request's logits depend on its own tokens only (up to float
-rounding, which can vary with the shape of the batch), not on which requests share its step.
+paged cache through its block table; the requests decoded by one token run as padded, masked
+batches of requests of similar lengths (``split_by_width``: one batch unless padding the short
+ones to the longest would cost more than another attention call), and the prompts being
+prefilled as another. The mask lets a query read only its own request's positions, so a
+request's logits depend on its own tokens only (up to float rounding, which can vary with the
+shape of the batch), not on which requests share its step.
+
+On a CPU the step's fixed costs weigh as much as its arithmetic on a small model, so the loop
+keeps them down: every layer's fused QKV weights are built once per engine, the MLP is two
+plain matrix multiplies, attention takes PyTorch's fused kernel (it needs a 4-d mask), and
+blocks are read into a buffer the cache reuses.
 """
 
 from __future__ import annotations
