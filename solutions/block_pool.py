@@ -17,6 +17,7 @@ PagedAttention, Kwon et al. 2023) cuts the memory into blocks of ``block_size`` 
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import torch
@@ -170,6 +171,7 @@ class PagedKVCache:
         self.data: Float[Tensor, "n_layers 2 n_heads n_blocks block_size d_head"] = torch.zeros(
             cfg.n_layers, 2, cfg.n_heads, n_blocks, block_size, cfg.d_head, device=device, dtype=dtype
         )
+        self.buffer: Tensor | None = None  # read_blocks(..., reuse=True) copies into it
 
     def flat(self, layer: int) -> Float[Tensor, "2 n_heads n_slots d_head"]:
         """A view of one layer with blocks and offsets merged into slots (no copy)."""
@@ -194,16 +196,25 @@ class PagedKVCache:
         picked = kv.index_select(2, slots).transpose(1, 2)
         return picked[0], picked[1]
 
-    def read_blocks(self, layer: int, blocks: Int[Tensor, "n_rows n_row_blocks"]) -> Float[
+    def read_blocks(self, layer: int, blocks: Int[Tensor, "n_rows n_row_blocks"], reuse: bool = False) -> Float[
         Tensor, "2 n_heads n_rows n_positions d_head"
     ]:
         """Keys (index 0) and values (1) of ``layer`` for rows of blocks, each row's blocks one after the other.
 
         Row ``r`` holds the positions of blocks ``blocks[r, 0], blocks[r, 1], ...`` in that order:
         ``n_positions = n_row_blocks * block_size``, including the unfilled end of a row's last
-        block (the caller masks what a row does not hold).
+        block (the caller masks what a row does not hold). With ``reuse`` the copy goes into a
+        buffer the cache keeps, which the next ``reuse`` call overwrites: a fresh tensor of
+        megabytes costs the operating system a page fault per 4 KiB every time it is first written.
         """
         data = self.data[layer]
         n_rows, n_row_blocks = blocks.shape
-        picked = data.index_select(2, blocks.flatten().to(data.device))
+        shape = (2, data.shape[1], n_rows * n_row_blocks, self.block_size, data.shape[-1])
+        out = None
+        if reuse:
+            size = math.prod(shape)
+            if self.buffer is None or self.buffer.numel() < size:
+                self.buffer = data.new_empty(size)
+            out = self.buffer[:size].view(shape)
+        picked = torch.index_select(data, 2, blocks.flatten().to(data.device), out=out)
         return picked.view(2, data.shape[1], n_rows, n_row_blocks * self.block_size, data.shape[-1])

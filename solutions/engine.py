@@ -6,14 +6,22 @@ generator, and retires the requests that finished. The forward pass packs the ne
 every request into one row, the way vLLM does: a prompt being prefilled and a request being
 decoded by one token sit side by side. Everything but attention works token by token, so it
 runs on the packed row at once. Attention reads each request's own keys and values from the
-paged cache through its block table; the requests decoded by one token run as one padded,
-masked batch, and the prompts being prefilled as another. The mask lets a query read only its
-own request's positions, so a request's logits depend on its own tokens only (up to float
-rounding, which can vary with the shape of the batch), not on which requests share its step.
+paged cache through its block table; the requests decoded by one token run as padded, masked
+batches of requests of similar lengths (``split_by_width``: one batch unless padding the short
+ones to the longest would cost more than another attention call), and the prompts being
+prefilled as another. The mask lets a query read only its own request's positions, so a
+request's logits depend on its own tokens only (up to float rounding, which can vary with the
+shape of the batch), not on which requests share its step.
+
+On a CPU the step's fixed costs weigh as much as its arithmetic on a small model, so the loop
+keeps them down: every layer's fused QKV weights are built once per engine, the MLP is two
+plain matrix multiplies, attention takes PyTorch's fused kernel (it needs a 4-d mask), and
+blocks are read into a buffer the cache reuses.
 """
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass
 
@@ -39,13 +47,17 @@ class AttentionGroup:
 
     Row ``r`` is one request: ``rows[r]`` lists its queries' rows in the step's packed tokens,
     ``blocks[r]`` the blocks of its table in order, both padded to the longest request of the
-    group; ``valid`` marks the real queries and ``mask`` the keys each may read.
+    group; ``valid`` marks the real queries and ``mask`` the keys each may read. ``picked`` lists the
+    real queries among the group's ``n_requests * max_new`` (row-major), ``targets`` their packed rows:
+    computed once a step, so that each layer copies its outputs back with one indexed copy.
     """
 
     rows: Int[Tensor, "n_requests max_new"]
     valid: Bool[Tensor, "n_requests max_new"]
     blocks: Int[Tensor, "n_requests max_blocks"]
-    mask: Bool[Tensor, "n_requests max_new max_keys"]
+    mask: Bool[Tensor, "1 n_requests max_new max_keys"]
+    picked: Int[Tensor, "n_valid"]
+    targets: Int[Tensor, "n_valid"]
 
 
 def attention_group(n_new: list[int], n_computed: list[int], starts: list[int], blocks: list[list[int]],
@@ -66,7 +78,38 @@ def attention_group(n_new: list[int], n_computed: list[int], starts: list[int], 
     mask = keys[None, None, :] <= positions[:, :, None]
     # Padding blocks are block 0: any block would do, the mask hides them.
     padded = torch.tensor([b + [0] * (widest - len(b)) for b in blocks])
-    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device), mask.to(device))
+    # The mask gets a leading dimension of 1 for the heads: with a 4-d mask PyTorch's CPU attention takes its
+    # fused kernel rather than the plain "math" one (about 3x faster here).
+    picked = valid.flatten().nonzero()[:, 0]
+    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device),
+                          mask[None].to(device), picked.to(device), rows.flatten()[picked].to(device))
+
+
+# What one more attention group costs (building its mask, one more attention call per layer), in padded blocks
+# read: about the time of copying and attending over 16 blocks of the story model on a CPU.
+GROUP_OVERHEAD_BLOCKS = 16
+
+
+def split_by_width(widths: list[int], overhead: int) -> list[list[int]]:
+    """Indices of ``widths`` in groups, each read as one padded batch: the partition with the least padded
+    area (each group's size times its widest) plus ``overhead`` per group.
+
+    In order of width, the best groups are runs of neighbours (moving a request to the group of
+    narrower ones never widens that group's padding), so the search is over where to cut the sorted
+    list: ``best[j]`` is the cost of its first ``j``, found from every last cut ``i < j``.
+    """
+    order = sorted(range(len(widths)), key=widths.__getitem__)
+    best, cut = [0] + [math.inf] * len(order), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):
+        for i in range(j):
+            cost = best[i] + (j - i) * widths[order[j - 1]] + overhead
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    groups, j = [], len(order)
+    while j > 0:
+        groups.append(order[cut[j]: j])
+        j = cut[j]
+    return groups[::-1]
 
 
 def fused_qkv(attn) -> tuple[Float[Tensor, "d_model three_heads_d_head"], Float[Tensor, "three_heads_d_head"]]:
@@ -77,24 +120,33 @@ def fused_qkv(attn) -> tuple[Float[Tensor, "d_model three_heads_d_head"], Float[
 
 
 def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache, layer: int,
-                    new_slots: Int[Tensor, "n_new"], groups: list[AttentionGroup]) -> Float[Tensor, "n_new d_model"]:
+                    new_slots: Int[Tensor, "n_new"], groups: list[AttentionGroup],
+                    fused: tuple[Tensor, Tensor] | None = None) -> Float[Tensor, "n_new d_model"]:
     """One layer's attention for the packed new tokens of a step's requests.
 
     The new keys and values are written into the cache at their slots first; then each group
     reads its requests' blocks back whole, padded, and runs one masked attention call for all
-    of them.
+    of them. ``fused`` is ``fused_qkv(attn)`` computed beforehand (None: computed here).
     """
-    weight, bias = fused_qkv(attn)
-    q, k, v = (x @ weight + bias).view(len(x), 3, *attn.b_Q.shape).unbind(1)
+    weight, bias = fused or fused_qkv(attn)
+    q, k, v = torch.addmm(bias, x, weight).view(len(x), 3, *attn.b_Q.shape).unbind(1)
     cache.write(layer, new_slots, k, v)
     z = torch.empty_like(q)
     for group in groups:
         # Whole blocks, already (n_heads, n_requests, keys, d_head): heads lead, requests are a second batch dimension.
-        keys, values = cache.read_blocks(layer, group.blocks)
-        queries = q[group.rows].permute(2, 0, 1, 3)  # (n_heads, n_requests, max_new, d_head)
+        keys, values = cache.read_blocks(layer, group.blocks, reuse=True)  # read before the next group's copy
+        queries = q[group.rows].permute(2, 0, 1, 3).contiguous()  # (n_heads, n_requests, max_new, d_head)
         out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask)
-        z[group.rows[group.valid]] = out.permute(1, 2, 0, 3)[group.valid]
-    return z.flatten(1) @ attn.W_O.flatten(0, 1) + attn.b_O
+        z.index_copy_(0, group.targets, out.permute(1, 2, 0, 3).flatten(0, 1).index_select(0, group.picked))
+    return torch.addmm(attn.b_O, z.flatten(1), attn.W_O.flatten(0, 1))
+
+
+def mlp(block_mlp, x: Float[Tensor, "n_new d_model"]) -> Float[Tensor, "n_new d_model"]:
+    """The block's MLP on the packed row from its weights: what ``MLP.forward`` computes, as two plain matrix
+    products (one matrix multiply each, not an einsum over a batch of one) around GPT-2's tanh GELU, which is
+    PyTorch's ``gelu(approximate="tanh")`` (one call instead of the formula's six)."""
+    hidden = F.gelu(torch.addmm(block_mlp.b_in, x, block_mlp.W_in), approximate="tanh")
+    return torch.addmm(block_mlp.b_out, hidden, block_mlp.W_out)
 
 
 class TableSlots:
@@ -123,14 +175,15 @@ class TableSlots:
 
 @torch.inference_mode()
 def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Request],
-                  slot_reader: TableSlots | None = None, n_new: list[int] | None = None) -> Float[
-                      Tensor, "n_requests d_vocab"]:
+                  slot_reader: TableSlots | None = None, n_new: list[int] | None = None,
+                  fused: list[tuple[Tensor, Tensor]] | None = None) -> Float[Tensor, "n_requests d_vocab"]:
     """The logits after the last position each request runs, running only positions not yet in the cache.
 
     Request ``i`` runs its next ``n_new[i]`` positions (None: all it has not computed, so the logits
     are its next token's; fewer is a chunk of its prompt). Each request's table must already hold
     room for all its tokens (the scheduler grows it). ``slot_reader`` keeps tables' slots between
-    steps (the engine keeps one); None asks each table afresh.
+    steps (the engine keeps one); None asks each table afresh. ``fused`` is every layer's
+    ``fused_qkv``, computed once (the engine keeps them); None computes them at each call.
     """
     if not requests:
         raise ValueError("paged_forward needs at least one request")
@@ -157,20 +210,22 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
     for i in range(1, len(requests)):
         starts[i] = starts[i - 1] + lengths[i - 1]
     # Decodes (one query each) and prefills in separate groups, so that one long prompt does not
-    # pad every decoding request's single query to its length.
-    groups = []
-    for one_query in (True, False):
-        picked = [i for i, n in enumerate(lengths) if (n == 1) == one_query]
-        if picked:
-            groups.append(attention_group([lengths[i] for i in picked], [computed[i] for i in picked],
-                                          [starts[i] for i in picked], [requests[i].table.blocks for i in picked],
-                                          size, device))
+    # pad every decoding request's single query to its length; decodes of very different lengths in
+    # groups of their own too (split_by_width), so that short requests are not padded to the longest.
+    decodes = [i for i, n in enumerate(lengths) if n == 1]
+    prefills = [i for i, n in enumerate(lengths) if n > 1]
+    picks = [[decodes[j] for j in group]
+             for group in split_by_width([len(requests[i].table.blocks) for i in decodes], GROUP_OVERHEAD_BLOCKS)]
+    groups = [attention_group([lengths[i] for i in picked], [computed[i] for i in picked], [starts[i] for i in picked],
+                              [requests[i].table.blocks for i in picked], size, device)
+              for picked in picks + ([prefills] if prefills else [])]
     residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[positions]
     for layer, block in enumerate(model.blocks):
         # LayerNorm and the MLP act on each position alone, so the packed row is (1, n_new, d_model) to them.
         normed = block.ln1(residual[None])[0]
-        residual = residual + paged_attention(block.attn, normed, cache, layer, new_slots, groups)
-        residual = residual + block.mlp(block.ln2(residual[None]))[0]
+        residual = residual + paged_attention(block.attn, normed, cache, layer, new_slots, groups,
+                                              fused[layer] if fused else None)
+        residual = residual + mlp(block.mlp, block.ln2(residual[None])[0])
     last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
     for request, span in zip(requests, spans):
         request.n_computed = span.stop
@@ -206,6 +261,9 @@ class Engine:
         self.cache = PagedKVCache(model.cfg, n_blocks, block_size, device=weight.device, dtype=weight.dtype)
         self.scheduler = Scheduler(self.pool, max_running, weight.device, max_step_tokens)
         self.slot_reader = TableSlots()
+        # The attention weights are read once, here: an engine serves the weights its model had when it was built.
+        with torch.no_grad():
+            self.fused = [fused_qkv(block.attn) for block in model.blocks]
         self.n_steps = 0
         self.n_prefill_tokens = 0
 
@@ -245,7 +303,7 @@ class Engine:
         if work.requests:
             n_new = [work.n_new(request) for request in work.requests]
             self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
-            logits = paged_forward(self.model, self.cache, work.requests, self.slot_reader, n_new)
+            logits = paged_forward(self.model, self.cache, work.requests, self.slot_reader, n_new, self.fused)
             # Requests whose token is the argmax of their raw logits share one argmax over their rows; the others
             # draw one at a time, each from its own settings and generator.
             greedy = [plain_greedy(request) for request in work.requests]

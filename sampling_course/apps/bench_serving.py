@@ -3,7 +3,7 @@
     sampling-course bench-serving                 # the story model, 32 requests, Poisson arrivals
     sampling-course bench-serving --quick         # a smoke run on a tiny random model (timings meaningless)
     sampling-course bench-serving --all-at-once   # every request arrives at t = 0 (an offline batch)
-    sampling-course bench-serving --prefix-caching  # the course's server reuses cached prompt blocks
+    sampling-course bench-serving --no-prefix-caching  # the course's server prefills every prompt block
     sampling-course bench-serving --max-step-tokens 32  # the course's server also with at most 32 positions a step
 
 The stream (``sampling_course.apps.serving_stream.make_stream``, seeded): arrivals from a
@@ -17,7 +17,8 @@ The engines, in the same process, on the same weights:
 
 * **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
   ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests;
-  with ``--prefix-caching``, full prompt blocks computed before are read, not prefilled again;
+  full prompt blocks computed before are read, not prefilled again (prefix caching, as Hugging
+  Face's manager does by default; ``--no-prefix-caching`` turns it off);
   with ``--max-step-tokens``, it runs a second time in each round as **chunked**, where no step runs
   more positions than that: long prompts are prefilled in chunks);
 * **static**: part 5's ``generate`` on fixed batches of up to ``--max-running`` requests
@@ -26,11 +27,13 @@ The engines, in the same process, on the same weights:
   the same page size, number of blocks and requests per batch.
 
 Per engine: throughput (generated tokens / time until the last one), time to first token
-(from the request's arrival) and time per later token, p50 and p99 over the requests,
+(from the request's arrival) and time per later token, p50 and p99 over the requests, the
+p99 of every wait between two consecutive tokens of a request (all requests' waits pooled),
 positions run through the model (padding and finished rows included) and the prefill
 share of them, the most KV memory held at once and, where the engine says, how much of
 the held memory held real positions. Runs are interleaved (every engine once per round,
-``--repeat`` rounds); the table gives medians and, for throughput, the spread.
+``--repeat`` rounds); the table gives medians and, for throughput, the spread, and a line
+gives each round's throughput ratios.
 """
 
 from __future__ import annotations
@@ -161,7 +164,7 @@ def table(summaries: dict[str, list], title: str):
         return statistics.median(getattr(s, key) for s in summaries[engine])
 
     out = Table("engine", "tok/s", "spread", "x static", "x HF", "TTFT p50\n(s)", "TTFT p99\n(s)", "ms/tok\np50",
-                "ms/tok\np99", title=title)
+                "ms/tok\np99", "gap p99\n(ms)", title=title)
     for column in out.columns[1:3]:
         column.min_width = 7  # "130-140" on one line
     for engine in summaries:
@@ -172,8 +175,23 @@ def table(summaries: dict[str, list], title: str):
             SHORT[engine], f"{statistics.median(rate):.1f}", f"{min(rate):.0f}-{max(rate):.0f}", *ratios,
             f"{median(engine, 'ttft_p50'):.2f}", f"{median(engine, 'ttft_p99'):.2f}",
             f"{1000 * median(engine, 'tpot_p50'):.1f}", f"{1000 * median(engine, 'tpot_p99'):.1f}",
+            "-" if any(s.gap_p99 is None for s in summaries[engine]) else f"{1000 * median(engine, 'gap_p99'):.1f}",
         )
     return out
+
+
+def round_ratios(summaries: dict[str, list]) -> str:
+    """Each round's throughput of every engine over the static engine's and Hugging Face's, round by round."""
+    lines = []
+    for other in ("static", "hf"):
+        if other not in summaries:
+            continue
+        for engine in summaries:
+            if engine not in (other, "static"):
+                ratios = [ours.tokens_per_s / theirs.tokens_per_s
+                          for ours, theirs in zip(summaries[engine], summaries[other])]
+                lines.append(f"{SHORT[engine]} / {SHORT[other]}: " + " ".join(f"{r:.2f}x" for r in ratios))
+    return "per round: " + "; ".join(lines)
 
 
 def memory_table(summaries: dict[str, list], prompt_positions: int):
@@ -229,8 +247,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
                         help="requests decoded at once (the static batch size too; default 16)")
     parser.add_argument("--repeat", type=integer("--repeat", 1), default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the stream (default 0)")
-    parser.add_argument("--prefix-caching", action="store_true",
-                        help="the course's server keeps full blocks findable by their tokens and reuses them")
+    parser.add_argument("--no-prefix-caching", dest="prefix_caching", action="store_false",
+                        help="the course's server prefills every prompt block (by default it keeps full blocks "
+                        "findable by their tokens and reuses them, as Hugging Face's manager does)")
     parser.add_argument("--max-step-tokens", type=integer("--max-step-tokens", 1), default=None,
                         help="also run the course's server with at most this many positions a step, prefilling long "
                         "prompts in chunks (the 'chunked' row; at least --max-running)")
@@ -327,12 +346,14 @@ def _run(args: argparse.Namespace) -> int:
     console.print(f"[green]checked:[/] every request got the same greedy tokens from {engines}, in every round")
     total = sum(r.new_tokens for r in stream)
     console.print(table(summaries, f"Serving {args.requests} requests ({total} new tokens), {label}"))
+    console.print(round_ratios(summaries))
     console.print(memory_table(summaries, sum(len(r.prompt) for r in stream)))
     console.print(
         "course: part 10's server; chunked: the same with --max-step-tokens; static: part 5's generate on fixed "
         "batches; HF: Hugging Face's continuous "
         "batching. tok/s: new tokens / time until the last one was ready (median over rounds; spread: min-max). TTFT: from "
-        "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). positions run: through the "
+        "arrival to the first token. ms/tok: (last - first token) / (new tokens - 1). gap p99: over every wait between "
+        "two consecutive tokens of a request, all requests' waits together. positions run: through the "
         "model, padding and finished rows included; prefill: prompt positions (and recomputed ones after a "
         "preemption). prefill saved: the share of the prompts' positions not run (a cached prefix). KV peak: the "
         "most KV memory held at once (static: every row at the batch's width; HF: its cache's used share, as it "

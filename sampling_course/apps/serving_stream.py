@@ -8,8 +8,8 @@ end-of-text token of every model here), and no engine stops at an end-of-text to
 request generates exactly the tokens it asks for, so every engine does the same work.
 
 Each ``run_*`` serves one stream in real time (a request is handed to the engine only once
-its arrival time has passed) and returns a ``Served``: every request's tokens and the times
-its first and last tokens were ready, the positions the model ran, and the KV memory held.
+its arrival time has passed) and returns a ``Served``: every request's tokens and the time
+each of them was ready, the positions the model ran, and the KV memory held.
 
 * ``run_course``: part 10's ``Engine`` (continuous batching over a paged cache), stepped
   until every request is done;
@@ -82,6 +82,7 @@ class Served:
     outputs: list[list[int]]
     first: list[float]  # when each request's first token was ready
     finish: list[float]  # when its last token was ready
+    token_times: list[list[float]] | None = None  # when each of its tokens was ready (None: not recorded)
     positions: int = 0  # positions run through the model, padding and finished rows included
     prefill: int = 0  # of those, the positions of prompts (and of recomputed tokens after a preemption)
     kv_peak_bytes: float | None = None  # the most KV memory held at once
@@ -158,7 +159,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
 
     counter = PositionCounter(model.blocks[0].ln1, during_forward)
     n = len(stream)
-    requests, first, finish = [None] * n, [None] * n, [None] * n
+    requests, first, finish, times = [None] * n, [None] * n, [None] * n, [[] for _ in range(n)]
     pending, active = deque(range(n)), []
     t0 = time.perf_counter()
     try:
@@ -174,6 +175,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
             engine.step()
             now = time.perf_counter() - t0
             for i in list(active):
+                times[i] += [now] * (len(requests[i].output) - len(times[i]))  # this step's token, if it drew one
                 if first[i] is None and requests[i].output:
                     first[i] = now
                 if requests[i].finished:
@@ -183,7 +185,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
         counter.remove()
     outputs = [list(request.output) for request in requests]
     decoded = sum(len(out) - 1 for out in outputs)  # every token but the last is run once as a decode position
-    return Served("course", outputs, first, finish, counter.positions, counter.positions - decoded,
+    return Served("course", outputs, first, finish, times, counter.positions, counter.positions - decoded,
                   peak * block_size * per_position, held_sum / room_sum if room_sum else None,
                   sum(request.n_preemptions for request in requests))
 
@@ -209,7 +211,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
     tokenizer = IdTokenizer()
     per_position = kv_bytes_per_position(model.cfg, model.embed.W_E.dtype)
     n = len(stream)
-    outputs, first, finish = [None] * n, [None] * n, [None] * n
+    outputs, first, finish, times = [None] * n, [None] * n, [None] * n, [None] * n
     peak, held_sum, room_sum = 0, 0, 0
     counter = PositionCounter(model.blocks[0].ln1)
     pending = deque(range(n))
@@ -232,11 +234,12 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
             room_sum += len(batch) * (width + steps)
             for row, i in enumerate(batch):
                 outputs[i] = ids[row, width: width + stream[i].new_tokens].tolist()
-                first[i], finish[i] = budgets.times[0], budgets.times[stream[i].new_tokens - 1]
+                times[i] = budgets.times[: stream[i].new_tokens]  # a row's token k is ready at the batch's step k
+                first[i], finish[i] = times[i][0], times[i][-1]
                 held_sum += len(stream[i].prompt) + stream[i].new_tokens
     finally:
         counter.remove()
-    return Served("static", outputs, first, finish, counter.positions, counter.prefill_positions,
+    return Served("static", outputs, first, finish, times, counter.positions, counter.prefill_positions,
                   peak * per_position, held_sum / room_sum)
 
 
@@ -305,8 +308,9 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     ordered = [results[f"r{i}"] for i in range(n)]
     outputs = [list(result.generated_tokens) for result in ordered]
     decoded = sum(len(out) - 1 for out in outputs)
-    return Served("hf", outputs, [r.timestamps[0] - t0 for r in ordered], [r.timestamps[-1] - t0 for r in ordered],
-                  counter.positions, counter.positions - decoded, peak_used[0] or None, None)
+    times = [[t - t0 for t in result.timestamps] for result in ordered]
+    return Served("hf", outputs, [t[0] for t in times], [t[-1] for t in times], times, counter.positions,
+                  counter.positions - decoded, peak_used[0] or None, None)
 
 
 @dataclass
@@ -319,6 +323,7 @@ class Summary:
     tpot_p50: float
     tpot_p99: float
     makespan: float
+    gap_p99: float | None  # over every gap between two consecutive tokens of a request (None: times not recorded)
     served: Served = field(repr=False)
 
 
@@ -326,13 +331,21 @@ def quantile(values: list[float], q: float) -> float:
     return float(torch.quantile(torch.tensor(values, dtype=torch.float64), q))
 
 
+def token_gaps(token_times: list[list[float]]) -> list[float]:
+    """Every wait between two consecutive tokens of one request, all requests together (not a mean per request:
+    a request that stalls once among many quick tokens keeps that one long wait)."""
+    return [later - earlier for times in token_times for earlier, later in zip(times, times[1:])]
+
+
 def summarise(served: Served, stream: list[StreamRequest]) -> Summary:
-    """Throughput over the whole run (last token ready), time to first token from arrival, time per later token."""
+    """Throughput over the whole run (last token ready), time to first token from arrival, time per later token
+    (p50 and p99 over the requests), and the p99 over every gap between consecutive tokens."""
     makespan = max(served.finish)
     ttft = [first - request.arrival for first, request in zip(served.first, stream)]
     tpot = [(end - first) / (request.new_tokens - 1)
             for first, end, request in zip(served.first, served.finish, stream) if request.new_tokens > 1]
     tpot = tpot or [0.0]
     tokens = sum(len(out) for out in served.outputs)
+    gaps = None if served.token_times is None else token_gaps(served.token_times) or [0.0]
     return Summary(tokens / makespan, quantile(ttft, 0.5), quantile(ttft, 0.99), quantile(tpot, 0.5),
-                   quantile(tpot, 0.99), makespan, served)
+                   quantile(tpot, 0.99), makespan, None if gaps is None else quantile(gaps, 0.99), served)

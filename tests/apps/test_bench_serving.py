@@ -93,6 +93,9 @@ def test_each_bench_driver_gives_every_request_hf_generate_s_tokens(pairs, model
     assert hf.outputs == alone
     for served in (course, static, hf):
         assert all(0 <= served.first[i] <= served.finish[i] for i in range(len(stream)))
+        # A time for every token, in order, from the first token's to the last one's.
+        for times, out, first, finish in zip(served.token_times, served.outputs, served.first, served.finish):
+            assert len(times) == len(out) and times == sorted(times) and (times[0], times[-1]) == (first, finish)
         # Every prefilled position is run once, and every new token but the last once more.
         assert served.positions >= served.prefill + sum(n - 1 for n in NEW)
     # The course's server (prefix caching off) prefills every prompt position.
@@ -173,9 +176,34 @@ def test_max_step_tokens_caps_every_pass_and_the_tokens_stay_the_same(pairs):
     assert capped.outputs == [hf_generate_alone(hf_model, p, n) for p, n in zip(PROMPTS, NEW)]
 
 
-def test_main_prefix_caching_is_a_flag():
-    args = bench_serving.parse_args(["--prefix-caching"])
-    assert args.prefix_caching and not bench_serving.parse_args([]).prefix_caching
+def test_main_prefix_caching_is_on_unless_turned_off():
+    assert bench_serving.parse_args([]).prefix_caching
+    assert not bench_serving.parse_args(["--no-prefix-caching"]).prefix_caching
+
+
+def test_gap_p99_is_over_every_gap_between_consecutive_tokens():
+    """A hand-made timeline. Request 0: 51 tokens, 49 gaps of 10 ms and one of 500 ms; request 1: 52 tokens, 50 gaps
+    of 20 ms and one of 300 ms; both arrive long before their first token. Pooled and sorted, the 101 gaps are 49 x
+    10 ms, 50 x 20 ms, 300 ms, 500 ms: the p99 (linear interpolation, position 0.99 * 100 = 99) is exactly the
+    300 ms gap. A p50 or p95 gives 20 ms, the largest 500 ms; the p99 of the two per-request means
+    (19.8 and 25.5 ms) is under 26 ms; counting the wait from arrival to the first token (1 s and 2 s) as a gap
+    gives 103 gaps, whose p99 (position 100.98) is above 495 ms."""
+    def timeline(start, gaps):
+        times = [start]
+        for gap in gaps:
+            times.append(times[-1] + gap)
+        return times
+
+    first = timeline(1.0, [0.01] * 20 + [0.5] + [0.01] * 29)
+    second = timeline(2.0, [0.02] * 10 + [0.3] + [0.02] * 40)
+    assert (len(first), len(second)) == (51, 52)
+    stream = [serving.StreamRequest([1], 51, 0.0, False), serving.StreamRequest([1], 52, 0.0, False)]
+    served = serving.Served("course", [[0] * 51, [0] * 52], [first[0], second[0]], [first[-1], second[-1]],
+                            [first, second])
+    assert sorted(serving.token_gaps(served.token_times)) == pytest.approx([0.01] * 49 + [0.02] * 50 + [0.3, 0.5])
+    assert serving.summarise(served, stream).gap_p99 == pytest.approx(0.3)
+    no_times = serving.Served("course", served.outputs, served.first, served.finish)
+    assert serving.summarise(no_times, stream).gap_p99 is None
 
 
 def test_the_stream_follows_its_settings():

@@ -125,11 +125,12 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
     widest = max(len(t.blocks) for t in tables)
     blocks = torch.tensor([t.blocks + [0] * (widest - len(t.blocks)) for t in tables])
     for layer in range(cfg.n_layers):
-        keys, values = cache.read_blocks(layer, blocks)  # (n_heads, rows, positions, d_head) each
-        for r in range(3):
-            n = contiguous[r].shape[2]
-            assert torch.equal(keys[:, r, :n].transpose(0, 1), contiguous[r][layer, 0]), f"request {r}: read_blocks keys"
-            assert torch.equal(values[:, r, :n].transpose(0, 1), contiguous[r][layer, 1]), f"request {r}: read_blocks values"
+        for reuse in (False, True):  # a fresh tensor, then the cache's own buffer (twice: the second overwrites it)
+            keys, values = cache.read_blocks(layer, blocks, reuse=reuse)  # (n_heads, rows, positions, d_head) each
+            for r in range(3):
+                n = contiguous[r].shape[2]
+                assert torch.equal(keys[:, r, :n].transpose(0, 1), contiguous[r][layer, 0]), f"request {r}: read_blocks keys"
+                assert torch.equal(values[:, r, :n].transpose(0, 1), contiguous[r][layer, 1]), f"request {r}: read_blocks values"
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,6 +257,47 @@ def test_mixed_greedy_and_seeded_requests_arriving_over_time_equal_generate_alon
     for job in jobs[2:4]:
         [request], _ = serve(impl, parity_demo, parity_reference.tokenizer, [job])
         assert request.output == mixed[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): alone {request.output}, mixed in a batch {mixed[job[0], job[2]]}"
+
+
+@pytest.mark.exercise("Scheduler.schedule")
+def test_decodes_in_groups_by_width_give_the_same_tokens(impl, parity_demo, parity_reference, alone, monkeypatch):
+    """With no cost per attention group, every width of block table decodes in a group of its own: the mixed
+    jobs arriving over time still get generate's tokens."""
+    monkeypatch.setattr(impl.engine, "GROUP_OVERHEAD_BLOCKS", 0)
+    jobs = [(p, SAMPLED[i % 3], 100 + i) if i % 2 else (p, GREEDY, None) for i, p in enumerate(PROMPTS)]
+    requests, engine = serve(impl, parity_demo, parity_reference.tokenizer, jobs, arrive_every=2)
+    for job, out in zip(jobs, (r.output for r in requests)):
+        assert out == alone[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): the engine gave {out}, generate alone {alone[job[0], job[2]]}"
+    assert_pool_empty(engine)
+
+
+def partitions(items):
+    """Every way to cut ``items`` into non-empty groups (brute force)."""
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for smaller in partitions(rest):
+        yield [[first]] + smaller
+        for i in range(len(smaller)):
+            yield smaller[:i] + [[first] + smaller[i]] + smaller[i + 1:]
+
+
+def test_split_by_width_finds_the_cheapest_groups(impl):
+    """Against every partition of up to 7 requests: the groups hold each request once, and their cost (each
+    group's size times its widest, plus the overhead per group) is the least any partition has."""
+    rng = random.Random(5)
+    for _ in range(40):
+        widths = [rng.randint(1, 20) for _ in range(rng.randint(1, 7))]
+        overhead = rng.choice([0, 3, 16, 1000])
+
+        def cost(groups):
+            return sum(len(g) * max(widths[i] for i in g) + overhead for g in groups)
+
+        groups = impl.engine.split_by_width(widths, overhead)
+        assert sorted(i for g in groups for i in g) == list(range(len(widths))), f"{widths}: {groups}"
+        assert cost(groups) == min(cost(p) for p in partitions(list(range(len(widths))))), f"{widths}, {overhead}: {groups}"
+    assert impl.engine.split_by_width([], 16) == []
 
 
 @pytest.mark.exercise("Scheduler.schedule")
