@@ -1,4 +1,5 @@
-"""Run the statistical tests of tests/grading/test_part2_sampling.py, test_part6b_gpu_decoding.py and part 7's three test files over many seeds and count the failures.
+"""Run the statistical tests of part 2's two test files (tests/grading/test_part2_sampling.py, test_part2_sample.py),
+test_part6b_gpu_decoding.py and part 7's three test files over many seeds and count the failures.
 
 Each statistical test in those files takes the ``seed`` fixture, seeds torch with
 it and promises a false-failure probability of at most 1e-6. This script checks that
@@ -27,8 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_FILES = [REPO / "tests" / "grading" / name for name in
-              ("test_part2_sampling.py", "test_part6b_gpu_decoding.py", "test_part7_speculative.py",
-               "test_part7_speculative_loop.py", "test_part7_prompt_lookup.py")]
+              ("test_part2_sampling.py", "test_part2_sample.py", "test_part6b_gpu_decoding.py",
+               "test_part7_speculative.py", "test_part7_speculative_loop.py", "test_part7_prompt_lookup.py")]
 
 
 class _SeededOnly:

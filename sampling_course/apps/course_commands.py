@@ -329,7 +329,7 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
     from rich.table import Table
 
     from sampling_course.grading.course import MISTAKES, VARIANTS
-    from sampling_course.grading.mistakes import judge_all
+    from sampling_course.grading.mistakes import downstream_groups, judge_all
 
     console = Console()
     # One torch thread per run: the runs themselves are the parallelism.
@@ -341,8 +341,10 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
         os.environ["SAMPLING_COURSE_DEVICE"] = str(device_from(parser, args))
     mistakes = [] if args.variants else [m for m in MISTAKES if not args.part or m.part in args.part]
     variants = [] if args.mistakes else [v for v in VARIANTS if not args.part or v.part in args.part]
-    # One queue for both kinds: the workers (and the references they hold) serve them all.
-    verdicts = judge_all([*mistakes, *variants], args.jobs)
+    # Part 1's and 4's variants, a few at a time, as the model under the later parts' checks.
+    groups = downstream_groups(variants)
+    # One queue for every kind: the workers (and the references they hold) serve them all.
+    verdicts = judge_all([*mistakes, *variants, *groups], args.jobs)
     failures = 0
     if not args.variants:
         table = Table("part", "planted mistake", "caught", "by", title="Classic mistakes")
@@ -355,11 +357,19 @@ def plant_mistakes_main(argv: Sequence[str] | None = None) -> int:
         console.print(f"{n_caught}/{len(mistakes)} planted mistakes caught")
     if not args.mistakes:
         table = Table("part", "exercise", "correct variant", "accepted", "result", title="Correct variants")
-        for variant, verdict in zip(variants, verdicts[len(mistakes):]):
+        own = verdicts[len(mistakes):len(mistakes) + len(variants)]
+        for variant, verdict in zip(variants, own):
             table.add_row(str(variant.part), variant.exercise, variant.name,
                           "[green]yes[/]" if verdict.ok else "[red]NO[/]", verdict.detail[:70])
+        later = verdicts[len(mistakes) + len(variants):]
+        for group, verdict in zip(groups, later):
+            table.add_row(str(group.part), "under later parts", group.name,
+                          "[green]yes[/]" if verdict.ok else "[red]NO[/]", verdict.detail[:70])
         console.print(table)
-        n_accepted = sum(v.ok for v in verdicts[len(mistakes):])
-        failures += len(variants) - n_accepted
+        n_accepted, n_later = sum(v.ok for v in own), sum(v.ok for v in later)
+        failures += len(variants) - n_accepted + len(groups) - n_later
         console.print(f"{n_accepted}/{len(variants)} planted correct variants accepted")
+        if groups:
+            console.print(f"{n_later}/{len(groups)} groups of part 1's and 4's variants accepted as the model "
+                          "under the later parts' downstream tests")
     return 1 if failures else 0

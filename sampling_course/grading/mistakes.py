@@ -7,7 +7,10 @@ get it wrong (temperature multiplied instead of divided, an exclusive top-p cuto
 off by one, ...); the tests of its exercise (``--exercise``, see ``planting.exercises_of``)
 must then fail. The mirror image: each ``Variant`` rewrites an exercise in another correct
 style (``Categorical(...).sample()``, top-p through ``searchsorted``, a ``-1e10`` mask, ...),
-and then every test of that exercise must pass.
+and then every test of that exercise must pass. A correct variant of part 1 (the model) or 4
+(the cached model) is also the model the later parts run on: such variants are planted together,
+one per exercise (``Downstream``, ``downstream_groups``), and the later parts' tests marked
+``downstream`` must pass on each group.
 
 How a change is judged. A worker process writes the planted copy of the solutions as a
 package of its own name (``planting.write_package``) and runs the exercise's tests on it
@@ -45,17 +48,16 @@ from pathlib import Path
 from typing import Any
 
 from sampling_course.grading.catalogue import Mistake, Variant
-from sampling_course.grading.planting import exercises_of, mistake_target, write_package
+from sampling_course.grading.planting import exercises_of, mistake_target, planted_sources, write_package
 from sampling_course.grading.walk import Step, walk_sources
 
-__all__ = ["DOWNSTREAM_OF", "Verdict", "downstream_files", "judge", "judge_step", "plant_mistakes", "plant_variants",
-           "serve", "walk_course"]
+__all__ = ["DOWNSTREAM_OF", "Downstream", "Verdict", "downstream_files", "downstream_groups", "judge", "judge_step",
+           "plant_mistakes", "plant_variants", "serve", "walk_course"]
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
 
 Change = Mistake | Variant
-Job = Mistake | Variant | Step
 
 # A test of a planted copy that runs longer than this is stopped, as a learner's would be
 # (the pytest plugin's DEFAULT_TEST_TIMEOUT; not imported from there, which would load torch here).
@@ -66,6 +68,46 @@ CHANGE_TIMEOUT_S = 1800.0
 DOWNSTREAM_OF = (1, 4)
 # The shipped references the tests load; the worker loads them once and watches their weights.
 SHARED_REFERENCES = ("tiny", "story", "story-draft")
+
+
+@dataclasses.dataclass(frozen=True)
+class Downstream:
+    """Correct variants of part 1 or 4, at most one per exercise, planted together: a learner's own
+    model (or cached model), which the later parts' tests marked ``downstream`` must accept.
+
+    Grouping runs those tests once per group instead of once per variant. Every variant is in a
+    group, and a group is as correct as each of its members, so a group that fails names a
+    variant (or a combination) that the later parts' tolerances reject.
+    """
+
+    part: int
+    variants: tuple[Variant, ...]
+
+    @property
+    def name(self) -> str:
+        return "; ".join(f"{v.exercise}: {v.name}" for v in self.variants)
+
+
+def downstream_groups(variants: Sequence[Variant]) -> list[Downstream]:
+    """The variants of the parts in ``DOWNSTREAM_OF``, in groups of at most one per exercise
+    (each variant joins the first group without its exercise whose changes it can be planted
+    beside): part 1's 29 variants make 5 groups."""
+    groups: list[list[Variant]] = []
+    for variant in (v for v in variants if v.part in DOWNSTREAM_OF):
+        for group in groups:
+            if group[0].part == variant.part and all(v.exercise != variant.exercise for v in group):
+                try:
+                    planted_sources(*group, variant)
+                except ValueError:  # it rewrites text another member already rewrote
+                    continue
+                group.append(variant)
+                break
+        else:
+            groups.append([variant])
+    return [Downstream(group[0].part, tuple(group)) for group in groups]
+
+
+Job = Mistake | Variant | Step | Downstream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,15 +190,15 @@ def _selection(change: Change) -> list[str] | str:
     return [arg for e in exercises for arg in ("--exercise", e.name)] + ["-x"]
 
 
-def downstream_files(change: Change) -> list[str]:
-    """For a correct variant of part 1 (the model) or 4 (the cached model): the later parts' test
-    files, whose tests marked ``downstream`` run the learner's own model and compare its numbers
-    with Hugging Face's. A learner's earlier parts are what their later parts run on, so those
-    tests must accept every correct variant too. Empty for any other change."""
-    if not isinstance(change, Variant) or change.part not in DOWNSTREAM_OF:
+def downstream_files(part: int) -> list[str]:
+    """For part 1 (the model) or 4 (the cached model): the later parts' test files, whose tests
+    marked ``downstream`` run the learner's own model and compare its numbers with Hugging Face's.
+    A learner's earlier parts are what their later parts run on, so those tests must accept every
+    correct variant too. Empty for any other part."""
+    if part not in DOWNSTREAM_OF:
         return []
     return [str(path) for path in sorted((TESTS / "grading").glob("test_part*.py"))
-            if int("".join(c for c in path.stem.split("_")[1] if c.isdigit())) > change.part]
+            if int("".join(c for c in path.stem.split("_")[1] if c.isdigit())) > part]
 
 
 def _run_tests(change: Job, package: str, selection: list[str], paths: Sequence[str] = (),
@@ -201,27 +243,23 @@ def _shared_state() -> dict[str, str]:
     return state
 
 
-def judge(change: Change, directory: Path, package: str) -> Verdict:
-    """Plant ``change`` as ``directory/package`` and run its exercise's tests on it, in this process.
+def judge(change: Change | Downstream, directory: Path, package: str) -> Verdict:
+    """Plant ``change`` as ``directory/package`` and run its exercise's tests on it, in this process;
+    for a ``Downstream`` group, plant its variants together and run the later parts' ``downstream`` tests.
 
     ``directory`` must be on ``sys.path``. The package is removed again afterwards.
     """
-    selection = _selection(change)
-    if isinstance(selection, str):
-        return Verdict(False, selection)
+    if isinstance(change, Downstream):
+        changes, selection, paths, marks = change.variants, [], downstream_files(change.part), "downstream and not gpt2"
+    else:
+        selection = _selection(change)
+        if isinstance(selection, str):
+            return Verdict(False, selection)
+        changes, paths, marks = (change,), (), "not gpt2"
     before = _shared_state()
-    write_package(directory, change, name=package)
+    write_package(directory, *changes, name=package)
     try:
-        code, reports, output = _run_tests(change, package, selection)
-        downstream = downstream_files(change)
-        if downstream and code == 0:
-            # The variant's own tests passed: now as the model under the later parts' checks.
-            code, later, output = _run_tests(change, package, [], downstream, "downstream and not gpt2")
-            code = 0 if code == 5 else code  # 5: no downstream test in those files
-            reports.passed += later.passed
-            reports.failed += later.failed
-            reports.stopped += later.stopped
-            reports.errors += later.errors
+        code, reports, output = _run_tests(change, package, selection, paths, marks)
     finally:
         shutil.rmtree(directory / package, ignore_errors=True)
     after = _shared_state()
@@ -283,6 +321,8 @@ def _to_json(change: Job) -> str:
 def _from_json(line: str) -> Job:
     fields = json.loads(line)
     kind = fields.pop("kind")
+    if kind == "Downstream":
+        return Downstream(fields["part"], tuple(Variant(**variant) for variant in fields["variants"]))
     return {"Mistake": Mistake, "Variant": Variant, "Step": Step}[kind](**fields)
 
 

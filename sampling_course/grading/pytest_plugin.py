@@ -96,6 +96,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="only run the tests that grade this exercise (repeatable)",
     )
     group.addoption(
+        "--reads-impl",
+        action="store_true",
+        default=False,
+        help="only run the tests that read the implementation under test (through the impl fixture); "
+        "the others give the same result whichever implementation is chosen",
+    )
+    group.addoption(
         "--threads",
         default=None,
         metavar="N",
@@ -309,12 +316,15 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     wanted = {name.lower() for name in config.getoption("--exercise")}
-    if not wanted:
+    reads_impl = config.getoption("--reads-impl")
+    if not wanted and not reads_impl:
         return
     keep, drop = [], []
     for item in items:
         names = {m.args[0].lower() for m in item.iter_markers("exercise")}
-        (keep if names & wanted else drop).append(item)
+        # fixturenames is the whole closure: a test reads the implementation through any fixture that does.
+        chosen = (not wanted or names & wanted) and (not reads_impl or "impl" in getattr(item, "fixturenames", ()))
+        (keep if chosen else drop).append(item)
     config.hook.pytest_deselected(items=drop)
     items[:] = keep
 

@@ -262,6 +262,7 @@ def test_a_check_skips_other_files_and_tests_that_would_hit_the_same_stub(plante
     assert not (planted_course / "second-test-ran").exists()
 
 
+@pytest.mark.slow
 def test_reference_builds_its_transformer_lens_model_on_first_use():
     """A freshly loaded reference has no TransformerLens bridge (nor Hugging Face model) until .model is read;
     then it has one, once."""

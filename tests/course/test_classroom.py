@@ -86,6 +86,7 @@ def release(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_release_has_no_solutions_and_checks_the_exercises(release):
     """The release holds the stubs, the package and the grading tests; no solutions, no planted text."""
     out = release
@@ -154,6 +155,7 @@ def release_leaks(release) -> list[str]:
     return _leaks(release)
 
 
+@pytest.mark.slow
 def test_no_text_of_a_solution_region_is_in_the_release(release_leaks):
     """Not a region, not a distinctive line of one, anywhere in the package, stubs, notebooks or README: the
     hints that spell out an answer are replaced, and planted mistakes and variants are left out."""
@@ -161,6 +163,7 @@ def test_no_text_of_a_solution_region_is_in_the_release(release_leaks):
     assert not leaks, "\n".join(leaks)
 
 
+@pytest.mark.slow
 @pytest.mark.xfail(strict=True, reason="three grading tests hold a reference computation written like the "
                                        "solution (part 6b's fused W_QKV, part 7's n-gram loop, part 8's automaton "
                                        "walk); a test cannot be scrubbed without changing it")

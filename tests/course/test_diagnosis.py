@@ -328,6 +328,7 @@ def _has_distribution(out) -> bool:
     return isinstance(out, Distribution) or (isinstance(out, (list, tuple)) and any(map(_has_distribution, out)))
 
 
+@pytest.mark.slow
 def test_random_probes_separate_their_candidates_by_the_stated_gap():
     """For each random exercise, the exact outputs of the solution and of every mistake: every
     two of them differ in a part that is not drawn, or by at least the gap (2 x tolerance) in

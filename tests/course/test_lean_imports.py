@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 PROBE = """
 import importlib.util, sys
 from sampling_course.grading.lean_imports import import_jsonschema
@@ -18,6 +20,7 @@ print("importable", "rfc3987_syntax" not in sys.modules or sys.modules["rfc3987_
 """
 
 
+@pytest.mark.slow
 def test_jsonschema_validates_without_importing_rfc3987_syntax_which_stays_importable():
     # A fresh interpreter: this one may have imported jsonschema already.
     out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=60, check=True).stdout

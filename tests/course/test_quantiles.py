@@ -38,6 +38,7 @@ def test_chi_square_quantiles_are_scipy_stats_ones():
         assert ncx2_sf(x, df, nc) == pytest.approx(stats.ncx2.sf(x, df, nc), rel=1e-9, abs=1e-12), (x, df, nc)
 
 
+@pytest.mark.slow
 def test_parts_7_and_8_sample_sizes_are_the_ones_scipy_stats_gives():
     """The search both parts run (the smallest n whose power reaches 0.999 at distance 0.1) ends at the same n."""
     def scipy_stats_sample_size(df):

@@ -222,6 +222,7 @@ def test_the_ending_ties_back_to_the_opening(stories) -> None:
             assert f"the {visit.group(1)}." in split_sentences(story.text)[-2]
 
 
+@pytest.mark.slow
 def test_story_lengths(tokenizer) -> None:
     """Most stories fit a 512-token context; a few run past 1,000 tokens.
 

@@ -8,7 +8,7 @@ so the blocked set can be read off and compared with Hugging Face's literal answ
 Hugging Face's beam-scorer tests (``BeamSearchScorer``) build their inputs at random and
 check shapes and bookkeeping of its batched scorer; they have no literal cases that map onto
 ``BeamHypotheses``, which part 3 checks against a transcription of Hugging Face's rule and
-against ``generate(num_beams=...)`` itself (test_part3_beams.py).
+against ``generate(num_beams=...)`` itself (test_part3_beam_search.py).
 """
 
 from __future__ import annotations
