@@ -21,6 +21,7 @@ outlines-core's index where that library is installed.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -163,6 +164,44 @@ def walk_all(trie: TokenTrie, moves: MoveTable, starts: np.ndarray) -> tuple[np.
     return np.concatenate(found_who), np.concatenate(found_token), np.concatenate(found_state)
 
 
+class IndexRows(Sequence):
+    """``TokenIndex.transitions`` kept as three arrays; row s becomes a dict the first time it is read.
+
+    Row s is ``tokens[offsets[s]:offsets[s + 1]]`` with their next states ``targets[...]``, in the
+    order ``build_index`` writes them (token ids rising, then the end-of-text token). An index of a
+    JSON schema holds millions of entries: as arrays they cost a few bytes each and the mask table
+    is filled from them in one operation, where a dict per row costs a Python object per entry,
+    most of them never read while decoding.
+    """
+
+    def __init__(self, offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray):
+        self.offsets, self.tokens, self.targets = offsets, tokens, targets
+        self.rows: list[dict[int, int] | None] = [None] * (len(offsets) - 1)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, state):
+        if isinstance(state, slice):
+            return [self[s] for s in range(*state.indices(len(self)))]
+        state = operator.index(state)
+        if not -len(self) <= state < len(self):
+            raise IndexError(f"state {state} is not in an index of {len(self)} states")
+        state %= len(self)
+        row = self.rows[state]
+        if row is None:
+            lo, hi = self.offsets[state], self.offsets[state + 1]
+            row = self.rows[state] = dict(zip(self.tokens[lo:hi].tolist(), self.targets[lo:hi].tolist()))
+        return row
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(mine == theirs for mine, theirs in zip(self, other))
+
+    __hash__ = None
+
+
 def build_index_fast(
     automaton: ByteAutomaton, vocabulary: Sequence[bytes | None] | TokenTrie, eos_token_id: int
 ) -> TokenIndex:
@@ -170,7 +209,7 @@ def build_index_fast(
 
     ``vocabulary``: token id -> bytes (None for special tokens), or its ``TokenTrie`` when
     several indexes are built over one vocabulary (the trie is the part that depends on the
-    vocabulary alone).
+    vocabulary alone). The index's ``transitions`` is an ``IndexRows``: a list of dicts to read.
     """
     trie = vocabulary if isinstance(vocabulary, TokenTrie) else TokenTrie(vocabulary)
     if not isinstance(eos_token_id, int) or not 0 <= eos_token_id < trie.size:
@@ -179,11 +218,13 @@ def build_index_fast(
     number = np.full(64, -1, dtype=np.int64)  # automaton state -> index state
     number[automaton.initial] = 0
     queue = [automaton.initial]
-    transitions: list[dict[int, int]] = []
+    sizes, tokens, targets = [], [], []  # per batch of start states
+    done = 0
     # Start states per batch: as many as the widest level allows within MAX_PAIRS.
     batch = max(1, MAX_PAIRS // max(1, int(np.diff(trie.level_start).max(initial=1))))
-    while len(transitions) < len(queue):
-        starts = np.array(queue[len(transitions) : len(transitions) + batch], dtype=np.int64)
+    while done < len(queue):
+        starts = np.array(queue[done : done + batch], dtype=np.int64)
+        done += len(starts)
         who, token, target = walk_all(trie, moves, starts)
         order = np.lexsort((token, who))  # by start, then by token id: the order build_index meets them
         who, token, target = who[order], token[order], target[order]
@@ -195,11 +236,18 @@ def build_index_fast(
         fresh = fresh[np.argsort(first)]
         number[fresh] = len(queue) + np.arange(len(fresh))
         queue.extend(fresh.tolist())
+        target = number[target]
+        # In an accepting state the end-of-text token leads to DONE: in place when it is a token that
+        # can be read there (its state was numbered above all the same, as build_index does), else last.
+        accepting = np.array([automaton.is_accepting(state) for state in starts.tolist()], dtype=bool)
+        read_eos = token == eos_token_id
+        target[read_eos & accepting[who]] = DONE
+        append = accepting.copy()
+        append[who[read_eos]] = False
         bounds = np.searchsorted(who, np.arange(len(starts) + 1))
-        token_list, target_list = token.tolist(), number[target].tolist()
-        for k, state in enumerate(starts.tolist()):
-            row = dict(zip(token_list[bounds[k] : bounds[k + 1]], target_list[bounds[k] : bounds[k + 1]]))
-            if automaton.is_accepting(state):
-                row[eos_token_id] = DONE
-            transitions.append(row)
-    return TokenIndex(transitions, eos_token_id)
+        at = bounds[1:][append]
+        tokens.append(np.insert(token, at, eos_token_id))
+        targets.append(np.insert(target, at, DONE))
+        sizes.append(np.diff(bounds) + append)
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(sizes))]).astype(np.int64)
+    return TokenIndex(IndexRows(offsets, np.concatenate(tokens), np.concatenate(targets)), eos_token_id)
