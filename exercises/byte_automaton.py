@@ -1,6 +1,6 @@
 # GENERATED from solutions/byte_automaton.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: fd90b8cf1f0d01094ae9a73b14b0894d9371b7de384e35a0f0dad9482d14542b
+# stub-checksum: 41ca02d079f4c9fe02ff8b7e8ccdfb519d164a43c016a048cd4c9134cad8bd37
 """Part 8: structured generation. First, a regular expression as an automaton over bytes.
 
 "Answer in JSON", "a date as YYYY-MM-DD", "one of these five labels": production engines
@@ -35,7 +35,8 @@ import bisect
 from collections import defaultdict
 
 import interegular
-from interegular.fsm import anything_else
+import interegular.fsm
+from interegular.fsm import FSM, OblivionError, anything_else
 
 # The code points a UTF-8 sequence of n bytes may encode (shorter encodings are invalid).
 _UTF8_RANGES = {2: (0x80, 0x7FF), 3: (0x800, 0xFFFF), 4: (0x10000, 0x10FFFF)}
@@ -92,6 +93,42 @@ def valid_count(lo: int, hi: int) -> int:
     """How many characters (code points that are not surrogates) lie in [lo, hi]."""
     overlap = max(0, min(hi, _SURROGATES[1]) - max(lo, _SURROGATES[0]) + 1)
     return hi - lo + 1 - overlap
+
+
+def crawl_by_hash(alphabet, initial, final, follow):
+    """interegular's ``crawl`` (the subset construction behind its ``+``, ``|``, ``*`` and ``{m,n}``), the same
+    automaton state for state, with each new state found through a dict instead of a list.
+
+    interegular looks every state it reaches up with ``list.index``: the time grows with the square
+    of the number of states, and a JSON schema with strings of up to 20 characters spends most of its
+    compile time there. Its states are frozensets, sets or dicts; the key says when two are equal.
+    """
+    states, numbers, finals, moves = [initial], {}, set(), {}
+
+    def key(state):
+        if isinstance(state, dict):
+            return ("dict", frozenset(state.items()))
+        return frozenset(state) if isinstance(state, (set, frozenset)) else state
+
+    numbers[key(initial)] = 0
+    for i, state in enumerate(states):  # the list grows while it is read
+        if final(state):
+            finals.add(i)
+        moves[i] = {}
+        for transition in alphabet.by_transition:
+            try:
+                target = follow(state, transition)
+            except OblivionError:  # the dead state: interegular leaves it out
+                continue
+            j = numbers.setdefault(key(target), len(states))
+            if j == len(states):
+                states.append(target)
+            moves[i][transition] = j
+    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=moves, __no_validation__=True)
+
+
+# Every automaton interegular builds in this process goes through it (its FSM methods call the module's crawl).
+interegular.fsm.crawl = crawl_by_hash
 
 
 class ByteAutomaton:
