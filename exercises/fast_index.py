@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_index.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 60e1225f336c92fe35d4ceddaf56214b32df0c9af9d4f101358594f34ece3d81
+# stub-checksum: ce9cc26884be462a8e1f4a556c14cf24b2a2c8ae4a65c06e86b689b5d4f8640a
 """Part 8: the same token index, built at the speed of compiled code. Written for you.
 
 ``build_index`` calls ``walk_token`` once per (state, token) pair: for GPT-2's 50,257 tokens
@@ -15,6 +15,10 @@ repeated. Two ideas remove it, and neither changes what the index is:
 * **Every trie node of a level is stepped at once.** The automaton's moves become a table
   ``moves[state, byte]`` (-1 where the byte is refused), and a level of the walk is one
   numpy gather over all (start state, node) pairs still alive, for a batch of start states.
+
+The index itself is kept as arrays (``IndexRows``): a JSON schema's index holds millions of
+(state, token) entries, and a Python dict per row would cost more to build than the walk.
+A row becomes a dict when something reads it; the mask table is filled from the arrays.
 
 The states are numbered exactly as ``build_index`` numbers them (breadth-first, in token
 order), so the two indexes are equal; a test checks it, and checks both against

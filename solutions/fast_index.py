@@ -13,6 +13,10 @@ repeated. Two ideas remove it, and neither changes what the index is:
   ``moves[state, byte]`` (-1 where the byte is refused), and a level of the walk is one
   numpy gather over all (start state, node) pairs still alive, for a batch of start states.
 
+The index itself is kept as arrays (``IndexRows``): a JSON schema's index holds millions of
+(state, token) entries, and a Python dict per row would cost more to build than the walk.
+A row becomes a dict when something reads it; the mask table is filled from the arrays.
+
 The states are numbered exactly as ``build_index`` numbers them (breadth-first, in token
 order), so the two indexes are equal; a test checks it, and checks both against
 outlines-core's index where that library is installed.
