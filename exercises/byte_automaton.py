@@ -1,6 +1,6 @@
 # GENERATED from solutions/byte_automaton.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 41ca02d079f4c9fe02ff8b7e8ccdfb519d164a43c016a048cd4c9134cad8bd37
+# stub-checksum: 9e17c2dac24373e0b82866f742617f6ac1bb44328f47640d9c308d1b96f01639
 """Part 8: structured generation. First, a regular expression as an automaton over bytes.
 
 "Answer in JSON", "a date as YYYY-MM-DD", "one of these five labels": production engines
@@ -168,6 +168,7 @@ class ByteAutomaton:
         listed = sorted((ord(c), s) for c, s in fsm.alphabet.items() if c is not anything_else)
         self._listed_points = [point for point, _ in listed]
         self._listed_symbols = [symbol for _, symbol in listed]
+        self._ascii_symbols = [self._symbol[chr(b)] for b in range(0x80)]
         self._states: list[tuple[int, bytes]] = []  # number -> (character state, pending bytes)
         self._numbers: dict[tuple[int, bytes], int] = {}
         self._rows: list[list[int | None] | None] = []  # number -> next state for each of the 256 bytes
@@ -222,9 +223,13 @@ class ByteAutomaton:
                 for b in range(low, high + 1):
                     row[b] = self._next(char_state, pending + bytes([b]))
             else:  # an ASCII character, or the lead byte of a longer one (0xC2-0xF4)
-                for b in range(0x80):
-                    target = self._char_step(char_state, chr(b))
-                    row[b] = None if target is None else self._number((target, b""))
+                # ASCII bytes of one symbol (such as the 10 digits of [0-9]) move alike: looked up once.
+                moves, seen = self.fsm.map[char_state], {}
+                for b, symbol in enumerate(self._ascii_symbols):
+                    if symbol not in seen:
+                        target = moves.get(symbol)
+                        seen[symbol] = None if target is None or target not in self.live else self._number((target, b""))
+                    row[b] = seen[symbol]
                 for b in range(0xC2, 0xF5):
                     row[b] = self._next(char_state, bytes([b]))
             self._rows[state] = row

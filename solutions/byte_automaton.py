@@ -165,6 +165,7 @@ class ByteAutomaton:
         listed = sorted((ord(c), s) for c, s in fsm.alphabet.items() if c is not anything_else)
         self._listed_points = [point for point, _ in listed]
         self._listed_symbols = [symbol for _, symbol in listed]
+        self._ascii_symbols = [self._symbol[chr(b)] for b in range(0x80)]
         self._states: list[tuple[int, bytes]] = []  # number -> (character state, pending bytes)
         self._numbers: dict[tuple[int, bytes], int] = {}
         self._rows: list[list[int | None] | None] = []  # number -> next state for each of the 256 bytes
@@ -219,9 +220,13 @@ class ByteAutomaton:
                 for b in range(low, high + 1):
                     row[b] = self._next(char_state, pending + bytes([b]))
             else:  # an ASCII character, or the lead byte of a longer one (0xC2-0xF4)
-                for b in range(0x80):
-                    target = self._char_step(char_state, chr(b))
-                    row[b] = None if target is None else self._number((target, b""))
+                # ASCII bytes of one symbol (such as the 10 digits of [0-9]) move alike: looked up once.
+                moves, seen = self.fsm.map[char_state], {}
+                for b, symbol in enumerate(self._ascii_symbols):
+                    if symbol not in seen:
+                        target = moves.get(symbol)
+                        seen[symbol] = None if target is None or target not in self.live else self._number((target, b""))
+                    row[b] = seen[symbol]
                 for b in range(0xC2, 0xF5):
                     row[b] = self._next(char_state, bytes([b]))
             self._rows[state] = row
