@@ -120,6 +120,8 @@ class MoveTable:
         """The next state of each (state, byte) pair, -1 where the byte is refused."""
         if len(states) and int(states.max()) >= self.filled:
             self.fill(int(states.max()) + 1)
+        if len(self.table) > 2**31:  # past 8 million states a 32-bit position would overflow
+            states = states.astype(np.int64)
         return self.table[states * 256 + bytes_]
 
     def fill(self, n_states: int) -> None:
@@ -225,12 +227,9 @@ class IndexRows(Sequence):
     def __getitem__(self, state):
         if isinstance(state, slice):
             return [self[s] for s in range(*state.indices(len(self)))]
-        state = operator.index(state)
-        if not -len(self) <= state < len(self):
-            raise IndexError(f"state {state} is not in an index of {len(self)} states")
-        state %= len(self)
-        row = self.rows[state]
+        row = self.rows[state]  # an IndexError past the last state, and -1 the last, as in a list
         if row is None:
+            state = operator.index(state) % len(self.rows)
             lo, hi = self.offsets[state], self.offsets[state + 1]
             row = self.rows[state] = dict(zip(self.tokens[lo:hi].tolist(), self.targets[lo:hi].tolist()))
         return row
