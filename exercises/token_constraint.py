@@ -1,6 +1,6 @@
 # GENERATED from solutions/token_constraint.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 280f7277c1f204905b72465e7b9974bf52eca3b45d73e481c25e585a6498dd6b
+# stub-checksum: 8277f3cde109676a5902a2492d7fe217304963bf12487b4068e4b840f2cba62f
 """Part 8: a constraint for part 5's ``generate``: each row of a batch in one state of a token index.
 
 Before sampling, ``mask_logits`` sets the logit of every token a row's state forbids to
@@ -52,11 +52,12 @@ class TokenConstraint:
         # One write for the whole table: a write per state costs more than the table itself.
         rows = index.transitions
         if isinstance(rows, IndexRows):  # the fast index keeps its rows as arrays: no dict is read
-            sizes, tokens = torch.from_numpy(np.diff(rows.offsets)), torch.from_numpy(rows.tokens)
+            sizes, tokens = np.diff(rows.offsets), rows.tokens
         else:
-            sizes = torch.tensor([len(row) for row in rows], dtype=torch.long)
-            tokens = torch.tensor([token for row in rows for token in row], dtype=torch.long)
-        allowed[torch.repeat_interleave(torch.arange(index.n_states), sizes), tokens] = True
+            sizes = np.array([len(row) for row in rows], dtype=np.int64)
+            tokens = np.array([token for row in rows for token in row], dtype=np.int64)
+        # The row of each entry by np.repeat: torch.repeat_interleave costs milliseconds even for a few states.
+        allowed[torch.from_numpy(np.repeat(np.arange(index.n_states), sizes)), torch.from_numpy(tokens)] = True
         allowed[DONE, index.eos_token_id] = True
         self.allowed = allowed
 

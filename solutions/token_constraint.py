@@ -49,11 +49,12 @@ class TokenConstraint:
         # One write for the whole table: a write per state costs more than the table itself.
         rows = index.transitions
         if isinstance(rows, IndexRows):  # the fast index keeps its rows as arrays: no dict is read
-            sizes, tokens = torch.from_numpy(np.diff(rows.offsets)), torch.from_numpy(rows.tokens)
+            sizes, tokens = np.diff(rows.offsets), rows.tokens
         else:
-            sizes = torch.tensor([len(row) for row in rows], dtype=torch.long)
-            tokens = torch.tensor([token for row in rows for token in row], dtype=torch.long)
-        allowed[torch.repeat_interleave(torch.arange(index.n_states), sizes), tokens] = True
+            sizes = np.array([len(row) for row in rows], dtype=np.int64)
+            tokens = np.array([token for row in rows for token in row], dtype=np.int64)
+        # The row of each entry by np.repeat: torch.repeat_interleave costs milliseconds even for a few states.
+        allowed[torch.from_numpy(np.repeat(np.arange(index.n_states), sizes)), torch.from_numpy(tokens)] = True
         allowed[DONE, index.eos_token_id] = True
         self.allowed = allowed
 
