@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_index.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 904a7e224d8e59d683fded0fdbfbc014b3df99e4853f5bc64c63a89decf1b550
+# stub-checksum: a9f0180e74d78722094bc96f855c3df79500ee9ffbe3c618f990c4071ef9d0c7
 """Part 8: the same token index, built at the speed of compiled code. Written for you.
 
 ``build_index`` calls ``walk_token`` once per (state, token) pair: for GPT-2's 50,257 tokens
@@ -128,7 +128,8 @@ class MoveTable:
         return self.table[states * 256 + bytes_]
 
     def fill(self, n_states: int) -> None:
-        """Rows for every state below ``n_states`` (and those a row discovers on the way, up to then)."""
+        """Rows for every state the automaton has numbered so far, ``n_states`` at least; when the rows
+        number more states than the table has room for, it grows and fills theirs too."""
         n_states = max(n_states, self.automaton.n_states)
         if n_states * 256 > len(self.table):
             grown = np.full(max(n_states, 2 * len(self.table) // 256) * 256, -1, dtype=np.int32)

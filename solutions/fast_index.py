@@ -125,7 +125,8 @@ class MoveTable:
         return self.table[states * 256 + bytes_]
 
     def fill(self, n_states: int) -> None:
-        """Rows for every state below ``n_states`` (and those a row discovers on the way, up to then)."""
+        """Rows for every state the automaton has numbered so far, ``n_states`` at least; when the rows
+        number more states than the table has room for, it grows and fills theirs too."""
         n_states = max(n_states, self.automaton.n_states)
         if n_states * 256 > len(self.table):
             grown = np.full(max(n_states, 2 * len(self.table) // 256) * 256, -1, dtype=np.int32)
