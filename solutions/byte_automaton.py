@@ -29,6 +29,7 @@ flag, ``re`` would also count the other scripts' digits, letters and spaces.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections import defaultdict
 
 import interegular
@@ -124,8 +125,15 @@ def crawl_by_hash(alphabet, initial, final, follow):
     return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=moves, __no_validation__=True)
 
 
-# Every automaton interegular builds in this process goes through it (its FSM methods call the module's crawl).
-interegular.fsm.crawl = crawl_by_hash
+@contextlib.contextmanager
+def hashed_crawl():
+    """Within the block, interegular's automata are built by ``crawl_by_hash`` (its FSM methods call the
+    module's ``crawl``); outside it, interegular is left as it was."""
+    saved, interegular.fsm.crawl = interegular.fsm.crawl, crawl_by_hash
+    try:
+        yield
+    finally:
+        interegular.fsm.crawl = saved
 
 
 class ByteAutomaton:
@@ -151,7 +159,8 @@ class ByteAutomaton:
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a regular expression as a str, got {type(pattern).__name__}")
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm()
+            with hashed_crawl():
+                fsm = interegular.parse_pattern(pattern).to_fsm()
         except Exception as exc:  # interegular raises several kinds for unsupported syntax
             raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
         self.pattern = pattern
