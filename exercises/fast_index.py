@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_index.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: c9c3e2abcd4efa61ce96690104932e3d6b2d3b43dc497ad8de64dce99b9fa530
+# stub-checksum: a9f0180e74d78722094bc96f855c3df79500ee9ffbe3c618f990c4071ef9d0c7
 """Part 8: the same token index, built at the speed of compiled code. Written for you.
 
 ``build_index`` calls ``walk_token`` once per (state, token) pair: for GPT-2's 50,257 tokens
@@ -16,6 +16,10 @@ repeated. Two ideas remove it, and neither changes what the index is:
   ``moves[state, byte]`` (-1 where the byte is refused), and a level of the walk is one
   numpy gather over all (start state, node) pairs still alive, for a batch of start states.
 
+The index itself is kept as arrays (``IndexRows``): a JSON schema's index holds millions of
+(state, token) entries, and a Python dict per row would cost more to build than the walk.
+A row becomes a dict when something reads it; the mask table is filled from the arrays.
+
 The states are numbered exactly as ``build_index`` numbers them (breadth-first, in token
 order), so the two indexes are equal; a test checks it, and checks both against
 outlines-core's index where that library is installed.
@@ -24,6 +28,7 @@ outlines-core's index where that library is installed.
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Sequence
 
 import numpy as np
@@ -90,6 +95,12 @@ class TokenTrie:
         self.ends = ids_array[order]
         self.end_count = np.bincount(node_of_token, minlength=n_nodes)
         self.end_start = np.cumsum(self.end_count) - self.end_count
+        # 32-bit copies for the walk, and each node's first token (-1: none ends there).
+        self.byte32, self.child_count32 = self.byte.astype(np.int32), self.child_count.astype(np.int32)
+        self.child_start32 = self.child_start.astype(np.int32)
+        self.end_token = np.full(n_nodes, -1, dtype=np.int32)
+        self.end_token[self.end_count > 0] = self.ends[self.end_start[self.end_count > 0]]
+        self.has_more_ends = bool((self.end_count > 1).any())  # tokens with the same bytes as another
 
     @property
     def n_nodes(self) -> int:
@@ -97,28 +108,39 @@ class TokenTrie:
 
 
 class MoveTable:
-    """The automaton's moves as a numpy table, ``table[state, byte]`` (-1: refused), filled as states are met."""
+    """The automaton's moves as a numpy table, ``table[state * 256 + byte]`` (-1: refused).
+
+    Rows are filled in the order the automaton numbers its states, as the walk reaches them:
+    every state below ``filled`` has its row, so one maximum says whether a step needs new rows.
+    """
 
     def __init__(self, automaton: ByteAutomaton):
         self.automaton = automaton
-        self.table = np.full((64, 256), -1, dtype=np.int64)
-        self.filled = np.zeros(64, dtype=bool)
+        self.table = np.full(64 * 256, -1, dtype=np.int32)
+        self.filled = 0
 
     def step(self, states: np.ndarray, bytes_: np.ndarray) -> np.ndarray:
         """The next state of each (state, byte) pair, -1 where the byte is refused."""
-        missing = np.unique(states[~self.filled[states]])
-        for state in missing.tolist():
-            row = self.automaton.row(state)
-            self.table[state] = [-1 if target is None else target for target in row]
-            self.filled[state] = True
-            self.grow(self.automaton.n_states)  # the row may have discovered new states
-        return self.table[states, bytes_]
+        if len(states) and int(states.max()) >= self.filled:
+            self.fill(int(states.max()) + 1)
+        if len(self.table) > 2**31:  # past 8 million states a 32-bit position would overflow
+            states = states.astype(np.int64)
+        return self.table[states * 256 + bytes_]
 
-    def grow(self, n_states: int) -> None:
-        if n_states > len(self.filled):
-            size = max(n_states, 2 * len(self.filled))
-            self.table = np.concatenate([self.table, np.full((size - len(self.table), 256), -1, dtype=np.int64)])
-            self.filled = np.concatenate([self.filled, np.zeros(size - len(self.filled), dtype=bool)])
+    def fill(self, n_states: int) -> None:
+        """Rows for every state the automaton has numbered so far, ``n_states`` at least; when the rows
+        number more states than the table has room for, it grows and fills theirs too."""
+        n_states = max(n_states, self.automaton.n_states)
+        if n_states * 256 > len(self.table):
+            grown = np.full(max(n_states, 2 * len(self.table) // 256) * 256, -1, dtype=np.int32)
+            grown[: len(self.table)] = self.table
+            self.table = grown
+        for state in range(self.filled, n_states):
+            row = self.automaton.row(state)
+            self.table[state * 256 : state * 256 + 256] = [-1 if target is None else target for target in row]
+        self.filled = n_states
+        if self.automaton.n_states * 256 > len(self.table):  # rows that discovered states: room for them
+            self.fill(self.filled)
 
 
 @functools.lru_cache(maxsize=4)
@@ -131,39 +153,97 @@ def vocabulary_trie(vocabulary: Sequence[bytes | None]) -> TokenTrie:
     return trie_of(tuple(vocabulary))
 
 
-def expand(counts: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For items with ``counts[i]`` children starting at ``starts[i]``: each child's item and its index."""
-    item = np.repeat(np.arange(len(counts)), counts)
-    offset = np.arange(len(item)) - np.repeat(np.cumsum(counts) - counts, counts)
-    return item, starts[item] + offset
-
-
 def walk_all(trie: TokenTrie, moves: MoveTable, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every token read from each automaton state in ``starts``, at once.
 
     Returns three arrays of equal length, one entry per (start, token) pair that can be read:
     the position of the start in ``starts``, the token id and the automaton state it ends in.
+    A level of the trie is a handful of array operations over all (start, node) pairs alive
+    at that depth; the arrays are 32-bit, as they are read and written once per level.
     """
     if trie.n_nodes == 0:  # a vocabulary of special tokens only: nothing can be read
-        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    first_level = np.arange(trie.level_start[1])
-    who = np.repeat(np.arange(len(starts)), len(first_level))
-    node = np.tile(first_level, len(starts))
-    state = moves.step(np.repeat(starts, len(first_level)), trie.byte[node])
+        return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32)
+    width = trie.level_start[1]
+    who = np.repeat(np.arange(len(starts), dtype=np.int32), width)
+    node = np.tile(np.arange(width, dtype=np.int32), len(starts))
+    state = moves.step(np.repeat(starts.astype(np.int32), width), trie.byte32[node])
     found_who, found_token, found_state = [], [], []
     while len(node):
         alive = state >= 0
         who, node, state = who[alive], node[alive], state[alive]
-        # The tokens that end here are read.
-        item, at = expand(trie.end_count[node], trie.end_start[node])
-        found_who.append(who[item])
-        found_token.append(trie.ends[at])
-        found_state.append(state[item])
-        # Step into the children.
-        item, node = expand(trie.child_count[node], trie.child_start[node])
-        who, state = who[item], state[item]
-        state = moves.step(state, trie.byte[node]) if len(node) else state
+        # The tokens that end here are read (a node ends at most one token but where two tokens have the same bytes).
+        token = trie.end_token[node]
+        ends = token >= 0
+        found_who.append(who[ends])
+        found_token.append(token[ends])
+        found_state.append(state[ends])
+        if trie.has_more_ends:
+            for extra in range(1, int(trie.end_count.max())):
+                more = trie.end_count[node] > extra
+                found_who.append(who[more])
+                found_token.append(trie.ends[trie.end_start[node[more]] + extra].astype(np.int32))
+                found_state.append(state[more])
+        # Step into the children, which are contiguous: child k of a pair's node is child_start + k.
+        counts = trie.child_count32[node]
+        keep = counts > 0
+        who, node, state, counts = who[keep], node[keep], state[keep], counts[keep]
+        if not len(node):
+            break
+        first_of_pair = np.cumsum(counts, dtype=np.int64) - counts
+        node = np.repeat(trie.child_start32[node] - first_of_pair.astype(np.int32), counts) + np.arange(int(first_of_pair[-1] + counts[-1]), dtype=np.int32)
+        who, state = np.repeat(who, counts), np.repeat(state, counts)
+        state = moves.step(state, trie.byte32[node])
     return np.concatenate(found_who), np.concatenate(found_token), np.concatenate(found_state)
+
+
+def by_start_and_token(who, token, target, n_starts: int, n_tokens: int, n_states: int):
+    """The three arrays sorted by start, then by token id: the order ``build_index`` meets them.
+
+    The three numbers of an entry are packed into one 64-bit key and the keys sorted as plain
+    numbers, several times faster than sorting by two keys (``np.lexsort``).
+    """
+    if n_starts * n_tokens * n_states >= 2**62:  # too large to pack
+        order = np.lexsort((token, who))
+        return who[order], token[order], target[order]
+    key = np.sort((who.astype(np.int64) * n_tokens + token) * n_states + target)
+    rest, target = np.divmod(key, n_states)
+    who, token = np.divmod(rest, n_tokens)
+    return who, token, target
+
+
+class IndexRows(Sequence):
+    """``TokenIndex.transitions`` kept as three arrays; row s becomes a dict the first time it is read.
+
+    Row s is ``tokens[offsets[s]:offsets[s + 1]]`` with their next states ``targets[...]``, in the
+    order ``build_index`` writes them (token ids rising, then the end-of-text token). An index of a
+    JSON schema holds millions of entries: as arrays they cost a few bytes each and the mask table
+    is filled from them in one operation, where a dict per row costs a Python object per entry,
+    most of them never read while decoding.
+    """
+
+    def __init__(self, offsets: np.ndarray, tokens: np.ndarray, targets: np.ndarray):
+        self.offsets, self.tokens, self.targets = offsets, tokens, targets
+        self.rows: list[dict[int, int] | None] = [None] * (len(offsets) - 1)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, state):
+        if isinstance(state, slice):
+            return [self[s] for s in range(*state.indices(len(self)))]
+        row = self.rows[state]  # an IndexError past the last state, and -1 the last, as in a list
+        if row is None:
+            state = operator.index(state) % len(self.rows)
+            lo, hi = self.offsets[state], self.offsets[state + 1]
+            row = self.rows[state] = dict(zip(self.tokens[lo:hi].tolist(), self.targets[lo:hi].tolist()))
+        return row
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, Sequence):
+            return NotImplemented
+        return len(self) == len(other) and all(mine == theirs for mine, theirs in zip(self, other))
+
+    __hash__ = None
 
 
 def build_index_fast(
@@ -173,7 +253,7 @@ def build_index_fast(
 
     ``vocabulary``: token id -> bytes (None for special tokens), or its ``TokenTrie`` when
     several indexes are built over one vocabulary (the trie is the part that depends on the
-    vocabulary alone).
+    vocabulary alone). The index's ``transitions`` is an ``IndexRows``: a list of dicts to read.
     """
     trie = vocabulary if isinstance(vocabulary, TokenTrie) else TokenTrie(vocabulary)
     if not isinstance(eos_token_id, int) or not 0 <= eos_token_id < trie.size:
@@ -182,14 +262,15 @@ def build_index_fast(
     number = np.full(64, -1, dtype=np.int64)  # automaton state -> index state
     number[automaton.initial] = 0
     queue = [automaton.initial]
-    transitions: list[dict[int, int]] = []
+    sizes, tokens, targets = [], [], []  # per batch of start states
+    done = 0
     # Start states per batch: as many as the widest level allows within MAX_PAIRS.
     batch = max(1, MAX_PAIRS // max(1, int(np.diff(trie.level_start).max(initial=1))))
-    while len(transitions) < len(queue):
-        starts = np.array(queue[len(transitions) : len(transitions) + batch], dtype=np.int64)
+    while done < len(queue):
+        starts = np.array(queue[done : done + batch], dtype=np.int64)
+        done += len(starts)
         who, token, target = walk_all(trie, moves, starts)
-        order = np.lexsort((token, who))  # by start, then by token id: the order build_index meets them
-        who, token, target = who[order], token[order], target[order]
+        who, token, target = by_start_and_token(who, token, target, len(starts), trie.size, automaton.n_states)
         if len(number) < moves.automaton.n_states:
             number = np.concatenate([number, np.full(moves.automaton.n_states - len(number), -1, dtype=np.int64)])
         # New states are numbered in the order they are first met.
@@ -198,11 +279,18 @@ def build_index_fast(
         fresh = fresh[np.argsort(first)]
         number[fresh] = len(queue) + np.arange(len(fresh))
         queue.extend(fresh.tolist())
+        target = number[target]
+        # In an accepting state the end-of-text token leads to DONE: in place when it is a token that
+        # can be read there (its state was numbered above all the same, as build_index does), else last.
+        accepting = np.array([automaton.is_accepting(state) for state in starts.tolist()], dtype=bool)
+        read_eos = token == eos_token_id
+        target[read_eos & accepting[who]] = DONE
+        append = accepting.copy()
+        append[who[read_eos]] = False
         bounds = np.searchsorted(who, np.arange(len(starts) + 1))
-        token_list, target_list = token.tolist(), number[target].tolist()
-        for k, state in enumerate(starts.tolist()):
-            row = dict(zip(token_list[bounds[k] : bounds[k + 1]], target_list[bounds[k] : bounds[k + 1]]))
-            if automaton.is_accepting(state):
-                row[eos_token_id] = DONE
-            transitions.append(row)
-    return TokenIndex(transitions, eos_token_id)
+        at = bounds[1:][append]
+        tokens.append(np.insert(token, at, eos_token_id))
+        targets.append(np.insert(target, at, DONE))
+        sizes.append(np.diff(bounds) + append)
+    offsets = np.concatenate([[0], np.cumsum(np.concatenate(sizes))]).astype(np.int64)
+    return TokenIndex(IndexRows(offsets, np.concatenate(tokens), np.concatenate(targets)), eos_token_id)

@@ -1,6 +1,6 @@
 # GENERATED from solutions/token_constraint.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b0d1920d530b15345bcaa79c25253ba7669e54dfde440719bfd9d178cc0e2451
+# stub-checksum: 8277f3cde109676a5902a2492d7fe217304963bf12487b4068e4b840f2cba62f
 """Part 8: a constraint for part 5's ``generate``: each row of a batch in one state of a token index.
 
 Before sampling, ``mask_logits`` sets the logit of every token a row's state forbids to
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from .byte_automaton import ByteAutomaton
-from .fast_index import build_index_fast, vocabulary_trie
+from .fast_index import IndexRows, build_index_fast, vocabulary_trie
 from .token_index import DONE, TokenIndex, token_bytes
 
 
@@ -49,9 +50,14 @@ class TokenConstraint:
         self.d_vocab = d_vocab
         allowed = torch.zeros(index.n_states + 1, d_vocab, dtype=torch.bool)
         # One write for the whole table: a write per state costs more than the table itself.
-        sizes = torch.tensor([len(row) for row in index.transitions], dtype=torch.long)
-        tokens = torch.tensor([token for row in index.transitions for token in row], dtype=torch.long)
-        allowed[torch.repeat_interleave(torch.arange(index.n_states), sizes), tokens] = True
+        rows = index.transitions
+        if isinstance(rows, IndexRows):  # the fast index keeps its rows as arrays: no dict is read
+            sizes, tokens = np.diff(rows.offsets), rows.tokens
+        else:
+            sizes = np.array([len(row) for row in rows], dtype=np.int64)
+            tokens = np.array([token for row in rows for token in row], dtype=np.int64)
+        # The row of each entry by np.repeat: torch.repeat_interleave costs milliseconds even for a few states.
+        allowed[torch.from_numpy(np.repeat(np.arange(index.n_states), sizes)), torch.from_numpy(tokens)] = True
         allowed[DONE, index.eos_token_id] = True
         self.allowed = allowed
 

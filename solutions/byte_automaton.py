@@ -29,10 +29,12 @@ flag, ``re`` would also count the other scripts' digits, letters and spaces.
 from __future__ import annotations
 
 import bisect
+import contextlib
 from collections import defaultdict
 
 import interegular
-from interegular.fsm import anything_else
+import interegular.fsm
+from interegular.fsm import FSM, OblivionError, anything_else
 
 # The code points a UTF-8 sequence of n bytes may encode (shorter encodings are invalid).
 _UTF8_RANGES = {2: (0x80, 0x7FF), 3: (0x800, 0xFFFF), 4: (0x10000, 0x10FFFF)}
@@ -91,6 +93,49 @@ def valid_count(lo: int, hi: int) -> int:
     return hi - lo + 1 - overlap
 
 
+def crawl_by_hash(alphabet, initial, final, follow):
+    """interegular's ``crawl`` (the subset construction behind its ``+``, ``|``, ``*`` and ``{m,n}``), the same
+    automaton state for state, with each new state found through a dict instead of a list.
+
+    interegular looks every state it reaches up with ``list.index``: the time grows with the square
+    of the number of states, and a JSON schema with strings of up to 20 characters spends most of its
+    compile time there. Its states are frozensets, sets or dicts; the key says when two are equal.
+    """
+    states, numbers, finals, moves = [initial], {}, set(), {}
+
+    def key(state):
+        if isinstance(state, dict):
+            return ("dict", frozenset(state.items()))
+        return frozenset(state) if isinstance(state, (set, frozenset)) else state
+
+    numbers[key(initial)] = 0
+    for i, state in enumerate(states):  # the list grows while it is read
+        if final(state):
+            finals.add(i)
+        moves[i] = {}
+        for transition in alphabet.by_transition:
+            try:
+                target = follow(state, transition)
+            except OblivionError:  # the dead state: interegular leaves it out
+                continue
+            j = numbers.setdefault(key(target), len(states))
+            if j == len(states):
+                states.append(target)
+            moves[i][transition] = j
+    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=moves, __no_validation__=True)
+
+
+@contextlib.contextmanager
+def hashed_crawl():
+    """Within the block, interegular's automata are built by ``crawl_by_hash`` (its FSM methods call the
+    module's ``crawl``); outside it, interegular is left as it was."""
+    saved, interegular.fsm.crawl = interegular.fsm.crawl, crawl_by_hash
+    try:
+        yield
+    finally:
+        interegular.fsm.crawl = saved
+
+
 class ByteAutomaton:
     """A regular expression as a deterministic automaton over bytes.
 
@@ -114,7 +159,8 @@ class ByteAutomaton:
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a regular expression as a str, got {type(pattern).__name__}")
         try:
-            fsm = interegular.parse_pattern(pattern).to_fsm()
+            with hashed_crawl():
+                fsm = interegular.parse_pattern(pattern).to_fsm()
         except Exception as exc:  # interegular raises several kinds for unsupported syntax
             raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
         self.pattern = pattern
@@ -128,6 +174,7 @@ class ByteAutomaton:
         listed = sorted((ord(c), s) for c, s in fsm.alphabet.items() if c is not anything_else)
         self._listed_points = [point for point, _ in listed]
         self._listed_symbols = [symbol for _, symbol in listed]
+        self._ascii_symbols = [self._symbol[chr(b)] for b in range(0x80)]
         self._states: list[tuple[int, bytes]] = []  # number -> (character state, pending bytes)
         self._numbers: dict[tuple[int, bytes], int] = {}
         self._rows: list[list[int | None] | None] = []  # number -> next state for each of the 256 bytes
@@ -182,9 +229,13 @@ class ByteAutomaton:
                 for b in range(low, high + 1):
                     row[b] = self._next(char_state, pending + bytes([b]))
             else:  # an ASCII character, or the lead byte of a longer one (0xC2-0xF4)
-                for b in range(0x80):
-                    target = self._char_step(char_state, chr(b))
-                    row[b] = None if target is None else self._number((target, b""))
+                # ASCII bytes of one symbol (such as the 10 digits of [0-9]) move alike: looked up once.
+                moves, seen = self.fsm.map[char_state], {}
+                for b, symbol in enumerate(self._ascii_symbols):
+                    if symbol not in seen:
+                        target = moves.get(symbol)
+                        seen[symbol] = None if target is None or target not in self.live else self._number((target, b""))
+                    row[b] = seen[symbol]
                 for b in range(0xC2, 0xF5):
                     row[b] = self._next(char_state, bytes([b]))
             self._rows[state] = row

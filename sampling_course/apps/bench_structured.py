@@ -25,7 +25,9 @@ Two measurements, for every expression, on one byte-level vocabulary:
   unpacked and applied here with plain torch (its own torch kernel goes through
   ``torch.compile``, which takes minutes to compile on a CPU); xgrammar fills a bitmask and
   applies it to the logits with its own kernel; ours gathers a row of a boolean table and
-  fills the logits. Each peer is timed with its own package alone.
+  fills the logits, and advances through the index row's dict (the fast index makes a row's
+  dict the first time it is read, so the first of the repeats pays for the rows on the path).
+  Each peer is timed with its own package alone.
 
 The vocabulary: GPT-2's own 50,257 tokens when GPT-2 is in the local Hugging Face cache.
 Otherwise a 50,257-token byte-level BPE built here with the ``tokenizers`` library from the

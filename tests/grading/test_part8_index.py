@@ -343,3 +343,59 @@ def test_fast_index_on_degenerate_vocabularies(st, fast, automaton_of):
         for pattern in ["a?", "a*b?", "\0a?"]:
             expected = st.build_index(automaton_of(pattern), vocabulary, 1).transitions
             assert fast.build_index_fast(automaton_of(pattern), vocabulary, 1).transitions == expected, (vocabulary, pattern)
+
+
+def list_crawl(alphabet, initial, final, follow):
+    """The subset construction as interegular 0.3 writes it: each state found by a linear search of a list."""
+    from interegular.fsm import FSM, OblivionError
+
+    states, finals, moves = [initial], set(), {}
+    for i, state in enumerate(states):
+        if final(state):
+            finals.add(i)
+        moves[i] = {}
+        for transition in alphabet.by_transition:
+            try:
+                target = follow(state, transition)
+            except OblivionError:
+                continue
+            if target not in states:
+                states.append(target)
+            moves[i][transition] = states.index(target)
+    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=moves, __no_validation__=True)
+
+
+@pytest.mark.exercise("build_index")
+@pytest.mark.parametrize("pattern", [*REAL_PATTERNS, *INFINITE_PATTERNS, r"(a|b)*abb(a|b){0,3}", r"(x|y|xy)*z{2,4}|q"])
+def test_crawl_by_hash_builds_interegular_automata_state_for_state(impl, monkeypatch, pattern):
+    """The byte automaton compiles through ``crawl_by_hash``: the same states, numbers, moves and finals as the
+    list search it replaces, for concatenations, unions (states that are dicts), stars and repeats (sets)."""
+    import interegular.fsm
+
+    built = {}
+    for name, crawl in (("list", list_crawl), ("hash", impl.byte_automaton.crawl_by_hash)):
+        monkeypatch.setattr(interegular.fsm, "crawl", crawl)
+        fsm = parse_pattern(pattern).to_fsm()
+        built[name] = (fsm.initial, fsm.finals, fsm.map)
+    assert built["hash"] == built["list"], f"{pattern}: crawl_by_hash numbers or links the states differently"
+
+
+@pytest.mark.exercise("build_index")
+@pytest.mark.parametrize("pattern", REAL_PATTERNS[4:])
+def test_the_fast_index_rows_read_as_a_list_of_dicts(st, fast, automaton_of, tiny_vocab, tiny, impl, pattern):
+    """``IndexRows``: each row a dict equal to build_index's (also by negative index and slice), an IndexError past
+    the end; and the mask table filled from its arrays equals the one filled from plain dicts. (The first pattern
+    has accepting states that allow more than EOS; the order of a row's entries is free.)"""
+    eos = tiny.tokenizer.eos_token_id
+    plain = st.build_index(automaton_of(pattern), tiny_vocab, eos)
+    index = fast.build_index_fast(automaton_of(pattern), tiny_vocab, eos)
+    rows = index.transitions
+    assert isinstance(rows, fast.IndexRows)
+    assert len(rows) == len(plain.transitions) and rows[-1] == plain.transitions[-1] and rows[1:3] == plain.transitions[1:3]
+    assert rows == plain.transitions and plain.transitions == rows and index == plain
+    with pytest.raises(IndexError):
+        rows[len(rows)]
+    from_arrays = impl.token_constraint.TokenConstraint(index, tiny_vocab)
+    from_dicts = impl.token_constraint.TokenConstraint(st.TokenIndex([dict(row) for row in plain.transitions], eos), tiny_vocab)
+    assert from_arrays.allowed.equal(from_dicts.allowed)
+    assert int(from_dicts.allowed.sum()) == sum(map(len, plain.transitions)) + 1
