@@ -36,7 +36,7 @@ import torch
 from sampling_course.beside import made_beside
 from sampling_course.repeat import repeat
 
-from doubles import CountedModel, NeverEOSModel
+from doubles import NeverEOSModel, counted
 from quantiles import binom_isf, binom_ppf, norm_isf
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test below
@@ -785,8 +785,8 @@ def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
     prompt_ids = tokenizer(PROMPTS[0]).input_ids
     rule = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)  # the expected text is worked out on this twin
     for max_tokens_generated in (7, 1, 0):
-        # made where sample calls it; the calls are recorded here, where sample cannot change the record
-        model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
+        # made where sample calls it; the calls are recorded apart, where sample cannot change the record
+        model = counted(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
         actual = Sampler(model, tokenizer).sample(PROMPTS[0], max_tokens_generated=max_tokens_generated, **settings)
         expected = tokenizer.decode(rule.continuation(prompt_ids, max_tokens_generated))
         assert actual == expected, f"max_tokens_generated={max_tokens_generated}"
@@ -804,7 +804,7 @@ def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
     prompt = " ".join(["the cat sat on the mat"] * 40)
     prompt_ids = tokenizer(prompt).input_ids
     assert len(prompt_ids) > n_ctx + 10
-    model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
+    model = counted(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=4, temperature=0.0)
     full = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id).continuation(prompt_ids, 4)  # on a twin
     assert actual == tokenizer.decode(full)
