@@ -1,8 +1,9 @@
-"""A model that records every call it gets before passing it on: the record a call-count verdict reads.
+"""Wrappers that record every call they get before passing it on: the record a call-count verdict reads.
 
 ``CountedModel(model)`` is called as ``model`` is and keeps ``inputs`` (the tokens of each call, a
-copy) and ``calls`` ((positions passed, positions cached or None) for each). A test whose verdict
-rests on how a loop calls its model (how often, with what, with how much cached) reads this record.
+copy) and ``calls`` ((positions passed, positions cached or None) for each). ``CountedCall(step)``
+keeps only how often it was called (``calls``), for a decode step. A test whose verdict rests on
+how a loop calls its model or its step (how often, with what, with how much cached) reads this record.
 
 Graded in a sandbox, the record must be kept where the code under test cannot change it, and not
 in the grader either (the code under test never holds an object of the grader's): it is made in a
@@ -18,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["CountedModel"]
+__all__ = ["CountedCall", "CountedModel"]
 
 
 class CountedModel(nn.Module):
@@ -49,3 +50,16 @@ class CountedModel(nn.Module):
         self.calls.append((int(tokens.shape[1]), None if kv_cache is None else int(kv_cache.seq_len)))
         model = self._wrapped[0]
         return model(tokens, **kwargs) if kv_cache is None else model(tokens, kv_cache, **kwargs)
+
+
+class CountedCall:
+    """Wraps a callable (a decode step) and counts its calls in ``calls``; like ``CountedModel``, code
+    handed it cannot reach past the count to the callable it wraps."""
+
+    def __init__(self, function: Any):
+        self._wrapped = (function,)
+        self.calls = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls += 1
+        return self._wrapped[0](*args, **kwargs)

@@ -32,15 +32,16 @@ the import path).
 from __future__ import annotations
 
 from sampling_course.beside import made_apart
-from sampling_course.counted_model import CountedModel
+from sampling_course.counted_model import CountedCall, CountedModel
 from sampling_course.id_tokenizer import IdTokenizer, IdTokenizerWithVocab
 from sampling_course.recording_file import RecordingFile
 from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
-__all__ = ["BigramModel", "CountedModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile",
-           "RecordingTokenizer", "SuccessorModel", "TrigramModel", "counted"]
+__all__ = ["BigramModel", "CountedCall", "CountedModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile",
+           "RecordingTokenizer", "SuccessorModel", "TrigramModel", "counted",
+           "counted_calls"]
 
 # ---------------------------------------------------------------------------------------
 # A record the code under test cannot change
@@ -52,3 +53,8 @@ def counted(model):
     change: here, when ``model`` is of this process; in the double host, when it lives in a submission's
     process (``made_apart``), where the submission's code calls it and this test reads the record as data."""
     return made_apart(model, CountedModel)
+
+
+def counted_calls(step):
+    """``step`` wrapped in a ``CountedCall`` whose count (``calls``) the code under test cannot change (as ``counted``)."""
+    return made_apart(step, CountedCall)
