@@ -33,7 +33,8 @@ from functools import cache
 import pytest
 import torch
 
-from sampling_course.beside import made_beside
+from sampling_course.beside import made_apart, made_beside
+from sampling_course.counted_model import ForceEOSAfter
 from sampling_course.repeat import repeat
 
 from doubles import NeverEOSModel, counted
@@ -706,26 +707,6 @@ def test_sample_passes_its_settings_on(Sampler, demo, reference, oracle, setting
     assert actual == expected
 
 
-class ForceEOSAfter(torch.nn.Module):
-    """Wraps a model; once the sequence has ``length`` tokens, EOS is the only possible next token.
-
-    Records how many times it is called, so that a loop running past EOS shows.
-    """
-
-    def __init__(self, model: torch.nn.Module, eos: int, length: int):
-        super().__init__()
-        self.model, self.cfg, self.eos, self.length = model, model.cfg, eos, length
-        self.calls = 0
-
-    def forward(self, tokens: torch.Tensor, *args, **kwargs):
-        self.calls += 1
-        logits = self.model(tokens, *args, **kwargs).clone()
-        if tokens.shape[-1] >= self.length:
-            logits[:, -1, :] = float("-inf")
-            logits[:, -1, self.eos] = 0.0
-        return logits
-
-
 class ForceEOSProcessor:
     """The same rule for Hugging Face generate."""
 
@@ -760,11 +741,12 @@ def test_sample_stops_right_after_eos(Sampler, demo, reference, oracle, settings
     tokenizer = reference.tokenizer
     prompt = PROMPTS[2]
     prompt_len = len(tokenizer(prompt).input_ids)
-    model = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+    # its calls are counted apart, where sample cannot change the count
+    model = made_apart(demo, ForceEOSAfter, tokenizer.eos_token_id, prompt_len + 5)
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=20, **settings)
 
     if settings["temperature"] > 0:  # the draws are your sample_next_token's: replay them
-        forced = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+        forced = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)  # called here, by the replay
         seed = settings.pop("seed")
         expected_ids = replay(Sampler, forced, tokenizer, prompt, 20, seed, **settings)
     else:
