@@ -138,6 +138,7 @@ def _submission_module() -> types.ModuleType:
                 "children": _try(lambda: len(list(model.children())))}
 
     module.call_and_hide = call_and_hide
+    module.tokenizers_seen = lambda a, b: [isinstance(a, Tokenizer), a is b, a.encode("hello world")]
     module.slow = lambda: time.sleep(0.5)
     return module
 
@@ -383,6 +384,19 @@ def test_a_host_object_is_handed_only_to_the_process_it_was_made_for(connected):
     elsewhere = to_host.request("import", None, name="sampling_course.counted_model")
     with pytest.raises(TypeError, match="made for"):
         module.records(elsewhere)
+
+
+def test_a_shipped_tokenizer_is_made_again_by_name_where_it_is_sent(connected):
+    """The grader's tokenizer, when it is a shipped one (wherever its files are), reaches the submission's code
+    as a tokenizer of its own process, made from the name (one per name); one with anything added is not shipped."""
+    grader, student, _ = connected
+    module = grader.request("import", None, name=MODULE)
+    ours = Tokenizer(TOKENIZER_DIR)
+    assert module.tokenizers_seen(ours, ours) == [True, True, ours.encode("hello world")]
+    assert grader._exports == {} and isinstance(student.by_name["tiny"], Tokenizer)
+    changed = Tokenizer(TOKENIZER_DIR)
+    changed.extra = 1
+    assert module.tokenizers_seen(changed, ours)[:2] == [False, False]  # a handle to the grader's, as before
 
 
 def test_made_beside_makes_only_the_runtimes_objects():

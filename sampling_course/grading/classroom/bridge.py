@@ -83,6 +83,7 @@ class Endpoint(Codec):
         self.host: Endpoint | None = None  # the submission's side: its connection to the double host
         self.made_apart: Any = None  # the grader's side: makes a double in the double host (host.made_apart)
         self.made_for_peer: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(host's handle) -> (it, its description)
+        self.by_name: dict[Any, Any] = {}  # shipped tokenizers: id(one) -> (it, its name) here; name -> one made there
         self.peer_trusted = peer_trusted  # the worker trusts the grader; the grader trusts no one
         self.owns_modules = owns_modules  # the worker sends its modules as mirrors
         # The time the other side may still take, counted only while this side waits for it (time
