@@ -32,7 +32,8 @@ from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.proxies import RemoteObject
 from sampling_course.grading.classroom.settings import GradeSettings
 from doubles import counted
-from sampling_course.beside import made_beside
+from sampling_course.beside import made_apart, made_beside
+from sampling_course.counted_model import CountedCall
 from sampling_course.config import Config
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.recording_file import RecordingFile
@@ -400,12 +401,18 @@ def test_a_shipped_tokenizer_is_made_again_by_name_where_it_is_sent(connected):
 
 
 def test_made_beside_makes_only_the_runtimes_objects():
-    """Here (a module of this process) it is a plain call; a factory outside the course's runtime is refused."""
+    """Here (an object of this process) ``made_beside`` and ``made_apart`` are plain calls; a factory outside the
+    course's runtime is refused."""
     here = types.ModuleType("here")
     assert isinstance(made_beside(here, ScriptedStep, [1]), ScriptedStep)
     for factory in (dict, Path, _try):
         with pytest.raises(ValueError, match="sampling_course"):
             made_beside(here, factory)
+        with pytest.raises(ValueError, match="sampling_course"):
+            made_apart(here, factory)
+    step = ScriptedStep([1])
+    wrapped = made_apart(step, CountedCall)  # an object of this process: wrapped here
+    assert isinstance(wrapped, CountedCall) and (wrapped(), wrapped.calls) == (step.out, 1)
 
 
 def test_a_call_answered_after_its_time_limit_leaves_the_connection_to_a_fresh_process(grader):
