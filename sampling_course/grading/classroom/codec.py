@@ -13,7 +13,7 @@
 * a submission's ``torch.nn.Module``: a *mirror* (``proxies.build_mirror``);
 * a shipped tokenizer (``recording_tokenizer.shipped_name``): its name; the submission's side makes
   its own from the course's files, once per name;
-* an object of the double host made for the submission (``bridge.Endpoint.made_apart``): its
+* an object of the double host made for the submission (``host.made_apart``): its
   description, which the submission's side turns into a handle through its connection to the host;
 * anything else: a *handle* (``proxies.RemoteObject``), which names the object and the
   special methods its class has, so ``hasattr(handle, "__len__")`` answers as the object would.
