@@ -13,13 +13,14 @@ The recorders wrap or stand in for a real object and keep what they were given:
 ``RecordingTokenizer`` (a shipped tokenizer that keeps the ids it last decoded), ``RecordingFile``
 (each write). ``IdTokenizer`` is a tokenizer whose text is token ids.
 
-``CountedModel`` wraps a model and keeps its record where the test runs: a test whose verdict
-rests on how a loop calls its model (how often, with what) reads that record, which the code
-under test cannot change, as it can change a record kept by an object made in its own process.
+``counted(model)`` wraps a model in a ``CountedModel`` (``sampling_course.counted_model``) kept
+where the code under test cannot change it: a test whose verdict rests on how a loop calls its
+model (how often, with what) reads that record. For a submission graded in a sandbox it is made
+in a third process, the double host, neither the grader's nor the submission's (``made_apart``).
 
-All but ``CountedModel`` live in the course's runtime (``sampling_course.toy_models``,
+They all live in the course's runtime (``sampling_course.toy_models``,
 ``sampling_course.trigram_model``, ``sampling_course.recording_file``, ``sampling_course.recording_tokenizer``,
-``sampling_course.id_tokenizer``),
+``sampling_course.id_tokenizer``, ``sampling_course.counted_model``),
 so that a test can make them beside the code it hands them to (``sampling_course.beside.made_beside``):
 a submission graded in another process calls them where it runs, and the test works out its expected
 answer on a twin made where the test runs. They are imported here under their names.
@@ -30,46 +31,30 @@ the import path).
 
 from __future__ import annotations
 
-import torch
-from torch import nn
-
+from sampling_course.beside import made_apart
+from sampling_course.counted_model import CountedCall, CountedModel
 from sampling_course.id_tokenizer import IdTokenizer, IdTokenizerWithVocab
 from sampling_course.recording_file import RecordingFile
 from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.toy_models import BigramModel, NeverEOSModel, SuccessorModel
 from sampling_course.trigram_model import TrigramModel
 
-__all__ = ["BigramModel", "CountedModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile",
-           "RecordingTokenizer", "SuccessorModel", "TrigramModel"]
+__all__ = ["BigramModel", "CountedCall", "CountedModel", "IdTokenizer", "IdTokenizerWithVocab", "NeverEOSModel", "RecordingFile",
+           "RecordingTokenizer", "SuccessorModel", "TrigramModel", "counted",
+           "counted_calls"]
 
 # ---------------------------------------------------------------------------------------
 # A record the code under test cannot change
 # ---------------------------------------------------------------------------------------
 
 
-class CountedModel(nn.Module):
-    """Wraps a model and records every call in this process: ``inputs`` (the tokens, a copy) and
-    ``calls`` ((positions passed, positions cached or None) for each).
+def counted(model):
+    """``model`` wrapped in a ``CountedModel`` whose record (``inputs``, ``calls``) the code under test cannot
+    change: here, when ``model`` is of this process; in the double host, when it lives in a submission's
+    process (``made_apart``), where the submission's code calls it and this test reads the record as data."""
+    return made_apart(model, CountedModel)
 
-    The code under test calls it as it calls any model. Graded in another process, each call comes
-    here (one message) and is recorded before it goes on to the wrapped model, which may be made
-    beside that code (``made_beside``): the answers are that model's, the record is this one's.
-    The wrapped model is not a child module, so the code under test cannot reach past the record."""
 
-    def __init__(self, model):
-        super().__init__()
-        self._wrapped = (model,)  # private, in a tuple: not a child module, not handed to the code under test
-        self.cfg = model.cfg
-        # An empty parameter on the wrapped model's device: a loop that takes its device from the model's
-        # parameters finds the one the wrapped model's are on.
-        first = next(iter(model.parameters()), None) if isinstance(model, nn.Module) else None
-        device = first.device if isinstance(first, torch.Tensor) else "cpu"
-        self.device_anchor = nn.Parameter(torch.empty(0, device=device), requires_grad=False)
-        self.inputs: list[torch.Tensor] = []
-        self.calls: list[tuple[int, int | None]] = []
-
-    def forward(self, tokens, kv_cache=None, **kwargs):
-        self.inputs.append(torch.as_tensor(tokens).detach().clone())
-        self.calls.append((int(tokens.shape[1]), None if kv_cache is None else int(kv_cache.seq_len)))
-        model = self._wrapped[0]
-        return model(tokens, **kwargs) if kv_cache is None else model(tokens, kv_cache, **kwargs)
+def counted_calls(step):
+    """``step`` wrapped in a ``CountedCall`` whose count (``calls``) the code under test cannot change (as ``counted``)."""
+    return made_apart(step, CountedCall)

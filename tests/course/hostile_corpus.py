@@ -92,8 +92,10 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         "tokenizer_private": (Case("1", "reads a private attribute of the grader's tokenizer", GRADED[:3]), {
             "sample": _sample_body("try:\n    self.tokenizer._tokenizer\nexcept Exception:\n"
                                    "    return 'not solved'")}, ""),
-        "tokenizer_mutator": (Case("1", "tries to truncate, change, save and train the grader's tokenizer and "
-                                        "model, then samples honestly", GRADED), {
+        # The tokenizer it is handed is its own (a shipped one, made in its process from the name): the truncation
+        # it switches on shortens its own prompts, so its sample is wrong, and no one else's tokenizer changes.
+        "tokenizer_mutator": (Case("1", "truncates, changes, saves and trains the tokenizer it is handed, then "
+                                        "samples with it", GRADED[:3]), {
             "sample": _sample_body("for attack in (lambda: self.tokenizer.backend_tokenizer.enable_truncation(1),\n"
                                    "               lambda: setattr(self.tokenizer, 'truncation_side', 'left'),\n"
                                    "               lambda: self.tokenizer._tokenizer.enable_truncation(1),\n"

@@ -1,7 +1,8 @@
 """The boundary between the grader and a submission's code, tested in one process (no sandbox needed).
 
 Two endpoints talk over a socket pair: the grader's (``peer_trusted=False``) and the
-submission's (``peer_trusted=True``), which serves in a thread. "The submission's code" is a
+submission's (``peer_trusted=True``), which serves in a thread; a third, the double host
+(``host.serve``), serves both in threads of its own. "The submission's code" is a
 module registered under a name only these tests use. The rules checked (docs/design.md, "The
 grading boundary"):
 
@@ -14,6 +15,7 @@ grading boundary"):
 
 from __future__ import annotations
 
+import functools
 import socket
 import sys
 import threading
@@ -24,11 +26,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from sampling_course.grading.classroom import host
 from sampling_course.grading.classroom.bridge import Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
+from sampling_course.grading.classroom.proxies import RemoteObject
 from sampling_course.grading.classroom.settings import GradeSettings
-from doubles import CountedModel
-from sampling_course.beside import made_beside
+from doubles import counted
+from sampling_course.beside import made_apart, made_beside
+from sampling_course.counted_model import CountedCall
 from sampling_course.config import Config
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.recording_file import RecordingFile
@@ -134,6 +139,7 @@ def _submission_module() -> types.ModuleType:
                 "children": _try(lambda: len(list(model.children())))}
 
     module.call_and_hide = call_and_hide
+    module.tokenizers_seen = lambda a, b: [isinstance(a, Tokenizer), a is b, a.encode("hello world")]
     module.slow = lambda: time.sleep(0.5)
     return module
 
@@ -152,19 +158,36 @@ class MarkingStep:
 
 
 @pytest.fixture
-def grader():
-    """The grader's endpoint, connected to a submission's endpoint serving in a thread."""
+def connected():
+    """The grader's endpoint, connected to a submission's endpoint serving in a thread, and both to a double
+    host serving in threads: (the grader's endpoint, the submission's, the grader's to the host)."""
     sys.modules[MODULE] = _submission_module()
     ours, theirs = socket.socketpair()
+    to_host, host_side = socket.socketpair()  # the grader and the double host
+    student_side, host_student = socket.socketpair()  # the submission and the double host
     student = Endpoint(theirs, peer_trusted=True, owns_modules=True)
-    thread = threading.Thread(target=student.serve_forever, daemon=True)
-    thread.start()
+    student.host = Endpoint(student_side, peer_trusted=True, owns_modules=True, random_state=False)
+    threads = [threading.Thread(target=student.serve_forever, daemon=True),
+               threading.Thread(target=host.serve, args=(host_side, host_student), daemon=True)]
+    for thread in threads:
+        thread.start()
     endpoint = Endpoint(ours, peer_trusted=False, owns_modules=False)
-    yield endpoint
+    to_grader = Endpoint(to_host, peer_trusted=False, owns_modules=False, random_state=False)
+    endpoint.made_apart = functools.partial(host.made_apart, endpoint, lambda: to_grader)
+    yield endpoint, student, to_grader
     ours.close()
-    thread.join(timeout=10)
-    theirs.close()
+    to_host.close()
+    for thread in threads:
+        thread.join(timeout=10)
+    for sock in (theirs, host_side, student_side, host_student):
+        sock.close()
     del sys.modules[MODULE]
+
+
+@pytest.fixture
+def grader(connected):
+    """The grader's endpoint (see ``connected``)."""
+    return connected[0]
 
 
 def test_a_grader_object_gives_the_submission_plain_data_only(grader):
@@ -319,28 +342,77 @@ def test_the_toy_models_and_recorders_are_made_beside_and_read_back_as_data(grad
     assert text == Tokenizer(TOKENIZER_DIR).decode([40, 41, 42]) and tokenizer.decoded == [40, 41, 42]
 
 
-def test_a_record_kept_by_the_grader_cannot_be_changed_by_the_submissions_code(grader):
-    """``CountedModel`` records each call in the grader: the submission's code sees copies of its record
-    (changing them changes nothing here), cannot assign it, and cannot reach the model it wraps to call it
-    unrecorded; the answers are the wrapped model's, made beside the submission's code."""
+def test_a_record_kept_in_the_double_host_cannot_be_changed_by_the_submissions_code(connected):
+    """``counted`` records each call in the double host: the submission's code sees copies of its record
+    (changing them changes nothing there), cannot assign it, and cannot reach the model it wraps to call it
+    unrecorded; the answers are the wrapped model's, made beside the submission's code, and no call reaches
+    the grader."""
+    grader, student, _ = connected
     module = grader.request("import", None, name=MODULE)
     cfg = Config(d_model=4, d_vocab=11, n_ctx=8, d_head=4, d_mlp=4, n_heads=1, n_layers=1)
-    counted = CountedModel(made_beside(module, NeverEOSModel, cfg, 5))
+    spy = counted(made_beside(module, NeverEOSModel, cfg, 5))
     tokens = torch.tensor([[3, 1, 4]])
-    seen = module.call_and_hide(counted, tokens)
-    assert counted.calls == [(3, None), (3, None)] and len(counted.inputs) == 2, seen
-    assert all(torch.equal(kept, tokens) for kept in counted.inputs)
+    served = grader.requests_served
+    seen = module.call_and_hide(spy, tokens)
+    assert grader.requests_served == served, "a call of the counted model reached the grader"
+    assert spy.calls == [(3, None), (3, None)] and len(spy.inputs) == 2, seen
+    assert all(type(kept) is torch.Tensor and torch.equal(kept, tokens) for kept in spy.inputs)
+    assert seen["pop"][0] == "ok" and seen["clear"][0] == "ok", seen  # on its copies
     assert seen["assign"][0] == "PermissionError" and seen["reach"][0] != "ok", seen
     assert seen["children"] in (["ok", 0], ["PermissionError", seen["children"][1]]), seen  # no child to reach
+    assert module.call_twice(spy, tokens).shape == (1, 3, 11) and len(spy.calls) == 4
+
+
+def test_a_grader_object_never_crosses_with_a_counted_model(connected):
+    """The submission's process holds no handle to an object of the grader's: the grader handed out nothing,
+    and every handle the submission's process holds names an object of its own or of the double host."""
+    grader, student, _ = connected
+    module = grader.request("import", None, name=MODULE)
+    cfg = Config(d_model=4, d_vocab=11, n_ctx=8, d_head=4, d_mlp=4, n_heads=1, n_layers=1)
+    spy = counted(made_beside(module, NeverEOSModel, cfg, 5))
+    module.call_and_hide(spy, torch.tensor([[3, 1, 4]]))
+    assert grader._exports == {}, "the grader handed the submission an object"
+    held = [v for v in student._proxies.values() if isinstance(v, RemoteObject)]
+    assert held == [], f"the submission's process holds handles to the grader's objects: {held}"
+    through_host = [v for v in student.host._proxies.values() if isinstance(v, RemoteObject)]
+    assert through_host and all(v._endpoint() is student.host for v in through_host)
+
+
+def test_a_host_object_is_handed_only_to_the_process_it_was_made_for(connected):
+    """A handle to an object of the double host that was not made for the submission is not handed on."""
+    grader, _, to_host = connected
+    module = grader.request("import", None, name=MODULE)
+    elsewhere = to_host.request("import", None, name="sampling_course.counted_model")
+    with pytest.raises(TypeError, match="made for"):
+        module.records(elsewhere)
+
+
+def test_a_shipped_tokenizer_is_made_again_by_name_where_it_is_sent(connected):
+    """The grader's tokenizer, when it is a shipped one (wherever its files are), reaches the submission's code
+    as a tokenizer of its own process, made from the name (one per name); one with anything added is not shipped."""
+    grader, student, _ = connected
+    module = grader.request("import", None, name=MODULE)
+    ours = Tokenizer(TOKENIZER_DIR)
+    assert module.tokenizers_seen(ours, ours) == [True, True, ours.encode("hello world")]
+    assert grader._exports == {} and isinstance(student.by_name["tiny"], Tokenizer)
+    changed = Tokenizer(TOKENIZER_DIR)
+    changed.extra = 1
+    assert module.tokenizers_seen(changed, ours)[:2] == [False, False]  # a handle to the grader's, as before
 
 
 def test_made_beside_makes_only_the_runtimes_objects():
-    """Here (a module of this process) it is a plain call; a factory outside the course's runtime is refused."""
+    """Here (an object of this process) ``made_beside`` and ``made_apart`` are plain calls; a factory outside the
+    course's runtime is refused."""
     here = types.ModuleType("here")
     assert isinstance(made_beside(here, ScriptedStep, [1]), ScriptedStep)
     for factory in (dict, Path, _try):
         with pytest.raises(ValueError, match="sampling_course"):
             made_beside(here, factory)
+        with pytest.raises(ValueError, match="sampling_course"):
+            made_apart(here, factory)
+    step = ScriptedStep([1])
+    wrapped = made_apart(step, CountedCall)  # an object of this process: wrapped here
+    assert isinstance(wrapped, CountedCall) and (wrapped(), wrapped.calls) == (step.out, 1)
 
 
 def test_a_call_answered_after_its_time_limit_leaves_the_connection_to_a_fresh_process(grader):

@@ -1,7 +1,8 @@
 """Part 10: chunked prefill, a cap on the positions one step of the engine runs (``max_step_tokens``).
 
 The cap is checked by brute force: a hook on the model's first LayerNorm sees every position
-each forward pass runs, whatever the scheduler says it planned. Under every cap tried, each
+each forward pass runs, whatever the scheduler says it planned (``sampling_course.pass_counter``,
+made where the model runs). Under every cap tried, each
 request gets the tokens part 5's ``generate`` gives it alone (greedy, and seeded sampling with
 the request's own generator), also with prefix caching, where a shared prompt's blocks are
 filled over several steps. A prompt longer than the cap is prefilled over several steps while
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import pytest
 
+from sampling_course.beside import made_beside
+from sampling_course.pass_counter import PassCounter
 from sampling_course.sampling_settings import SamplerSettings
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -27,16 +30,10 @@ PROMPTS = [
 NEW = 8
 
 
-def count_positions(model):
-    """The positions of every forward pass of ``model`` from now on, one entry per pass (a pre-hook on its
-    first LayerNorm, which every position of a pass goes through once), and the hook's handle."""
-    passes: list[int] = []
-
-    def hook(module, args):
-        shape = args[0].shape
-        passes.append(shape[0] * shape[1] if len(shape) == 3 else shape[0])
-
-    return passes, model.blocks[0].ln1.register_forward_pre_hook(hook)
+def count_positions(impl, model) -> PassCounter:
+    """The positions of every forward pass of ``model`` from now on, one entry per pass in ``passes`` (a pre-hook
+    on its first LayerNorm, which every position of a pass goes through once, made where the model runs)."""
+    return made_beside(impl.engine, PassCounter, model.blocks[0].ln1)
 
 
 def jobs_of(tokenizer):
@@ -58,7 +55,7 @@ def serve(impl, model, jobs, cap, eos, max_running=4, arrive_every=0, prefix_cac
     ``arrive_every`` > 0 one job arrives every that many steps. Returns the requests and the positions of every
     forward pass."""
     engine = impl.engine.Engine(model, 96, block_size, max_running, prefix_caching=prefix_caching, max_step_tokens=cap)
-    passes, hook = count_positions(model)
+    counter = count_positions(impl, model)
     requests, pending = [], list(jobs)
     try:
         while pending or not engine.scheduler.done:
@@ -68,9 +65,9 @@ def serve(impl, model, jobs, cap, eos, max_running=4, arrive_every=0, prefix_cac
                 pending = [] if arrive_every == 0 else pending[1:]
             engine.step()
     finally:
-        hook.remove()
+        counter.remove()
     assert engine.pool.n_free == engine.pool.n_blocks, "blocks left held at the end"
-    return requests, passes
+    return requests, counter.passes
 
 
 @pytest.mark.exercise("Scheduler.schedule")
@@ -101,7 +98,7 @@ def test_a_prompt_longer_than_the_cap_is_prefilled_over_steps_while_the_others_d
     cap, max_running = 6, 3
     assert len(long_prompt) > 4 * cap
     engine = impl.engine.Engine(tiny_demo, 96, 4, max_running, max_step_tokens=cap)
-    passes, hook = count_positions(tiny_demo)
+    counter = count_positions(impl, tiny_demo)
     try:
         decoding = [engine.add_request(p, 40, GREEDY) for p in short]
         engine.step()
@@ -116,7 +113,8 @@ def test_a_prompt_longer_than_the_cap_is_prefilled_over_steps_while_the_others_d
                 "a request being decoded got no token in a step that prefilled a chunk of the long prompt")
         engine.run()
     finally:
-        hook.remove()
+        counter.remove()
+    passes = counter.passes
     assert max(passes) <= cap, f"a forward pass ran {max(passes)} positions, more than max_step_tokens={cap}"
     # Each step leaves one position to each decoding request: the prompt takes the rest, cap - 2 a step.
     assert steps == -(-len(long_prompt) // (cap - len(decoding))), f"the long prompt took {steps} steps"

@@ -20,9 +20,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sampling_course.beside import made_beside
+from sampling_course.beside import made_apart, made_beside
+from sampling_course.counted_model import ForceEOSAfter
 
-from doubles import CountedModel, NeverEOSModel
+from doubles import NeverEOSModel, counted
 from part2_oracles import ALPHA, as_token, draws_of, n_draws, softmax64
 from quantiles import binom_isf, binom_ppf
 
@@ -168,26 +169,6 @@ def test_sample_passes_its_settings_on(Sampler, demo, reference, oracle, setting
     assert actual == expected
 
 
-class ForceEOSAfter(torch.nn.Module):
-    """Wraps a model; once the sequence has ``length`` tokens, EOS is the only possible next token.
-
-    Records how many times it is called, so that a loop running past EOS shows.
-    """
-
-    def __init__(self, model: torch.nn.Module, eos: int, length: int):
-        super().__init__()
-        self.model, self.cfg, self.eos, self.length = model, model.cfg, eos, length
-        self.calls = 0
-
-    def forward(self, tokens: torch.Tensor, *args, **kwargs):
-        self.calls += 1
-        logits = self.model(tokens, *args, **kwargs).clone()
-        if tokens.shape[-1] >= self.length:
-            logits[:, -1, :] = float("-inf")
-            logits[:, -1, self.eos] = 0.0
-        return logits
-
-
 class ForceEOSProcessor:
     """The same rule for Hugging Face generate."""
 
@@ -222,11 +203,12 @@ def test_sample_stops_right_after_eos(Sampler, demo, reference, oracle, settings
     tokenizer = reference.tokenizer
     prompt = PROMPTS[2]
     prompt_len = len(tokenizer(prompt).input_ids)
-    model = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+    # its calls are counted apart, where sample cannot change the count
+    model = made_apart(demo, ForceEOSAfter, tokenizer.eos_token_id, prompt_len + 5)
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=20, **settings)
 
     if settings["temperature"] > 0:  # the draws are your sample_next_token's: replay them
-        forced = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)
+        forced = ForceEOSAfter(demo, tokenizer.eos_token_id, prompt_len + 5)  # called here, by the replay
         seed = settings.pop("seed")
         expected_ids = replay(Sampler, forced, tokenizer, prompt, 20, seed, **settings)
     else:
@@ -247,8 +229,8 @@ def test_sample_generates_exactly_max_tokens(Sampler, tiny, settings):
     prompt_ids = tokenizer(PROMPTS[0]).input_ids
     rule = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id)  # the expected text is worked out on this twin
     for max_tokens_generated in (7, 1, 0):
-        # made where sample calls it; the calls are recorded here, where sample cannot change the record
-        model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
+        # made where sample calls it; the calls are recorded apart, where sample cannot change the record
+        model = counted(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
         actual = Sampler(model, tokenizer).sample(PROMPTS[0], max_tokens_generated=max_tokens_generated, **settings)
         expected = tokenizer.decode(rule.continuation(prompt_ids, max_tokens_generated))
         assert actual == expected, f"max_tokens_generated={max_tokens_generated}"
@@ -266,7 +248,7 @@ def test_sample_feeds_the_model_the_last_n_ctx_tokens(Sampler, tiny):
     prompt = " ".join(["the cat sat on the mat"] * 40)
     prompt_ids = tokenizer(prompt).input_ids
     assert len(prompt_ids) > n_ctx + 10
-    model = CountedModel(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
+    model = counted(made_beside(Sampler, NeverEOSModel, tiny.cfg, tokenizer.eos_token_id))
     actual = Sampler(model, tokenizer).sample(prompt, max_tokens_generated=4, temperature=0.0)
     full = NeverEOSModel(tiny.cfg, tokenizer.eos_token_id).continuation(prompt_ids, 4)  # on a twin
     assert actual == tokenizer.decode(full)

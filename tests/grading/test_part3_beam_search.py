@@ -21,7 +21,7 @@ import math
 
 import pytest
 
-from doubles import BigramModel, CountedModel
+from doubles import BigramModel, counted
 from part3_oracles import (
     ATOL, RTOL, EosAs, assert_same_beams, hf_beam_search, hf_is_done, hf_normalised_beams, normalised_beam_case,
     random_prompt,
@@ -108,8 +108,8 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
     a, b, d = _word_ids(tok, " the", " cat", " sat")
     table = {a: {eos: 0.5, b: 0.3, d: 0.2}, b: {eos: 0.6, d: 0.4}, d: {b: 1.0}}
 
-    # made where beam_search calls it; its calls are recorded here, where beam_search cannot change the record
-    model = CountedModel(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
+    # made where beam_search calls it; its calls are recorded apart, where beam_search cannot change the record
+    model = counted(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=1, num_beams=3, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos])]
@@ -118,7 +118,7 @@ def test_beam_search_returns_early_once_enough_beams_finished(impl, tiny):
 
     # Two beams: " the<eos>" finishes at step 1, " the cat<eos>" at step 2 (0.3 * 0.6 beats
     # " the cat sat" at 0.12), then it must stop.
-    model = CountedModel(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
+    model = counted(made_beside(impl.sampling, BigramModel, tiny.cfg, table))
     sampler = impl.sampling.TransformerSampler(model, tok)
     out = sampler.beam_search(tok.decode([a]), num_return_sequences=2, num_beams=2, max_new_tokens=10)
     assert [text for _, text in out] == [tok.decode([a, eos]), tok.decode([a, b, eos])]

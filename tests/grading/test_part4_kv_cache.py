@@ -12,7 +12,7 @@ How the tests judge:
   DemoTransformer), and the cache must hold TransformerLens' keys and values.
 * Cached ``sample`` must draw exactly the tokens of uncached ``sample`` and of Hugging
   Face ``generate`` (greedy, and seeded sampling), and must really use the cache: a recording
-  model (``CountedModel``) checks that each step after the prompt runs one new position.
+  model (``counted``) checks that each step after the prompt runs one new position.
 * Cached ``beam_search`` must return Hugging Face's beams and summed log-probs (and the
   uncached ones), and every beam's cache row must hold the keys of that beam's own tokens.
 
@@ -31,7 +31,7 @@ import torch
 
 from sampling_course.grading.tolerances import parity
 
-from doubles import CountedModel
+from doubles import counted
 
 # fp32 logits of two correct implementations agree to ~1e-5 (as in test_transformer.py);
 # every classic mistake of part 4 moves them by far more than 1e-3 on the stand-in.
@@ -385,7 +385,7 @@ def test_cached_and_uncached_sampling_agree(KVC, sampler, reference, seed, kwarg
 def test_cached_sample_runs_one_new_position_per_step(KVC, demo, reference, impl):
     """With a cache, the first call runs the whole prompt from an empty cache and every later call
     passes a cache holding all but the newest position."""
-    spy = CountedModel(demo)  # the calls are recorded here, where the sampler cannot change the record
+    spy = counted(demo)  # the calls are recorded apart, where the sampler cannot change the record
     sampler = impl.sampling.TransformerSampler(spy, reference.tokenizer)
     prompt = PROMPTS[0]
     n_prompt = len(reference.tokenizer(prompt).input_ids)

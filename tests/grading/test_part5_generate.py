@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from doubles import CountedModel, IdTokenizer, SuccessorModel
+from doubles import IdTokenizer, SuccessorModel, counted
 from sampling_course.beside import made_beside
 from part5_shared import (
     assert_same_tokens, hf_logits_alone, hf_processor, hf_warpers, left_padded, new_tokens_of, Part5, PROMPTS, TOL,
@@ -216,8 +216,8 @@ def test_presence_and_frequency_penalties_count_generated_tokens_only(gen, demo,
 
 @pytest.fixture()
 def successor_batch(impl):
-    # made where generate calls it; its calls are recorded here, where generate cannot change the record
-    model = CountedModel(made_beside(impl.transformer, SuccessorModel, impl.transformer.KeyValueCache))
+    # made where generate calls it; its calls are recorded apart, where generate cannot change the record
+    model = counted(made_beside(impl.transformer, SuccessorModel, impl.transformer.KeyValueCache))
     eos = SuccessorModel(None).cfg.d_vocab - 1  # on a twin
     # Rows reach EOS after 3, 5 and 8 steps; row 2's prompt is the shortest.
     prompts = [f"1 2 {eos - 3}", f"4 5 6 7 {eos - 5}", f"{eos - 8}"]

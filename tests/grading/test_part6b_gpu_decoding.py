@@ -19,7 +19,8 @@ with a one-line reason elsewhere):
   softmax(logits), which is ``torch.multinomial``'s. Support is checked apart from
   frequencies. It must draw from the generator it is given and read nothing back to the host.
 * ``decode_loop`` runs a scripted step whose rows end at known steps
-  (``sampling_course.scripted_step``, made beside the code under test), against the loop that
+  (``sampling_course.scripted_step``, made beside the code under test; its calls counted
+  where that code cannot change the count, ``doubles.counted_calls``), against the loop that
   looks after every step, transcribed here: the same tokens, the number of steps the rule
   implies, and few host reads.
 * ``CapturedDecoder`` (written for the learner) must give Hugging Face's greedy ``generate``,
@@ -41,6 +42,7 @@ from sampling_course.grading.tolerances import parity
 from sampling_course.op_recorder import OpRecorder
 from sampling_course.scripted_step import ScriptedStep
 
+from doubles import counted_calls
 from quantiles import binom_isf, binom_ppf
 
 TOL = parity()
@@ -271,10 +273,10 @@ def test_decode_loop_gives_the_tokens_of_a_loop_that_looks_every_step(gpu, case,
     multiple of check_every at or after the step where the last row ended (at most max_new_tokens)."""
     ends, max_new_tokens = case
     expected, steps_needed = looking_after_every_step(ends, max_new_tokens)
-    step = made_beside(gpu, ScriptedStep, ends, EOS, PAD)  # where decode_loop runs: it calls the step there
-    finished = step.finished
+    scripted = made_beside(gpu, ScriptedStep, ends, EOS, PAD)  # where decode_loop runs: it marks finished there
+    step = counted_calls(scripted)  # its calls are counted apart, where decode_loop cannot change the count
     with OpRecorder() as recorder:
-        got = gpu.decode_loop(step, finished, max_new_tokens, check_every)
+        got = gpu.decode_loop(step, scripted.finished, max_new_tokens, check_every)
     assert isinstance(got, torch.Tensor) and got.shape[0] == len(ends), "decode_loop returns (batch, new) tokens"
     assert torch.equal(got, expected), f"tokens {got.tolist()}, expected {expected.tolist()}"
     ended = all(end is not None and end < max_new_tokens for end in ends)
@@ -293,11 +295,12 @@ def test_decode_loop_gives_the_tokens_of_a_loop_that_looks_every_step(gpu, case,
 
 @pytest.mark.exercise("decode_loop")
 def test_decode_loop_of_no_steps_and_bad_arguments(gpu):
-    step = made_beside(gpu, ScriptedStep, [3], EOS, PAD)
-    assert gpu.decode_loop(step, step.finished, 0).shape == (1, 0) and step.calls == 0
+    scripted = made_beside(gpu, ScriptedStep, [3], EOS, PAD)
+    step = counted_calls(scripted)
+    assert gpu.decode_loop(step, scripted.finished, 0).shape == (1, 0) and step.calls == 0
     for bad in (0, -2, 1.5):
         with pytest.raises(ValueError, match="check_every"):
-            gpu.decode_loop(step, step.finished, 4, bad)
+            gpu.decode_loop(step, scripted.finished, 4, bad)
 
 
 def hf_greedy_ids(reference, prompts: torch.Tensor, eos: int | None, new: int = 10) -> torch.Tensor:

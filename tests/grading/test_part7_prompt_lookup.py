@@ -13,7 +13,7 @@ import torch
 
 from sampling_course.beside import made_beside
 
-from doubles import CountedModel, IdTokenizer, RecordingTokenizer
+from doubles import IdTokenizer, RecordingTokenizer, counted
 from part7_oracles import (
     ORACLE_TARGET,
     PAIR_TOKENIZER,
@@ -131,7 +131,7 @@ def test_prompt_lookup_is_the_targets_greedy_text_and_counts_no_draft_forwards(s
     the stats count target forwards only."""
     model, _ = toy_pair(spec_loop)
     for prompt in ("2 0", "1 2 0 1 2", "3 3 1"):
-        target = CountedModel(model)  # its calls are recorded here, where the loop cannot change them
+        target = counted(model)  # its calls are recorded apart, where the loop cannot change them
         ids, stats = lookup_generate(spec_loop, target, prompt, 30, prompt_lookup_num_tokens=4, temperature=0)
         assert stats.draft_forwards == 0 and stats.target_forwards == len(target.calls) > 0
         assert_greedy(ORACLE_TARGET, IdTokenizer().encode(prompt), ids, 30, None, f"prompt lookup, prompt {prompt!r}")

@@ -60,7 +60,7 @@ import torch
 
 from sampling_course.repeat import repeat
 
-from doubles import CountedModel
+from doubles import counted
 from part7_oracles import ORACLE_DRAFT, V, assert_frequencies_match, oracle_filtered, sample_size, toy_pair
 
 
@@ -175,10 +175,10 @@ def test_draft_tokens_draws_from_the_filtered_draft(spec, impl, settings, cached
         _, cache = draft(tokens[None, :cached], cache)
     gamma = 5
     generator = torch.Generator(device=device).manual_seed(seed)
-    counted = CountedModel(draft)  # its calls are recorded here, where draft_tokens cannot change the record
-    proposals, q, cache = spec.draft_tokens(counted, tokens, cache, gamma, generator=generator, **settings)
+    spy = counted(draft)  # its calls are recorded apart, where draft_tokens cannot change the record
+    proposals, q, cache = spec.draft_tokens(spy, tokens, cache, gamma, generator=generator, **settings)
     assert proposals.shape == (gamma,) and q.shape == (gamma, V), f"shapes {tuple(proposals.shape)}, {tuple(q.shape)}"
-    calls = counted.calls
+    calls = spy.calls
     assert len(calls) == gamma, f"expected {gamma} forward passes of the draft, got {len(calls)}"
     assert all(c is not None for _, c in calls), "every forward pass of the draft must use its cache"
     assert calls[0][1] == cached and all(n - c == 1 for n, c in calls[1:]), (

@@ -14,7 +14,7 @@ import torch
 
 from sampling_course.beside import made_beside
 
-from doubles import CountedModel, IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel
+from doubles import IdTokenizer, IdTokenizerWithVocab, RecordingTokenizer, TrigramModel, counted
 from part7_oracles import (
     ORACLE_TARGET,
     PAIR_TOKENIZER,
@@ -68,13 +68,13 @@ def test_speculative_round_keeps_only_accepted_positions(spec, impl, seed, devic
     _, target_cache = target(tokens[None, :2], target_cache)
     lengths = Counter()
     for _ in range(40):
-        counted = CountedModel(target)  # its calls are recorded here, where speculative_round cannot change them
+        spy = counted(target)  # its calls are recorded apart, where speculative_round cannot change them
         new, t_cache, d_cache = spec.speculative_round(
-            counted, draft, tokens, target_cache, draft_cache, 3, 1.0, 0, 1.0, generator
+            spy, draft, tokens, target_cache, draft_cache, 3, 1.0, 0, 1.0, generator
         )
         lengths[len(new)] += 1
         assert 1 <= len(new) <= 4, f"a round with gamma=3 added {len(new)} tokens"
-        calls = counted.calls
+        calls = spy.calls
         assert calls == [(len(tokens) + 3, 2)], f"expected one target forward over 4 new positions, got {calls}"
         kept = torch.cat([tokens, new])
         assert t_cache.shape[3] == len(kept) - 1, f"the target's cache holds {t_cache.shape[3]} positions, expected {len(kept) - 1}"
@@ -178,7 +178,7 @@ def test_an_identical_draft_has_every_proposal_accepted(spec_loop, gamma, n):
     table = random_table(7, scale=1.5)
     for settings in (dict(temperature=1.0), dict(temperature=0.5, top_k=3), dict(temperature=2.0, top_p=0.8)):
         target, draft = made_beside(spec_loop, TrigramModel, table, "target"), made_beside(spec_loop, TrigramModel, table, "draft")
-        target = CountedModel(target)  # its calls are recorded here, where the loop cannot change them
+        target = counted(target)  # its calls are recorded apart, where the loop cannot change them
         ids, stats = generate(spec_loop, target, draft, "1 2", n, gamma=gamma, seed=gamma, **settings)
         rounds = math.ceil(n / (gamma + 1))
         assert len(ids) == 2 + n
@@ -197,7 +197,7 @@ def test_stats_count_the_real_forward_passes(spec_loop, seed):
     after the first, every target forward runs at most gamma + 1 new positions. Alpha is strictly between
     0 and 1 except with probability < 1e-10 (no context of the toy pair accepts 3 proposals in a row with
     probability above .3, or rejects the first with probability above .72)."""
-    target, draft = (CountedModel(model) for model in toy_pair(spec_loop, n_ctx=128))  # records kept here
+    target, draft = (counted(model) for model in toy_pair(spec_loop, n_ctx=128))  # records kept apart
     gamma, n = 3, 80
     ids, stats = generate(spec_loop, target, draft, TOY_PROMPT, n, gamma=gamma, seed=seed)
     target_calls, draft_calls = target.calls, draft.calls

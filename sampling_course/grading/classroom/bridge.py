@@ -13,8 +13,11 @@ process. Each side of the connection is an ``Endpoint``. What crosses is data, n
   ``forward`` runs in the submission's process. Parameters, and tensors that are an object's
   attributes, changed on either side are copied to the other with the next message.
 
+A double whose record decides a verdict lives in a third process, the double host (``host.py``);
+the submission's process gets a handle to it there (tag "B"), not to an object of the grader's.
+
 Calls nest: while the grader waits for a submission's ``sample``, the submission may call
-the grader's model (a handle) and the grader answers, then goes on waiting. The state of
+a handle it was given and the other side answers, then goes on waiting. The state of
 torch's global random generator, torch's grad mode and tensors modified in place travel with
 every message, so code behaves as if it ran in one process: a test that seeds torch and then
 calls the submission gets the same draws as in a local run.
@@ -74,8 +77,13 @@ PRINT_BUDGET = 1 << 16  # characters of a submission's printed output kept, in a
 class Endpoint(Codec):
     """One side of a connection. ``trusted``: whether requests from the other side may change things here."""
 
-    def __init__(self, sock: socket.socket, *, peer_trusted: bool, owns_modules: bool):
+    def __init__(self, sock: socket.socket, *, peer_trusted: bool, owns_modules: bool, random_state: bool = True):
         self.sock = sock
+        self.random_state = random_state  # torch's random state travels (not to and from the double host)
+        self.host: Endpoint | None = None  # the submission's side: its connection to the double host
+        self.made_apart: Any = None  # the grader's side: makes a double in the double host (host.made_apart)
+        self.made_for_peer: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(host's handle) -> (it, its description)
+        self.by_name: dict[Any, Any] = {}  # shipped tokenizers: id(one) -> (it, its name) here; name -> one made there
         self.peer_trusted = peer_trusted  # the worker trusts the grader; the grader trusts no one
         self.owns_modules = owns_modules  # the worker sends its modules as mirrors
         # The time the other side may still take, counted only while this side waits for it (time
@@ -126,7 +134,7 @@ class Endpoint(Codec):
 
     def _send(self, message: dict[str, Any], blobs: list[bytes]) -> None:
         state = torch.get_rng_state()
-        if not torch.equal(state, self._rng):
+        if self.random_state and not torch.equal(state, self._rng):
             message["rng"] = encode_tensor(state, blobs)
             self._rng = state
         message["grad"] = torch.is_grad_enabled()
@@ -152,7 +160,7 @@ class Endpoint(Codec):
 
     def _absorb(self, message: dict[str, Any], blobs: list[memoryview]) -> None:
         """Apply what travels with every message: the random state, grad mode and changed parameters."""
-        if "rng" in message:
+        if "rng" in message and self.random_state:
             state = decode_tensor(message["rng"], blobs)
             try:
                 torch.set_rng_state(state)
@@ -407,6 +415,10 @@ class _CappedText(io.StringIO):
 def perform(endpoint: Endpoint, op: str, target: Any, args: list, extra: dict[str, Any]) -> Any:
     """Do one request on this side's object ``target``, refusing what the policy forbids."""
     untrusted = not endpoint.peer_trusted
+    if op == "lend" and not untrusted:  # the grader asks: hand this object to the double host, by description
+        if endpoint.host is None:
+            raise RuntimeError("no connection to a double host")
+        return endpoint.host.handle_spec(target)
     if untrusted:
         if op not in SAFE_OPS:
             raise PermissionError(f"the grader's objects do not allow {op!r}")

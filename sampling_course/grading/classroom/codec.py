@@ -11,6 +11,10 @@
   kept in step, so that ``cache.buffer.fill_(...)`` and ``cache.buffer is buffer`` mean what they
   mean in one process (the copy, handed back, is the object's own tensor again);
 * a submission's ``torch.nn.Module``: a *mirror* (``proxies.build_mirror``);
+* a shipped tokenizer (``recording_tokenizer.shipped_name``): its name; the submission's side makes
+  its own from the course's files, once per name;
+* an object of the double host made for the submission (``host.made_apart``): its
+  description, which the submission's side turns into a handle through its connection to the host;
 * anything else: a *handle* (``proxies.RemoteObject``), which names the object and the
   special methods its class has, so ``hasattr(handle, "__len__")`` answers as the object would.
 
@@ -117,6 +121,13 @@ class Codec:
             return spec
         if isinstance(value, (RemoteObject, ModuleMirror)) and value._endpoint() is self:
             return {"Y": value._ref()}
+        if not self.owns_modules and type(value).__name__ == "Tokenizer" and self._shipped(value) is not None:
+            return {"W": self._shipped(value)}  # a shipped tokenizer: made again from its name where it is sent
+        if isinstance(value, RemoteObject) and not self.owns_modules:  # the grader's (or host's) handle elsewhere
+            made = self.made_for_peer.get(id(value))
+            if made is None or made[0] is not value:
+                raise TypeError("an object of another process is handed on only when made for this one (made_apart)")
+            return {"B": made[1]}  # the submission gets a handle to the double host's object, there
         enc = lambda v: self.encode(v, blobs, sent, depth + 1)  # noqa: E731
         if type(value) is list:
             return {"L": [enc(v) for v in value]}
@@ -155,6 +166,25 @@ class Codec:
         if self.owns_modules and isinstance(value, torch.nn.Module):
             return self._encode_module(value, blobs, sent)
         return self._encode_handle(value)
+
+    def handle_spec(self, value: Any) -> dict[str, Any]:
+        """``value`` handed to the other side as a handle (never by value, never as a mirror): its description."""
+        return self._encode_handle(value)
+
+    def adopt(self, spec: Any) -> Any:
+        """The handle ``spec`` (from ``handle_spec`` on the other side, relayed as data) describes."""
+        if not isinstance(spec, dict) or not isinstance(spec.get("H"), int):
+            raise WireError("a handle's description must name it")
+        return self._proxy(spec)
+
+    def _shipped(self, tokenizer: Any) -> str | None:
+        """The name of the shipped tokenizer ``tokenizer`` is (worked out once per object), or None."""
+        known = self.by_name.get(id(tokenizer))
+        if known is None or known[0] is not tokenizer:
+            from sampling_course.recording_tokenizer import shipped_name
+
+            known = self.by_name[id(tokenizer)] = (tokenizer, shipped_name(tokenizer))
+        return known[1]
 
     def _is_subclass_to_keep(self, value: torch.Tensor) -> bool:
         # A submission's tensor subclass (a KeyValueCache) crosses as a handle: its methods stay with it.
@@ -226,6 +256,17 @@ class Codec:
             return self.local(value["Y"])
         if "H" in value:
             return self._proxy(value)
+        if "W" in value and self.owns_modules:  # a shipped tokenizer, by name: made here, once per name
+            from sampling_course.recording_tokenizer import SHIPPED_TOKENIZERS, shipped_tokenizer
+
+            name = _choice(value["W"], SHIPPED_TOKENIZERS)
+            if name not in self.by_name:
+                self.by_name[name] = shipped_tokenizer(name)
+            return self.by_name[name]
+        if "B" in value:  # an object of the double host, made for this side: a handle through the connection there
+            if self.host is None:
+                raise WireError("a double host's object, and no connection to a double host")
+            return self.host.adopt(value["B"])
         if "M" in value:
             return self.mirror(value, blobs)
         if "L" in value:

@@ -22,9 +22,11 @@ The result is a dict of plain values (JSON-able), so any executor can carry it b
 
 from __future__ import annotations
 
+import functools
 import io
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -35,7 +37,7 @@ from typing import Any
 import pytest
 
 from sampling_course.grading import runner
-from sampling_course.grading.classroom import jail
+from sampling_course.grading.classroom import host, jail
 from sampling_course.grading.classroom.bridge import Endpoint, SubmissionLost
 from sampling_course.grading.classroom.proxies import ModuleMirror, RemoteObject
 from sampling_course.grading.classroom.remote_package import RemotePackage
@@ -73,6 +75,10 @@ class Connection:
         self.bwrap = bwrap
         self.worker: Worker | None = None
         self.endpoint: Endpoint | None = None
+        # The double host (host.py) of the current process: started when a test first needs it, ended with it.
+        self.host_worker: Worker | None = None
+        self.host_endpoint: Endpoint | None = None
+        self._host_end: socket.socket | None = None  # the host's end of the submission's connection to it
         self.started = 0
         self.stopped_for_time = 0  # processes the grader stopped because a call ran past its time limit
         self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
@@ -97,9 +103,15 @@ class Connection:
             self.retire()
         if self.started - self.stopped_for_time > MAX_RESTARTS:  # a time limit's restart is never held against it
             raise SubmissionLost(f"the submission's process was started {self.started} times; no more")
-        limits = {"memory_bytes": (self.settings.memory_mb << 20) + BASE_MEMORY,
-                  "cpu_seconds": int(self.settings.seconds_per_submission), "file_bytes": 64 << 20, "open_files": 256}
-        self.worker = Worker.start(self.copy, limits, self.bwrap)
+        ours, theirs = socket.socketpair()  # the submission's connection to its double host
+        try:
+            self.worker = Worker.start(self.copy, self._limits(), self.bwrap, peer_fd=theirs.fileno())
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self._host_end = ours
         self.started += 1
         self.measures = self.worker.measures
         endpoint = Endpoint(self.worker.sock, peer_trusted=False, owns_modules=False)
@@ -107,8 +119,43 @@ class Connection:
         endpoint.on_error = self._on_error
         endpoint.allowance = self.allowance
         endpoint.budget = SUBMISSION_BYTES
+        endpoint.made_apart = functools.partial(host.made_apart, endpoint, self._start_host)
         self.endpoint = endpoint
         return endpoint
+
+    def _limits(self) -> dict[str, int]:
+        return {"memory_bytes": (self.settings.memory_mb << 20) + BASE_MEMORY,
+                "cpu_seconds": int(self.settings.seconds_per_submission), "file_bytes": 64 << 20, "open_files": 256}
+
+    def _start_host(self) -> Endpoint:
+        """The connection to the current process's double host, started the first time a test needs it."""
+        if self.host_endpoint is not None:
+            if not self.host_endpoint.alive:
+                raise SubmissionLost("the double host stopped answering")
+            return self.host_endpoint
+        if self._host_end is None:
+            raise SubmissionLost("the submission's process is gone")
+        try:
+            self.host_worker = Worker.start(None, self._limits(), self.bwrap, peer_fd=self._host_end.fileno())
+        finally:
+            self._host_end.close()
+            self._host_end = None
+        endpoint = Endpoint(self.host_worker.sock, peer_trusted=False, owns_modules=False, random_state=False)
+        endpoint.on_wait = self._on_host_wait
+        endpoint.allowance = self.allowance
+        endpoint.budget = SUBMISSION_BYTES
+        self.host_endpoint = endpoint
+        return endpoint
+
+    def _on_host_wait(self, endpoint: Endpoint) -> None:
+        """The double host did not answer in time (the submission can keep it busy): both processes are
+        retired, so the next test gets fresh ones."""
+        endpoint.alive = False
+        if self.endpoint is not None:
+            self.endpoint.alive = False
+        self.stopped_for_time += 1
+        self.flag("time", f"ran past the time limit ({self.limit_s:g} s) in {self.context or 'a test'}")
+        raise TookTooLong(f"stopped after {self.limit_s:g} s")
 
     def set_limit(self, seconds: float, context: str) -> None:
         """The next test may take ``seconds``: the submission's time and the grader's time serving it."""
@@ -116,10 +163,12 @@ class Connection:
         if self.endpoint is not None:
             self.endpoint.allowance = seconds
             self.endpoint.interrupted = False
+        if self.host_endpoint is not None:
+            self.host_endpoint.allowance = seconds
 
     def waited(self) -> float:
         """Seconds the grader spent waiting for this submission, all its processes together."""
-        return self._waited + (self.endpoint.waited if self.endpoint is not None else 0.0)
+        return self._waited + sum(e.waited for e in (self.endpoint, self.host_endpoint) if e is not None)
 
     def _on_wait(self, endpoint: Endpoint) -> None:
         """A call ran out of time: interrupt it; if it will not stop, stop the process."""
@@ -144,11 +193,15 @@ class Connection:
     def retire(self) -> None:
         if self.endpoint is not None and not self.endpoint.alive and "time" not in self.flags:
             self.flag("process", "its process ended or stopped answering during grading")
-        if self.endpoint is not None:
-            self._waited += self.endpoint.waited
-        if self.worker is not None:
-            self.worker.stop()
-        self.worker, self.endpoint = None, None
+        for endpoint in (self.endpoint, self.host_endpoint):
+            if endpoint is not None:
+                self._waited += endpoint.waited
+        for worker in (self.worker, self.host_worker):
+            if worker is not None:
+                worker.stop()
+        if self._host_end is not None:
+            self._host_end.close()
+        self.worker, self.endpoint, self.host_worker, self.host_endpoint, self._host_end = None, None, None, None, None
 
 
 class _Judge(runner._Collector):

@@ -41,7 +41,8 @@ ALLOWED_PACKAGES = ("torch", "torchgen", "functorch", "numpy", "numpy.libs", "ei
 # The grader's modules the submission's side of the bridge needs (everything else of grading/ stays out).
 WORKER_FILES = ("grading/__init__.py", "grading/time_limit.py", "grading/classroom/__init__.py",
                 "grading/classroom/bridge.py", "grading/classroom/codec.py", "grading/classroom/proxies.py",
-                "grading/classroom/policy.py", "grading/classroom/wire.py", "grading/classroom/worker.py")
+                "grading/classroom/policy.py", "grading/classroom/wire.py", "grading/classroom/worker.py",
+                "grading/classroom/host.py")
 COURSE = "/course"  # where the course's runtime is, inside the sandbox
 SUBMISSION = "/submission"  # where the submission's copy is, inside the sandbox
 SITE = "/site-packages"  # where the allowed packages are, inside the sandbox
@@ -72,8 +73,9 @@ def _site_packages() -> Path:
     return Path(torch.__file__).resolve().parent.parent
 
 
-def command(bwrap: str, copy: Path, fd: int, seccomp_fd: int) -> list[str]:
-    """The command that starts ``worker.py`` in the sandbox, serving on file descriptor ``fd``."""
+def command(bwrap: str, copy: Path | None, fd: int, seccomp_fd: int) -> list[str]:
+    """The command that starts ``worker.py`` in the sandbox, serving on file descriptor ``fd``; with no
+    ``copy`` (the double host), nothing is writable but its ``/tmp``."""
     import sampling_course
 
     package = Path(sampling_course.__file__).resolve().parent
@@ -95,10 +97,12 @@ def command(bwrap: str, copy: Path, fd: int, seccomp_fd: int) -> list[str]:
         args += ["--ro-bind", str(path), f"{COURSE}/sampling_course/{path.name}"]
     for relative in WORKER_FILES:
         args += ["--ro-bind", str(package / relative), f"{COURSE}/sampling_course/{relative}"]
-    args += ["--bind", str(copy), SUBMISSION, "--chdir", SUBMISSION,
-             "--setenv", "HOME", SUBMISSION, "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "LANG", "C.UTF-8",
+    home = SUBMISSION if copy is not None else "/tmp"
+    if copy is not None:
+        args += ["--bind", str(copy), SUBMISSION]
+    args += ["--chdir", home, "--setenv", "HOME", home, "--setenv", "OMP_NUM_THREADS", "1", "--setenv", "LANG", "C.UTF-8",
              "--seccomp", str(seccomp_fd)]
-    paths = ":".join([*stdlib, SITE, COURSE, SUBMISSION])
+    paths = ":".join([*stdlib, SITE, COURSE, *([SUBMISSION] if copy is not None else [])])
     worker = f"{COURSE}/sampling_course/grading/classroom/worker.py"
     return args + [str(Path(sys.executable).resolve()), "-I", "-S", "-B", worker, str(fd), paths]
 

@@ -50,6 +50,8 @@ class Channel(Protocol):
     def mirror(self, spec: dict[str, Any], blobs: list[memoryview]) -> Any:
         """The mirror of a module the other side sent."""
 
+    made_apart: Any  # the grader's side: (ref, name, args, kwargs) -> the runtime's ``name`` made in the double host
+
 
 def _values(value: Any) -> Any:
     """``value`` with every remote tensor replaced by its data (for a torch function called here).
@@ -190,10 +192,22 @@ class RemoteObject:
         runtime = handle._endpoint().request("import", None, name=module)
         return getattr(runtime, name)(handle, *args, **kwargs)
 
+    @staticmethod
+    def run_apart(handle: "RemoteObject", name: str, *args: Any, **kwargs: Any) -> Any:
+        """The runtime's ``name`` called with ``handle``'s object and ``args``, made in the double host
+        (``sampling_course.beside.made_apart``): a record there that neither side's code can change."""
+        return _apart(handle._endpoint(), handle._ref(), name, args, kwargs)
+
     @classmethod
     def __torch_function__(cls, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         # Here, on the tensors' data: the submission's tensor class never decides what a torch function gives.
         return func(*_values(args), **_values(kwargs or {}))
+
+
+def _apart(endpoint: Channel, ref: int, name: str, args: tuple, kwargs: dict[str, Any]) -> Any:
+    if getattr(endpoint, "made_apart", None) is None:
+        raise RuntimeError("this connection has no double host")
+    return endpoint.made_apart(ref, name, args, kwargs)
 
 
 def _remote_subclass(cls: type, base: type, remote_class: Any) -> Any:
@@ -369,6 +383,11 @@ class _MirrorMixin:
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._endpoint().request("call", self._ref(), *args, kw=kwargs)
+
+    @staticmethod
+    def run_apart(mirror: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        """Like ``RemoteObject.run_apart``, for a submission's module."""
+        return _apart(mirror._endpoint(), mirror._ref(), name, args, kwargs)
 
     def extra_repr(self) -> str:
         return f"in the submission's process: {self.__dict__.get('_bridge_type', '?')}"

@@ -5,7 +5,9 @@ submission (started again after a process had to be stopped). The process's impo
 exactly ``PATHS`` (Python's standard library, the allowed packages, the course's runtime and
 the submission's copy): never the grader's folder, never the current folder. It imports torch,
 puts the copy on its path and answers requests over the bridge (``bridge.py``) until the grader
-hangs up.
+hangs up. It holds a second connection, to the double host (``host.py``): the same program started
+as ``worker.py FD PATHS host PEER_FD``, with no copy of a submission, serving the grader on ``FD``
+and the submission on ``PEER_FD``.
 
 Nothing the process says about itself is believed: the grader knows which measures are in
 force because it wrote the command line, and it flags a submission only for what it saw
@@ -28,8 +30,8 @@ from typing import Any
 __all__ = ["Worker"]
 
 
-def _main(fd: int, paths: str) -> None:
-    """In the sandbox: serve the grader on ``fd``."""
+def _main(fd: int, paths: str, role: str = "submission", peer_fd: int | None = None) -> None:
+    """In the sandbox: serve the grader on ``fd`` (the submission's process, or the double host's)."""
     sys.path[:] = paths.split(":")
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the grader's interruption of a call that ran too long
     import torch
@@ -40,7 +42,16 @@ def _main(fd: int, paths: str) -> None:
     torch.set_num_threads(1)
     sock = socket.socket(fileno=fd)
     write_frame(sock, {"hello": os.getpid()}, [])
-    Endpoint(sock, peer_trusted=True, owns_modules=True).serve_forever()
+    peer = None if peer_fd is None else socket.socket(fileno=peer_fd)
+    if role == "host":
+        from sampling_course.grading.classroom.host import serve
+
+        serve(sock, peer)
+        return
+    endpoint = Endpoint(sock, peer_trusted=True, owns_modules=True)
+    if peer is not None:  # its connection to the double host, which it reads only while it waits for an answer
+        endpoint.host = Endpoint(peer, peer_trusted=True, owns_modules=True, random_state=False)
+    endpoint.serve_forever()
 
 
 class Worker:
@@ -52,13 +63,17 @@ class Worker:
         self.measures = measures
 
     @classmethod
-    def start(cls, copy: Path, limits: dict[str, int], bwrap: str | None, timeout: float = 120) -> "Worker":
-        """A new process for the submission copied to ``copy`` (in ``bwrap``'s sandbox unless it is None)."""
+    def start(cls, copy: Path | None, limits: dict[str, int], bwrap: str | None, timeout: float = 120, *,
+              peer_fd: int | None = None) -> "Worker":
+        """A new process for the submission copied to ``copy`` (in ``bwrap``'s sandbox unless it is None),
+        connected to the double host on ``peer_fd``; with no ``copy``, the double host, connected to the
+        submission's process on ``peer_fd``."""
         from sampling_course.grading.classroom import jail
         from sampling_course.grading.classroom.wire import Deadline, WireError, read_frame
 
         ours, theirs = socket.socketpair()
-        fds = [theirs.fileno()]
+        fds = [theirs.fileno()] + ([] if peer_fd is None else [peer_fd])
+        role = ["submission" if copy is not None else "host"] + ([] if peer_fd is None else [str(peer_fd)])
         program = jail.seccomp_filter() if bwrap else None
         read_end = None
         if bwrap:
@@ -67,7 +82,7 @@ class Worker:
                 os.write(write_end, program)
             os.close(write_end)
             fds.append(read_end)
-            argv = jail.command(bwrap, copy, theirs.fileno(), read_end)
+            argv = jail.command(bwrap, copy, theirs.fileno(), read_end) + role
             if program is None:
                 i = argv.index("--seccomp")
                 del argv[i:i + 2]
@@ -78,8 +93,10 @@ class Worker:
 
             prefix, stdlib = jail.python_paths()
             site = [p for p in sys.path if p.endswith("site-packages")]
-            paths = ":".join([*stdlib, *site, str(Path(sampling_course.__file__).resolve().parents[1]), str(copy)])
-            argv = [str(Path(sys.executable).resolve()), "-I", "-S", "-B", str(Path(__file__).resolve()), str(theirs.fileno()), paths]
+            paths = ":".join([*stdlib, *site, str(Path(sampling_course.__file__).resolve().parents[1]),
+                              *([] if copy is None else [str(copy)])])
+            argv = [str(Path(sys.executable).resolve()), "-I", "-S", "-B", str(Path(__file__).resolve()),
+                    str(theirs.fileno()), paths, *role]
             measures = {"sandbox": "NONE (--unsafe-no-sandbox)"}
         memory = limits["memory_bytes"]
 
@@ -89,7 +106,7 @@ class Worker:
             jail.rlimits(memory, limits["cpu_seconds"], limits["file_bytes"], limits["open_files"])
 
         env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
-        process = subprocess.Popen(argv, pass_fds=fds, env=env, cwd=copy, stdin=subprocess.DEVNULL,
+        process = subprocess.Popen(argv, pass_fds=fds, env=env, cwd=copy or "/", stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)
         theirs.close()
         if read_end is not None:
@@ -135,4 +152,4 @@ def _kill(process: subprocess.Popen) -> None:
 
 
 if __name__ == "__main__":
-    _main(int(sys.argv[1]), sys.argv[2])
+    _main(int(sys.argv[1]), sys.argv[2], *sys.argv[3:4], *[int(fd) for fd in sys.argv[4:5]])
