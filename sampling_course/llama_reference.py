@@ -5,6 +5,9 @@ attention, SwiGLU) trained on the course's story source like the GPT-2 story mod
 same tokenizer, so that its held-out loss can be set against the same entropy floor
 (``scripts/train_story_llama.py`` trains it; ``training.json`` in its folder holds the run's
 figures). It ships with the course and its files are checked against the asset manifest.
+"story-llama-sink" is the same model fine-tuned with a sink token, ``<|sink|>``, at position 0
+of every training window (``scripts/train_story_llama.py --sink``): its tokenizer is the story
+tokenizer plus that one token, whose id follows every other.
 
 A ``LlamaReference`` has what a part 9 test or lesson needs: the ``LlamaConfig``, the
 tokenizer, the weights in the course's names (``weights``, for ``LlamaTransformer``) and in
@@ -29,8 +32,9 @@ from sampling_course.tokenizer import ASSETS_DIR, Tokenizer
 if TYPE_CHECKING:
     import torch
 
-LLAMA_STORY_MODELS = ("story-llama",)
-REBUILD = "python scripts/train_story_llama.py"
+LLAMA_STORY_MODELS = ("story-llama", "story-llama-sink")
+REBUILD = {"story-llama": "python scripts/train_story_llama.py",
+           "story-llama-sink": "python scripts/train_story_llama.py --sink"}
 
 
 @dataclass(frozen=True)
@@ -75,7 +79,7 @@ def llama_model_dir(name: str) -> Path:
     if name not in LLAMA_STORY_MODELS:
         raise ValueError(f"unknown Llama-style model {name!r}; choose one of {LLAMA_STORY_MODELS}")
     path = ASSETS_DIR / name
-    check_assets(path, rebuild=REBUILD)
+    check_assets(path, rebuild=REBUILD[name])
     return path
 
 

@@ -416,7 +416,8 @@ def _checkpoint(name: str) -> tuple[str, Path, dict[str, dict] | None]:
     if name == "gpt2":
         return "gpt2", _gpt2_dir(allow_download=True), None
     raise ValueError(
-        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft', 'story-llama' or 'tiny'"
+        f"unknown reference {name!r}; choose 'auto', 'gpt2', 'story', 'story-draft', 'story-llama', "
+        "'story-llama-sink' or 'tiny'"
     )
 
 
@@ -433,7 +434,7 @@ def reference_settings(name: str = "auto") -> tuple[str, Config, Tokenizer]:
 
 
 def load_reference(
-    name: Literal["auto", "gpt2", "story", "story-draft", "story-llama", "tiny"] = "auto",
+    name: Literal["auto", "gpt2", "story", "story-draft", "story-llama", "story-llama-sink", "tiny"] = "auto",
     device: "str | torch.device | None" = None,
     dtype: "torch.dtype | str | None" = None,
     *,
@@ -445,7 +446,8 @@ def load_reference(
     reachable, and raises ``ReferenceUnavailable`` (saying how to get the weights)
     otherwise. ``"story"`` and ``"story-draft"`` are the models trained on the course's
     story source, shipped with the course. ``"auto"`` falls back to ``"story"`` with a
-    visible notice. ``"story-llama"`` is the Llama-style story model of part 9: it loads as a
+    visible notice. ``"story-llama"`` is the Llama-style story model of part 9 (``"story-llama-sink"`` the
+    same trained with a sink token): it loads as a
     ``LlamaReference`` (``sampling_course.llama_reference``). The result is cached per process
     and shared: treat its models as read-only.
 

@@ -40,7 +40,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -68,6 +68,7 @@ class Recipe:
     batch: int = 8  # windows per step, each n_ctx tokens
     warmup: float = 0.05  # fraction of the steps spent warming up
     seed: int = 0
+    weight_decay: float = 0.1  # AdamW's, on the weight matrices only
 
 
 RECIPES = {
@@ -89,14 +90,18 @@ SMOKE = Recipe(n_layer=1, n_embd=32, n_head=2, n_ctx=128, tokens=40 * 4 * 128, l
 # ---------------------------------------------------------------------------------------
 
 
-def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 16) -> float:
+def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 16,
+               prefix: Sequence[int] = ()) -> float:
     """A causal LM's mean loss in nats per token on ``stories``, each read from position 0.
 
     Each story is read as ``<|endoftext|>`` + story, and the model is scored on every
     story token and the closing ``<|endoftext|>``: the tokens :func:`entropy_floor` counts.
+    ``prefix`` (a model trained with a sink token: that token) goes before the ``<|endoftext|>``,
+    unscored.
     """
     eos = tokenizer.eos_token_id
-    rows = sorted(([eos] + tokenizer(s.text).input_ids + [eos] for s in stories), key=len)
+    skip = len(prefix) + 1  # targets 1 .. len(prefix) are the prefix and the <|endoftext|>: not the story's
+    rows = sorted((list(prefix) + [eos] + tokenizer(s.text).input_ids + [eos] for s in stories), key=len)
     device = next(hf_model.parameters()).device
     nats = 0.0
     count = 0
@@ -107,7 +112,8 @@ def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 
             # Right padding needs no attention mask in a causal model: real tokens never
             # look at the padding after them, and padded targets are masked out below.
             ids = torch.tensor([r + [eos] * (width - len(r)) for r in batch], device=device)
-            mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in batch], device=device)
+            mask = torch.tensor([[0] * skip + [1] * (len(r) - skip) + [0] * (width - len(r)) for r in batch],
+                                device=device)
             logits = hf_model(ids).logits[:, :-1].float()
             logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
             keep = mask[:, 1:].bool()
@@ -121,9 +127,11 @@ def story_loss(hf_model, tokenizer, stories: Sequence[Story], batch_size: int = 
 # ---------------------------------------------------------------------------------------
 
 
-def windows(tokenizer, n_ctx: int, seed: int):
-    """Endless training windows of ``n_ctx`` tokens, each starting with EOS + a story."""
+def windows(tokenizer, n_ctx: int, seed: int, prefix: Sequence[int] = ()):
+    """Endless training windows of ``n_ctx`` tokens, each starting with ``prefix`` (none by default),
+    then EOS + a story."""
     eos = tokenizer.eos_token_id
+    n_ctx -= len(prefix)
     backend = tokenizer.backend_tokenizer  # batch encoding without per-call overhead
     chunk = 0
     window: list[int] = []
@@ -133,12 +141,12 @@ def windows(tokenizer, n_ctx: int, seed: int):
         for encoding in backend.encode_batch([s.text for s in stories]):
             window += [eos] + encoding.ids
             if len(window) >= n_ctx:
-                yield window[:n_ctx]
+                yield list(prefix) + window[:n_ctx]
                 window = []  # the next window starts with a new story
 
 
-def batches(tokenizer, recipe: Recipe, seed: int):
-    stream = windows(tokenizer, recipe.n_ctx, seed)
+def batches(tokenizer, recipe: Recipe, seed: int, prefix: Sequence[int] = ()):
+    stream = windows(tokenizer, recipe.n_ctx, seed, prefix)
     while True:
         yield torch.tensor([next(stream) for _ in range(recipe.batch)])
 
@@ -173,18 +181,22 @@ def build_model(recipe: Recipe, tokenizer):
 
 
 def train_stage(name: str, model, recipe: Recipe, tokenizer, heldout, floor: float,
-                eval_every: int = 200, log_every: int = 25) -> dict:
-    """One stage of training: AdamW, linear warmup then cosine decay; returns its figures."""
+                eval_every: int = 200, log_every: int = 25, prefix: Sequence[int] = (),
+                on_eval: Callable | None = None) -> dict:
+    """One stage of training: AdamW, linear warmup then cosine decay; returns its figures.
+
+    ``prefix`` starts every training window and every held-out story (see :func:`windows`);
+    ``on_eval(model)``, when given, runs after each held-out measurement (the model in eval mode)."""
     steps = max(1, recipe.tokens // (recipe.batch * recipe.n_ctx))
     print(f"[{name}] stage: {steps} steps of {recipe.batch} x {recipe.n_ctx} tokens, peak lr {recipe.lr}",
           flush=True)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=recipe.lr, betas=(0.9, 0.95),
     )
-    data = batches(tokenizer, recipe, TRAIN_SEED + 1_000_000 * recipe.seed)
+    data = batches(tokenizer, recipe, TRAIN_SEED + 1_000_000 * recipe.seed, prefix)
     losses: list[float] = []
     curve: list[tuple[int, float]] = []
     train_time = 0.0
@@ -208,13 +220,17 @@ def train_stage(name: str, model, recipe: Recipe, tokenizer, heldout, floor: flo
                   f"{done / train_time:,.0f} tokens/s", flush=True)
         if (step + 1) % eval_every == 0 and step + 1 < steps:
             model.eval()
-            held = story_loss(model, tokenizer, heldout)
+            held = story_loss(model, tokenizer, heldout, prefix=prefix)
+            if on_eval is not None:
+                on_eval(model)
             model.train()
             curve.append((step + 1, held))
             print(f"[{name}] step {step + 1}: held-out {held:.4f} (floor {floor:.4f}, gap {held - floor:+.4f})",
                   flush=True)
     model.eval()
-    held = story_loss(model, tokenizer, heldout)
+    held = story_loss(model, tokenizer, heldout, prefix=prefix)
+    if on_eval is not None:
+        on_eval(model)
     curve.append((steps, held))
     tokens = steps * recipe.batch * recipe.n_ctx
     print(f"[{name}] stage done: held-out {held:.4f}, floor {floor:.4f}, gap {held - floor:.4f}; "

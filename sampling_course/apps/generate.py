@@ -34,7 +34,7 @@ from sampling_course.apps.options import (
 from sampling_course.llama_reference import LLAMA_STORY_MODELS
 from sampling_course.sampling_settings import SamplerSettings, check_setting, describe
 
-MODELS = ("auto", "story", "gpt2", "tiny", "story-llama")
+MODELS = ("auto", "story", "gpt2", "tiny", "story-llama", "story-llama-sink")
 IMPLS = ("solutions", "exercises")
 WHOSE = {"solutions": "the course's solutions (solutions/); --impl exercises runs your code",
          "exercises": "your code (exercises/)"}
@@ -188,7 +188,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--model", choices=MODELS, default="auto",
                         help="reference weights: real GPT-2 when available (auto), story, gpt2, the offline stand-in tiny, "
-                             "or the Llama-style story-llama (part 9)")
+                             "or the Llama-style story-llama and story-llama-sink (part 9)")
     parser.add_argument("--impl", choices=IMPLS, default=None,
                         help="whose code runs: solutions (default, or $SAMPLING_COURSE_IMPL) or your exercises")
     parser.add_argument("--prompt", help="the text to continue (required unless --interactive)")

@@ -23,15 +23,16 @@ def run_cli(argv, monkeypatch, capsys):
     return code, captured.out, captured.err
 
 
-def test_greedy_text_is_hugging_faces(monkeypatch, capsys):
+@pytest.mark.parametrize("model", ["story-llama", "story-llama-sink"])
+def test_greedy_text_is_hugging_faces(model, monkeypatch, capsys):
     from sampling_course.reference import load_reference
 
     prompt, new = "Once upon a time, there was a little", 16
-    argv = ["--model", "story-llama", "--impl", "solutions", "--device", "cpu", "--prompt", prompt,
+    argv = ["--model", model, "--impl", "solutions", "--device", "cpu", "--prompt", prompt,
             "--max-new-tokens", str(new), "--temperature", "0"]
     code, out, err = run_cli(argv, monkeypatch, capsys)
     assert code == 0, err
-    ref = load_reference("story-llama", "cpu")
+    ref = load_reference(model, "cpu")
     ids = torch.tensor([ref.tokenizer(prompt).input_ids])
     with torch.no_grad():
         expected = ref.hf_model.generate(ids, max_new_tokens=new, do_sample=False,
