@@ -63,6 +63,9 @@ class LongTextResults:
     tokens: Int[Tensor, "text pos"]
     methods: dict[str, MethodResult] = field(default_factory=dict)
     uncached_full_nll: Tensor | None = None  # full attention from one uncached pass, for the checks
+    # Where the table may average, when no method limits it: the recomputed window's positions, kept
+    # when that method is left out so that tables with and without it compare the same positions.
+    scored_positions: Tensor | None = None  # (pos_minus_1,) bool
     device: str = "cpu"  # where the model ran
 
     def ranges(self) -> list[tuple[str, int, int]]:
@@ -81,6 +84,8 @@ class LongTextResults:
         import torch
 
         common = torch.ones_like(self.tokens[:, start:end], dtype=torch.bool)
+        if self.scored_positions is not None:
+            common &= self.scored_positions[start:end]
         for result in self.methods.values():
             scored = ~result.nll[:, start:end].isnan()
             if scored.any():
@@ -153,7 +158,8 @@ def table(results: LongTextResults):
     n_texts, length = results.tokens.shape
     where = f"CPU, {torch.get_num_threads()} torch thread(s)" if results.device == "cpu" else results.device
     ranges = results.ranges()
-    every = f" (every {results.stride}th)" if results.stride > 1 and SLIDING in results.methods else ""
+    limited = SLIDING in results.methods or results.scored_positions is not None
+    every = f" (every {results.stride}th)" if results.stride > 1 and limited else ""
     out = Table(
         "method", "cache\nper text", "ms per\ntoken",
         *[Column(f"NLL (ppl)\n{label}", no_wrap=True) for label, _, _ in ranges],

@@ -24,6 +24,6 @@ def test_quickstart_is_two_commands_and_ci_runs_the_test_one():
     quickstart = readme.split("## Quickstart", 1)[1].split("\n## ", 1)[0]
     demo, tests = _bash_blocks(quickstart)
     assert "\n" not in demo and "\n" not in tests
-    assert demo.endswith("sampling-course demo") and tests.endswith("python -m pytest")
+    assert demo.endswith("sampling-course demo") and tests.endswith("python -m pytest -n auto --maxprocesses 4")
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert tests in ci_lines, ".ci/run must run the README's test command exactly"
