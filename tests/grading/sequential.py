@@ -120,7 +120,8 @@ def assert_follows_sequentially(draw, expected: torch.Tensor, what: str, delta: 
     for look, accepted in zip(steps.looks, steps.accepted):
         draws = draw(look - made).flatten()
         made = look
-        assert draws.numel() == 0 or (draws.min() >= 0 and draws.max() < d_vocab), f"{what}: token ids outside [0, {d_vocab})"
+        assert draws.numel() == 0 or (draws.min() >= 0 and draws.max() < d_vocab), (
+            f"{what}: token ids outside [0, {d_vocab})")
         observed += torch.bincount(draws, minlength=d_vocab)
         outside = {t: int(c) for t, c in enumerate(observed.tolist()) if c > 0 and t not in steps.support}
         assert not outside, (

@@ -286,8 +286,9 @@ def test_sample_top_p_min_tokens_to_keep(Sampler, top_p, min_tokens_to_keep, see
     """
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p, min_tokens_to_keep)
-    assert_sampler_follows(Sampler.sample_top_p, NUCLEUS_LOGITS, expected, f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}",
-                           top_p, delta=NUCLEUS_DELTA, min_tokens_to_keep=min_tokens_to_keep)
+    what = f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}"
+    assert_sampler_follows(Sampler.sample_top_p, NUCLEUS_LOGITS, expected, what, top_p, delta=NUCLEUS_DELTA,
+                           min_tokens_to_keep=min_tokens_to_keep)
 
 
 @pytest.mark.exercise("sample_top_p")
