@@ -17,11 +17,13 @@ import torch
 from sampling_course.repeat import repeat
 
 from quantiles import binom_isf, binom_ppf, norm_isf
+from sequential import assert_follows_sequentially
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test of part 2
+BETA = 1e-6  # the probability that a frequency test misses a token whose probability is off by its delta
 
 
-def draws_needed(delta: float = 0.07, alpha: float = ALPHA, beta: float = 1e-6, n_tokens: int = 10) -> int:
+def draws_needed(delta: float = 0.07, alpha: float = ALPHA, beta: float = BETA, n_tokens: int = 10) -> int:
     """How many draws a frequency test needs, derived from its bounds rather than picked.
 
     Each token's count is accepted within its binomial interval at level alpha / (2 n_tokens).
@@ -164,6 +166,21 @@ def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, 
                 f"(acceptable count range [{low:.0f}, {high:.0f}] of {n})"
             )
     assert not problems, f"{what}: frequencies differ from the expected distribution\n" + "\n".join(problems)
+
+
+def assert_sampler_follows(method, logits: torch.Tensor, expected: torch.Tensor, what: str, *args,
+                           delta: float = 0.07, before: tuple = (), **kwargs) -> int:
+    """Calls of ``method`` (as in ``draws_of``) follow ``expected``: ``assert_draws_follow``'s rule,
+    drawn in stages that stop once the verdict is certain (sequential.py); returns the calls made.
+
+    Same false-failure probability (``ALPHA``), and a token whose probability is off by ``delta``
+    or more is missed with probability at most ``BETA``, exactly: at most ``draws_needed(delta)``
+    calls or so, and about 0.4 of that for a correct sampler.
+    """
+    def draw(n: int) -> torch.Tensor:
+        return draws_of(method, logits, n, *args, before=before, **kwargs)
+
+    return assert_follows_sequentially(draw, expected, what, delta, ALPHA, BETA)
 
 
 # ---------------------------------------------------------------------------------------

@@ -78,8 +78,8 @@ def hf_generate(oracle, reference, prompt: str, max_new_tokens: int, **kwargs) -
 def test_sample_greedy_matches_hf_generate(Sampler, parity_demo, parity_reference, oracle, prompt):
     """sample(temperature=0) gives exactly Hugging Face's greedy generate(do_sample=False)."""
     sampler = Sampler(parity_demo, parity_reference.tokenizer)
-    actual = sampler.sample(prompt, max_tokens_generated=24, temperature=0.0)
-    expected = hf_generate(oracle, parity_reference, prompt, 24, do_sample=False)
+    actual = sampler.sample(prompt, max_tokens_generated=12, temperature=0.0)
+    expected = hf_generate(oracle, parity_reference, prompt, 12, do_sample=False)
     assert actual == expected
 
 
@@ -114,8 +114,8 @@ def test_sample_with_seed_replays_sample_next_token(Sampler, demo, reference, se
     """
     sampler = Sampler(demo, reference.tokenizer)
     prompt = PROMPTS[0]
-    actual = sampler.sample(prompt, max_tokens_generated=16, seed=torch_seed, **settings)
-    expected = replay(Sampler, demo, reference.tokenizer, prompt, 16, torch_seed, **settings)
+    actual = sampler.sample(prompt, max_tokens_generated=8, seed=torch_seed, **settings)
+    expected = replay(Sampler, demo, reference.tokenizer, prompt, 8, torch_seed, **settings)
     assert actual == reference.tokenizer.decode(expected)
 
 

@@ -13,6 +13,9 @@ How the tests judge:
   drawn once; each in-support token's count must lie in its exact binomial acceptance
   interval, with a Bonferroni correction over tokens and both tails, so that a correct
   implementation fails a test with probability at most ``ALPHA`` = 1e-6 (part2_oracles.py).
+  The draws are made in stages and stop once the verdict is certain (sequential.py): a
+  token whose probability is off by the test's delta is still missed with probability at
+  most 1e-6, and a correct sampler is usually accepted after about 0.4 of the draws.
 
 The sampling loop ``sample`` is graded in test_part2_sample.py.
 
@@ -31,8 +34,8 @@ from sampling_course.beside import made_beside
 
 from doubles import NeverEOSModel
 from part2_oracles import (
-    ALPHA, LOGITS, LOGITS_2, NUCLEUS_DELTA, NUCLEUS_LOGITS, NUCLEUS_PROBS, as_token, assert_draws_follow,
-    assert_left_alone, counts_of, draws_of, hf_processor, n_draws, pipeline_probs, softmax64, top_k_probs,
+    ALPHA, LOGITS, LOGITS_2, NUCLEUS_DELTA, NUCLEUS_LOGITS, NUCLEUS_PROBS, as_token, assert_left_alone,
+    assert_sampler_follows, counts_of, draws_of, hf_processor, n_draws, pipeline_probs, softmax64, top_k_probs,
     top_p_probs,
 )
 from quantiles import binom_isf, binom_ppf
@@ -168,8 +171,7 @@ def test_sample_basic_frequencies_match_softmax(Sampler, seed):
     torch.manual_seed(seed)
     logits = LOGITS.clone()
     logits[6] = float("-inf")
-    draws = draws_of(Sampler.sample_basic, logits, n_draws())
-    assert_draws_follow(draws, softmax64(logits), "sample_basic")
+    assert_sampler_follows(Sampler.sample_basic, logits, softmax64(logits), "sample_basic")
 
 
 def _one_hot_logits(token: int, d_vocab: int) -> torch.Tensor:
@@ -208,8 +210,7 @@ def test_sample_top_k_support_and_frequencies(Sampler, k, seed):
     Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
-    draws = draws_of(Sampler.sample_top_k, LOGITS_2, n_draws(), k)
-    assert_draws_follow(draws, top_k_probs(softmax64(LOGITS_2), k), f"top-{k}")
+    assert_sampler_follows(Sampler.sample_top_k, LOGITS_2, top_k_probs(softmax64(LOGITS_2), k), f"top-{k}", k)
 
 
 @pytest.mark.exercise("sample_top_k")
@@ -273,8 +274,7 @@ def test_sample_top_p_inclusive_cutoff(Sampler, top_p, kept, seed):
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p)
     assert int((expected > 0).sum()) == kept  # the oracle itself
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(NUCLEUS_DELTA), top_p)
-    assert_draws_follow(draws, expected, f"top_p={top_p}")
+    assert_sampler_follows(Sampler.sample_top_p, NUCLEUS_LOGITS, expected, f"top_p={top_p}", top_p, delta=NUCLEUS_DELTA)
 
 
 @pytest.mark.exercise("sample_top_p")
@@ -286,8 +286,9 @@ def test_sample_top_p_min_tokens_to_keep(Sampler, top_p, min_tokens_to_keep, see
     """
     torch.manual_seed(seed)
     expected = top_p_probs(NUCLEUS_PROBS, top_p, min_tokens_to_keep)
-    draws = draws_of(Sampler.sample_top_p, NUCLEUS_LOGITS, n_draws(NUCLEUS_DELTA), top_p, min_tokens_to_keep=min_tokens_to_keep)
-    assert_draws_follow(draws, expected, f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}")
+    what = f"top_p={top_p}, min_tokens_to_keep={min_tokens_to_keep}"
+    assert_sampler_follows(Sampler.sample_top_p, NUCLEUS_LOGITS, expected, what, top_p, delta=NUCLEUS_DELTA,
+                           min_tokens_to_keep=min_tokens_to_keep)
 
 
 @pytest.mark.exercise("sample_top_p")
@@ -297,8 +298,8 @@ def test_sample_top_p_on_unsorted_logits(Sampler, seed):
     Binomial bounds with Bonferroni over tokens: false-failure probability <= 1e-6.
     """
     torch.manual_seed(seed)
-    draws = draws_of(Sampler.sample_top_p, LOGITS_2, n_draws(NUCLEUS_DELTA), 0.6)
-    assert_draws_follow(draws, top_p_probs(softmax64(LOGITS_2), 0.6), "top_p=0.6")
+    assert_sampler_follows(Sampler.sample_top_p, LOGITS_2, top_p_probs(softmax64(LOGITS_2), 0.6), "top_p=0.6", 0.6,
+                           delta=NUCLEUS_DELTA)
 
 
 # ---------------------------------------------------------------------------------------
@@ -332,9 +333,9 @@ def test_sample_next_token_distribution(Sampler, settings, seed):
     """
     torch.manual_seed(seed)
     input_ids = torch.tensor(PENALISED_IDS)
-    draws = draws_of(Sampler.sample_next_token, LOGITS, n_draws(), before=(input_ids,), **settings)
     expected = pipeline_probs(LOGITS, PENALISED_IDS, **settings)
-    assert_draws_follow(draws, expected, f"sample_next_token({settings})")
+    assert_sampler_follows(Sampler.sample_next_token, LOGITS, expected, f"sample_next_token({settings})",
+                           before=(input_ids,), **settings)
 
 
 @pytest.mark.exercise("sample_next_token")

@@ -140,7 +140,7 @@ def test_beam_search_matches_hf_generate(tiny, tiny_sampler, oracle, prompt_seed
     """beam_search returns HF generate(num_beams=nb, num_return_sequences=nb) beams, in HF's order,
     with HF's summed log-probs, on prompts where no beam reaches EOS."""
     prompt = random_prompt(tiny.tokenizer, prompt_seed)
-    steps = 20
+    steps = 10
     expected = oracle(hf_beam_search, tiny, prompt, num_beams, steps, ngram)
     if ngram is not None:
         assert expected != oracle(hf_beam_search, tiny, prompt, num_beams, steps, None), (
