@@ -22,7 +22,8 @@ import torch
 from sampling_course.grading.classroom import wire
 from sampling_course.grading.classroom.executors import grade_all
 from sampling_course.grading.classroom.release import file_is_hidden, make_release, strip_hidden
-from sampling_course.grading.classroom.reports import write_reports
+from sampling_course.grading.classroom.gradescope import gradescope_results
+from sampling_course.grading.classroom.reports import feedback_text, write_reports
 from sampling_course.grading.classroom.settings import Points, load_settings
 from sampling_course.grading.classroom.submission import find_submissions
 from sampling_course.grading.classroom.synthetic import make_class
@@ -193,6 +194,21 @@ def test_settings_from_toml(tmp_path):
     config.write_text("[points]\nLayerNrom = 2\n")
     with pytest.raises(ValueError, match="LayerNorm"):
         load_settings(config)
+
+
+def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
+    """An exercise whose checks held on operations recorded in the submission's process says so, in the feedback
+    and in Gradescope's output; one with none says nothing of it."""
+    entry = {"exercise": "race_sample", "part": 6, "status": "done", "points": 1.0, "max_points": 1.0, "partial": False,
+             "passed": 4, "ran": 4, "failed": 0, "not_implemented": 0, "message": None, "hidden_failure": False,
+             "mistake": None, "hint": None, "stubs": [], "unverified": 2, "hidden_tests": 0}
+    result = {"student": "ada", "score": 1.0, "max_score": 1.0, "flags": [], "notes": [], "error": None,
+              "sandbox": {"sandbox": "bubblewrap"}, "exercises": [entry]}
+    assert "- race_sample: 2 checked on the tensor operations your code ran as your own process recorded" in \
+        feedback_text(result)
+    assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
+    entry["unverified"] = 0
+    assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
 
 
 def test_wire_refuses_malformed_frames():

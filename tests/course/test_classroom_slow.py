@@ -104,7 +104,8 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
 def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     """A race_sample that draws with torch.multinomial follows softmax's law and its generator, but reads values
     back to the host: it earns nothing, and the operations recorded in its process (the one check of this that
-    runs on the CPU; the CUDA sync check needs a GPU) are why. The solutions' race_sample earns it, unflagged."""
+    runs on the CPU; the CUDA sync check needs a GPU) are why: a record kept in its own process convicts it. The
+    solutions' race_sample earns it, unflagged, its check on that record reported as unverified."""
     cases = write_race_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(RACE_GRADED), seconds_per_test=30, seconds_per_exercise=120,
                              seconds_per_submission=300, memory_mb=1536)
@@ -116,6 +117,8 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
         assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
     (entry,) = results["race_multinomial"]["exercises"]
     assert entry["failed"] == 1 and "multinomial" in entry["message"], entry  # only the host reads: the law is right
+    # A failure on the record its own process kept counts; the control's pass on its record is reported unverified.
+    assert results["race_control"]["exercises"][0]["unverified"] == 1 and entry["unverified"] == 0
 
 
 def test_process_pool_of_two(tmp_path):
