@@ -2,9 +2,9 @@
 
 The six students are built from the planted mistakes and correct variants
 (``grading.classroom.synthetic``), so their true grades are known before grading; grading
-them runs each in a confined process and must reproduce every grade. The 200-student class,
-the hostile submissions, the process pool, Dask and the Gradescope bundle are in
-``test_classroom_slow.py`` (``python -m pytest -m classroom``).
+them (two at a time, in a process pool) runs each in a confined process and must reproduce
+every grade. The 200-student class, the hostile submissions, Dask and the Gradescope bundle
+are in ``test_classroom_slow.py`` (``python -m pytest -m classroom``).
 """
 
 from __future__ import annotations
@@ -263,8 +263,9 @@ def assert_true_grades(students, results):
 
 @pytest.mark.classroom
 def test_six_students_get_their_true_grades_and_reports(tmp_path):
-    """Six synthetic submissions, each in its own confined process: grades as planted; CSV, feedback, report."""
-    students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES)
+    """Six synthetic submissions, each in its own confined process, in a process pool of two (``--jobs 2``): grades
+    as planted; CSV, feedback, report."""
+    students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES, jobs=2)
     assert {c.split(":")[0] for s in students for c in s.changes.values()} >= {"mistake", "variant"}
     assert_true_grades(students, results)
     for result in results:
