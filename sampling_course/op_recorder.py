@@ -14,6 +14,13 @@ When the code under test runs in another process (a submission graded in a sandb
 recording is made there, by this same class, and its operations come back as plain data
 (``extend``). The connection's own work while a recorder is on is left out (``paused``): only
 the code's operations are written down.
+
+A record made in the process of the code under test is that code's to change: it can convict
+the code, not clear it. ``recorder.verdict(ok, message)`` fails the test (``AssertionError``)
+when the verdict does not hold, wherever the operations were recorded (only the code's own
+process could have written the operations that fail it); a verdict that holds on a record made
+elsewhere (``elsewhere``) is counted as unverified (``take_unverified``), and the grade's reports
+say so.
 """
 
 from __future__ import annotations
@@ -27,13 +34,20 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["HOST_READS", "MAX_OPS", "OpRecorder"]
+__all__ = ["HOST_READS", "MAX_OPS", "OpRecorder", "take_unverified"]
 
 # Operations that make the host wait for the device (a value read back, a shape that depends on data).
 HOST_READS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "multinomial", "unique", "item"})
 MAX_OPS = 1_000_000  # operations one recording keeps; a recording that ran more keeps the first ones
 
 _state = threading.local()  # per thread: the recorders on (innermost last), and whether recording is paused
+_unverified = [0]  # verdicts that held on a record made elsewhere, since they were last taken
+
+
+def take_unverified() -> int:
+    """How many verdicts held on a record made in another process since the last call (then none)."""
+    taken, _unverified[0] = _unverified[0], 0
+    return taken
 
 
 def _active() -> list["OpRecorder"]:
@@ -49,6 +63,7 @@ class OpRecorder(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.ops: list[tuple[str, tuple[tuple[int, ...], ...]]] = []
+        self.elsewhere = False  # some of the code ran in another process, which recorded its operations itself
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -70,6 +85,14 @@ class OpRecorder(TorchDispatchMode):
     def host_reads(self) -> list[str]:
         """The names of the recorded operations that read a value back to the host, in order."""
         return [name for name, _ in self.ops if name in HOST_READS]
+
+    def verdict(self, ok: bool, message: str) -> None:
+        """A verdict on this record: ``AssertionError(message)`` when it does not hold. One that holds on a record
+        made partly in another process (which that process could change) is counted for ``take_unverified``."""
+        if not ok:
+            raise AssertionError(message)
+        if self.elsewhere:
+            _unverified[0] += 1
 
     def extend(self, ops: Any) -> None:
         """Add operations recorded elsewhere, given as plain data: ``[[name, [[size, ...], ...]], ...]``."""

@@ -2,9 +2,9 @@
 
 The six students are built from the planted mistakes and correct variants
 (``grading.classroom.synthetic``), so their true grades are known before grading; grading
-them runs each in a confined process and must reproduce every grade. The 200-student class,
-the hostile submissions, the process pool, Dask and the Gradescope bundle are in
-``test_classroom_slow.py`` (``python -m pytest -m classroom``).
+them (two at a time, in a process pool) runs each in a confined process and must reproduce
+every grade. The 200-student class, the hostile submissions, Dask and the Gradescope bundle
+are in ``test_classroom_slow.py`` (``python -m pytest -m classroom``).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ import torch
 from sampling_course.grading.classroom import wire
 from sampling_course.grading.classroom.executors import grade_all
 from sampling_course.grading.classroom.release import file_is_hidden, make_release, strip_hidden
-from sampling_course.grading.classroom.reports import write_reports
+from sampling_course.grading.classroom.gradescope import gradescope_results
+from sampling_course.grading.classroom.reports import feedback_text, write_reports
 from sampling_course.grading.classroom.settings import Points, load_settings
 from sampling_course.grading.classroom.submission import find_submissions
 from sampling_course.grading.classroom.synthetic import make_class
@@ -195,6 +196,21 @@ def test_settings_from_toml(tmp_path):
         load_settings(config)
 
 
+def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
+    """An exercise whose checks held on operations recorded in the submission's process says so, in the feedback
+    and in Gradescope's output; one with none says nothing of it."""
+    entry = {"exercise": "race_sample", "part": 6, "status": "done", "points": 1.0, "max_points": 1.0, "partial": False,
+             "passed": 4, "ran": 4, "failed": 0, "not_implemented": 0, "message": None, "hidden_failure": False,
+             "mistake": None, "hint": None, "stubs": [], "unverified": 2, "hidden_tests": 0}
+    result = {"student": "ada", "score": 1.0, "max_score": 1.0, "flags": [], "notes": [], "error": None,
+              "sandbox": {"sandbox": "bubblewrap"}, "exercises": [entry]}
+    assert "- race_sample: 2 checked on the tensor operations your code ran as your own process recorded" in \
+        feedback_text(result)
+    assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
+    entry["unverified"] = 0
+    assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
+
+
 def test_wire_refuses_malformed_frames():
     """A frame whose sizes disagree, or whose tensor does not fit its bytes, is refused, never built."""
     ours, theirs = socket.socketpair()
@@ -247,8 +263,9 @@ def assert_true_grades(students, results):
 
 @pytest.mark.classroom
 def test_six_students_get_their_true_grades_and_reports(tmp_path):
-    """Six synthetic submissions, each in its own confined process: grades as planted; CSV, feedback, report."""
-    students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES)
+    """Six synthetic submissions, each in its own confined process, in a process pool of two (``--jobs 2``): grades
+    as planted; CSV, feedback, report."""
+    students, settings, results = grade_synthetic_class(tmp_path, 6, seed=3, exercises=SIX_EXERCISES, jobs=2)
     assert {c.split(":")[0] for s in students for c in s.changes.values()} >= {"mistake", "variant"}
     assert_true_grades(students, results)
     for result in results:

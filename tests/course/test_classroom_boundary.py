@@ -35,7 +35,7 @@ from doubles import counted
 from sampling_course.beside import made_apart, made_beside
 from sampling_course.counted_model import CountedCall
 from sampling_course.config import Config
-from sampling_course.op_recorder import OpRecorder
+from sampling_course.op_recorder import OpRecorder, take_unverified
 from sampling_course.recording_file import RecordingFile
 from sampling_course.recording_tokenizer import RecordingTokenizer
 from sampling_course.repeat import repeat
@@ -258,6 +258,25 @@ def test_operations_are_recorded_where_the_submission_runs(grader):
     with OpRecorder() as local:
         int((x * 2).sum().item())
     assert here.ops == local.ops and "_local_scalar_dense" in here.host_reads()
+    assert here.elsewhere and not local.elsewhere
+
+
+def test_a_record_made_where_the_submission_runs_convicts_but_does_not_clear(grader):
+    """A verdict on operations the submission's process recorded: one that fails counts as in one process; one that
+    holds is counted as unverified (that process could have changed the record)."""
+    module = grader.request("import", None, name=MODULE)
+    take_unverified()
+    with OpRecorder() as recorder:
+        module.reads_back(torch.arange(3.0))
+    with pytest.raises(AssertionError, match="reads back"):
+        recorder.verdict(not recorder.host_reads(), "reads back")
+    assert take_unverified() == 0
+    recorder.verdict(len(recorder.host_reads()) == 1, "one read")
+    assert take_unverified() == 1 and take_unverified() == 0
+    with OpRecorder() as local:  # all of it recorded here: a verdict that holds is verified
+        torch.arange(3.0) * 2
+    local.verdict(not local.host_reads(), "reads back")
+    assert take_unverified() == 0
 
 
 def test_repeated_calls_of_a_submission_function_are_one_request(grader):

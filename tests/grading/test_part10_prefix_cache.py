@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from sampling_course.beside import made_beside
+from sampling_course.planned_steps import PlannedSteps
 from sampling_course.sampling_settings import SamplerSettings
 
 GREEDY = SamplerSettings(temperature=0.0)
@@ -98,22 +100,24 @@ def held_blocks_match_the_tables(engine):
     assert sorted(pool.free_blocks) == [b for b in range(pool.n_blocks) if holders[b] == 0]
 
 
-def kv_within_a_block_per_request(engine):
-    """Right after each step is planned (what its forward pass holds): the held blocks are the running tables'
-    blocks, and their room exceeds the distinct (block, offset) places of the running requests' positions by at
-    most one block per running request, however many requests share a block."""
-    plan, pool, size = engine.scheduler.schedule, engine.pool, engine.pool.block_size
+def kv_within_a_block_per_request(engine) -> PlannedSteps:
+    """Right after each step is planned (what its forward pass holds), the pool and the running tables, written down
+    where the engine runs (``kv_was_within_a_block_per_request`` judges them after the run)."""
+    return made_beside(engine, PlannedSteps, engine)
 
-    def checked():
-        step = plan()
-        running = engine.scheduler.running
-        places = {(r.table.blocks[p // size], p % size) for r in running for p in range(r.table.n_tokens)}
-        held = pool.n_blocks - pool.n_free
-        assert held == len({b for r in running for b in r.table.blocks})
+
+def kv_was_within_a_block_per_request(planned: PlannedSteps):
+    """At every planned step: the held blocks are the running tables' blocks, and their room exceeds the distinct
+    (block, offset) places of the running requests' positions by at most one block per running request, however
+    many requests share a block."""
+    steps = planned.steps  # as plain data
+    assert steps, "the engine never planned a step through its scheduler's schedule"
+    for held_at_step in steps:
+        running, size = held_at_step["tables"], held_at_step["block_size"]
+        places = {(t["blocks"][p // size], p % size) for t in running for p in range(t["n_tokens"])}
+        held = held_at_step["n_blocks"] - held_at_step["n_free"]
+        assert held == len({b for t in running for b in t["blocks"]})
         assert held * size - len(places) <= len(running) * (size - 1), "more than a block per request unused"
-        return step
-
-    engine.scheduler.schedule = checked
 
 
 def serve_stream(impl, model, tokenizer, jobs, prefix_caching, block_size=4, n_new=8, all_at_once=False):
@@ -166,7 +170,7 @@ def test_requests_admitted_in_one_step_share_the_first_one_s_prefix_blocks(impl,
     system, jobs = shared_prompt_stream(tok, 4)
     plain, without = serve_stream(impl, parity_demo, tok, jobs, prefix_caching=False, all_at_once=True)
     engine = impl.engine.Engine(parity_demo, 96, 4, prefix_caching=True)
-    kv_within_a_block_per_request(engine)
+    planned = kv_within_a_block_per_request(engine)
     requests = [engine.add_request(p, 8, s, seed) for p, s, seed in jobs]
     engine.step()
     assert not list(engine.scheduler.waiting), "the pool has room for every request in the first step"  # as plain data
@@ -182,6 +186,7 @@ def test_requests_admitted_in_one_step_share_the_first_one_s_prefix_blocks(impl,
     while not engine.scheduler.done:
         engine.step()
         held_blocks_match_the_tables(engine)
+    kv_was_within_a_block_per_request(planned)
     assert [r.output for r in requests] == plain, "sharing blocks within a step changed a request's tokens"
 
 
@@ -191,11 +196,12 @@ def test_prefix_blocks_survive_preemption_and_shared_blocks_are_never_freed_whil
     system, jobs = shared_prompt_stream(tok, 2)
     longest = max(len(p) for p, _, _ in jobs) + 8
     engine = impl.engine.Engine(tiny_demo, -(-longest // 2) + 3, 2, prefix_caching=True)
-    kv_within_a_block_per_request(engine)
+    planned = kv_within_a_block_per_request(engine)
     requests = [engine.add_request(p, 8, s, seed) for p, s, seed in jobs]
     while not engine.scheduler.done:
         engine.step()
         held_blocks_match_the_tables(engine)
+    kv_was_within_a_block_per_request(planned)
     assert any(r.n_preemptions for r in requests), "the pool was meant to be too small for every request at once"
     reference = impl.engine.Engine(tiny_demo, 256, 2)
     expected = [reference.add_request(p, 8, s, seed) for p, s, seed in jobs]

@@ -202,6 +202,8 @@ class Endpoint(Codec):
         where it runs, by the same class, and its operations come back as data; the connection's own
         work is recorded on neither side."""
         recorders = [] if self.peer_trusted else OpRecorder.recording()
+        for recorder in recorders:  # what it records of that code is the other process's: it cannot clear it
+            recorder.elsewhere = True
         with OpRecorder.paused():
             value, ops = self._request(op, ref, args, fields, bool(recorders))
         for recorder in recorders:

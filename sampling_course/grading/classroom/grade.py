@@ -48,6 +48,7 @@ from sampling_course.grading.course import get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, TestOutcome, summarize
 from sampling_course.grading.sandbox import NESTED_RUN_OPTIONS, isolated_package, isolated_tests, nested_run_env, terminal_like
 from sampling_course.grading.time_limit import TookTooLong
+from sampling_course.op_recorder import take_unverified
 
 __all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool",
            "supervisor_flags"]
@@ -213,6 +214,7 @@ class _Judge(runner._Collector):
         self.settings = settings
         self.hidden: set[str] = set()
         self.spent: dict[str, float] = {}
+        self.unverified: dict[str, int] = {}  # per test: its verdicts that held on records the submission kept
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
@@ -221,6 +223,7 @@ class _Judge(runner._Collector):
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_setup(self, item: Any) -> None:
+        take_unverified()  # none from an earlier test is this one's
         names = [name.lower() for name in self.exercises.get(item.nodeid, ())]
         used = self.connection.waited()
         if used >= self.settings.seconds_per_submission:
@@ -244,6 +247,10 @@ class _Judge(runner._Collector):
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         super().pytest_runtest_logreport(report)
+        if report.when == "call" and report.passed:
+            unverified = take_unverified()
+            if unverified:
+                self.unverified[report.nodeid] = unverified
         outcome = self.outcomes.get(report.nodeid)
         if outcome is not None and outcome.outcome == "took too long" and "0 s" in outcome.message:
             self.outcomes[report.nodeid] = TestOutcome(outcome.nodeid, outcome.exercises, outcome.outcome,
@@ -404,10 +411,17 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
         "partial": points.partial, "passed": result.passed, "ran": result.ran, "failed": result.failed,
         "not_implemented": result.not_implemented, "message": message, "hidden_failure": hidden_failure,
         "mistake": result.mistake, "hint": result.exercise.hints[0] if not result.done else None,
-        "stubs": list(result.stubs),
+        "stubs": list(result.stubs), "unverified": _unverified_of(result.name, judge),
         "hidden_tests": sum(1 for nodeid, names in judge.exercises.items()
                             if nodeid in judge.hidden and result.name.lower() in {n.lower() for n in names}),
     }
+
+
+def _unverified_of(name: str, judge: _Judge) -> int:
+    """How many of the exercise's passed checks held only on operations recorded in the submission's process
+    (which it could change: a failure there counts, a pass is unverified)."""
+    return sum(n for nodeid, n in judge.unverified.items()
+               if name.lower() in {e.lower() for e in judge.exercises.get(nodeid, ())})
 
 
 def not_graded(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
@@ -416,4 +430,4 @@ def not_graded(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
     return {"exercise": name, "part": exercise.part, "status": "not graded", "points": 0.0,
             "max_points": settings.points_of(name).points, "partial": settings.points_of(name).partial,
             "passed": 0, "ran": 0, "failed": 0, "not_implemented": 0, "message": why, "hidden_failure": False,
-            "mistake": None, "hint": exercise.hints[0], "stubs": [], "hidden_tests": 0}
+            "mistake": None, "hint": exercise.hints[0], "stubs": [], "unverified": 0, "hidden_tests": 0}

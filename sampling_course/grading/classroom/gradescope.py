@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from sampling_course.grading.classroom.reports import feedback_text
+from sampling_course.grading.classroom.reports import UNVERIFIED, feedback_text
 from sampling_course.grading.planting import SOLUTIONS
 
 __all__ = ["RUN_AUTOGRADER", "SETUP_SH", "gradescope_results", "make_autograder"]
@@ -76,6 +76,8 @@ def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
                 lines.append(e["message"])
             if e.get("hint"):
                 lines.append(f"Hint: {e['hint']}")
+        if e.get("unverified"):
+            lines.append(f"{e['unverified']} {UNVERIFIED}.")
         tests.append({
             "name": f"Part {e['part']}: {e['exercise']}", "number": str(number),
             "score": e["points"], "max_score": e["max_points"],

@@ -30,7 +30,7 @@ from typing import Any
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.course import PARTS, get_exercise
 
-__all__ = ["UNSAFE", "csv_cell", "feedback_text", "md_escape", "safe_name", "unsafe", "write_reports"]
+__all__ = ["UNSAFE", "UNVERIFIED", "csv_cell", "feedback_text", "md_escape", "safe_name", "unsafe", "write_reports"]
 
 _MISTAKE_PREFIX = "This matches a classic mistake: "
 _STATUS_WORDS = {"done": "passed", "failing": "failing", "not implemented yet": "not implemented yet",
@@ -47,6 +47,8 @@ def _points(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
+UNVERIFIED = ("checked on the tensor operations your code ran as your own process recorded them: a failure there "
+              "counts, a pass is unverified (your code could change that record)")
 UNSAFE = "Graded WITHOUT a sandbox (--unsafe-no-sandbox): the submissions' code ran unconfined."
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]#|~])")  # marks that act anywhere in a line
 _LINE_START = re.compile(r"^(\s*\d*)([-+>=.)])", re.MULTILINE)  # marks that act at a line's start (1. is a list)
@@ -98,6 +100,10 @@ def feedback_text(result: dict[str, Any]) -> str:
             lines += [f"{e['passed']} of {e['ran']} tests passed.", ""]
         if e.get("hint"):
             lines += [f"Hint: {md_escape(e['hint'])}", ""]
+    unverified = [e for e in result["exercises"] if e.get("unverified")]
+    if unverified:
+        lines += ["## Passed on your own record", ""]
+        lines += [f"- {e['exercise']}: {e['unverified']} {md_escape(UNVERIFIED)}" for e in unverified] + [""]
     if result.get("flags"):
         lines += ["## Noticed while grading", ""] + [f"- {md_escape(f['reason'])}" for f in result["flags"]] + [""]
     if result.get("notes"):
