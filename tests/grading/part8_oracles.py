@@ -89,13 +89,15 @@ def allowed_by_oracle(vocabulary, eos: int, text: bytes, prefixes: set[bytes], f
 def check_index_by_brute_force(index, vocabulary, eos, allowed_after, depth: int, what: str) -> int:
     """Follow every allowed token sequence up to ``depth`` tokens; compare each allowed set with the oracle.
     Returns how many states were compared."""
-    assert index.transitions and isinstance(index.transitions[0], dict), f"{what}: transitions must be a list of dicts"
+    # One slice reads every row as plain dicts (the fast index keeps its rows in arrays until they are read).
+    transitions = index.transitions[:]
+    assert transitions and isinstance(transitions[0], dict), f"{what}: transitions must be a list of dicts"
     done = -1
     todo = [(b"", 0, 0)]
     compared = 0
     while todo:
         text, state, level = todo.pop()
-        row = index.transitions[state]
+        row = transitions[state]
         expected = allowed_after(text)
         compared += 1
         assert set(row) == expected, (
@@ -107,7 +109,7 @@ def check_index_by_brute_force(index, vocabulary, eos, allowed_after, depth: int
         for token, target in row.items():
             if token == eos:
                 continue
-            assert 0 <= target < len(index.transitions), f"{what}: token {vocabulary[token]!r} leads to {target}, not a state"
+            assert 0 <= target < len(transitions), f"{what}: token {vocabulary[token]!r} leads to {target}, not a state"
             if level < depth:
                 todo.append((text + vocabulary[token], target, level + 1))
     return compared
