@@ -1,10 +1,12 @@
-"""The positions of every forward pass through a module, written down where the module runs.
+"""The positions of every forward pass through a model, written down where the model runs.
 
 A serving engine may run its model piece by piece rather than through the model's ``forward``,
 so a test that bounds how many positions one forward pass runs (chunked prefill's cap) watches
-a module every pass goes through once per position: the first block's first LayerNorm.
+the one module every pass must still call once on all its positions: the token embedding
+(``model.embed``), which turns the pass's token ids into the residual stream.
 ``PassCounter(module)`` puts a forward pre-hook on it and keeps, in ``passes``, the positions of
-each call (batch times positions for a 3-D input, the first dimension for a 2-D one).
+each call: the number of token ids it was given, whatever their shape ((batch, positions) for
+the model's own forward, (1, positions) for an engine's packed row).
 
 It lives in the course's runtime so that it can be made beside the code under test
 (``sampling_course.beside.made_beside``): graded in another process, the module runs there, and
@@ -21,7 +23,8 @@ __all__ = ["PassCounter"]
 
 
 class PassCounter:
-    """A forward pre-hook on ``module``: ``passes`` holds the positions of each call; ``remove()`` takes it off."""
+    """A forward pre-hook on a token embedding ``module``: ``passes`` holds the number of token ids of each call;
+    ``remove()`` takes it off."""
 
     def __init__(self, module: nn.Module):
         if not isinstance(module, nn.Module):
@@ -30,8 +33,7 @@ class PassCounter:
         self._handle = module.register_forward_pre_hook(self._seen)
 
     def _seen(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        shape = args[0].shape
-        self.passes.append(int(shape[0] * shape[1]) if len(shape) == 3 else int(shape[0]))
+        self.passes.append(int(args[0].numel()))
 
     def remove(self) -> None:
         self._handle.remove()

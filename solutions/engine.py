@@ -14,9 +14,11 @@ request's logits depend on its own tokens only (up to float rounding, which can 
 shape of the batch), not on which requests share its step.
 
 On a CPU the step's fixed costs weigh as much as its arithmetic on a small model, so the loop
-keeps them down: every layer's fused QKV weights are built once per engine, the MLP is two
-plain matrix multiplies, attention takes PyTorch's fused kernel (it needs a 4-d mask), and
-blocks are read into a buffer the cache reuses.
+keeps them down: every layer's fused QKV weights are built once per engine, LayerNorm is
+PyTorch's one fused call and the MLP two plain matrix multiplies (on the model's own weights),
+attention takes PyTorch's fused kernel (it needs a 4-d mask), and blocks are read into a
+buffer the cache reuses. The tokens still go through the model's own embedding, once per step:
+every position a step runs passes there, which is where a check of a step's size can count them.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from torch import Tensor
 from sampling_course.sampling_settings import SamplerSettings
 
 from .batched_sampling import choose_tokens
-from .block_pool import BlockPool, BlockTable, PagedKVCache
+from .block_pool import BlockPool, BlockTable, PagedKVCache, blocks_needed
 from .outputs import StopStringCriteria
 from .penalties import process_logits
 from .prefix_cache import PrefixCachingPool
@@ -77,7 +79,7 @@ def attention_group(n_new: list[int], n_computed: list[int], starts: list[int], 
     # block and the padding blocks are never read.
     mask = keys[None, None, :] <= positions[:, :, None]
     # Padding blocks are block 0: any block would do, the mask hides them.
-    padded = torch.tensor([b + [0] * (widest - len(b)) for b in blocks])
+    padded = torch.tensor([block for b in blocks for block in b + [0] * (widest - len(b))]).view(len(blocks), widest)
     # The mask gets a leading dimension of 1 for the heads: with a 4-d mask PyTorch's CPU attention takes its
     # fused kernel rather than the plain "math" one (about 3x faster here).
     picked = valid.flatten().nonzero()[:, 0]
@@ -147,6 +149,13 @@ def mlp(block_mlp, x: Float[Tensor, "n_new d_model"]) -> Float[Tensor, "n_new d_
     PyTorch's ``gelu(approximate="tanh")`` (one call instead of the formula's six)."""
     hidden = F.gelu(torch.addmm(block_mlp.b_in, x, block_mlp.W_in), approximate="tanh")
     return torch.addmm(block_mlp.b_out, hidden, block_mlp.W_out)
+
+
+def layer_norm(ln, x: Float[Tensor, "n_new d_model"]) -> Float[Tensor, "n_new d_model"]:
+    """What ``LayerNorm.forward`` computes (centre, divide by the root of the biased variance plus eps, then
+    scale by ``w`` and shift by ``b``), as PyTorch's one fused call with the module's weights and eps: the
+    module's own forward is five tensor operations, about a tenth of a step's time on the story model on a CPU."""
+    return F.layer_norm(x, x.shape[-1:], ln.w, ln.b, ln.cfg.layer_norm_eps)
 
 
 class TableSlots:
@@ -219,17 +228,20 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
     groups = [attention_group([lengths[i] for i in picked], [computed[i] for i in picked], [starts[i] for i in picked],
                               [requests[i].table.blocks for i in picked], size, device)
               for picked in picks + ([prefills] if prefills else [])]
-    residual = model.embed.W_E[tokens] + model.pos_embed.W_pos[positions]
+    # The packed row is one sequence of n_new tokens to the embedding: every position of the step goes through it
+    # once (a check that counts a step's positions watches it). The positions are each request's own.
+    residual = model.embed(tokens[None])[0] + model.pos_embed.W_pos[positions]
     for layer, block in enumerate(model.blocks):
-        # LayerNorm and the MLP act on each position alone, so the packed row is (1, n_new, d_model) to them.
-        normed = block.ln1(residual[None])[0]
-        residual = residual + paged_attention(block.attn, normed, cache, layer, new_slots, groups,
-                                              fused[layer] if fused else None)
-        residual = residual + mlp(block.mlp, block.ln2(residual[None])[0])
+        # LayerNorm and the MLP act on each position alone, so they run on the packed row as it is. The residual
+        # stream is this function's own tensor: adding in place saves a new one per sublayer.
+        residual += paged_attention(block.attn, layer_norm(block.ln1, residual), cache, layer, new_slots, groups,
+                                    fused[layer] if fused else None)
+        residual += mlp(block.mlp, layer_norm(block.ln2, residual))
     last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
     for request, span in zip(requests, spans):
         request.n_computed = span.stop
-    return model.unembed(model.ln_final(residual[last][None]))[0]
+    unembed = model.unembed
+    return torch.addmm(unembed.b_U, layer_norm(model.ln_final, residual[last]), unembed.W_U)
 
 
 def plain_greedy(request: Request) -> bool:
@@ -241,6 +253,30 @@ def plain_greedy(request: Request) -> bool:
             and (request.eos_token_id is None or len(request.output) >= s.min_new_tokens))
 
 
+class EngineStalled(RuntimeError):
+    """A step ran no request and preempted none while requests were still waiting or running: nothing in the
+    engine changed, so every later step would do the same, for ever."""
+
+
+def stall_report(scheduler: Scheduler) -> str:
+    """Why a step of ``scheduler`` did nothing: the first waiting request, the blocks it needs, the blocks free."""
+    pool, waiting, running = scheduler.pool, scheduler.waiting, scheduler.running
+    said = f"a step ran no request and preempted none, with {len(waiting)} waiting and {len(running)} running"
+    if not waiting:
+        return f"{said}: the scheduler planned no work for the running requests (Scheduler.schedule)"
+    first = waiting[0]
+    need = blocks_needed(len(first.tokens), pool.block_size)
+    said = (f"{said}: request {first.request_id}, first in the queue, has {len(first.tokens)} positions, which need "
+            f"{need} blocks of {pool.block_size}; the pool has {pool.n_free} of its {pool.n_blocks} blocks free")
+    if need <= pool.n_free:
+        return (f"{said}. Its blocks are free, yet the scheduler did not admit it: check the admit test of "
+                "Scheduler.schedule (the blocks a request needs against pool.n_free)")
+    if not running:
+        return (f"{said}, and no running request will give any back: {pool.n_blocks - pool.n_free} blocks are held "
+                "outside the running requests, or the pool is too small for this request")
+    return f"{said}; the running requests were given no work (Scheduler.schedule)"
+
+
 class Engine:
     """A model, a paged cache and a scheduler: add requests, then ``step`` (or ``run``) until all are done.
 
@@ -249,7 +285,8 @@ class Engine:
     with blocks another request computed reads those blocks and prefills only the rest.
     ``n_prefill_tokens`` counts the positions the engine's prefills ran. ``max_step_tokens`` caps
     the positions one step runs (None: no cap), splitting long prompts into chunks over several
-    steps (chunked prefill, see ``scheduler``); a request's tokens are the same either way.
+    steps (chunked prefill, see ``scheduler``); a request's tokens are the same either way. A step
+    that can do nothing while requests wait raises ``EngineStalled`` rather than loop for ever.
     """
 
     def __init__(self, model: DemoTransformer, n_blocks: int, block_size: int = 16, max_running: int = 16,
@@ -298,8 +335,14 @@ class Engine:
         return int(token[0])
 
     def step(self) -> list[Request]:
-        """One scheduling step; returns the requests that finished in it (their blocks already freed)."""
+        """One scheduling step; returns the requests that finished in it (their blocks already freed).
+
+        Raises ``EngineStalled`` when the step runs nothing and preempts nothing while requests wait or run:
+        then nothing changed and no later step could do anything else.
+        """
         work = self.scheduler.schedule()
+        if not work.requests and not work.preempted and not self.scheduler.done:
+            raise EngineStalled(stall_report(self.scheduler))
         if work.requests:
             n_new = [work.n_new(request) for request in work.requests]
             self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
@@ -308,11 +351,11 @@ class Engine:
             # draw one at a time, each from its own settings and generator.
             greedy = [plain_greedy(request) for request in work.requests]
             argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
-            for i, (request, row) in enumerate(zip(work.requests, logits)):
+            for i, request in enumerate(work.requests):
                 self.scheduler.register_full_blocks(request)  # before append: its new token is not in the cache yet
                 if request.n_computed < len(request.tokens):
                     continue  # a chunk of its prompt, not the last: these logits are not its next token's
-                request.append(argmax[i] if greedy[i] else self.next_token(request, row))
+                request.append(argmax[i] if greedy[i] else self.next_token(request, logits[i]))
         self.n_steps += 1
         return self.scheduler.retire()
 

@@ -93,14 +93,17 @@ class Served:
 
 
 class PositionCounter:
-    """A forward pre-hook on the first block's first LayerNorm: counts positions (and calls ``each``)."""
+    """A forward pre-hook on a module that every position of a forward pass goes through once, its input
+    (batch, positions, ...): counts positions (and calls ``each``). The course's engines are watched at their
+    token embedding (``model.embed``, which both call on the token ids they run), Hugging Face's at its first
+    LayerNorm."""
 
     def __init__(self, module: torch.nn.Module, each=None):
         self.positions, self.prefill_positions, self.each = 0, 0, each
         self.handle = module.register_forward_pre_hook(self.hook)
 
     def hook(self, module, args):
-        batch, seq = args[0].shape[0], args[0].shape[-2]
+        batch, seq = args[0].shape[:2]
         self.positions += batch * seq
         if seq > 1:  # a prompt's pass (part 5's engine runs prefill and decode apart)
             self.prefill_positions += batch * seq
@@ -157,7 +160,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
         held_sum += positions
         room_sum += blocks * block_size
 
-    counter = PositionCounter(model.blocks[0].ln1, during_forward)
+    counter = PositionCounter(model.embed, during_forward)
     n = len(stream)
     requests, first, finish, times = [None] * n, [None] * n, [None] * n, [[] for _ in range(n)]
     pending, active = deque(range(n)), []
@@ -213,7 +216,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
     n = len(stream)
     outputs, first, finish, times = [None] * n, [None] * n, [None] * n, [None] * n
     peak, held_sum, room_sum = 0, 0, 0
-    counter = PositionCounter(model.blocks[0].ln1)
+    counter = PositionCounter(model.embed)
     pending = deque(range(n))
     t0 = time.perf_counter()
     try:

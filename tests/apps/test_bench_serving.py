@@ -162,11 +162,11 @@ def test_kv_used_with_prefix_caching_is_the_held_blocks_fill(pairs):
 
 def test_max_step_tokens_caps_every_pass_and_the_tokens_stay_the_same(pairs):
     """With at most 5 positions a step (the 14-token prompt takes several), every forward pass runs at most 5
-    positions (counted by a hook on the first LayerNorm) and the tokens are plain ``generate``'s."""
+    positions (counted by a hook on the token embedding) and the tokens are plain ``generate``'s."""
     demo, hf_model = pairs["random"]
     stream = [serving.StreamRequest(p, n, 0.0, False) for p, n in zip(PROMPTS, NEW)]
     passes = []
-    hook = demo.blocks[0].ln1.register_forward_pre_hook(lambda module, args: passes.append(args[0].shape[-2]))
+    hook = demo.embed.register_forward_pre_hook(lambda module, args: passes.append(args[0].numel()))
     try:
         capped = serving.run_course(impl_module("engine", "solutions"), demo, stream, 64, 4, 4, max_step_tokens=5)
     finally:

@@ -1,6 +1,6 @@
 """Part 10: chunked prefill, a cap on the positions one step of the engine runs (``max_step_tokens``).
 
-The cap is checked by brute force: a hook on the model's first LayerNorm sees every position
+The cap is checked by brute force: a hook on the model's token embedding sees every position
 each forward pass runs, whatever the scheduler says it planned (``sampling_course.pass_counter``,
 made where the model runs). Under every cap tried, each
 request gets the tokens part 5's ``generate`` gives it alone (greedy, and seeded sampling with
@@ -32,8 +32,15 @@ NEW = 8
 
 def count_positions(impl, model) -> PassCounter:
     """The positions of every forward pass of ``model`` from now on, one entry per pass in ``passes`` (a pre-hook
-    on its first LayerNorm, which every position of a pass goes through once, made where the model runs)."""
-    return made_beside(impl.engine, PassCounter, model.blocks[0].ln1)
+    on its token embedding, ``model.embed``, which every position of a pass goes through once, made where the
+    model runs)."""
+    return made_beside(impl.engine, PassCounter, model.embed)
+
+
+def ran(passes: list[int]) -> list[int]:
+    """``passes``, checked not to be empty: an engine that never calls ``model.embed`` leaves nothing to count."""
+    assert passes, "no forward pass went through model.embed: the engine must embed each step's tokens with it"
+    return passes
 
 
 def jobs_of(tokenizer):
@@ -67,7 +74,7 @@ def serve(impl, model, jobs, cap, eos, max_running=4, arrive_every=0, prefix_cac
     finally:
         counter.remove()
     assert engine.pool.n_free == engine.pool.n_blocks, "blocks left held at the end"
-    return requests, counter.passes
+    return requests, ran(counter.passes)
 
 
 @pytest.mark.exercise("Scheduler.schedule")
@@ -114,7 +121,7 @@ def test_a_prompt_longer_than_the_cap_is_prefilled_over_steps_while_the_others_d
         engine.run()
     finally:
         counter.remove()
-    passes = counter.passes
+    passes = ran(counter.passes)
     assert max(passes) <= cap, f"a forward pass ran {max(passes)} positions, more than max_step_tokens={cap}"
     # Each step leaves one position to each decoding request: the prompt takes the rest, cap - 2 a step.
     assert steps == -(-len(long_prompt) // (cap - len(decoding))), f"the long prompt took {steps} steps"

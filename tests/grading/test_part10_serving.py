@@ -405,6 +405,28 @@ def test_kv_memory_stays_within_one_block_per_running_request_at_every_step(impl
     assert preempted[0] > 0, "12 blocks of 4 were meant to be too few for the stream: the bound must hold under preemption"
 
 
+@pytest.mark.exercise("Scheduler.schedule")
+def test_a_step_that_can_do_nothing_raises_at_once_naming_the_request(impl, tiny_demo):
+    """Three of the pool's four blocks held outside the engine leave one free block for a request that needs two,
+    and nothing runs that could give blocks back: the step raises ``EngineStalled``, naming the request, the
+    blocks it needs and the pool's, instead of stepping for ever. Once the blocks come back, the request runs.
+    (``EngineStalled`` is a RuntimeError, which is what is asked for: graded in another process, the error comes
+    back as a RuntimeError with its message.)"""
+    engine = impl.engine.Engine(tiny_demo, n_blocks=4, block_size=4)
+    held = [engine.pool.allocate() for _ in range(3)]
+    request = engine.add_request([1] * 6, 2, GREEDY)
+    with pytest.raises(RuntimeError,
+                       match=rf"request {request.request_id}, .* 6 positions, which need 2 blocks of 4; the pool has "
+                             r"1 of its 4 blocks free, and no running request"):
+        engine.step()
+    assert not engine.scheduler.running and list(engine.scheduler.waiting) == [request]
+    for block in held:
+        engine.pool.free(block)
+    engine.run()
+    assert len(request.output) == 2
+    assert_pool_empty(engine)
+
+
 def test_engine_rejects_what_it_cannot_serve(impl, tiny_demo):
     engine = impl.engine.Engine(tiny_demo, n_blocks=4, block_size=4)
     with pytest.raises(ValueError, match="could never finish"):
