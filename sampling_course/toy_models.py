@@ -10,6 +10,10 @@ model here is named by its rule:
 They live in the course's runtime so that they can be made beside the code they are handed to
 (``sampling_course.beside``): a submission graded in another process calls them where it runs,
 and the test works out its expected answer on a twin made with the same arguments where the test runs.
+
+Each answers on the device of the tokens it is given, whatever torch's default device (a GPU grading
+session's is the GPU): none has parameters, so a loop that moves its tokens to the model's parameters
+keeps them where they are, and the model follows them.
 """
 
 from __future__ import annotations
@@ -46,11 +50,12 @@ class SuccessorModel(nn.Module):
         past = 0 if kv_cache is None else kv_cache.seq_len
         self.calls.append((tokens.shape[1], past))
         new = tokens[:, past:]
-        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0)
+        # Made where the tokens are, whatever torch's default device (a GPU session's is the GPU).
+        logits = torch.full((*new.shape, self.cfg.d_vocab), -10.0, device=tokens.device)
         logits.scatter_(-1, ((new + 1) % self.cfg.d_vocab)[..., None], 10.0)
         if kv_cache is None:
             return logits
-        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4)
+        cache = torch.zeros(1, 2, tokens.shape[0], tokens.shape[1], 1, 4, device=tokens.device)
         return logits, self.KeyValueCache(cache)
 
 
@@ -83,7 +88,8 @@ class NeverEOSModel(nn.Module):
     def forward(self, tokens: Int[Tensor, "batch pos"], *args: Any, **kwargs: Any) -> Float[Tensor, "batch pos vocab"]:
         self.inputs.append(tokens.detach().clone())
         nxt = self.successor(tokens)
-        return torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf")).scatter(-1, nxt[..., None], 0.0)
+        logits = torch.full((*tokens.shape, self.cfg.d_vocab), float("-inf"), device=tokens.device)
+        return logits.scatter(-1, nxt[..., None], 0.0)
 
 
 class BigramModel(nn.Module):
@@ -112,4 +118,4 @@ class BigramModel(nn.Module):
         if kv_cache is not None:
             raise NotImplementedError("the toy model runs uncached")
         self.longest_input = max(self.longest_input, tokens.shape[1])
-        return self.logits[tokens]
+        return self.logits.to(tokens.device)[tokens]  # where the tokens are, like the other toy models' answers

@@ -313,7 +313,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--repeats", type=integer("--repeats", 1), default=3,
                         help="timed rounds after the warm-up (default 3)")
     parser.add_argument("--budget", type=number("--budget", 0, low_open=True), default=270.0,
-                        help="seconds for the whole run: rounds that would end later are skipped (default 270)")
+                        help="seconds for the whole run: rounds that would end later are skipped (default 270; the GPU bench "
+                             "shares it equally by dtype and batch, and always runs the warm-ups and one round of each)")
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the random weights and prompt")
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: a tiny random model, few tokens, one timed round (timings meaningless)")

@@ -23,7 +23,9 @@ interleaved (A B C D A B C D ...), and the table reports medians. Every method's
 compared with HF eager's in the same dtype: in float32 they should be identical; in
 bfloat16 two correct implementations may part at a near tie (another order of additions
 rounds differently), so the table says from which step on they differ, if they do.
-``--strict`` exits with status 1 when float32 tokens differ or a target is missed.
+``--strict`` exits with status 1 when float32 tokens differ or a target is missed. ``--budget``
+(seconds for the whole run) is shared equally by the cases (dtype and batch): in each, no timed round
+starts that would probably end after its share; the warm-ups always run, and so does one timed round.
 
 A decode step reads every weight once, so the GPU's memory bandwidth limits it: the bench
 measures that bandwidth (the best of a few sums over a 1 GiB buffer, timed with CUDA
@@ -207,12 +209,19 @@ def build_cases(args: argparse.Namespace, device: torch.device, capture: bool = 
     return cases, label
 
 
-def run_cases(cases: list[Case], device: torch.device, repeats: int, prompt: int, progress: bool = False) -> None:
-    """Warm up every method (twice: compiling and capturing happen here), then ``repeats`` interleaved rounds."""
+def run_cases(cases: list[Case], device: torch.device, repeats: int, prompt: int, progress: bool = False,
+              budget_s: float | None = None) -> int:
+    """Case by case: warm up every method (twice: compiling and capturing happen here), then up to ``repeats``
+    interleaved rounds. With ``budget_s`` (seconds from this call), each of the n cases has until its share
+    (the k-th case until k/n of the budget): no round starts that would probably end later (one as long as
+    the case's longest so far); at least one round runs. Returns the fewest rounds a case ran."""
     from tqdm.auto import tqdm
 
+    started = time.perf_counter()
     bar = tqdm(total=sum(len(c.methods) for c in cases) * (2 + repeats), desc="bench", disable=not progress, leave=False)
-    for case in cases:
+    fewest = repeats
+    for k, case in enumerate(cases, start=1):
+        deadline = None if budget_s is None else started + budget_s * k / len(cases)
         with full_fp32_precision() if case.dtype == "float32" else contextlib.nullcontext():
             for method in case.methods:
                 bar.set_postfix_str(f"warm-up: {case.dtype} batch {case.batch} {method.name}")
@@ -221,11 +230,17 @@ def run_cases(cases: list[Case], device: torch.device, repeats: int, prompt: int
                     bar.update()
             reference = next(m for m in case.methods if m.name == "hf").tokens
             case.agreement = {m.name: first_difference(m.tokens, reference, prompt) for m in case.methods if m.name != "hf"}
-            for _ in range(repeats):
+            rounds, longest = 0, 0.0
+            while rounds < repeats and (deadline is None or not rounds or time.perf_counter() + longest <= deadline):
+                round_start = time.perf_counter()
                 for method in case.methods:
                     method.times.append(gpu_seconds(method.run, device))
                     bar.update()
+                longest = max(longest, time.perf_counter() - round_start)
+                rounds += 1
+        fewest = min(fewest, rounds)
     bar.close()
+    return fewest
 
 
 # ---------------------------------------------------------------------------------------
@@ -282,12 +297,16 @@ def main(args: argparse.Namespace, device: torch.device) -> int:
         cases, label = build_cases(args, device)
     name = torch.cuda.get_device_name(device)
     console.print(f"[bold]{label}[/] on {name}, code from {args.impl}/; prompts of {args.prompt_tokens} tokens, "
-                  f"{args.new_tokens} new tokens, greedy; {args.repeats} timed rounds after 2 warm-ups, interleaved")
-    run_cases(cases, device, args.repeats, args.prompt_tokens, progress=not args.no_progress)
+                  f"{args.new_tokens} new tokens, greedy; up to {args.repeats} timed rounds after 2 warm-ups, interleaved")
+    rounds = run_cases(cases, device, args.repeats, args.prompt_tokens, progress=not args.no_progress,
+                       budget_s=args.budget - (time.perf_counter() - started))
+    if rounds < args.repeats:
+        console.print(f"as few as {rounds} of {args.repeats} timed rounds: --budget {args.budget:g} s is shared "
+                      f"equally by the runs of each dtype and batch ({len(cases)})")
     bandwidth = measure_gpu_bandwidth(device, 64 if args.quick else 1024)
     console.print(f"memory bandwidth, measured: {bandwidth / 1e9:,.0f} GB/s")
     outcomes = report(cases, args.new_tokens, bandwidth, console,
-                      f"{label}, {name}: greedy decoding, medians of {args.repeats} runs")
+                      f"{label}, {name}: greedy decoding, medians of {rounds if rounds == args.repeats else f'{rounds} to {args.repeats}'} runs")
     wrong = float32_agrees(cases)
     for line in wrong:
         # Random weights give nearly flat logits, where a tie can fall either way; real GPT-2's rarely do.

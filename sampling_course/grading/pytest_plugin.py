@@ -28,10 +28,12 @@ pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
@@ -246,6 +248,24 @@ def device_constructors() -> frozenset:
     from torch.utils._device import _device_constructors
 
     return frozenset(_device_constructors())
+
+
+@contextlib.contextmanager
+def on_the_cpu() -> Iterator[None]:
+    """Within the block, a session on another device is back on the CPU: tensors made without a
+    device, loaders left to their default and torch's default device are the CPU's.
+
+    For tests whose oracle runs on the CPU only (part 9's Hugging Face Llama, for one); outside a
+    session on another device it changes nothing."""
+    with use_device("cpu"), DeviceSession(torch.device("cpu")), torch.device("cpu"):
+        yield
+
+
+@pytest.fixture(scope="module")
+def cpu_session() -> Iterator[None]:
+    """A test module's tests on the CPU whatever ``--device`` (``pytestmark = pytest.mark.usefixtures("cpu_session")``)."""
+    with on_the_cpu():
+        yield
 
 
 def start_device_session(config: pytest.Config) -> None:

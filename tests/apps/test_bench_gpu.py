@@ -42,6 +42,32 @@ def test_the_gpu_methods_agree_and_report_on_the_cpu():
     assert len(outcomes) == 2 * len(bench_gpu.TARGETS)  # one per target and dtype, at batch 1
 
 
+def test_the_budget_limits_the_timed_rounds_but_one_always_runs():
+    """--budget: no timed round starts past a case's share of it, yet every case gets one; without it, every round runs."""
+    args = quick_args(batch_sizes=[1, 2], dtypes=["float32"])
+    cases, _ = bench_gpu.build_cases(args, torch.device("cpu"), capture=False, compile=False)
+    assert bench_gpu.run_cases(cases, torch.device("cpu"), repeats=3, prompt=args.prompt_tokens, budget_s=1e-9) == 1
+    assert all(len(m.times) == 1 for case in cases for m in case.methods)
+    cases, _ = bench_gpu.build_cases(args, torch.device("cpu"), capture=False, compile=False)
+    assert bench_gpu.run_cases(cases, torch.device("cpu"), repeats=2, prompt=args.prompt_tokens) == 2
+    assert all(len(m.times) == 2 for case in cases for m in case.methods)
+
+
+def test_the_report_says_when_the_budget_cut_the_rounds(monkeypatch, capsys):
+    """The whole command's flow on the CPU (device name, bandwidth and the GPU-only methods stood in)."""
+    build = bench_gpu.build_cases
+    monkeypatch.setattr(bench_gpu, "build_cases", lambda args, device: build(args, device, capture=False, compile=False))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "a stand-in GPU")
+    monkeypatch.setattr(bench_gpu, "measure_gpu_bandwidth", lambda device, megabytes=1024: 1e12)
+    monkeypatch.setenv("COLUMNS", "200")
+    args = quick_args(batch_sizes=[1], dtypes=["float32"], repeats=3, budget=1e-9)
+    assert bench_gpu.main(args, torch.device("cpu")) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "up to 3 timed rounds after 2 warm-ups" in out
+    assert "as few as 1 of 3 timed rounds: --budget 1e-09 s is shared equally by the runs of each dtype and batch (1)" in out
+    assert "medians of 1 to 3 runs" in out
+
+
 def test_a_disagreement_is_located():
     a = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]])
     b = a.clone()

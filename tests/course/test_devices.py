@@ -273,6 +273,38 @@ def test_tensors_a_test_makes_land_on_the_session_device_and_seeded_draws_stay_t
     assert torch.zeros(1).device.type == "cpu"
 
 
+def test_a_module_whose_oracle_runs_on_the_cpu_gets_the_cpu_back_inside_a_session_on_another_device():
+    from sampling_course.grading.pytest_plugin import DeviceSession, on_the_cpu
+
+    with DeviceSession(torch.device("meta")), torch.device("meta"):
+        assert torch.zeros(2).device.type == "meta"
+        with on_the_cpu():
+            assert torch.zeros(2).device.type == torch.tensor([1]).device.type == "cpu"
+            assert torch.get_default_device().type == "cpu" and pick_device().type == "cpu"  # loaders too
+            assert torch.nn.Linear(2, 2).weight.device.type == "cpu"
+        assert torch.zeros(2).device.type == "meta"
+
+
+def test_the_toy_models_answer_where_their_tokens_are_whatever_the_default_device():
+    """In a grading session on a GPU, a loop hands a parameter-free toy model its tokens on the CPU
+    (where the model's no parameters are); its logits must be there too, not on the default device.
+    (BigramModel's table is a buffer made on the default device: no device here can show it answering
+    elsewhere, since a meta table holds no numbers to copy.)"""
+    from sampling_course.grading.pytest_plugin import DeviceSession
+    from sampling_course.toy_models import NeverEOSModel, SuccessorModel
+
+    cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=16, n_ctx=8)
+    tokens = torch.tensor([[1, 2, 3]], device="cpu")
+    with DeviceSession(torch.device("meta")), torch.device("meta"):
+        models = [SuccessorModel(KeyValueCache=lambda cache: cache, d_vocab=16), NeverEOSModel(cfg, eos=15)]
+        for model in models:
+            logits = model(tokens)
+            assert logits.device.type == "cpu" and logits.shape == (1, 3, 16), type(model).__name__
+        empty_cache = type("EmptyCache", (), {"seq_len": 0})()
+        logits, cache = models[0](tokens, empty_cache)  # SuccessorModel's cached call: its cache there too
+        assert logits.device.type == cache.device.type == "cpu"
+
+
 def test_check_grades_on_the_device_it_is_given(monkeypatch):
     """check(..., device=...) hands --device to the tests it runs; a device this machine lacks is one line, no tests."""
     import pytest as pytest_module

@@ -5,7 +5,8 @@ the engine is the solutions' (part 5's ``generate``, part 3's ``Beams``, the cac
 and 6). The oracle is Hugging Face's ``LlamaForCausalLM`` on the same folder: its
 ``generate(num_beams=..., do_sample=False)`` sequences and ``sequences_scores``, its greedy and
 seeded sampled tokens, and the log-probabilities its forward pass gives each beam's tokens.
-Everything runs on the CPU, where Hugging Face's model runs.
+Everything runs on the CPU, where Hugging Face's model runs, also in a grading session on a GPU
+(the plugin's ``cpu_session``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from sampling_course.llama_engine import LlamaForEngine
 from sampling_course.reference import load_reference
 from sampling_course.weights import load_weights
 
+pytestmark = pytest.mark.usefixtures("cpu_session")
 TOL = parity("cpu")
 SOLUTIONS = Impl("solutions")
 # Two prompts of one length (9 tokens): the model has no attention mask, so a batch takes no padding.
