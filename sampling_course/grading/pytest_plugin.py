@@ -28,7 +28,6 @@ pyproject.toml loads this module with ``-p sampling_course.grading.pytest_plugin
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import re
 import sys
@@ -41,6 +40,7 @@ import pytest
 import torch
 
 from sampling_course.devices import DEVICE_ENV, full_fp32_precision, pick_device, use_device
+from sampling_course.grading.device_session import DeviceSession, on_the_cpu
 from sampling_course.files import BrokenCourseFile
 from sampling_course.implementation import IMPLS, find_checkout, stale_install_message
 from sampling_course.grading.time_limit import TookTooLong, time_limit
@@ -217,48 +217,6 @@ def pytest_report_header(config: pytest.Config) -> str:
 def session_device(config: pytest.Config) -> torch.device:
     """The device this session grades on (``--device``); the ``device`` fixture reads it."""
     return config.stash[_device_key]
-
-
-class DeviceSession(torch.overrides.TorchFunctionMode):
-    """Every tensor a test makes without naming a device is made on the session's device.
-
-    Tests build their inputs with plain ``torch.tensor``, ``torch.randn`` and friends, as
-    they would on a CPU. A draw from an explicit ``torch.Generator`` on another device (the
-    tests' seeded CPU generators) is made where the generator is and then moved, so every
-    device grades on the same numbers.
-    """
-
-    def __init__(self, device: torch.device):
-        super().__init__()
-        self.device = device
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if kwargs.get("device") is None and func in device_constructors():
-            generator = kwargs.get("generator")
-            if isinstance(generator, torch.Generator) and generator.device != self.device:
-                return func(*args, **{**kwargs, "device": generator.device}).to(self.device)
-            kwargs["device"] = self.device
-        return func(*args, **kwargs)
-
-
-@cache
-def device_constructors() -> frozenset:
-    """The torch functions that make a tensor on a device (those ``DeviceSession`` places)."""
-    from torch.utils._device import _device_constructors
-
-    return frozenset(_device_constructors())
-
-
-@contextlib.contextmanager
-def on_the_cpu() -> Iterator[None]:
-    """Within the block, a session on another device is back on the CPU: tensors made without a
-    device, loaders left to their default and torch's default device are the CPU's.
-
-    For tests whose oracle runs on the CPU only (part 9's Hugging Face Llama, for one); outside a
-    session on another device it changes nothing."""
-    with use_device("cpu"), DeviceSession(torch.device("cpu")), torch.device("cpu"):
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -260,7 +260,7 @@ def test_a_session_on_a_device_is_undone_afterwards(machine, monkeypatch):
 
 
 def test_tensors_a_test_makes_land_on_the_session_device_and_seeded_draws_stay_the_same():
-    from sampling_course.grading.pytest_plugin import DeviceSession
+    from sampling_course.grading.device_session import DeviceSession
 
     expected = torch.randn(3, generator=torch.Generator().manual_seed(4))
     with DeviceSession(torch.device("meta")):
@@ -274,7 +274,7 @@ def test_tensors_a_test_makes_land_on_the_session_device_and_seeded_draws_stay_t
 
 
 def test_a_module_whose_oracle_runs_on_the_cpu_gets_the_cpu_back_inside_a_session_on_another_device():
-    from sampling_course.grading.pytest_plugin import DeviceSession, on_the_cpu
+    from sampling_course.grading.device_session import DeviceSession, on_the_cpu
 
     with DeviceSession(torch.device("meta")), torch.device("meta"):
         assert torch.zeros(2).device.type == "meta"
@@ -290,7 +290,7 @@ def test_the_toy_models_answer_where_their_tokens_are_whatever_the_default_devic
     (where the model's no parameters are); its logits must be there too, not on the default device.
     (BigramModel's table is a buffer made on the default device: no device here can show it answering
     elsewhere, since a meta table holds no numbers to copy.)"""
-    from sampling_course.grading.pytest_plugin import DeviceSession
+    from sampling_course.grading.device_session import DeviceSession
     from sampling_course.toy_models import NeverEOSModel, SuccessorModel
 
     cfg = Config(d_model=4, d_head=4, n_heads=1, n_layers=1, d_mlp=4, d_vocab=16, n_ctx=8)
@@ -348,7 +348,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 def _constructor_names() -> frozenset[str]:
     """The names ``torch.<name>`` of the functions that make a tensor on a device (what DeviceSession places)."""
-    from sampling_course.grading.pytest_plugin import device_constructors
+    from sampling_course.grading.device_session import device_constructors
 
     functions = {name: getattr(torch, name) for name in dir(torch)}
     return frozenset(name for name, value in functions.items() if callable(value) and value in device_constructors())
