@@ -11,31 +11,51 @@ the same shipped files, and the test reads what it kept as plain data.
 
 ``shipped_name(tokenizer)`` says which shipped tokenizer a ``Tokenizer`` is (the same vocabulary,
 merges and special tokens, wherever its files are), so that another process can make its own
-from the name (``shipped_tokenizer``) instead of being handed this one.
+from the name (``shipped_tokenizer``) instead of being handed this one. GPT-2's tokenizer counts
+as one when GPT-2 small is in the local Hugging Face cache: a submission's process finds its two
+files in the folder ``$SAMPLING_COURSE_GPT2_TOKENIZER`` names (the grader binds them read-only into
+the sandbox), any other process in the cache.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from sampling_course.tokenizer import STORY_TOKENIZER_DIR, TOKENIZER_DIR, Tokenizer
 
-__all__ = ["SHIPPED_TOKENIZERS", "RecordingTokenizer", "shipped_name", "shipped_tokenizer"]
+__all__ = ["GPT2_TOKENIZER_ENV", "SHIPPED_TOKENIZERS", "RecordingTokenizer", "shipped_name", "shipped_tokenizer",
+           "tokenizer_folder"]
 
-# The shipped tokenizers by name: the stand-in's ("tiny") and the story models' ("story").
-SHIPPED_TOKENIZERS = {"tiny": TOKENIZER_DIR, "story": STORY_TOKENIZER_DIR}
+# The shipped tokenizers by name: the stand-in's ("tiny") and the story models' ("story"); GPT-2's ("gpt2")
+# where GPT-2 small is cached (its folder is looked up: ``tokenizer_folder``).
+SHIPPED_TOKENIZERS = {"tiny": TOKENIZER_DIR, "story": STORY_TOKENIZER_DIR, "gpt2": None}
+GPT2_TOKENIZER_ENV = "SAMPLING_COURSE_GPT2_TOKENIZER"  # the folder of GPT-2's tokenizer.json and tokenizer_config.json
+
+
+def tokenizer_folder(name: str) -> Path | None:
+    """The folder of the shipped tokenizer ``name``; for "gpt2", the folder ``$SAMPLING_COURSE_GPT2_TOKENIZER``
+    names, else GPT-2 small's snapshot in the local Hugging Face cache, else None."""
+    if name not in SHIPPED_TOKENIZERS:
+        raise ValueError(f"a shipped tokenizer is one of {sorted(SHIPPED_TOKENIZERS)}, not {name!r}")
+    if name != "gpt2":
+        return SHIPPED_TOKENIZERS[name]
+    if os.environ.get(GPT2_TOKENIZER_ENV):
+        return Path(os.environ[GPT2_TOKENIZER_ENV])
+    from sampling_course.reference import gpt2_local_dir
+
+    return gpt2_local_dir()
 
 
 class RecordingTokenizer:
-    """The shipped tokenizer ``name`` ("tiny" or "story"); ``decoded`` holds the ids it last decoded."""
+    """The shipped tokenizer ``name`` ("tiny", "story" or "gpt2"); ``decoded`` holds the ids it last decoded."""
 
     def __init__(self, name: str):
-        if name not in SHIPPED_TOKENIZERS:
-            raise ValueError(f"a shipped tokenizer is one of {sorted(SHIPPED_TOKENIZERS)}, not {name!r}")
-        self.tokenizer = Tokenizer(SHIPPED_TOKENIZERS[name])
+        self.tokenizer = shipped_tokenizer(name)
         self.eos_token_id = self.tokenizer.eos_token_id
         self.decoded: list[int] = []
 
@@ -59,8 +79,8 @@ def _fingerprint(tokenizer: Tokenizer) -> tuple:
 
 
 @functools.cache
-def _shipped_fingerprint(name: str) -> tuple:
-    return _fingerprint(Tokenizer(SHIPPED_TOKENIZERS[name]))
+def _folder_fingerprint(folder: Path) -> tuple:
+    return _fingerprint(Tokenizer(folder))
 
 
 def shipped_name(tokenizer: Any) -> str | None:
@@ -69,11 +89,17 @@ def shipped_name(tokenizer: Any) -> str | None:
     if type(tokenizer) is not Tokenizer or set(vars(tokenizer)) != _FIELDS:
         return None
     mark = _fingerprint(tokenizer)
-    return next((name for name in SHIPPED_TOKENIZERS if _shipped_fingerprint(name) == mark), None)
+    for name in SHIPPED_TOKENIZERS:
+        folder = tokenizer_folder(name)
+        if folder is not None and _folder_fingerprint(folder) == mark:
+            return name
+    return None
 
 
 def shipped_tokenizer(name: str) -> Tokenizer:
-    """The shipped tokenizer ``name`` ("tiny" or "story"), read from the course's files."""
-    if name not in SHIPPED_TOKENIZERS:
-        raise ValueError(f"a shipped tokenizer is one of {sorted(SHIPPED_TOKENIZERS)}, not {name!r}")
-    return Tokenizer(SHIPPED_TOKENIZERS[name])
+    """The shipped tokenizer ``name`` ("tiny", "story" or "gpt2"), read from its folder (``tokenizer_folder``)."""
+    folder = tokenizer_folder(name)
+    if folder is None:
+        raise ValueError("GPT-2's tokenizer is not here: GPT-2 small is not in the local Hugging Face cache "
+                         f"and ${GPT2_TOKENIZER_ENV} names no folder")
+    return Tokenizer(folder)

@@ -162,7 +162,8 @@ def gpt2_local_dir() -> Path | None:
 
     for repo_id in GPT2_REPO_IDS:
         try:
-            path = Path(snapshot_download(repo_id, allow_patterns=GPT2_FILES, local_files_only=True))
+            # The folder looked in above (huggingface_hub reads the variables once, when it is imported).
+            path = Path(snapshot_download(repo_id, allow_patterns=GPT2_FILES, local_files_only=True, cache_dir=_hub_cache()))
         except Exception:  # not cached under this name
             continue
         if (path / "config.json").exists() and (path / "model.safetensors").exists():

@@ -32,12 +32,13 @@ from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.proxies import RemoteObject
 from sampling_course.grading.classroom.settings import GradeSettings
 from doubles import counted
+from fake_hub import ADDED_TOKEN, fake_gpt2_cache
 from sampling_course.beside import made_apart, made_beside
 from sampling_course.counted_model import CountedCall
 from sampling_course.config import Config
 from sampling_course.op_recorder import OpRecorder, take_unverified
 from sampling_course.recording_file import RecordingFile
-from sampling_course.recording_tokenizer import RecordingTokenizer
+from sampling_course.recording_tokenizer import RecordingTokenizer, shipped_name
 from sampling_course.repeat import repeat
 from sampling_course.scripted_step import ScriptedStep
 from sampling_course.tokenizer import TOKENIZER_DIR, Tokenizer
@@ -417,6 +418,24 @@ def test_a_shipped_tokenizer_is_made_again_by_name_where_it_is_sent(connected):
     changed = Tokenizer(TOKENIZER_DIR)
     changed.extra = 1
     assert module.tokenizers_seen(changed, ours)[:2] == [False, False]  # a handle to the grader's, as before
+
+
+def test_gpt2s_tokenizer_is_made_again_by_name_where_it_is_sent(connected, tmp_path, monkeypatch):
+    """With GPT-2 small cached, the grader's GPT-2 tokenizer (a stand-in here: the story tokenizer and one more
+    token) crosses by name too, and the submission's side makes its own from its folder; without it cached, the
+    same tokenizer is no shipped one."""
+    folder = fake_gpt2_cache(tmp_path)
+    ours = Tokenizer(folder)
+    assert shipped_name(ours) is None  # GPT-2 is not cached here yet
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    assert shipped_name(ours) == "gpt2" and shipped_name(Tokenizer(TOKENIZER_DIR)) == "tiny"
+    grader, student, _ = connected
+    module = grader.request("import", None, name=MODULE)
+    seen = module.tokenizers_seen(ours, ours)
+    assert seen[:2] == [True, True] and seen[2] == ours.encode("hello world")
+    theirs = student.by_name["gpt2"]
+    assert isinstance(theirs, Tokenizer) and theirs is not ours and theirs.encode(ADDED_TOKEN) == ours.encode(ADDED_TOKEN)
+    assert len(ours.encode(ADDED_TOKEN)) == 1 and grader._exports == {}
 
 
 def test_made_beside_makes_only_the_runtimes_objects():

@@ -125,6 +125,58 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     assert results["race_control"]["exercises"][0]["unverified"] == 1 and entry["unverified"] == 0
 
 
+PROBE = """
+import os
+from pathlib import Path
+
+
+def seen(tokenizer, text, folder, try_writing):
+    wrote = "not tried"
+    if try_writing:
+        try:
+            (Path(folder) / "tokenizer.json").write_text("changed")
+            wrote = "wrote"
+        except OSError:
+            wrote = "refused"
+    return [type(tokenizer).__module__ + "." + type(tokenizer).__qualname__, tokenizer.encode(text),
+            sorted(os.listdir(folder)), wrote]
+"""
+
+
+@pytest.mark.parametrize("sandboxed", [True, False], ids=["bubblewrap", "unsafe"])
+def test_gpt2s_tokenizer_reaches_a_sandboxed_submission_by_name(tmp_path, monkeypatch, sandboxed):
+    """With GPT-2 small cached (a stand-in cache), the sandbox holds GPT-2's two tokenizer files, read-only, and
+    the grader's GPT-2 tokenizer reaches the submission's code as a tokenizer of its own process, made from them;
+    without the sandbox, from the cache itself."""
+    from sampling_course.grading.classroom import jail
+    from sampling_course.grading.classroom.grade import Connection
+    from sampling_course.grading.classroom.settings import GradeSettings
+    from sampling_course.tokenizer import Tokenizer
+
+    from fake_hub import ADDED_TOKEN, fake_gpt2_cache
+
+    folder = fake_gpt2_cache(tmp_path / "hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "copy" / "probe.py").write_text(PROBE)
+    bwrap = jail.available() if sandboxed else None
+    assert bwrap or not sandboxed, "bubblewrap is needed: apt-get install bubblewrap"
+    connection = Connection(tmp_path / "copy", GradeSettings(unsafe_no_sandbox=not sandboxed), bwrap=bwrap)
+    ours = Tokenizer(folder)
+    text = f"hello {ADDED_TOKEN}"
+    try:
+        probe = connection.connect().request("import", None, name="probe")
+        where = jail.GPT2_TOKENIZER if sandboxed else str(folder)
+        kind, ids, files, wrote = probe.seen(ours, text, where, sandboxed)
+    finally:
+        connection.retire()
+    assert kind == "sampling_course.tokenizer.Tokenizer" and ids == ours.encode(text)
+    assert {"tokenizer.json", "tokenizer_config.json"} <= set(files)
+    if sandboxed:  # nothing else of the cache, and nothing it may change
+        assert files == ["tokenizer.json", "tokenizer_config.json"] and wrote == "refused"
+    assert Tokenizer(folder).encode(text) == ids
+
+
 def test_dask_local_cluster(tmp_path):
     """On a Dask LocalCluster of two workers, two submissions (one per worker: two mistakes and a variant) travel
     as zips and come back graded as planted."""

@@ -8,8 +8,10 @@ submission's process
   exercises import (an allow-list: torch, einops, jaxtyping, ... and nothing else, so not
   transformers or TransformerLens), the course's runtime under ``/course`` (the top of the
   ``sampling_course`` package and the few modules of the bridge's own side; not the grader,
-  not the solutions, not the tests), its own copy under ``/submission`` (writable), an empty
-  ``/tmp``, and a ``/proc`` of its own process namespace;
+  not the solutions, not the tests), GPT-2's two tokenizer files under ``/reference/gpt2`` when
+  GPT-2 small is cached (read-only; a test's GPT-2 tokenizer is made again there from them), its
+  own copy under ``/submission`` (writable), an empty ``/tmp``, and a ``/proc`` of its own process
+  namespace;
 * has an empty environment, no network (a network namespace with no interface), its own
   process namespace (when its first process ends, every process in it ends), and dies with
   the grader;
@@ -30,7 +32,8 @@ import struct
 import sys
 from pathlib import Path
 
-__all__ = ["ALLOWED_PACKAGES", "WORKER_FILES", "available", "command", "python_paths", "rlimits", "seccomp_filter"]
+__all__ = ["ALLOWED_PACKAGES", "GPT2_TOKENIZER", "WORKER_FILES", "available", "command", "gpt2_tokenizer_files",
+           "python_paths", "rlimits", "seccomp_filter"]
 
 # What the exercises (and torch itself) import, and ``tokenizers`` (which imports nothing else), for the course's
 # own tokenizer a test makes beside the submission's code; the only packages the sandbox holds.
@@ -46,6 +49,7 @@ WORKER_FILES = ("grading/__init__.py", "grading/time_limit.py", "grading/classro
 COURSE = "/course"  # where the course's runtime is, inside the sandbox
 SUBMISSION = "/submission"  # where the submission's copy is, inside the sandbox
 SITE = "/site-packages"  # where the allowed packages are, inside the sandbox
+GPT2_TOKENIZER = "/reference/gpt2"  # where GPT-2's tokenizer files are, inside the sandbox, when GPT-2 is cached
 
 
 def available() -> str | None:
@@ -65,6 +69,18 @@ def python_paths() -> tuple[Path, list[str]]:
     prefix = Path(sys.base_prefix).resolve()
     stdlib = [os.path.dirname(os.__file__)] + [p for p in sys.path if p.endswith("lib-dynload")]
     return prefix, list(dict.fromkeys(str(Path(p).resolve()) for p in stdlib))
+
+
+def gpt2_tokenizer_files() -> dict[str, Path]:
+    """GPT-2's ``tokenizer.json`` and ``tokenizer_config.json`` in the local Hugging Face cache, links followed
+    (the hub's snapshot links each file to a blob); empty when GPT-2 small is not cached."""
+    from sampling_course.reference import gpt2_local_dir
+
+    folder = gpt2_local_dir()
+    if folder is None:
+        return {}
+    files = {name: (folder / name).resolve() for name in ("tokenizer.json", "tokenizer_config.json")}
+    return files if all(path.is_file() for path in files.values()) else {}
 
 
 def _site_packages() -> Path:
@@ -97,6 +113,13 @@ def command(bwrap: str, copy: Path | None, fd: int, seccomp_fd: int) -> list[str
         args += ["--ro-bind", str(path), f"{COURSE}/sampling_course/{path.name}"]
     for relative in WORKER_FILES:
         args += ["--ro-bind", str(package / relative), f"{COURSE}/sampling_course/{relative}"]
+    gpt2 = gpt2_tokenizer_files()
+    for name, path in gpt2.items():
+        args += ["--ro-bind", str(path), f"{GPT2_TOKENIZER}/{name}"]
+    if gpt2:
+        from sampling_course.recording_tokenizer import GPT2_TOKENIZER_ENV
+
+        args += ["--setenv", GPT2_TOKENIZER_ENV, GPT2_TOKENIZER]
     home = SUBMISSION if copy is not None else "/tmp"
     if copy is not None:
         args += ["--bind", str(copy), SUBMISSION]

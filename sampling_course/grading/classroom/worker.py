@@ -106,6 +106,10 @@ class Worker:
             jail.rlimits(memory, limits["cpu_seconds"], limits["file_bytes"], limits["open_files"])
 
         env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+        if not bwrap and jail.gpt2_tokenizer_files():  # GPT-2's tokenizer, from its snapshot (the sandbox binds its files)
+            from sampling_course.recording_tokenizer import GPT2_TOKENIZER_ENV, tokenizer_folder
+
+            env[GPT2_TOKENIZER_ENV] = str(tokenizer_folder("gpt2"))
         process = subprocess.Popen(argv, pass_fds=fds, env=env, cwd=copy or "/", stdin=subprocess.DEVNULL,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)
         theirs.close()
