@@ -286,8 +286,9 @@ def test_a_module_whose_oracle_runs_on_the_cpu_gets_the_cpu_back_inside_a_sessio
 
 
 def test_the_toy_models_answer_where_their_tokens_are_whatever_the_default_device():
-    """In a grading session on a GPU, a loop hands a parameter-free toy model its tokens on the CPU
-    (where the model's no parameters are); its logits must be there too, not on the default device.
+    """In a grading session on a GPU, a loop hands a parameter-free toy model its tokens on the CPU (a
+    model without parameters gives it no device to move them to); its logits must be there too, not on
+    the default device.
     (BigramModel's table is a buffer made on the default device: no device here can show it answering
     elsewhere, since a meta table holds no numbers to copy.)"""
     from sampling_course.grading.device_session import DeviceSession
