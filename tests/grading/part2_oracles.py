@@ -17,7 +17,7 @@ import torch
 from sampling_course.repeat import repeat
 
 from quantiles import binom_isf, binom_ppf, norm_isf
-from sequential import assert_follows_sequentially
+from sequential import assert_counts_within, assert_follows_sequentially, assert_in_support, counts_of
 
 ALPHA = 1e-6  # the false-failure probability of every statistical test of part 2
 BETA = 1e-6  # the probability that a frequency test misses a token whose probability is off by its delta
@@ -147,25 +147,13 @@ def assert_draws_follow(draws: torch.Tensor, expected: torch.Tensor, what: str, 
     probability at most alpha (Bonferroni over tokens and both tails).
     """
     n = draws.numel()
-    d_vocab = expected.shape[-1]
-    assert draws.min() >= 0 and draws.max() < d_vocab, f"{what}: token ids outside [0, {d_vocab})"
-    observed = torch.bincount(draws.flatten(), minlength=d_vocab)
+    observed = counts_of(draws, expected.shape[-1], what)
     support = (expected > 0).nonzero().flatten().tolist()
-    outside = {t: int(observed[t]) for t in range(d_vocab) if observed[t] > 0 and t not in support}
-    assert not outside, (
-        f"{what}: drew tokens that must never appear (token: count) {outside}; allowed tokens {support}"
-    )
+    assert_in_support(observed, support, what)
     q = alpha / (2 * len(support))
-    problems = []
-    for token in support:
-        p = expected[token].item()
-        low, high = binom_ppf(q, n, p), binom_isf(q, n, p)
-        if not low <= observed[token] <= high:
-            problems.append(
-                f"token {token}: frequency {observed[token].item() / n:.4f}, expected {p:.4f} "
-                f"(acceptable count range [{low:.0f}, {high:.0f}] of {n})"
-            )
-    assert not problems, f"{what}: frequencies differ from the expected distribution\n" + "\n".join(problems)
+    probs = expected.tolist()
+    bounds = [(binom_ppf(q, n, probs[t]), binom_isf(q, n, probs[t])) for t in support]
+    assert_counts_within(observed, probs, n, support, bounds, what)
 
 
 def assert_sampler_follows(method, logits: torch.Tensor, expected: torch.Tensor, what: str, *args,

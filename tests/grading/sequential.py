@@ -106,6 +106,32 @@ def plan(expected: tuple[float, ...], delta: float, alpha: float, beta: float) -
     return Plan(support, (*looks, n_final), (*accepted, final))
 
 
+def counts_of(draws: torch.Tensor, d_vocab: int, what: str) -> list[int]:
+    """How often each token id in [0, d_vocab) was drawn; an id outside that range fails."""
+    draws = draws.flatten()
+    assert draws.numel() == 0 or (draws.min() >= 0 and draws.max() < d_vocab), (
+        f"{what}: token ids outside [0, {d_vocab})")
+    return torch.bincount(draws, minlength=d_vocab).tolist()
+
+
+def assert_in_support(observed: list[int], support: tuple[int, ...] | list[int], what: str) -> None:
+    """No token outside ``support`` was drawn (``observed``: counts by token id)."""
+    outside = {t: c for t, c in enumerate(observed) if c > 0 and t not in support}
+    assert not outside, (
+        f"{what}: drew tokens that must never appear (token: count) {outside}; allowed tokens {list(support)}"
+    )
+
+
+def assert_counts_within(observed: list[int], expected: list[float], n: int, support, bounds, what: str) -> None:
+    """The fixed-size verdict: each supported token's count of ``n`` draws lies in its (lowest, highest) of ``bounds``."""
+    problems = [
+        f"token {t}: frequency {observed[t] / n:.4f}, expected {expected[t]:.4f} "
+        f"(acceptable count range [{low}, {high}] of {n})"
+        for t, (low, high) in zip(support, bounds) if not low <= observed[t] <= high
+    ]
+    assert not problems, f"{what}: frequencies differ from the expected distribution\n" + "\n".join(problems)
+
+
 def assert_follows_sequentially(draw, expected: torch.Tensor, what: str, delta: float, alpha: float,
                                 beta: float) -> int:
     """Draw in stages with ``draw(k)`` (a (k,) tensor of token ids) until the verdict is certain; return the draws made.
@@ -113,26 +139,16 @@ def assert_follows_sequentially(draw, expected: torch.Tensor, what: str, delta: 
     Fails (AssertionError) on a token outside the support at once, and at N on a count outside
     the fixed-size test's interval, with the same message as ``assert_draws_follow``.
     """
-    steps = plan(tuple(expected.double().tolist()), delta, alpha, beta)
-    d_vocab = expected.shape[-1]
-    observed = torch.zeros(d_vocab, dtype=torch.long)
+    probs = expected.double().tolist()
+    steps = plan(tuple(probs), delta, alpha, beta)
+    observed = [0] * len(probs)
     made = 0
     for look, accepted in zip(steps.looks, steps.accepted):
-        draws = draw(look - made).flatten()
+        new = counts_of(draw(look - made), len(probs), what)
         made = look
-        assert draws.numel() == 0 or (draws.min() >= 0 and draws.max() < d_vocab), (
-            f"{what}: token ids outside [0, {d_vocab})")
-        observed += torch.bincount(draws, minlength=d_vocab)
-        outside = {t: int(c) for t, c in enumerate(observed.tolist()) if c > 0 and t not in steps.support}
-        assert not outside, (
-            f"{what}: drew tokens that must never appear (token: count) {outside}; allowed tokens {list(steps.support)}"
-        )
-        counts = [int(observed[t]) for t in steps.support]
-        if all(low <= c <= high for c, (low, high) in zip(counts, accepted)):
+        observed = [a + b for a, b in zip(observed, new)]
+        assert_in_support(observed, steps.support, what)
+        if all(low <= observed[t] <= high for t, (low, high) in zip(steps.support, accepted)):
             return made
-    problems = [
-        f"token {t}: frequency {c / made:.4f}, expected {expected[t].item():.4f} "
-        f"(acceptable count range [{low}, {high}] of {made})"
-        for t, c, (low, high) in zip(steps.support, counts, steps.accepted[-1]) if not low <= c <= high
-    ]
-    raise AssertionError(f"{what}: frequencies differ from the expected distribution\n" + "\n".join(problems))
+    assert_counts_within(observed, probs, made, steps.support, steps.accepted[-1], what)
+    raise AssertionError(f"{what}: the last look's bounds are the fixed-size test's, so it cannot pass early there")
