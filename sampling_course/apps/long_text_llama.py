@@ -80,7 +80,9 @@ def sliding_nll(model, tokens: Int[Tensor, "batch pos"], window: int, stride: in
     n = tokens.shape[1]
     nll = torch.full((tokens.shape[0], n - 1), float("nan"))
     nll[:, : window - 1] = token_nll(model(tokens[:, :window]), tokens[:, :window])
-    for t in range(window - 1 + stride, n - 1, stride):  # t: the last token read
+    past_window = sliding_positions(n, window, stride)
+    past_window[: window - 1] = False  # scored above, in one pass over the prefix
+    for t in past_window.nonzero()[:, 0].tolist():  # t: the last token read
         piece = tokens[:, t - window + 1 : t + 2]
         logp = torch.log_softmax(model(piece[:, :-1])[:, -1].float(), dim=-1)
         nll[:, t] = -logp.gather(-1, piece[:, -1:])[:, 0]
