@@ -20,6 +20,7 @@ same limits and import path, and every report says so.
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -27,12 +28,41 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Worker"]
+__all__ = ["THREADS_ENV", "USER_ENV", "Worker", "become", "limit_threads"]
+
+THREADS_ENV = "SAMPLING_COURSE_MAX_THREADS"  # how the sandbox's command line tells the process its thread limit
+USER_ENV = "SAMPLING_COURSE_USER"  # ... and, when the grader is root, the user it becomes (``jail.identity``)
+
+
+def become() -> None:
+    """In the sandbox of a grader that is root, first of all: become the unprivileged user ``USER_ENV`` names,
+    with no supplementary group. Changing from root to another user, the process loses the only two capabilities
+    bubblewrap left it (to do this), and no execution can give any back (bubblewrap sets no_new_privs)."""
+    value = os.environ.pop(USER_ENV, None)
+    if value is not None:
+        os.setgroups([])
+        os.setresgid(int(value), int(value), int(value))
+        os.setresuid(int(value), int(value), int(value))
+
+
+def limit_threads() -> None:
+    """In the sandbox, before the submission's code runs: at most as many threads as ``THREADS_ENV`` says.
+
+    The kernel counts RLIMIT_NPROC per user in each user namespace, and every sandbox has a namespace of its own,
+    so the count is this process's threads and bubblewrap's (no process can be made: the seccomp filter refuses
+    it). It is set here, inside: set before bubblewrap starts, the limit would also count, where bubblewrap makes
+    its namespace, every process the grader's user runs. Without the sandbox nothing is set, for the same reason.
+    """
+    value = os.environ.pop(THREADS_ENV, None)
+    if value is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(value), int(value)))
 
 
 def _main(fd: int, paths: str, role: str = "submission", peer_fd: int | None = None) -> None:
     """In the sandbox: serve the grader on ``fd`` (the submission's process, or the double host's)."""
     sys.path[:] = paths.split(":")
+    become()
+    limit_threads()
     signal.signal(signal.SIGINT, signal.default_int_handler)  # the grader's interruption of a call that ran too long
     import torch
 
@@ -75,46 +105,59 @@ class Worker:
         fds = [theirs.fileno()] + ([] if peer_fd is None else [peer_fd])
         role = ["submission" if copy is not None else "host"] + ([] if peer_fd is None else [str(peer_fd)])
         program = jail.seccomp_filter() if bwrap else None
-        read_end = None
+        read_end, files, held = None, [], []
+        memory = address_space = limits["memory_bytes"]
         if bwrap:
             read_end, write_end = os.pipe()
             if program is not None:
                 os.write(write_end, program)
             os.close(write_end)
-            fds.append(read_end)
-            argv = jail.command(bwrap, copy, theirs.fileno(), read_end) + role
+            files = [] if copy is None else jail.copy_files(copy)
+            who, held = jail.identity()
+            fds += [read_end, *(descriptor for descriptor, _ in files), *held]
+            argv = jail.command(bwrap, None if copy is None else files, theirs.fileno(), read_end, memory,
+                                who) + role
             if program is None:
                 i = argv.index("--seccomp")
                 del argv[i:i + 2]
-            measures = {"sandbox": "bubblewrap", "files": "the course's runtime read-only, its own copy",
-                        "network": "none", "processes": "refused (seccomp)" if program else "pid namespace only"}
+            scratch = jail.scratch_bytes(memory)
+            # /tmp and the copy's room are memory too: the address space gives them up, so the three together
+            # stay within the memory limit
+            address_space -= scratch * (1 if copy is None else 2)
+            measures = {"sandbox": "bubblewrap", "user": "unprivileged, in a user namespace of its own, no capabilities",
+                        "files": f"the course's runtime read-only; its own copy and /tmp, {scratch >> 20} MiB each",
+                        "network": "none", "processes": "refused (seccomp)" if program else "pid namespace only",
+                        "threads": str(jail.MAX_THREADS)}
         else:
             import sampling_course
 
             prefix, stdlib = jail.python_paths()
             site = [p for p in sys.path if p.endswith("site-packages")]
-            paths = ":".join([*stdlib, *site, str(Path(sampling_course.__file__).resolve().parents[1]),
-                              *([] if copy is None else [str(copy)])])
+            # The copy before the course's folder, which holds the stubs in exercises/ too: the submission's code
+            # is what is imported
+            paths = ":".join([*stdlib, *site, *([] if copy is None else [str(copy)]),
+                              str(Path(sampling_course.__file__).resolve().parents[1])])
             argv = [str(Path(sys.executable).resolve()), "-I", "-S", "-B", str(Path(__file__).resolve()),
                     str(theirs.fileno()), paths, *role]
             measures = {"sandbox": "NONE (--unsafe-no-sandbox)"}
-        memory = limits["memory_bytes"]
 
         def limit() -> None:
             os.setsid()  # one process group: the grader stops every process of the submission at once
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # bwrap's own processes ignore it; Python restores it
-            jail.rlimits(memory, limits["cpu_seconds"], limits["file_bytes"], limits["open_files"])
+            jail.rlimits(address_space, limits["cpu_seconds"], limits["file_bytes"], limits["open_files"])
 
         env = {"OMP_NUM_THREADS": "1", "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
         if not bwrap and jail.gpt2_tokenizer_files():  # GPT-2's tokenizer, from its snapshot (the sandbox binds its files)
             from sampling_course.recording_tokenizer import GPT2_TOKENIZER_ENV, tokenizer_folder
 
             env[GPT2_TOKENIZER_ENV] = str(tokenizer_folder("gpt2"))
-        process = subprocess.Popen(argv, pass_fds=fds, env=env, cwd=copy or "/", stdin=subprocess.DEVNULL,
-                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)
-        theirs.close()
-        if read_end is not None:
-            os.close(read_end)
+        try:
+            process = subprocess.Popen(argv, pass_fds=fds, env=env, cwd=copy or "/", stdin=subprocess.DEVNULL,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=limit)
+        finally:
+            theirs.close()
+            for descriptor in [*(d for d, _ in files), *held, *([] if read_end is None else [read_end])]:
+                os.close(descriptor)
         import time
 
         try:
