@@ -64,7 +64,7 @@ def test_every_way_out_is_refused(tmp_path, monkeypatch, who):
     import sampling_course
 
     if who != "as started":
-        monkeypatch.setattr(jail, "identity", lambda: (list(jail.UNPRIVILEGED), []))
+        monkeypatch.setattr(jail, "identity", lambda: (list(jail.UNPRIVILEGED), [], None))
     host_file = Path(sampling_course.__file__).resolve().parent / RUNTIME_FILE
     before = _digest(host_file)
     connection, probes = _probe(tmp_path)

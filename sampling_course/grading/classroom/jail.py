@@ -77,7 +77,7 @@ def available() -> str | None:
     import subprocess
 
     try:
-        args, fds = identity()
+        args, fds, _ = identity()
     except OSError:
         return None
     try:
@@ -89,9 +89,10 @@ def available() -> str | None:
     return path if probe.returncode == 0 else None
 
 
-def identity() -> tuple[list[str], list[int]]:
+def identity() -> tuple[list[str], list[int], str | None]:
     """bubblewrap's arguments that make the submission an unprivileged user of a user namespace of its own, with no
-    capability, and the descriptors they name (the caller closes them once bubblewrap has started).
+    capability; the descriptors they name (the caller closes them once bubblewrap has started); and the user the
+    worker must become first (``worker.become``), or None when bubblewrap makes it that user.
 
     Started by root, bubblewrap makes a user namespace only when asked, and maps the user inside to root outside:
     without capabilities still root for the kernel's limits (it never counts root's threads), and the owner of
@@ -99,13 +100,10 @@ def identity() -> tuple[list[str], list[int]]:
     user to ``HOST_ID``; bubblewrap builds the sandbox in it as root there, keeps only the two capabilities that
     let the worker become that user (``worker.become``), which it does before anything else runs, losing them."""
     if os.geteuid() != 0:
-        return list(UNPRIVILEGED), []
-    from sampling_course.grading.classroom.worker import USER_ENV
-
+        return list(UNPRIVILEGED), [], None
     fd = _user_namespace()
     return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--userns", str(fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID",
-            "--setenv", USER_ENV, SANDBOX_ID], [fd]
+            "--userns", str(fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"], [fd], SANDBOX_ID
 
 
 def _user_namespace() -> int:
@@ -187,19 +185,19 @@ def scratch_bytes(memory_bytes: int) -> int:
 
 
 def command(bwrap: str, copy: list[tuple[int, str]] | None, fd: int, seccomp_fd: int, memory_bytes: int = 4 << 30,
-            who: list[str] | None = None) -> list[str]:
+            who: list[str] | None = None, env: dict[str, str] | None = None) -> list[str]:
     """The command that starts ``worker.py`` in the sandbox, serving on file descriptor ``fd``. ``copy`` is the
     submission's files (``copy_files``), copied into the sandbox's ``/submission``; with no ``copy`` (the double host),
     nothing is writable but its ``/tmp``. ``memory_bytes`` sizes the writable file systems (``scratch_bytes``); ``who``
-    is ``identity()``'s arguments (those of a grader that is not root by default)."""
+    is ``identity()``'s arguments (those of a grader that is not root by default); ``env``, variables the worker
+    reads first (``worker.py``)."""
     import sampling_course
-    from sampling_course.grading.classroom.worker import THREADS_ENV
 
     package = Path(sampling_course.__file__).resolve().parent
     prefix, stdlib = python_paths()
     site = _site_packages()
     scratch = scratch_bytes(memory_bytes)
-    args = [bwrap, "--clearenv", *(UNPRIVILEGED if who is None else who), "--die-with-parent",  # who: may set a variable
+    args = [bwrap, "--clearenv", *(UNPRIVILEGED if who is None else who), "--die-with-parent",
             "--ro-bind", str(prefix), str(prefix), "--proc", "/proc", "--perms", "1777", "--size", str(scratch),
             "--tmpfs", "/tmp", *_devices()]
     for system in ("/usr/lib", "/usr/lib64", "/lib", "/lib64", "/etc/ld.so.cache"):
@@ -233,7 +231,9 @@ def command(bwrap: str, copy: list[tuple[int, str]] | None, fd: int, seccomp_fd:
             args += ["--file", str(descriptor), f"{SUBMISSION}/{name}"]
     args += _opened_up(args)
     args += ["--remount-ro", "/", "--chdir", home, "--setenv", "HOME", home, "--setenv", "LANG", "C.UTF-8",
-             "--setenv", THREADS_ENV, str(MAX_THREADS), "--seccomp", str(seccomp_fd)]
+             "--seccomp", str(seccomp_fd)]
+    for name, value in (env or {}).items():
+        args += ["--setenv", name, value]
     for name in ("OMP_NUM_THREADS", "RAYON_NUM_THREADS"):  # one thread each: torch's pool and tokenizers' (Rust)
         args += ["--setenv", name, "1"]
     paths = ":".join([*stdlib, SITE, COURSE, *([SUBMISSION] if copy is not None else [])])

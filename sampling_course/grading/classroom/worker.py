@@ -113,10 +113,11 @@ class Worker:
                 os.write(write_end, program)
             os.close(write_end)
             files = [] if copy is None else jail.copy_files(copy)
-            who, held = jail.identity()
+            who, held, user = jail.identity()
             fds += [read_end, *(descriptor for descriptor, _ in files), *held]
+            first = {THREADS_ENV: str(jail.MAX_THREADS), **({} if user is None else {USER_ENV: user})}
             argv = jail.command(bwrap, None if copy is None else files, theirs.fileno(), read_end, memory,
-                                who) + role
+                                who, first) + role
             if program is None:
                 i = argv.index("--seccomp")
                 del argv[i:i + 2]
