@@ -65,7 +65,7 @@ HOST_ID = 65534  # who that user is outside when the grader is root ("nobody"): 
 UNPRIVILEGED = ("--unshare-all", "--unshare-user", "--disable-userns", "--uid", SANDBOX_ID, "--gid", SANDBOX_ID,
                 "--cap-drop", "ALL")
 _CLONE_NEWUSER = 0x10000000
-MAX_THREADS = 64  # threads of a submission's sandbox, bubblewrap's own included (an honest one runs a few)
+MAX_THREADS = 64  # threads of a submission's process (an honest one runs a few; torch and tokenizers are told one)
 SCRATCH_SHARE = 16  # /tmp, and the room the copy has to grow, are each this share of the memory limit
 
 
@@ -102,8 +102,9 @@ def identity() -> tuple[list[str], list[int], str | None]:
     if os.geteuid() != 0:
         return list(UNPRIVILEGED), [], None
     fd = _user_namespace()
-    return ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
-            "--userns", str(fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"], [fd], SANDBOX_ID
+    args = ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+            "--userns", str(fd), "--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    return args, [fd], SANDBOX_ID
 
 
 def _user_namespace() -> int:

@@ -125,7 +125,7 @@ class Worker:
             # /tmp and the copy's room are memory too: the address space gives them up, so the three together
             # stay within the memory limit
             address_space -= scratch * (1 if copy is None else 2)
-            measures = {"sandbox": "bubblewrap", "user": "unprivileged, in a user namespace of its own, no capabilities",
+            measures = {"sandbox": "bubblewrap", "user": "unprivileged, a user namespace of its own, no capabilities",
                         "files": f"the course's runtime read-only; its own copy and /tmp, {scratch >> 20} MiB each",
                         "network": "none", "processes": "refused (seccomp)" if program else "pid namespace only",
                         "threads": str(jail.MAX_THREADS)}
