@@ -3,7 +3,9 @@
 ``Worker.start`` starts ``python -I -S worker.py FD PATHS`` inside bubblewrap, one process per
 submission (started again after a process had to be stopped). The process's import path is
 exactly ``PATHS`` (Python's standard library, the allowed packages, the course's runtime and
-the submission's copy): never the grader's folder, never the current folder. It imports torch,
+the submission's copy): never the grader's folder, never the current folder. First of all it
+becomes the sandbox's unprivileged user when the grader is root (``become``) and limits its
+threads (``limit_threads``), as the command line tells it; then it imports torch,
 puts the copy on its path and answers requests over the bridge (``bridge.py``) until the grader
 hangs up. It holds a second connection, to the double host (``host.py``): the same program started
 as ``worker.py FD PATHS host PEER_FD``, with no copy of a submission, serving the grader on ``FD``
@@ -14,7 +16,9 @@ force because it wrote the command line, and it flags a submission only for what
 itself (the time a call took, the process ending, running out of memory).
 
 Without bubblewrap (``grade --unsafe-no-sandbox``) the same process starts unconfined, with the
-same limits and import path, and every report says so.
+same limits but threads, and every report says so; its import path holds the grader's
+site-packages and the course's folder, after the submission's copy (the course's folder holds
+the stubs in ``exercises/`` too).
 """
 
 from __future__ import annotations
