@@ -196,6 +196,52 @@ def test_settings_from_toml(tmp_path):
         load_settings(config)
 
 
+def test_a_test_the_grader_did_not_run_counts_as_not_passed():
+    """A test left not run (a time limit reached before it) keeps its exercise from being done and counts in partial
+    credit as not passed; a test that skipped itself (no GPU here) is not one of the exercise's tests."""
+    from sampling_course.grading.results import TOOK_TOO_LONG, TestOutcome, summarize
+
+    exercise = get_exercise("apply_temperature")
+    outcome = lambda kind, why="": TestOutcome(f"t::{kind}{why}", (exercise.name,), kind, why)  # noqa: E731
+    cut = summarize(exercise, [outcome("passed"), outcome("passed"), outcome("not run", "not run: time"),
+                               outcome("skipped", "needs a GPU")])
+    assert cut.status == TOOK_TOO_LONG and not cut.done and cut.message == "not run: time"
+    assert (cut.ran, cut.counted, cut.not_run) == (2, 3, 1)
+    assert Points(3.0, partial=True).score(cut.passed, cut.counted, cut.done) == pytest.approx(2.0)
+    assert Points(3.0).score(cut.passed, cut.counted, cut.done) == 0.0
+    whole = summarize(exercise, [outcome("passed"), outcome("skipped", "needs a GPU")])
+    assert whole.done and whole.counted == 1
+
+
+def test_no_link_inside_a_submission_is_followed(tmp_path):
+    """A folder that holds only a link to a classmate's (one level down, or two) is not graded on the classmate's work;
+    a link beside real files is skipped, and the notes say which links were."""
+    from sampling_course.grading.classroom.submission import SubmissionError, prepare_copy
+
+    classmate = tmp_path / "class" / "ada" / "exercises"
+    classmate.mkdir(parents=True)
+    (classmate / "sampling.py").write_text("SOLVED = True\n")
+    one = tmp_path / "class" / "one"
+    one.mkdir()
+    (one / "mywork").symlink_to("../ada")
+    two = tmp_path / "class" / "two" / "deeper"
+    two.mkdir(parents=True)
+    (two / "mywork").symlink_to("../../ada")
+    for student, link in (("one", "mywork"), ("two", "deeper/mywork")):
+        with pytest.raises(SubmissionError, match=f"links are never followed, and it holds 1 link \\({link}\\)"):
+            prepare_copy(tmp_path / "class" / student, tmp_path / f"work-{student}")
+    mixed = tmp_path / "class" / "mixed" / "exercises"
+    mixed.mkdir(parents=True)
+    (mixed / "beams.py").write_text("OWN = True\n")
+    (mixed / "sampling.py").symlink_to(classmate / "sampling.py")
+    (mixed.parent / "notes").symlink_to("../ada")
+    copy, notes = prepare_copy(mixed.parent, tmp_path / "work-mixed")
+    assert (copy / "exercises" / "beams.py").read_text() == "OWN = True\n"
+    assert "SOLVED" not in (copy / "exercises" / "sampling.py").read_text()
+    assert not any(p.is_symlink() for p in copy.rglob("*"))
+    assert notes[0] == "links are never followed: skipped 2 links (exercises/sampling.py, notes)", notes
+
+
 def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
     """An exercise whose checks held on operations recorded in the submission's process says so, in the feedback
     and in Gradescope's output; one with none says nothing of it."""

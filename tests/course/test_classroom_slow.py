@@ -105,6 +105,27 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     listener.close()
 
 
+def test_an_exercise_whose_tests_ran_out_of_time_earns_nothing(tmp_path):
+    """A wrong apply_temperature (it divides by T squared: its peak-and-valley checks pass, its Hugging Face ones do
+    not) beside a greedy_search that never returns: the clock runs out in greedy_search before the failing checks run.
+    apply_temperature is not earned (its tests that did not run count as not passed), says why, and both time
+    reasons are kept among the flags."""
+    package = tmp_path / "class" / "clock" / "exercises"
+    package.mkdir(parents=True)
+    (package / "sampling.py").write_text(stubbed_sampling("        while True:\n            pass\n",
+                                                         "        return logits / temperature**2\n"))
+    settings = load_settings(None, exercises=["greedy_search", "apply_temperature"], seconds_per_test=15,
+                             seconds_per_exercise=60, seconds_per_submission=15, diagnose=False)
+    (result,) = grade_all(find_submissions(tmp_path / "class"), settings)
+    entries = {e["exercise"]: e for e in result["exercises"]}
+    temperature = entries["apply_temperature"]
+    assert temperature["passed"] >= 1 and temperature["not_run"] >= 1, temperature  # the case this test is about
+    assert temperature["status"] == "took too long" and temperature["points"] == 0 and result["score"] == 0, temperature
+    assert "not run: the submission's time limit (15 s) was reached first" in temperature["message"]
+    reasons = [f["reason"] for f in result["flags"] if f["kind"] == "time"]
+    assert any("ran past the time limit" in r for r in reasons) and any("did not run" in r for r in reasons), reasons
+
+
 def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     """A race_sample that draws with torch.multinomial follows softmax's law and its generator, but reads values
     back to the host: it earns nothing, and the operations recorded in its process (the one check of this that
