@@ -23,7 +23,7 @@ from sampling_course.grading.classroom import wire
 from sampling_course.grading.classroom.executors import grade_all
 from sampling_course.grading.classroom.release import file_is_hidden, make_release, strip_hidden
 from sampling_course.grading.classroom.gradescope import gradescope_results
-from sampling_course.grading.classroom.reports import feedback_text, write_reports
+from sampling_course.grading.classroom.reports import feedback_text, safe_name, write_reports
 from sampling_course.grading.classroom.settings import Points, load_settings
 from sampling_course.grading.classroom.submission import find_submissions
 from sampling_course.grading.classroom.synthetic import make_class
@@ -255,6 +255,60 @@ def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
     assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
     entry["unverified"] = 0
     assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
+
+
+def _entry(name: str, **changes) -> dict:
+    entry = {"exercise": name, "part": 2, "status": "failing", "points": 0.0, "max_points": 1.0, "partial": False,
+             "passed": 0, "ran": 1, "not_run": 0, "failed": 1, "not_implemented": 0, "message": "wrong",
+             "hidden_failure": False, "mistake": None, "hint": "a hint", "stubs": [], "unverified": 0, "hidden_tests": 0}
+    return {**entry, **changes}
+
+
+def _result(student: str, **changes) -> dict:
+    result = {"student": student, "submission": f"/class/{student}", "score": 0.0, "max_score": 1.0, "flags": [],
+              "notes": [], "error": None, "sandbox": {"sandbox": "bubblewrap"}, "seconds": 1.0,
+              "exercises": [_entry("apply_temperature")]}
+    return {**result, **changes}
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\r\u202e"  # a window title, clear screen, a colour, a return, a bidi override
+
+
+def test_reports_show_what_a_submission_wrote_escaped_and_never_fail_on_it(tmp_path):
+    """A student name with terminal escapes, a failure message with escape bytes and a file name that is not UTF-8
+    (as os.listdir gives it back) are written escaped everywhere (CSV, feedback, class report, results.json,
+    Gradescope); a report that cannot be written for one student is written for every other."""
+    not_utf8 = b"\xff\xfe-not-utf8.txt".decode("utf-8", "surrogateescape")
+    hostile = _result(f"mallory{ESCAPES}", flags=[{"kind": "files", "reason": f"wrote {not_utf8} in its folder"}],
+                      exercises=[_entry("apply_temperature", message=f"boom{ESCAPES}\nsecond line")])
+    broken = _result("bob")
+    del broken["exercises"][0]["status"]  # its feedback cannot be made
+    honest = [_result(name) for name in ("ada", "zz control2", "zz_control2")]
+    settings = load_settings(None, exercises=["apply_temperature"])
+    paths = write_reports([hostile, broken, *honest], settings, tmp_path / "report")
+    written = {p.name: p.read_bytes() for p in (tmp_path / "report").rglob("*") if p.is_file()}
+    for name, data in written.items():
+        text = data.decode("utf-8").replace("\r\n", "\n")  # all UTF-8 (CSV rows end in CRLF, as csv writes them)
+        assert not any(c in text for c in "\x1b\x07\r\u202e"), name
+    feedback = (paths["feedback"] / f"{safe_name(hostile['student'])}.md").read_text()
+    # Markdown shows a backslash written twice as one: the reader sees \x1b]0;owned and \xff\xfe-not-utf8.txt
+    assert "mallory\\\\x1b\\]0;owned\\\\x07" in feedback and "\\\\xff\\\\xfe-not-utf8.txt" in feedback
+    assert "second line" in feedback  # a message keeps its lines
+    assert {"ada.md", "zz_control2.md", f"{safe_name('zz control2')}.md"} <= set(written)
+    assert len([n for n in written if n.endswith(".md")]) == 4  # every student but bob
+    assert "feedback for bob: KeyError" in (tmp_path / "report" / "report_problems.txt").read_text()
+    assert '"mallory\\\\x1b' in written["results.json"].decode()
+    graded = json.dumps(gradescope_results(hostile), ensure_ascii=False)
+    assert "\x1b" not in graded and "\\\\x1b" in graded
+
+
+def test_feedback_file_names_are_one_per_student_and_depend_on_the_name_alone():
+    """Two names that differ only in a character a file name cannot hold get two files; a plain name keeps its own;
+    the file name does not depend on who else is in the class."""
+    assert safe_name("zz_control2") == "zz_control2" and safe_name("zz control2") != "zz_control2"
+    assert safe_name("zz control2") == safe_name("zz control2") != safe_name("zz/control2")
+    assert safe_name("\x1b[2J") != safe_name("\x1b[3J") and "\x1b" not in safe_name("\x1b[2J")
+    assert safe_name("a" * 150) != safe_name("a" * 151) and len(safe_name("a" * 150)) <= 100
 
 
 def test_wire_refuses_malformed_frames():
