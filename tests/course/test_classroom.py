@@ -115,6 +115,60 @@ def test_release_has_no_solutions_and_checks_the_exercises(release):
                     f"{test.name} imports {node.module}, which the release leaves out"
 
 
+@pytest.mark.slow
+def test_the_release_holds_no_level_three_hint_and_a_readme_for_students(release):
+    """One rule for every exercise: its level-3 hint (which nearly spells out the code) is replaced, whatever its
+    text; levels 1 and 2 stay. The README is written for students: no solutions, no instructor's commands."""
+    from sampling_course.grading.classroom.release import LEVEL_THREE
+    from sampling_course.grading.course import EXERCISES
+
+    thirds, seconds = [], []
+    for path in sorted((release / "sampling_course" / "grading" / "parts").glob("*/__init__.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "exercise":
+                thirds.append(ast.literal_eval(node.args[7]))
+                seconds.append(ast.literal_eval(node.args[6]))
+    assert len(thirds) == len(EXERCISES) and set(thirds) == {LEVEL_THREE}
+    assert seconds == [e.hints[1] for e in EXERCISES] or all(s != LEVEL_THREE for s in seconds)
+    readme = (release / "README.md").read_text()
+    assert "solutions" not in readme and "sampling-course demo" not in readme and "cp " not in readme
+    assert "Python 3.11.5 or newer" in readme and "sampling-course check" in readme
+
+
+def test_the_python_version_stated_is_one_every_pin_installs_on():
+    """The Python version the README (the instructor's and the students') states satisfies the Requires-Python of
+    every pinned distribution installed here (numpy 2.4.6 needs 3.11, soupsieve 4.1.2 3.11.5), and pyproject's
+    requires-python floor is no higher."""
+    import importlib.metadata
+    import re
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from sampling_course.grading.classroom.release import STUDENT_README
+
+    stated = {re.search(r"Python (3\.\d+(?:\.\d+)?) or newer", text).group(1)
+              for text in ((REPO / "README.md").read_text(), STUDENT_README)}
+    assert len(stated) == 1, stated
+    (version,) = stated
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    floor = re.fullmatch(r">=\s*(3\.\d+(?:\.\d+)?)", pyproject["project"]["requires-python"].strip()).group(1)
+    assert Version(floor) <= Version(version)
+    refused = []
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        pin = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;#]+)", line)
+        if not pin:
+            continue
+        try:
+            meta = importlib.metadata.metadata(pin.group(1))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        needs = meta.get("Requires-Python")
+        if meta["Version"] == pin.group(2) and needs and not SpecifierSet(needs).contains(version):
+            refused.append(f"{pin.group(1)}=={pin.group(2)} needs Python {needs}")
+    assert not refused, f"the README says Python {version}, but " + "; ".join(refused)
+
+
 def _regions_and_public() -> tuple[list[list[str]], set[str]]:
     """Each solution region as its stripped code lines, and the lines the stubs show (public)."""
     regions = []
@@ -240,6 +294,34 @@ def test_no_link_inside_a_submission_is_followed(tmp_path):
     assert "SOLVED" not in (copy / "exercises" / "sampling.py").read_text()
     assert not any(p.is_symlink() for p in copy.rglob("*"))
     assert notes[0] == "links are never followed: skipped 2 links (exercises/sampling.py, notes)", notes
+
+
+def test_feedback_lists_only_what_was_graded(tmp_path):
+    """A module missing from a submission is noted only when a graded exercise lives in it; a submission with no
+    exercise file (a folder, or the zip a cluster's worker gets) gets one short reason, said once, naming no file
+    of the grader's own, and is listed as not graded, not as flagged."""
+    from sampling_course.grading.classroom.executors import grade_packed, pack
+    from sampling_course.grading.classroom.grade import grade_submission
+    from sampling_course.grading.classroom.reports import class_report_html
+    from sampling_course.grading.classroom.submission import prepare_copy
+
+    folder = tmp_path / "ada" / "exercises"
+    folder.mkdir(parents=True)
+    (folder / "sampling.py").write_text("X = 1\n")
+    assert prepare_copy(folder.parent, tmp_path / "work", {"sampling"})[1] == []
+    assert "beams.py was not in the submission: the course's stub counts in its place" in \
+        prepare_copy(folder.parent, tmp_path / "work-all")[1]
+    (tmp_path / "empty").mkdir()
+    settings = load_settings(None, exercises=["greedy_search", "apply_temperature", "sample_top_k"])
+    for result in (grade_submission(tmp_path / "empty", settings, student="empty"),
+                   grade_packed("empty", pack(tmp_path / "empty"), settings)):
+        assert result["error"].startswith("no exercise files found") and "submission.zip" not in result["error"]
+        assert "beams.py" not in result["error"] and result["score"] == 0
+        assert all(e["message"] == "not graded: the submission could not be graded" for e in result["exercises"])
+        text = feedback_text(result)
+        assert text.count("no exercise files found") == 1 and "What to look at" not in text
+    page = class_report_html([result], settings)
+    assert "<b>0</b>flagged" in page and "<h2>Not graded</h2>\n<table>" in page
 
 
 def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
@@ -371,6 +453,7 @@ def test_six_students_get_their_true_grades_and_reports(tmp_path):
     for result in results:
         assert not result["flags"], result["flags"]
         assert result["sandbox"]["sandbox"] == "bubblewrap" and result["sandbox"]["network"] == "none"
+        assert result["sandbox"]["memory"].startswith(f"{settings.memory_mb} MiB for the submission's work")
 
     paths = write_reports(results, settings, tmp_path / "report")
     rows = list(csv.DictReader(paths["csv"].open()))

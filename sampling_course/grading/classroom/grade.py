@@ -371,7 +371,8 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
                               "sandbox": {}, "error": None}
     connection = None
     try:
-        copy, result["notes"] = prepare_copy(submission, workdir)
+        graded_modules = {get_exercise(name).module for name in settings.exercises}
+        copy, result["notes"] = prepare_copy(submission, workdir, graded_modules)
         before = _files_in(copy)
         bwrap = sandbox_tool(settings)
         connection = Connection(copy, settings, bwrap)
@@ -382,12 +383,16 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
         if left:
             connection.flag("files", f"wrote {', '.join(left[:5])} in its folder (ignored: grades come from the grader)")
         result["flags"] = supervisor_flags(connection)
-        result["sandbox"] = connection.measures
+        result["sandbox"] = dict(connection.measures)
+        if "memory" in result["sandbox"]:  # the limit the instructor set, and what the process holds besides
+            result["sandbox"]["memory"] = (f"{settings.memory_mb} MiB for the submission's work (its process may "
+                                           f"hold {BASE_MEMORY >> 20} MiB more for Python and torch)")
         if judge.collection_errors:
             result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
     except SubmissionError as exc:
-        result["error"] = str(exc)
-        result["exercises"] = [not_graded(name, settings, str(exc)) for name in settings.exercises]
+        result["error"] = str(exc)  # said once; each exercise only says it was not graded
+        result["exercises"] = [not_graded(name, settings, "not graded: the submission could not be graded")
+                               for name in settings.exercises]
     finally:
         if connection is not None:
             connection.retire()

@@ -133,7 +133,7 @@ def feedback_text(result: dict[str, Any]) -> str:
     for e in result["exercises"]:
         lines.append(f"| {e['exercise']} | {_STATUS_WORDS.get(e['status'], e['status'])} | "
                      f"{_points(e['points'])} / {_points(e['max_points'])} |")
-    todo = [e for e in result["exercises"] if e["status"] != "done"]
+    todo = [e for e in result["exercises"] if e["status"] not in ("done", "not graded")]  # why not graded: said once
     if todo:
         lines += ["", "## What to look at", ""]
     for e in todo:
@@ -171,7 +171,8 @@ def _write_csv(results: list[dict[str, Any]], names: list[str], path: Path) -> N
             by_name = {e["exercise"]: e["points"] for e in r["exercises"]}
             writer.writerow([csv_cell(r["student"]), *(_points(by_name.get(n, 0.0)) for n in names),
                              _points(r["score"]), _points(r["max_score"]),
-                             csv_cell("; ".join(f["kind"] for f in r.get("flags", []))), csv_cell(r.get("error") or "")])
+                             csv_cell("; ".join(dict.fromkeys(f["kind"] for f in r.get("flags", [])))),
+                             csv_cell(r.get("error") or "")])
 
 
 # ---------------------------------------------------------------------------------------
@@ -261,7 +262,8 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
     plots = _plots(results, names, settings)
     scores = [r["score"] for r in results] or [0.0]
     esc = html.escape
-    flagged = [r for r in results if r.get("flags") or r.get("error")]
+    flagged = [r for r in results if r.get("flags")]  # what the grader saw a submission do
+    refused = [r for r in results if r.get("error")]  # submissions that could not be graded at all
     rows = []
     for name in names:
         entries = [e for r in results for e in r["exercises"] if e["exercise"] == name]
@@ -271,8 +273,8 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
                     f"<td>{counts['took too long']}</td></tr>")
     flag_rows = "".join(
         f"<tr><td>{esc(r['student'])}</td><td>{_points(r['score'])}</td><td class='flag'>"
-        + esc("; ".join([f["reason"] for f in r.get("flags", [])] + ([r["error"]] if r.get("error") else [])))
-        + "</td></tr>" for r in flagged)
+        + esc("; ".join(f["reason"] for f in r.get("flags", []))) + "</td></tr>" for r in flagged)
+    refused_rows = "".join(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['error'])}</td></tr>" for r in refused)
     sandbox = next((r["sandbox"] for r in results if r.get("sandbox")), {})
     sandbox_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sandbox.items())
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -296,6 +298,8 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
 {''.join(rows)}</table>
 <h2>Flagged submissions</h2>
 {'<table><tr><th>student</th><th>score</th><th>why</th></tr>' + flag_rows + '</table>' if flagged else '<p>None.</p>'}
+<h2>Not graded</h2>
+{'<table><tr><th>student</th><th>why</th></tr>' + refused_rows + '</table>' if refused else '<p>None.</p>'}
 <h2>How submissions were isolated</h2>
 <table>{sandbox_rows}</table>
 </body></html>
