@@ -335,6 +335,10 @@ def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
     assert "- race_sample: 2 checked on the tensor operations your code ran as your own process recorded" in \
         feedback_text(result)
     assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
+    from sampling_course.grading.classroom.reports import class_report_html
+
+    page = class_report_html([result], load_settings(None, exercises=["race_sample"]))
+    assert "Graded without a record the submission could change</h2><p>race_sample: checked on" in page
     entry["unverified"] = 0
     assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
 

@@ -274,6 +274,10 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
     flag_rows = "".join(
         f"<tr><td>{esc(r['student'])}</td><td>{_points(r['score'])}</td><td class='flag'>"
         + esc("; ".join(f["reason"] for f in r.get("flags", []))) + "</td></tr>" for r in flagged)
+    apart = sorted({e["exercise"] for r in results for e in r["exercises"] if e.get("unverified")})
+    apart_text = (f"<h2>Graded without a record the submission could change</h2><p>{esc(', '.join(apart))}: "
+                  "checked on the tensor operations the code ran as its own process recorded them. A failure there "
+                  "counts; a pass earns nothing (the exercise is earned on its other checks).</p>" if apart else "")
     refused_rows = "".join(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['error'])}</td></tr>" for r in refused)
     sandbox = next((r["sandbox"] for r in results if r.get("sandbox")), {})
     sandbox_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sandbox.items())
@@ -300,6 +304,7 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
 {'<table><tr><th>student</th><th>score</th><th>why</th></tr>' + flag_rows + '</table>' if flagged else '<p>None.</p>'}
 <h2>Not graded</h2>
 {'<table><tr><th>student</th><th>why</th></tr>' + refused_rows + '</table>' if refused else '<p>None.</p>'}
+{apart_text}
 <h2>How submissions were isolated</h2>
 <table>{sandbox_rows}</table>
 </body></html>
