@@ -85,7 +85,7 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
         result = results[student]
         earned = tuple(e["exercise"] for e in result["exercises"] if e["status"] == "done")
         table.append(f"| {escaped(student, newlines=False)} | {case.cause} | {case.tries} | {', '.join(earned) or '-'} | "
-                     f"{', '.join(case.passes) or '-'} | {'; '.join(f['kind'] for f in result['flags']) or '-'} | "
+                     f"{', '.join(case.passes) or '-'} | {'; '.join(dict.fromkeys(f['kind'] for f in result['flags'])) or '-'} | "
                      f"{result['seconds']:.0f} s |")
         if set(earned) != set(case.passes):
             wrong.append(f"{student}: earned {earned}, solves {case.passes}: {result['exercises']}")
