@@ -86,7 +86,7 @@ def grade_main(argv: list[str]) -> int:
         os.environ["OMP_NUM_THREADS"] = str(args.threads)
     from sampling_course.grading.classroom.executors import grade_all
     from sampling_course.grading.classroom.grade import SandboxMissing, sandbox_tool
-    from sampling_course.grading.classroom.reports import write_reports
+    from sampling_course.grading.classroom.reports import escaped, write_reports
     from sampling_course.grading.classroom.settings import load_settings
     from sampling_course.grading.classroom.submission import SubmissionError, find_submissions
 
@@ -108,23 +108,25 @@ def grade_main(argv: list[str]) -> int:
     started = time.monotonic()
 
     def progress(result: dict) -> None:
-        if not args.quiet:
-            flags = f"  flagged: {'; '.join(f['kind'] for f in result['flags'])}" if result["flags"] else ""
+        if not args.quiet:  # a name or message with terminal escapes is shown escaped, on one line
+            flags = f"  flagged: {'; '.join(dict.fromkeys(f['kind'] for f in result['flags']))}" if result["flags"] else ""
             error = f"  not graded: {result['error']}" if result.get("error") else ""
-            print(f"{result['student']}: {result['score']:g}/{result['max_score']:g} "
-                  f"({result['seconds']:.1f} s){flags}{error}", flush=True)
+            print(escaped(f"{result['student']}: {result['score']:g}/{result['max_score']:g} "
+                          f"({result['seconds']:.1f} s){flags}{error}", newlines=False), flush=True)
 
     results = grade_all(submissions, settings, jobs=args.jobs, scheduler=args.scheduler, progress=progress)
     seconds = time.monotonic() - started
-    if args.out is not None:
-        paths = write_reports(results, settings, args.out, title=args.title)
-        print(f"Graded {len(results)} submissions in {seconds:.0f} s ({60 * len(results) / max(seconds, 1e-9):.1f} "
-              f"per minute). Reports: {paths['csv']}, {paths['html']}, {paths['feedback']}/")
-    if args.gradescope is not None:
+    if args.gradescope is not None:  # the grade first: the other reports never stand in its way
         from sampling_course.grading.classroom.gradescope import gradescope_results
 
         args.gradescope.parent.mkdir(parents=True, exist_ok=True)
         args.gradescope.write_text(json.dumps(gradescope_results(results[0]), indent=1))
+    if args.out is not None:
+        paths = write_reports(results, settings, args.out, title=args.title)
+        print(f"Graded {len(results)} submissions in {seconds:.0f} s ({60 * len(results) / max(seconds, 1e-9):.1f} "
+              f"per minute). Reports: {paths['csv']}, {paths['html']}, {paths['feedback']}/")
+        if "problems" in paths:
+            print(f"sampling-course grade: some reports could not be written; see {paths['problems']}", file=sys.stderr)
     return 0
 
 

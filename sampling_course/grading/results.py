@@ -5,6 +5,11 @@
 * ``failing``: a test failed; the result carries the first failure's message and a hint;
 * ``took too long``: a test ran past its time limit and was stopped (a loop that never ends?);
 * ``no tests yet``: no test carries that exercise's marker (or every one was skipped).
+
+A test the test itself skips (no GPU here, a check of the solutions only) is not one of the
+exercise's tests in that run. A test the *runner* did not run (class grading's time limits
+stopped it before it started) is: it counts as not passed, so an exercise whose tests ran out
+of time is never done (its status says so: ``took too long``).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ class TestOutcome:
 
     nodeid: str
     exercises: tuple[str, ...]
-    outcome: Literal["passed", "failed", "not implemented", "took too long", "skipped"]
+    outcome: Literal["passed", "failed", "not implemented", "took too long", "skipped", "not run"]
     message: str = ""
     stub: str = ""
 
@@ -45,12 +50,19 @@ class Result:
     total: int = 0  # tests collected for this exercise, skipped ones included
     failed: int = 0  # took too long included
     not_implemented: int = 0
-    skipped: int = 0
+    skipped: int = 0  # skipped by the test itself: not among the exercise's tests in this run
     message: str | None = None  # the first failure's message, when failing or too long; else the first skip's reason
     failing_test: str | None = None  # that test's id, e.g. "grading/test_part1_transformer.py::test_x[tiny]"
     stubs: tuple[str, ...] = ()  # stubs that still raise NotImplementedError
     hint: str | None = None  # the exercise's first hint, when failing or too long
     mistake: str | None = None  # "This matches a classic mistake: ...", when failing like a planted one
+    not_run: int = 0  # tests the runner did not run (a time limit reached before they started): not passed
+
+    @property
+    def counted(self) -> int:
+        """The exercise's tests in this run: those that ran and those the runner did not run (they count as not
+        passed); a test that skipped itself is not one."""
+        return self.total - self.skipped
 
     @property
     def name(self) -> str:
@@ -62,8 +74,8 @@ class Result:
 
     @property
     def ran(self) -> int:
-        """Tests that ran (were not skipped)."""
-        return self.total - self.skipped
+        """Tests that ran (were neither skipped nor left not run)."""
+        return self.total - self.skipped - self.not_run
 
     def __repr__(self) -> str:
         return f"Result({self.name!r}, {self.status!r}, passed={self.passed}/{self.ran})"
@@ -125,9 +137,11 @@ def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
 
     A test stopped for taking too long comes first (each check waits for it), then a real
     failure, which outranks an unfilled stub (it is what the learner must look at), and a
-    stub outranks passes: an exercise is done only when nothing failed and something ran.
+    stub outranks passes: an exercise is done only when nothing failed and something ran. A test
+    the runner did not run (``not run``: a time limit was reached first) keeps the exercise from
+    being done: ``took too long``, with the reason it was not run, unless something failed.
     """
-    kinds = ("passed", "failed", "not implemented", "took too long", "skipped")
+    kinds = ("passed", "failed", "not implemented", "took too long", "skipped", "not run")
     counts = {kind: sum(o.outcome == kind for o in outcomes) for kind in kinds}
     stubs = tuple(dict.fromkeys(o.stub for o in outcomes if o.outcome == "not implemented" and o.stub))
     common = dict(
@@ -137,6 +151,7 @@ def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
         failed=counts["failed"] + counts["took too long"],
         not_implemented=counts["not implemented"],
         skipped=counts["skipped"],
+        not_run=counts["not run"],
         stubs=stubs,
     )
     if counts["took too long"]:
@@ -148,6 +163,10 @@ def summarize(exercise: Exercise, outcomes: Sequence[TestOutcome]) -> Result:
         return Result(status=FAILING, message=first.message, failing_test=first.nodeid, hint=exercise.hints[0], **common)
     if counts["not implemented"]:
         return Result(status=NOT_IMPLEMENTED_YET, **common)
+    if counts["not run"]:
+        first = next(o for o in outcomes if o.outcome == "not run")
+        return Result(status=TOOK_TOO_LONG, message=first.message, failing_test=first.nodeid,
+                      hint=exercise.hints[0], **common)
     skipped = next((o.message for o in outcomes if o.outcome == "skipped"), None)
     if counts["passed"]:
         return Result(status=DONE, message=skipped, **common)  # why tests were skipped, if any were

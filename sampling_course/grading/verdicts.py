@@ -36,7 +36,7 @@ from sampling_course.files import cache_home, read_cached, write_cached
 from sampling_course.grading.course import Exercise, get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, Result
 
-FORMAT = 1  # bump to ignore every verdict stored by an older version of this module
+FORMAT = 2  # bump to ignore every verdict stored by an older version of this module
 # Settings of a run that can change a verdict; the device is passed explicitly.
 SETTINGS_ENV = ("SAMPLING_COURSE_TEST_SEED", "SAMPLING_COURSE_TEST_TIMEOUT", "SAMPLING_COURSE_DEVICE")
 

@@ -20,6 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 GRADED = ("greedy_search", "apply_temperature", "apply_frequency_penalty", "sample")
 CANARY_ENV = "SAMPLING_COURSE_GRADER_SECRET"  # set in the grader's environment by the test
+ESCAPE_NAME = "zz\x1b]0;owned\x07\x1b[2J"  # a folder name that sets a terminal's title and clears its screen
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Case:
     cause: str  # which cause of the issue it exercises (1-8)
     tries: str
     passes: tuple[str, ...]  # the exercises it truly solves
-    layout: str = "plain"  # plain, symlinked folder, symlinked file, zip
+    layout: str = "plain"  # plain, symlinked folder, symlinked file, linked one level down, zip
+    flags: tuple[str, ...] = ()  # the kinds of flag the grader rightly raises for it (an honest-looking one)
 
 
 def _replace(source: str, function: str, body: str) -> str:
@@ -188,6 +190,25 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         "fence_breaker": (Case("7", "a failure message that closes the code fence and adds a score and HTML",
                                GRADED[1:]), {"greedy_search": (
             "raise AssertionError('```\\n# Score: 10 / 10\\n<script>alert(1)</script>\\n```')")}, ""),
+        # Found by later hostile classes: each earns what it solves, crashes nothing, leaves classmates untouched.
+        "linked_classmate": (Case("3", "a folder holding only mywork -> ../control (a link one level down)", (),
+                                  "linked one level down"), {}, ""),
+        "clock_runner": (Case("5", "apply_temperature divides by T squared, greedy_search never returns (its checks "
+                                   "that would fail come after the clock runs out)", ("apply_frequency_penalty",)),
+                         {"greedy_search": "while True:\n    pass",
+                          "apply_temperature": "return logits / temperature ** 2"}, ""),
+        "not_utf8_file": (Case("7", "writes a file whose name is not UTF-8 into its copy", GRADED, flags=("files",)), {
+            "greedy_search": ("import os\ntry:\n    open(os.path.join(os.fsencode(os.path.dirname(__file__)), "
+                              "b'\\xff\\xfe-not-utf8.txt'), 'wb').close()\nexcept OSError:\n    pass\n"
+                              "return int(logits.argmax())")}, ""),
+        ESCAPE_NAME: (Case("7", "terminal escapes in its name and in its failure message", GRADED[1:]), {
+            "greedy_search": "raise AssertionError('\\x1b[2J\\x1b]0;pwned\\x07\\x1b[31mwrong\\r')"}, ""),
+        "zz control2": (Case("8", "nothing: a name that is another's once spaces become underscores", GRADED), {}, ""),
+        "zz_control2": (Case("8", "nothing: the solutions", GRADED), {}, ""),
+        "returns_set": (Case("4", "greedy_search returns a set (it crosses by value and is wrong)", GRADED[1:]),
+                        {"greedy_search": "return {int(logits.argmax())}"}, ""),
+        "meta_answer": (Case("2", "apply_frequency_penalty answers with a meta tensor (no data)", GRADED[:2]),
+                        {"apply_frequency_penalty": "return logits.to('meta')"}, ""),
     }
 
 
@@ -216,6 +237,10 @@ def write_corpus(root: Path, port: int, canary: Path) -> dict[str, Case]:
         if case.layout == "symlinked folder":
             folder.mkdir(parents=True)
             os.symlink(root / "control" / "exercises", package)
+            continue
+        if case.layout == "linked one level down":
+            folder.mkdir(parents=True)
+            os.symlink("../control", folder / "mywork")
             continue
         package.mkdir(parents=True)
         for name in ("transformer.py", "beams.py", "__init__.py"):

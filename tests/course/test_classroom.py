@@ -23,7 +23,7 @@ from sampling_course.grading.classroom import wire
 from sampling_course.grading.classroom.executors import grade_all
 from sampling_course.grading.classroom.release import file_is_hidden, make_release, strip_hidden
 from sampling_course.grading.classroom.gradescope import gradescope_results
-from sampling_course.grading.classroom.reports import feedback_text, write_reports
+from sampling_course.grading.classroom.reports import feedback_text, safe_name, write_reports
 from sampling_course.grading.classroom.settings import Points, load_settings
 from sampling_course.grading.classroom.submission import find_submissions
 from sampling_course.grading.classroom.synthetic import make_class
@@ -115,6 +115,60 @@ def test_release_has_no_solutions_and_checks_the_exercises(release):
                     f"{test.name} imports {node.module}, which the release leaves out"
 
 
+@pytest.mark.slow
+def test_the_release_holds_no_level_three_hint_and_a_readme_for_students(release):
+    """One rule for every exercise: its level-3 hint (which nearly spells out the code) is replaced, whatever its
+    text; levels 1 and 2 stay. The README is written for students: no solutions, no instructor's commands."""
+    from sampling_course.grading.classroom.release import LEVEL_THREE
+    from sampling_course.grading.course import EXERCISES
+
+    thirds, seconds = [], []
+    for path in sorted((release / "sampling_course" / "grading" / "parts").glob("*/__init__.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "exercise":
+                thirds.append(ast.literal_eval(node.args[7]))
+                seconds.append(ast.literal_eval(node.args[6]))
+    assert len(thirds) == len(EXERCISES) and set(thirds) == {LEVEL_THREE}
+    assert seconds == [e.hints[1] for e in EXERCISES] or all(s != LEVEL_THREE for s in seconds)
+    readme = (release / "README.md").read_text()
+    assert "solutions" not in readme and "sampling-course demo" not in readme and "cp " not in readme
+    assert "Python 3.11.5 or newer" in readme and "sampling-course check" in readme
+
+
+def test_the_python_version_stated_is_one_every_pin_installs_on():
+    """The Python version the README (the instructor's and the students') states satisfies the Requires-Python of
+    every pinned distribution installed here (numpy 2.4.6 needs 3.11, soupsieve 4.1.2 3.11.5), and pyproject's
+    requires-python floor is no higher."""
+    import importlib.metadata
+    import re
+
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    from sampling_course.grading.classroom.release import STUDENT_README
+
+    stated = {re.search(r"Python (3\.\d+(?:\.\d+)?) or newer", text).group(1)
+              for text in ((REPO / "README.md").read_text(), STUDENT_README)}
+    assert len(stated) == 1, stated
+    (version,) = stated
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    floor = re.fullmatch(r">=\s*(3\.\d+(?:\.\d+)?)", pyproject["project"]["requires-python"].strip()).group(1)
+    assert Version(floor) <= Version(version)
+    refused = []
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        pin = re.match(r"^([A-Za-z0-9_.-]+)==([^\s;#]+)", line)
+        if not pin:
+            continue
+        try:
+            meta = importlib.metadata.metadata(pin.group(1))
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        needs = meta.get("Requires-Python")
+        if meta["Version"] == pin.group(2) and needs and not SpecifierSet(needs).contains(version):
+            refused.append(f"{pin.group(1)}=={pin.group(2)} needs Python {needs}")
+    assert not refused, f"the README says Python {version}, but " + "; ".join(refused)
+
+
 def _regions_and_public() -> tuple[list[list[str]], set[str]]:
     """Each solution region as its stripped code lines, and the lines the stubs show (public)."""
     regions = []
@@ -196,6 +250,80 @@ def test_settings_from_toml(tmp_path):
         load_settings(config)
 
 
+def test_a_test_the_grader_did_not_run_counts_as_not_passed():
+    """A test left not run (a time limit reached before it) keeps its exercise from being done and counts in partial
+    credit as not passed; a test that skipped itself (no GPU here) is not one of the exercise's tests."""
+    from sampling_course.grading.results import TOOK_TOO_LONG, TestOutcome, summarize
+
+    exercise = get_exercise("apply_temperature")
+    outcome = lambda kind, why="": TestOutcome(f"t::{kind}{why}", (exercise.name,), kind, why)  # noqa: E731
+    cut = summarize(exercise, [outcome("passed"), outcome("passed"), outcome("not run", "not run: time"),
+                               outcome("skipped", "needs a GPU")])
+    assert cut.status == TOOK_TOO_LONG and not cut.done and cut.message == "not run: time"
+    assert (cut.ran, cut.counted, cut.not_run) == (2, 3, 1)
+    assert Points(3.0, partial=True).score(cut.passed, cut.counted, cut.done) == pytest.approx(2.0)
+    assert Points(3.0).score(cut.passed, cut.counted, cut.done) == 0.0
+    whole = summarize(exercise, [outcome("passed"), outcome("skipped", "needs a GPU")])
+    assert whole.done and whole.counted == 1
+
+
+def test_no_link_inside_a_submission_is_followed(tmp_path):
+    """A folder that holds only a link to a classmate's (one level down, or two) is not graded on the classmate's work;
+    a link beside real files is skipped, and the notes say which links were."""
+    from sampling_course.grading.classroom.submission import SubmissionError, prepare_copy
+
+    classmate = tmp_path / "class" / "ada" / "exercises"
+    classmate.mkdir(parents=True)
+    (classmate / "sampling.py").write_text("SOLVED = True\n")
+    one = tmp_path / "class" / "one"
+    one.mkdir()
+    (one / "mywork").symlink_to("../ada")
+    two = tmp_path / "class" / "two" / "deeper"
+    two.mkdir(parents=True)
+    (two / "mywork").symlink_to("../../ada")
+    for student, link in (("one", "mywork"), ("two", "deeper/mywork")):
+        with pytest.raises(SubmissionError, match=f"links are never followed, and it holds 1 link \\({link}\\)"):
+            prepare_copy(tmp_path / "class" / student, tmp_path / f"work-{student}")
+    mixed = tmp_path / "class" / "mixed" / "exercises"
+    mixed.mkdir(parents=True)
+    (mixed / "beams.py").write_text("OWN = True\n")
+    (mixed / "sampling.py").symlink_to(classmate / "sampling.py")
+    (mixed.parent / "notes").symlink_to("../ada")
+    copy, notes = prepare_copy(mixed.parent, tmp_path / "work-mixed")
+    assert (copy / "exercises" / "beams.py").read_text() == "OWN = True\n"
+    assert "SOLVED" not in (copy / "exercises" / "sampling.py").read_text()
+    assert not any(p.is_symlink() for p in copy.rglob("*"))
+    assert notes[0] == "links are never followed: skipped 2 links (exercises/sampling.py, notes)", notes
+
+
+def test_feedback_lists_only_what_was_graded(tmp_path):
+    """A module missing from a submission is noted only when a graded exercise lives in it; a submission with no
+    exercise file (a folder, or the zip a cluster's worker gets) gets one short reason, said once, naming no file
+    of the grader's own, and is listed as not graded, not as flagged."""
+    from sampling_course.grading.classroom.executors import grade_packed, pack
+    from sampling_course.grading.classroom.grade import grade_submission
+    from sampling_course.grading.classroom.reports import class_report_html
+    from sampling_course.grading.classroom.submission import prepare_copy
+
+    folder = tmp_path / "ada" / "exercises"
+    folder.mkdir(parents=True)
+    (folder / "sampling.py").write_text("X = 1\n")
+    assert prepare_copy(folder.parent, tmp_path / "work", {"sampling"})[1] == []
+    assert "beams.py was not in the submission: the course's stub counts in its place" in \
+        prepare_copy(folder.parent, tmp_path / "work-all")[1]
+    (tmp_path / "empty").mkdir()
+    settings = load_settings(None, exercises=["greedy_search", "apply_temperature", "sample_top_k"])
+    for result in (grade_submission(tmp_path / "empty", settings, student="empty"),
+                   grade_packed("empty", pack(tmp_path / "empty"), settings)):
+        assert result["error"].startswith("no exercise files found") and "submission.zip" not in result["error"]
+        assert "beams.py" not in result["error"] and result["score"] == 0
+        assert all(e["message"] == "not graded: the submission could not be graded" for e in result["exercises"])
+        text = feedback_text(result)
+        assert text.count("no exercise files found") == 1 and "What to look at" not in text
+    page = class_report_html([result], settings)
+    assert "<b>0</b>flagged" in page and "<h2>Not graded</h2>\n<table>" in page
+
+
 def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
     """An exercise whose checks held on operations recorded in the submission's process says so, in the feedback
     and in Gradescope's output; one with none says nothing of it."""
@@ -207,8 +335,66 @@ def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
     assert "- race_sample: 2 checked on the tensor operations your code ran as your own process recorded" in \
         feedback_text(result)
     assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
+    from sampling_course.grading.classroom.reports import class_report_html
+
+    page = class_report_html([result], load_settings(None, exercises=["race_sample"]))
+    assert "Graded without a record the submission could change</h2><p>race_sample: checked on" in page
     entry["unverified"] = 0
     assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
+
+
+def _entry(name: str, **changes) -> dict:
+    entry = {"exercise": name, "part": 2, "status": "failing", "points": 0.0, "max_points": 1.0, "partial": False,
+             "passed": 0, "ran": 1, "not_run": 0, "failed": 1, "not_implemented": 0, "message": "wrong",
+             "hidden_failure": False, "mistake": None, "hint": "a hint", "stubs": [], "unverified": 0, "hidden_tests": 0}
+    return {**entry, **changes}
+
+
+def _result(student: str, **changes) -> dict:
+    result = {"student": student, "submission": f"/class/{student}", "score": 0.0, "max_score": 1.0, "flags": [],
+              "notes": [], "error": None, "sandbox": {"sandbox": "bubblewrap"}, "seconds": 1.0,
+              "exercises": [_entry("apply_temperature")]}
+    return {**result, **changes}
+
+
+ESCAPES = "\x1b]0;owned\x07\x1b[2J\x1b[31m\r\u202e"  # a window title, clear screen, a colour, a return, a bidi override
+
+
+def test_reports_show_what_a_submission_wrote_escaped_and_never_fail_on_it(tmp_path):
+    """A student name with terminal escapes, a failure message with escape bytes and a file name that is not UTF-8
+    (as os.listdir gives it back) are written escaped everywhere (CSV, feedback, class report, results.json,
+    Gradescope); a report that cannot be written for one student is written for every other."""
+    not_utf8 = b"\xff\xfe-not-utf8.txt".decode("utf-8", "surrogateescape")
+    hostile = _result(f"mallory{ESCAPES}", flags=[{"kind": "files", "reason": f"wrote {not_utf8} in its folder"}],
+                      exercises=[_entry("apply_temperature", message=f"boom{ESCAPES}\nsecond line")])
+    broken = _result("bob")
+    del broken["exercises"][0]["status"]  # its feedback cannot be made
+    honest = [_result(name) for name in ("ada", "zz control2", "zz_control2")]
+    settings = load_settings(None, exercises=["apply_temperature"])
+    paths = write_reports([hostile, broken, *honest], settings, tmp_path / "report")
+    written = {p.name: p.read_bytes() for p in (tmp_path / "report").rglob("*") if p.is_file()}
+    for name, data in written.items():
+        text = data.decode("utf-8").replace("\r\n", "\n")  # all UTF-8 (CSV rows end in CRLF, as csv writes them)
+        assert not any(c in text for c in "\x1b\x07\r\u202e"), name
+    feedback = (paths["feedback"] / f"{safe_name(hostile['student'])}.md").read_text()
+    # Markdown shows a backslash written twice as one: the reader sees \x1b]0;owned and \xff\xfe-not-utf8.txt
+    assert "mallory\\\\x1b\\]0;owned\\\\x07" in feedback and "\\\\xff\\\\xfe-not-utf8.txt" in feedback
+    assert "second line" in feedback  # a message keeps its lines
+    assert {"ada.md", "zz_control2.md", f"{safe_name('zz control2')}.md"} <= set(written)
+    assert len([n for n in written if n.endswith(".md")]) == 4  # every student but bob
+    assert "feedback for bob: KeyError" in (tmp_path / "report" / "report_problems.txt").read_text()
+    assert '"mallory\\\\x1b' in written["results.json"].decode()
+    graded = json.dumps(gradescope_results(hostile), ensure_ascii=False)
+    assert "\x1b" not in graded and "\\\\x1b" in graded
+
+
+def test_feedback_file_names_are_one_per_student_and_depend_on_the_name_alone():
+    """Two names that differ only in a character a file name cannot hold get two files; a plain name keeps its own;
+    the file name does not depend on who else is in the class."""
+    assert safe_name("zz_control2") == "zz_control2" and safe_name("zz control2") != "zz_control2"
+    assert safe_name("zz control2") == safe_name("zz control2") != safe_name("zz/control2")
+    assert safe_name("\x1b[2J") != safe_name("\x1b[3J") and "\x1b" not in safe_name("\x1b[2J")
+    assert safe_name("a" * 150) != safe_name("a" * 151) and len(safe_name("a" * 150)) <= 100
 
 
 def test_wire_refuses_malformed_frames():
@@ -271,6 +457,7 @@ def test_six_students_get_their_true_grades_and_reports(tmp_path):
     for result in results:
         assert not result["flags"], result["flags"]
         assert result["sandbox"]["sandbox"] == "bubblewrap" and result["sandbox"]["network"] == "none"
+        assert result["sandbox"]["memory"].startswith(f"{settings.memory_mb} MiB for the submission's work")
 
     paths = write_reports(results, settings, tmp_path / "report")
     rows = list(csv.DictReader(paths["csv"].open()))

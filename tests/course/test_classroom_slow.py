@@ -33,9 +33,9 @@ from sampling_course.grading.classroom.settings import load_settings
 from sampling_course.grading.classroom.submission import STUBS, find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
 
-from hostile_corpus import CANARY_ENV, RACE_GRADED, write_corpus, write_race_corpus
+from hostile_corpus import CANARY_ENV, ESCAPE_NAME, RACE_GRADED, write_corpus, write_race_corpus
 from hostile_corpus import GRADED as CORPUS_GRADED
-from sampling_course.grading.classroom.reports import write_reports
+from sampling_course.grading.classroom.reports import escaped, safe_name, write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
 
 pytestmark = pytest.mark.classroom
@@ -84,13 +84,14 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     for student, case in cases.items():
         result = results[student]
         earned = tuple(e["exercise"] for e in result["exercises"] if e["status"] == "done")
-        table.append(f"| {student} | {case.cause} | {case.tries} | {', '.join(earned) or '-'} | "
-                     f"{', '.join(case.passes) or '-'} | {'; '.join(f['kind'] for f in result['flags']) or '-'} | "
+        table.append(f"| {escaped(student, newlines=False)} | {case.cause} | {case.tries} | {', '.join(earned) or '-'} | "
+                     f"{', '.join(case.passes) or '-'} | {'; '.join(dict.fromkeys(f['kind'] for f in result['flags'])) or '-'} | "
                      f"{result['seconds']:.0f} s |")
         if set(earned) != set(case.passes):
             wrong.append(f"{student}: earned {earned}, solves {case.passes}: {result['exercises']}")
-        if (case.cause == "8" or set(case.passes) == set(CORPUS_GRADED)) and result["flags"]:
-            wrong.append(f"{student}: honest here, flagged {result['flags']}")
+        if (case.cause == "8" or set(case.passes) == set(CORPUS_GRADED)) and \
+                {f["kind"] for f in result["flags"]} != set(case.flags):
+            wrong.append(f"{student}: honest here, flagged {result['flags']} (expected {case.flags or 'none'})")
     print(f"\n{len(cases)} submissions in {seconds:.0f} s (--jobs 2)\n" + "\n".join(table))
     assert not wrong, "\n".join(wrong)
     assert canary.read_text() == "still here" and (tmp_path / "class" / "control" / "exercises").is_dir()
@@ -102,7 +103,37 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     assert all(not row[0].startswith(("=", "+", "-", "@")) for row in rows[1:])
     feedback = (report / "feedback" / "fence_breaker.md").read_text()
     assert "<script>" not in feedback and "\n# Score" not in feedback and "```" not in feedback
+    for path in (p for p in report.rglob("*") if p.is_file()):  # every report written, none with a raw escape
+        assert not {"\x1b", "\x07"} & set(path.read_bytes().decode("utf-8")), path.name
+    assert "\\\\x1b\\]0;owned" in (report / "feedback" / f"{safe_name(ESCAPE_NAME)}.md").read_text()
+    assert "\\\\xff\\\\xfe-not-utf8.txt" in (report / "feedback" / "not_utf8_file.md").read_text()
+    assert "zz control2" in (report / "feedback" / f"{safe_name('zz control2')}.md").read_text()
+    assert "zz\\_control2" in (report / "feedback" / "zz_control2.md").read_text()
+    meta = next(e for e in results["meta_answer"]["exercises"] if e["exercise"] == "apply_frequency_penalty")
+    assert meta["status"] == "failing" and "dense tensor" in meta["message"], meta  # a wrong type, not a stub
+    assert "links are never followed, and it holds 1 link (mywork)" in results["linked_classmate"]["error"]
     listener.close()
+
+
+def test_an_exercise_whose_tests_ran_out_of_time_earns_nothing(tmp_path):
+    """A wrong apply_temperature (it divides by T squared: its peak-and-valley checks pass, its Hugging Face ones do
+    not) beside a greedy_search that never returns: the clock runs out in greedy_search before the failing checks run.
+    apply_temperature is not earned (its tests that did not run count as not passed), says why, and both time
+    reasons are kept among the flags."""
+    package = tmp_path / "class" / "clock" / "exercises"
+    package.mkdir(parents=True)
+    (package / "sampling.py").write_text(stubbed_sampling("        while True:\n            pass\n",
+                                                         "        return logits / temperature**2\n"))
+    settings = load_settings(None, exercises=["greedy_search", "apply_temperature"], seconds_per_test=15,
+                             seconds_per_exercise=60, seconds_per_submission=15, diagnose=False)
+    (result,) = grade_all(find_submissions(tmp_path / "class"), settings)
+    entries = {e["exercise"]: e for e in result["exercises"]}
+    temperature = entries["apply_temperature"]
+    assert temperature["passed"] >= 1 and temperature["not_run"] >= 1, temperature  # the case this test is about
+    assert temperature["status"] == "took too long" and temperature["points"] == 0 and result["score"] == 0, temperature
+    assert "not run: the submission's time limit (15 s) was reached first" in temperature["message"]
+    reasons = [f["reason"] for f in result["flags"] if f["kind"] == "time"]
+    assert any("ran past the time limit" in r for r in reasons) and any("did not run" in r for r in reasons), reasons
 
 
 def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):

@@ -73,8 +73,10 @@ class SubmissionLost(RuntimeError):
 def raise_remote(error: dict[str, Any]) -> None:
     name = str(error.get("type", "Exception"))[:100]
     message = str(error.get("msg", ""))[:4000]
-    if name == "NotImplementedError":
-        raise_stub(str(error.get("stub") or "the submission"), message)
+    if name == "NotImplementedError" and error.get("stub"):
+        raise_stub(str(error["stub"]), message)
+    if name == "NotImplementedError":  # not a stub (torch's, or an answer that cannot cross): a failure like any
+        raise RemoteError(f"{name}: {message}" if message else name)
     cls = _EXCEPTIONS.get(name)
     if cls is None:
         raise RemoteError(f"{name}: {message}" if message else name)
@@ -89,13 +91,20 @@ def raise_stub(stub: str, message: str) -> None:
     exec(code, {"message": message})  # noqa: S102 - a fixed statement; only its frame's name varies
 
 
+STUB_PACKAGE = "exercises"  # the package a submission's code is imported as: where its stubs are
+
+
 def error_of(exc: BaseException) -> dict[str, Any]:
+    """``exc`` as data. A NotImplementedError is a stub (the exercise not done yet) only when the submission's own
+    code raised it bare, as every stub does (``raise NotImplementedError()``); one from torch (a meta or sparse
+    tensor's operation) carries a message and is a failure like any other."""
     error = {"type": type(exc).__name__, "msg": str(exc)[:4000]}
-    if isinstance(exc, NotImplementedError):
+    if isinstance(exc, NotImplementedError) and not exc.args:
         tb = exc.__traceback__
         while tb is not None and tb.tb_next is not None:
             tb = tb.tb_next
-        if tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", "")) if tb is not None else ""
+        if module == STUB_PACKAGE or module.startswith(STUB_PACKAGE + "."):
             error["stub"] = getattr(tb.tb_frame.f_code, "co_qualname", tb.tb_frame.f_code.co_name)
     return error
 
@@ -135,8 +144,8 @@ class Codec:
             return {"U": [enc(v) for v in value]}
         if type(value) is dict:
             return {"D": [[enc(k), enc(v)] for k, v in value.items()]}
-        if type(value) in (set, frozenset):
-            return {"S" if type(value) is set else "F": [enc(v) for v in value]}
+        if type(value) in (set, frozenset):  # "Se"/"Fs": "S" is a shared tensor's tag
+            return {"Se" if type(value) is set else "Fs": [enc(v) for v in value]}
         if isinstance(value, torch.Size):
             return {"Z": [int(n) for n in value]}
         if isinstance(value, torch.dtype) and str(value).removeprefix("torch.") in DTYPES:
@@ -275,9 +284,9 @@ class Codec:
             return tuple(dec(v) for v in expect_list(value["U"]))
         if "D" in value:
             return {_hashable(dec(k)): dec(v) for k, v in (_pair(p) for p in expect_list(value["D"]))}
-        if "S" in value or "F" in value:
-            items = [_hashable(dec(v)) for v in expect_list(value.get("S", value.get("F")))]
-            return set(items) if "S" in value else frozenset(items)
+        if "Se" in value or "Fs" in value:
+            items = [_hashable(dec(v)) for v in expect_list(value.get("Se", value.get("Fs")))]
+            return set(items) if "Se" in value else frozenset(items)
         if "Z" in value:
             return torch.Size([_int(n) for n in expect_list(value["Z"])])
         if "dt" in value:

@@ -82,7 +82,7 @@ class Connection:
         self._host_end: socket.socket | None = None  # the host's end of the submission's connection to it
         self.started = 0
         self.stopped_for_time = 0  # processes the grader stopped because a call ran past its time limit
-        self.flags: dict[str, str] = {}  # kind -> reason (first of each kind)
+        self.flags: list[tuple[str, str]] = []  # (kind, reason), every distinct one in the order seen
         self.measures: dict[str, str] = {}
         self.allowance: float | None = None
         self.limit_s = settings.seconds_per_test
@@ -91,7 +91,11 @@ class Connection:
         self._cut: Endpoint | None = None  # the connection a time limit last interrupted
 
     def flag(self, kind: str, reason: str) -> None:
-        self.flags.setdefault(kind, reason)
+        if (kind, reason) not in self.flags:
+            self.flags.append((kind, reason))
+
+    def flagged(self, kind: str) -> bool:
+        return any(k == kind for k, _ in self.flags)
 
     def connect(self) -> Endpoint:
         if self.endpoint is not None and self.endpoint.alive:
@@ -192,7 +196,7 @@ class Connection:
                                 f"{self.context or 'a test'}")
 
     def retire(self) -> None:
-        if self.endpoint is not None and not self.endpoint.alive and "time" not in self.flags:
+        if self.endpoint is not None and not self.endpoint.alive and not self.flagged("time"):
             self.flag("process", "its process ended or stopped answering during grading")
         for endpoint in (self.endpoint, self.host_endpoint):
             if endpoint is not None:
@@ -215,6 +219,7 @@ class _Judge(runner._Collector):
         self.hidden: set[str] = set()
         self.spent: dict[str, float] = {}
         self.unverified: dict[str, int] = {}  # per test: its verdicts that held on records the submission kept
+        self.not_run: dict[str, str] = {}  # nodeid -> why the grader did not run it (a time limit reached first)
 
     @pytest.hookimpl(trylast=True)
     def pytest_collection_modifyitems(self, items: list[Any]) -> None:
@@ -226,17 +231,26 @@ class _Judge(runner._Collector):
         take_unverified()  # none from an earlier test is this one's
         names = [name.lower() for name in self.exercises.get(item.nodeid, ())]
         used = self.connection.waited()
+        shown = ", ".join(get_exercise(n).name for n in names) or item.nodeid
         if used >= self.settings.seconds_per_submission:
             self.connection.flag("time", f"the submission's time limit ({self.settings.seconds_per_submission:g} s) "
                                          "was reached; the tests after it did not run")
-            pytest.skip("not run: the submission's time limit was reached")
+            self._not_run(item, "not run: the submission's time limit "
+                                f"({self.settings.seconds_per_submission:g} s) was reached first")
         budget = min((self.settings.seconds_per_exercise - self.spent.get(n, 0.0) for n in names), default=1e9)
         if budget <= 0:
-            pytest.skip(f"not run: {', '.join(names)} used up its {self.settings.seconds_per_exercise:g} s")
+            self.connection.flag("time", f"{shown} used up its time limit ({self.settings.seconds_per_exercise:g} s); "
+                                         "its remaining tests did not run")
+            self._not_run(item, f"not run: {shown} used up its time limit ({self.settings.seconds_per_exercise:g} s)")
         _forget_lost_fixtures(item)  # a process was stopped: the fixtures that held its objects are made again
         super().pytest_runtest_setup(item)
         limit = min(self.settings.seconds_per_test, budget, self.settings.seconds_per_submission - used)
         self.connection.set_limit(limit, " / ".join(get_exercise(n).name for n in names) or item.nodeid)
+
+    def _not_run(self, item: Any, why: str) -> None:
+        """Skip ``item`` for time: it counts as not passed (the exercise is not earned), ``why`` its message."""
+        self.not_run[item.nodeid] = why
+        pytest.skip(why)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: Any, nextitem: Any):
@@ -246,6 +260,12 @@ class _Judge(runner._Collector):
             self.spent[name] = self.spent.get(name, 0.0) + self.connection.waited() - before
 
     def pytest_runtest_logreport(self, report: Any) -> None:
+        why = self.not_run.get(report.nodeid)
+        if why is not None:
+            if report.nodeid not in self.outcomes:
+                self.outcomes[report.nodeid] = TestOutcome(report.nodeid, self.exercises.get(report.nodeid, ()),
+                                                           "not run", why)
+            return
         super().pytest_runtest_logreport(report)
         if report.when == "call" and report.passed:
             unverified = take_unverified()
@@ -300,7 +320,7 @@ def _run_tests(connection: Connection, settings: GradeSettings, tests: Path) -> 
             exercises = [get_exercise(name) for name in settings.exercises]
             per_exercise: dict[str, list[TestOutcome]] = {e.name.lower(): [] for e in exercises}
             for nodeid, names in judge.exercises.items():
-                outcome = judge.outcomes.get(nodeid) or TestOutcome(nodeid, names, "skipped", "did not run")
+                outcome = judge.outcomes.get(nodeid) or TestOutcome(nodeid, names, "not run", "did not run")
                 for name in {n.lower() for n in names}:
                     if name in per_exercise:
                         per_exercise[name].append(outcome)
@@ -351,7 +371,8 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
                               "sandbox": {}, "error": None}
     connection = None
     try:
-        copy, result["notes"] = prepare_copy(submission, workdir)
+        graded_modules = {get_exercise(name).module for name in settings.exercises}
+        copy, result["notes"] = prepare_copy(submission, workdir, graded_modules)
         before = _files_in(copy)
         bwrap = sandbox_tool(settings)
         connection = Connection(copy, settings, bwrap)
@@ -362,12 +383,16 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
         if left:
             connection.flag("files", f"wrote {', '.join(left[:5])} in its folder (ignored: grades come from the grader)")
         result["flags"] = supervisor_flags(connection)
-        result["sandbox"] = connection.measures
+        result["sandbox"] = dict(connection.measures)
+        if "memory" in result["sandbox"]:  # the limit the instructor set, and what the process holds besides
+            result["sandbox"]["memory"] = (f"{settings.memory_mb} MiB for the submission's work (its process may "
+                                           f"hold {BASE_MEMORY >> 20} MiB more for Python and torch)")
         if judge.collection_errors:
             result["notes"].append("the grader's tests did not all load: " + "; ".join(judge.collection_errors)[:500])
     except SubmissionError as exc:
-        result["error"] = str(exc)
-        result["exercises"] = [not_graded(name, settings, str(exc)) for name in settings.exercises]
+        result["error"] = str(exc)  # said once; each exercise only says it was not graded
+        result["exercises"] = [not_graded(name, settings, "not graded: the submission could not be graded")
+                               for name in settings.exercises]
     finally:
         if connection is not None:
             connection.retire()
@@ -380,7 +405,7 @@ def grade_submission(submission: str | Path, settings: GradeSettings | None = No
 
 def supervisor_flags(connection: Connection) -> list[dict[str, str]]:
     """What the grader itself saw (time, memory, a process that ended, files written): never the submission's word."""
-    return [{"kind": kind, "reason": reason} for kind, reason in connection.flags.items()]
+    return [{"kind": kind, "reason": reason} for kind, reason in connection.flags]
 
 
 _BWRAP: list[str | None] = []
@@ -407,8 +432,10 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
         message = message or "took too long"
     return {
         "exercise": result.name, "part": result.exercise.part, "status": result.status,
-        "points": round(points.score(result.passed, result.ran, result.done), 6), "max_points": points.points,
-        "partial": points.partial, "passed": result.passed, "ran": result.ran, "failed": result.failed,
+        # Over every test of the exercise in this run: one the grader did not run (time) counts as not passed.
+        "points": round(points.score(result.passed, result.counted, result.done), 6), "max_points": points.points,
+        "partial": points.partial, "passed": result.passed, "ran": result.ran, "not_run": result.not_run,
+        "failed": result.failed,
         "not_implemented": result.not_implemented, "message": message, "hidden_failure": hidden_failure,
         "mistake": result.mistake, "hint": result.exercise.hints[0] if not result.done else None,
         "stubs": list(result.stubs), "unverified": _unverified_of(result.name, judge),
@@ -429,5 +456,6 @@ def not_graded(name: str, settings: GradeSettings, why: str) -> dict[str, Any]:
     exercise = get_exercise(name)
     return {"exercise": name, "part": exercise.part, "status": "not graded", "points": 0.0,
             "max_points": settings.points_of(name).points, "partial": settings.points_of(name).partial,
-            "passed": 0, "ran": 0, "failed": 0, "not_implemented": 0, "message": why, "hidden_failure": False,
+            "passed": 0, "ran": 0, "not_run": 0, "failed": 0, "not_implemented": 0, "message": why,
+            "hidden_failure": False,
             "mistake": None, "hint": exercise.hints[0], "stubs": [], "unverified": 0, "hidden_tests": 0}

@@ -20,7 +20,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from sampling_course.grading.classroom.reports import UNVERIFIED, feedback_text
+from sampling_course.grading.classroom.reports import UNVERIFIED, cleaned, feedback_text
 from sampling_course.grading.planting import SOLUTIONS
 
 __all__ = ["RUN_AUTOGRADER", "SETUP_SH", "gradescope_results", "make_autograder"]
@@ -61,7 +61,9 @@ _SKIPPED_PARTS = {"__pycache__", ".ipynb_checkpoints"}
 
 
 def gradescope_results(result: dict[str, Any]) -> dict[str, Any]:
-    """Gradescope's ``results.json`` for one graded submission: one test entry per exercise."""
+    """Gradescope's ``results.json`` for one graded submission: one test entry per exercise (everything it quotes
+    escaped, see ``reports.escaped``)."""
+    result = cleaned(result)
     tests = []
     for number, e in enumerate(result["exercises"], start=1):
         lines = []

@@ -13,7 +13,11 @@ and its shipped models, the stubs in ``exercises/``, the notebooks, the grading 
   exercise and the mistake;
 * the text of the planted mistakes and correct variants in ``grading/parts/`` (it is copied
   from the solutions) and their fixes: ``MISTAKES``, ``VARIANTS`` and ``FIXES`` are emptied wherever they are defined,
-  a module that held nothing else is not shipped, and an import of one becomes an empty list.
+  a module that held nothing else is not shipped, and an import of one becomes an empty list;
+* every exercise's level-3 hint (it nearly spells out the code): one rule for all of them,
+  whether or not its text matches a solution line, so ``hint NAME --level 3`` says where to
+  turn instead (``LEVEL_THREE``);
+* the instructor's README: the release has its own, written for students (``STUDENT_README``).
 
 In the release, ``pytest`` checks ``exercises/`` by default (``--impl exercises``).
 """
@@ -41,6 +45,53 @@ RELEASED = ("pyproject.toml", "constraints.txt", "README.md", "LICENSE", "sampli
             "exercises/*.py", "notebooks/*.ipynb", "tests/conftest.py", "tests/doubles.py", "tests/part5_shared.py",
             "tests/grading/*.py")
 PLANTED = ("MISTAKES", "VARIANTS", "FIXES")  # the names whose values hold text copied from the solutions
+LEVEL_THREE = ("Level 3 hints are not in the student release. Levels 1 and 2 are; beyond them, ask your "
+               "instructor or a classmate.")
+_HINTS_AT = 5  # exercise(name, part, module, target, task, hint 1, hint 2, hint 3): the hints' first position
+STUDENT_README = """# sampling-course: your copy
+
+You build GPT-2 from scratch, then the ways of turning its logits into text: greedy search,
+temperature, top-k, top-p, beam search, a KV cache, a batched generation engine, caches for
+long text, speculative decoding, structured generation, a Llama-style decoder and a serving
+engine. Every piece starts as a stub in `exercises/`: each `raise NotImplementedError()` marks
+code for you to write, and its docstring says what it must do. The tests in `tests/grading/`
+compare your code with independent references on the same weights.
+
+## Install
+
+Python 3.11.5 or newer (the pinned stack in `constraints.txt` needs it). In this folder:
+
+```bash
+python3 -m venv .venv && . .venv/bin/activate && pip install -q -c constraints.txt -e .
+```
+
+## Work through the course
+
+1. Open the notebooks (`jupyter lab notebooks/`), starting with part 1. Each one explains its
+   method, imports your code from `exercises/` and has experiments to run.
+2. Fill in a stub, then check it:
+
+   ```bash
+   sampling-course check LayerNorm
+   ```
+
+   It says passed, not implemented yet, or shows the first failing check with a hint (and,
+   when your output matches a classic mistake, which one).
+3. Stuck? `sampling-course hint LayerNorm` shows the next hint for that exercise (levels 1 and
+   2; level 3 is kept for your instructor).
+4. See how far you are: `sampling-course progress` lists every exercise in course order.
+5. The whole test suite, on your code: `python -m pytest` (untouched stubs show as "not
+   implemented yet").
+
+Without internet access the course uses the small story model shipped in the package instead
+of GPT-2; run `sampling-course download-gpt2` once on a machine with internet to cache GPT-2.
+
+## Hand in
+
+Hand in your `exercises/` folder (or a zip of it) as your instructor asks. Your instructor
+grades it with the same tests and some more (hidden ones); the feedback names each exercise's
+result and, for a failure, the mistake it matches.
+"""
 
 
 class ReleaseError(ValueError):
@@ -207,6 +258,25 @@ def _scrub_strings(source: str, regions: list[str], public: set[str]) -> str:
     return data.decode()
 
 
+def withhold_level_three(source: str) -> str:
+    """``source`` (a part's module) with the level-3 hint of every ``exercise(...)`` it calls replaced by
+    ``LEVEL_THREE``."""
+    lines = source.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line.encode()))
+    data = source.encode()
+    spans = []
+    for node in ast.walk(ast.parse(source)):
+        name = getattr(node.func, "id", getattr(node.func, "attr", None)) if isinstance(node, ast.Call) else None
+        if name == "exercise" and len(node.args) > _HINTS_AT + 2:
+            third = node.args[_HINTS_AT + 2]
+            spans.append((starts[third.lineno - 1] + third.col_offset, starts[third.end_lineno - 1] + third.end_col_offset))
+    for start, end in sorted(spans, reverse=True):
+        data = data[:start] + repr(LEVEL_THREE).encode() + data[end:]
+    return data.decode()
+
+
 def released_files(checkout: Path = CHECKOUT) -> list[str]:
     """The checkout's files the allow-list names (relative paths, sorted)."""
     found = []
@@ -257,7 +327,7 @@ def make_release(out: Path, checkout: Path = CHECKOUT) -> dict[str, list[str]]:
         target = out / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         if relative in parts:
-            source = _strip_planted_text((checkout / relative).read_text(), dropped_modules)
+            source = withhold_level_three(_strip_planted_text((checkout / relative).read_text(), dropped_modules))
             target.write_text(_scrub_strings(source, regions, public))
         elif relative.startswith("sampling_course/") and relative.endswith(".py"):
             target.write_text(_scrub_strings((checkout / relative).read_text(), regions, public))
@@ -273,6 +343,8 @@ def make_release(out: Path, checkout: Path = CHECKOUT) -> dict[str, list[str]]:
             if stripped != source:
                 left_out["hidden tests"].append(f"{relative.removeprefix('tests/')} ({len(hidden_spans(source))} hidden)")
             target.write_text(stripped)
+        elif relative == "README.md":
+            target.write_text(STUDENT_README)
         elif relative == "pyproject.toml":
             target.write_text(_release_pyproject((checkout / relative).read_text()))
         else:

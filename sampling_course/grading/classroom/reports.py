@@ -11,6 +11,12 @@
   of every exercise in course order, the most frequent named mistakes, the distribution of
   scores, and the flagged submissions;
 * ``results.json``: every result as data, for other tools.
+
+Everything a submission could have written (its name, its messages, the names of files it
+made) is shown escaped: a control character (a terminal escape, a carriage return, a bidi
+override) as ``\x1b`` or ``\u202e``, a byte of a file name that is not UTF-8 as ``\xff``
+(``escaped``, ``cleaned``). A report that cannot be written for one student is written for
+every other, and what could not be written is listed in ``report_problems.txt``.
 """
 
 from __future__ import annotations
@@ -21,7 +27,9 @@ import datetime
 import html
 import io
 import json
+import hashlib
 import re
+import unicodedata
 from collections import Counter
 from pathlib import Path
 from statistics import mean, median
@@ -30,7 +38,8 @@ from typing import Any
 from sampling_course.grading.classroom.settings import GradeSettings
 from sampling_course.grading.course import PARTS, get_exercise
 
-__all__ = ["UNSAFE", "UNVERIFIED", "csv_cell", "feedback_text", "md_escape", "safe_name", "unsafe", "write_reports"]
+__all__ = ["UNSAFE", "UNVERIFIED", "cleaned", "csv_cell", "escaped", "feedback_text", "md_escape", "safe_name", "unsafe",
+           "write_reports"]
 
 _MISTAKE_PREFIX = "This matches a classic mistake: "
 _STATUS_WORDS = {"done": "passed", "failing": "failing", "not implemented yet": "not implemented yet",
@@ -38,9 +47,49 @@ _STATUS_WORDS = {"done": "passed", "failing": "failing", "not implemented yet": 
 
 
 def safe_name(student: str) -> str:
-    """A file name for a student's id: letters, digits, ``-``, ``_`` and ``.`` only."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._") or "student"
-    return name[:100]
+    """A file name for a student's id: letters, digits, ``-``, ``_`` and ``.`` only, one per student.
+
+    An id that is such a name already is its own file name; any other gets a digest of the id added
+    (``zz control2`` is ``zz_control2-<digest>``, never the ``zz_control2`` of a classmate), so the
+    name depends on the id alone, not on who else is in the class.
+    """
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", student).strip("._-") or "student"
+    if name == student and len(name) <= 100:
+        return name
+    digest = hashlib.sha256(student.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return f"{name[:80]}-{digest}"
+
+
+_SHOWN_RAW = {"\n", "\t"}  # kept as they are where lines are kept (a message's lines)
+
+
+def escaped(text: Any, newlines: bool = True) -> str:
+    """``text`` with every control character escaped (``\x1b``, ``\r``, ``\u202e``; newlines and tabs too unless
+    ``newlines``) and each byte of a name that was not UTF-8 (a surrogate escape) written ``\xff``."""
+    out = []
+    for char in str(text):
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:  # a byte os.listdir could not decode
+            out.append(f"\\x{code - 0xDC00:02x}")
+        elif char in _SHOWN_RAW and newlines:
+            out.append(char)
+        elif unicodedata.category(char) in ("Cc", "Cf", "Cs", "Zl", "Zp"):
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def cleaned(value: Any) -> Any:
+    """``value`` (a result, or any part of one) with every string in it ``escaped``; a student's name on one line."""
+    if isinstance(value, str):
+        return escaped(value)
+    if isinstance(value, dict):
+        return {cleaned(k): escaped(v, newlines=False) if k in ("student", "submission") and isinstance(v, str)
+                else cleaned(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [cleaned(v) for v in value]
+    return value
 
 
 def _points(value: float) -> str:
@@ -74,6 +123,7 @@ def csv_cell(value: Any) -> str:
 
 def feedback_text(result: dict[str, Any]) -> str:
     """One student's feedback, in Markdown; everything quoted from the grading is escaped, never fenced."""
+    result = cleaned(result)
     lines = [f"**{UNSAFE}**", ""] if unsafe(result) else []
     lines += [f"# Feedback for {md_escape(result['student'])}", "",
               f"Score: **{_points(result['score'])} / {_points(result['max_score'])}**", ""]
@@ -83,7 +133,7 @@ def feedback_text(result: dict[str, Any]) -> str:
     for e in result["exercises"]:
         lines.append(f"| {e['exercise']} | {_STATUS_WORDS.get(e['status'], e['status'])} | "
                      f"{_points(e['points'])} / {_points(e['max_points'])} |")
-    todo = [e for e in result["exercises"] if e["status"] != "done"]
+    todo = [e for e in result["exercises"] if e["status"] not in ("done", "not graded")]  # why not graded: said once
     if todo:
         lines += ["", "## What to look at", ""]
     for e in todo:
@@ -96,8 +146,10 @@ def feedback_text(result: dict[str, Any]) -> str:
         elif e.get("message"):
             shown = "A hidden test failed (its inputs stay hidden)." if e.get("hidden_failure") else e["message"]
             lines += [md_escape(shown.strip()), ""]
-        if e.get("partial") and e["ran"]:
-            lines += [f"{e['passed']} of {e['ran']} tests passed.", ""]
+        counted = e["ran"] + e.get("not_run", 0)
+        if e.get("partial") and counted:
+            lines += [f"{e['passed']} of {counted} tests passed"
+                      + (f" ({e['not_run']} not run: they count as not passed)." if e.get("not_run") else "."), ""]
         if e.get("hint"):
             lines += [f"Hint: {md_escape(e['hint'])}", ""]
     unverified = [e for e in result["exercises"] if e.get("unverified")]
@@ -112,14 +164,15 @@ def feedback_text(result: dict[str, Any]) -> str:
 
 
 def _write_csv(results: list[dict[str, Any]], names: list[str], path: Path) -> None:
-    with path.open("w", newline="") as handle:
+    with path.open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         writer.writerow(["student", *names, "score", "max_score", "flags", "error"])
         for r in results:
             by_name = {e["exercise"]: e["points"] for e in r["exercises"]}
             writer.writerow([csv_cell(r["student"]), *(_points(by_name.get(n, 0.0)) for n in names),
                              _points(r["score"]), _points(r["max_score"]),
-                             csv_cell("; ".join(f["kind"] for f in r.get("flags", []))), csv_cell(r.get("error") or "")])
+                             csv_cell("; ".join(dict.fromkeys(f["kind"] for f in r.get("flags", [])))),
+                             csv_cell(r.get("error") or "")])
 
 
 # ---------------------------------------------------------------------------------------
@@ -209,7 +262,8 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
     plots = _plots(results, names, settings)
     scores = [r["score"] for r in results] or [0.0]
     esc = html.escape
-    flagged = [r for r in results if r.get("flags") or r.get("error")]
+    flagged = [r for r in results if r.get("flags")]  # what the grader saw a submission do
+    refused = [r for r in results if r.get("error")]  # submissions that could not be graded at all
     rows = []
     for name in names:
         entries = [e for r in results for e in r["exercises"] if e["exercise"] == name]
@@ -219,8 +273,12 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
                     f"<td>{counts['took too long']}</td></tr>")
     flag_rows = "".join(
         f"<tr><td>{esc(r['student'])}</td><td>{_points(r['score'])}</td><td class='flag'>"
-        + esc("; ".join([f["reason"] for f in r.get("flags", [])] + ([r["error"]] if r.get("error") else [])))
-        + "</td></tr>" for r in flagged)
+        + esc("; ".join(f["reason"] for f in r.get("flags", []))) + "</td></tr>" for r in flagged)
+    apart = sorted({e["exercise"] for r in results for e in r["exercises"] if e.get("unverified")})
+    apart_text = (f"<h2>Graded without a record the submission could change</h2><p>{esc(', '.join(apart))}: "
+                  "checked on the tensor operations the code ran as its own process recorded them. A failure there "
+                  "counts; a pass earns nothing (the exercise is earned on its other checks).</p>" if apart else "")
+    refused_rows = "".join(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['error'])}</td></tr>" for r in refused)
     sandbox = next((r["sandbox"] for r in results if r.get("sandbox")), {})
     sandbox_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sandbox.items())
     when = datetime.datetime.now().strftime("%Y-%m-%d %H:%M")
@@ -244,6 +302,9 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
 {''.join(rows)}</table>
 <h2>Flagged submissions</h2>
 {'<table><tr><th>student</th><th>score</th><th>why</th></tr>' + flag_rows + '</table>' if flagged else '<p>None.</p>'}
+<h2>Not graded</h2>
+{'<table><tr><th>student</th><th>why</th></tr>' + refused_rows + '</table>' if refused else '<p>None.</p>'}
+{apart_text}
 <h2>How submissions were isolated</h2>
 <table>{sandbox_rows}</table>
 </body></html>
@@ -255,17 +316,32 @@ def write_reports(results: list[dict[str, Any]], settings: GradeSettings, out: P
     """Write the CSV, the feedback files, the class report and results.json into ``out``; return their paths."""
     out = Path(out)
     (out / "feedback").mkdir(parents=True, exist_ok=True)
-    results = sorted(results, key=lambda r: r["student"])
+    names = {id(r): safe_name(str(r.get("student", ""))) for r in results}  # from the id as given, escaped or not
+    results = sorted(results, key=lambda r: str(r.get("student", "")))
+    shown = [cleaned(r) for r in results]
     paths = {"csv": out / "grades.csv", "html": out / "class_report.html", "json": out / "results.json",
              "feedback": out / "feedback"}
-    _write_csv(results, list(settings.exercises), paths["csv"])
+    problems: list[str] = []
+
+    def attempt(what: str, write: Any) -> None:
+        try:
+            write()
+        except Exception as exc:  # noqa: BLE001 - one report that cannot be written never stops the others
+            problems.append(f"{what}: {type(exc).__name__}: {escaped(exc, newlines=False)}")
+
+    attempt("grades.csv", lambda: _write_csv(shown, list(settings.exercises), paths["csv"]))
     used: set[str] = set()
-    for result in results:
-        name = safe_name(result["student"])
-        while name in used:
+    for original, result in zip(results, shown):
+        name = names[id(original)]
+        while name.lower() in used:  # a second id with the same name (on a case-blind disk too): still one each
             name += "_"
-        used.add(name)
-        (out / "feedback" / f"{name}.md").write_text(feedback_text(result))
-    paths["html"].write_text(class_report_html(results, settings, title))
-    paths["json"].write_text(json.dumps(results, indent=1))
+        used.add(name.lower())
+        attempt(f"feedback for {result.get('student')}",
+                lambda: (out / "feedback" / f"{name}.md").write_text(feedback_text(result), encoding="utf-8"))
+    attempt("class_report.html", lambda: paths["html"].write_text(class_report_html(shown, settings, title),
+                                                                  encoding="utf-8"))
+    attempt("results.json", lambda: paths["json"].write_text(json.dumps(shown, indent=1), encoding="utf-8"))
+    if problems:
+        paths["problems"] = out / "report_problems.txt"
+        paths["problems"].write_text("\n".join(problems) + "\n", encoding="utf-8")
     return paths

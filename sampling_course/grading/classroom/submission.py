@@ -7,12 +7,15 @@ files, as Gradescope receives them). Modules it lacks are taken from the course'
 a student who hands in only ``sampling.py`` is graded on it, the rest counting as not done.
 
 Only plain ``.py`` files with the course's module names are copied, each at most
-``MAX_FILE_BYTES``; links, absolute paths and ``..`` in a zip are skipped, and a zip is
-refused past ``MAX_ZIP_BYTES`` unpacked.
+``MAX_FILE_BYTES``; no link is followed (a folder or file that is a link, at any depth, is
+skipped and named in the notes: ``mywork -> ../classmate`` would grade a classmate's work),
+links, absolute paths and ``..`` in a zip are skipped, and a zip is refused past
+``MAX_ZIP_BYTES`` unpacked.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
 import zipfile
@@ -71,7 +74,7 @@ def _unzip(archive: Path, into: Path) -> Path:
         with zipfile.ZipFile(archive) as zf:
             infos = zf.infolist()
             if len(infos) > MAX_ZIP_FILES or sum(i.file_size for i in infos) > MAX_ZIP_BYTES:
-                raise SubmissionError(f"{archive.name}: more than {MAX_ZIP_FILES} files or "
+                raise SubmissionError(f"the zip holds more than {MAX_ZIP_FILES} files or "
                                       f"{MAX_ZIP_BYTES >> 20} MiB unpacked")
             for info in infos:
                 parts = Path(info.filename).parts
@@ -83,27 +86,44 @@ def _unzip(archive: Path, into: Path) -> Path:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(zf.read(info))
     except zipfile.BadZipFile as exc:
-        raise SubmissionError(f"{archive.name} is not a valid zip ({exc})") from None
+        raise SubmissionError(f"the submission is not a valid zip ({exc})") from None
     return into
 
 
-def _exercise_folder(root: Path) -> Path | None:
-    """The folder whose ``.py`` files are the submission's exercises: ``exercises/`` or loose files."""
+def _exercise_folder(root: Path, links: list[str]) -> Path | None:
+    """The folder whose ``.py`` files are the submission's exercises: ``exercises/`` or loose files.
+
+    No link is followed (a link to a classmate's folder would grade the classmate's work): a link
+    met on the way is added to ``links`` (its path in the submission) and left alone.
+    """
     wanted = _files()
-    candidates = []
-    for depth in range(4):
-        for folder in sorted(root.glob("/".join(["*"] * depth)) if depth else [root]):
-            if not folder.is_dir() or folder.is_symlink() or any(p.startswith(".") for p in folder.relative_to(root).parts):
-                continue
-            if folder.name == "exercises" and any((folder / name).is_file() for name in wanted):
-                return folder
-            if any((folder / name).is_file() and name != "__init__.py" for name in wanted):
-                candidates.append(folder)
-    return candidates[0] if candidates else None
+    named, loose = [], []  # (depth, path) of folders called exercises/, and of folders of loose exercise files
+    for folder, names, files in os.walk(root, followlinks=False):
+        here = Path(folder)
+        depth = len(here.relative_to(root).parts)
+        for name in sorted(names + files):
+            if (here / name).is_symlink():
+                links.append(str((here / name).relative_to(root)))
+        names[:] = [n for n in names if not n.startswith(".") and not (here / n).is_symlink() and depth < 3]
+        real = {f for f in files if not (here / f).is_symlink()}
+        if here.name == "exercises" and real & wanted:
+            named.append((depth, str(here)))
+        elif real & (wanted - {"__init__.py"}):
+            loose.append((depth, str(here)))
+    links.sort()
+    found = min(named, default=None) or min(loose, default=None)  # the shallowest, then the first by name
+    return Path(found[1]) if found else None
 
 
-def prepare_copy(submission: Path, into: Path) -> tuple[Path, list[str]]:
+def _listed(links: list[str]) -> str:
+    shown = ", ".join(links[:5]) + (f" and {len(links) - 5} more" if len(links) > 5 else "")
+    return f"{len(links)} link{'s' if len(links) != 1 else ''} ({shown})"
+
+
+def prepare_copy(submission: Path, into: Path, graded: set[str] | None = None) -> tuple[Path, list[str]]:
     """Copy ``submission``'s exercise files to ``into/exercises``; return (that folder's parent, notes).
+
+    A module missing from the submission is noted only when ``graded`` (module names; all when None) holds it.
 
     Raises SubmissionError when the submission holds no exercise file at all.
     """
@@ -111,20 +131,24 @@ def prepare_copy(submission: Path, into: Path) -> tuple[Path, list[str]]:
     source_root = submission
     if submission.is_file() and submission.suffix == ".zip":
         source_root = _unzip(submission, into / "unpacked")
-    folder = _exercise_folder(source_root)
+    links: list[str] = []
+    folder = _exercise_folder(source_root, links)
+    skipped = f"; links are never followed, and it holds {_listed(links)}" if links else ""
     if folder is None:
-        raise SubmissionError(f"{submission.name}: no exercise files found (expected exercises/ holding "
-                              f"{', '.join(sorted(_files() - {'__init__.py'}))})")
+        # Said without the file's name (a cluster's worker sees a zip it named itself) and without the list of
+        # every module: the row it is reported on names the student.
+        raise SubmissionError(f"no exercise files found (expected exercises/ holding the course's modules, e.g. "
+                              f"transformer.py and sampling.py){skipped}")
     package = into / "copy" / "exercises"
     package.mkdir(parents=True)
-    notes = []
+    notes = [f"links are never followed: skipped {_listed(links)}"] if links else []
     for name in sorted(module_names()):
         source = folder / f"{name}.py"
         if source.is_file() and not source.is_symlink() and source.stat().st_size <= MAX_FILE_BYTES:
             shutil.copyfile(source, package / f"{name}.py")
         else:
             shutil.copyfile(STUBS / f"{name}.py", package / f"{name}.py")
-            if name != "__init__":
+            if name != "__init__" and (graded is None or name in graded):
                 notes.append(f"{name}.py was not in the submission: the course's stub counts in its place")
     if (into / "unpacked").exists():
         shutil.rmtree(into / "unpacked")

@@ -75,6 +75,10 @@ class Deadline:
 
 def encode_tensor(tensor: torch.Tensor, blobs: list[bytes]) -> dict[str, Any]:
     """``tensor``'s description for the header; its bytes are appended to ``blobs``."""
+    if tensor.layout != torch.strided or tensor.device.type == "meta" or tensor.is_quantized:
+        where = "on the meta device" if tensor.device.type == "meta" else f"of layout {tensor.layout}"
+        raise TypeError(f"a tensor {where} cannot be sent: only a dense tensor with its data crosses "
+                        "(allowed: a strided tensor on the CPU or a GPU)")
     data = tensor.detach()
     if data.device.type != "cpu":
         data = data.cpu()
