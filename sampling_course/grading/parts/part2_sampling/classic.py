@@ -62,7 +62,7 @@ _SAMPLE_CHECKS = (
     "            torch.manual_seed(seed)\n"
     "\n"
 )
-_CLASSIC_SAMPLE = (
+CLASSIC_SAMPLE = (
     '        seed = kwargs.pop("seed", None)\n'
     "        if seed is not None:\n"
     "            torch.manual_seed(seed)\n"
@@ -81,6 +81,9 @@ _CLASSIC_SAMPLE = (
     "                break\n"
     "        return self.tokenizer.decode(input_ids)\n"
 )
+
+# sample()'s whole body, checks included; part 4 plants the same classic sample for its cached loop.
+SAMPLE_WHOLE = _SAMPLE_CHECKS + _SAMPLE_BODY
 
 CLASSIC_VARIANTS: list[Variant] = [
     Variant(2, "greedy_search", "classic, whole: argmax().item()", "sampling.py",
@@ -153,5 +156,5 @@ CLASSIC_VARIANTS: list[Variant] = [
     # The seed is the course's contract (it seeds once, before the first token), not an argument
     # check: the variant keeps it and drops the checks.
     Variant(2, "sample", "classic, whole: no given checks, each token a 1-element tensor", "sampling.py",
-            _SAMPLE_CHECKS + _SAMPLE_BODY, _CLASSIC_SAMPLE),
+            SAMPLE_WHOLE, CLASSIC_SAMPLE),
 ]
