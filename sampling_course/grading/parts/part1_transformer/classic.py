@@ -11,9 +11,56 @@ parts give: these variants are also the model those parts run on (``mistakes.dow
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Variant
-from sampling_course.grading.parts.part1_transformer import (
-    _BLOCK, _CAUSAL_MASK, _DEMO, _LAYER_NORM, _MLP, _POS_EMBED, _QKV, _SCORES, _UNEMBED,
+
+# The solutions' own text that each variant replaces (as the part's other variants read it).
+_BLOCK = (
+    '        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))\n'
+    '        return resid_mid + self.mlp(self.ln2(resid_mid))\n'
 )
+_CAUSAL_MASK = (
+    '        query_pos, key_pos = attn_scores.shape[-2:]\n'
+    '        # diagonal=key_pos - query_pos + 1 shifts the mask right by the number of cached keys.\n'
+    '        future = torch.triu(\n'
+    '            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n'
+    '            diagonal=key_pos - query_pos + 1,\n'
+    '        )\n'
+    '        return attn_scores.masked_fill(future, self.IGNORE)\n'
+)
+_DEMO = (
+    '        residual = self.embed(tokens) + self.pos_embed(tokens)\n'
+    '        for block in self.blocks:\n'
+    '            residual = block(residual)\n'
+    '        return self.unembed(self.ln_final(residual))\n'
+)
+_LAYER_NORM = (
+    '        residual = residual - residual.mean(dim=-1, keepdim=True)\n'
+    '        # The biased variance (divide by d_model, not d_model - 1), as in GPT-2.\n'
+    '        scale = (residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n'
+    '        return residual / scale * self.w + self.b\n'
+)
+_MLP = (
+    '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
+    '        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out\n'
+)
+_POS_EMBED = (
+    '        batch, seq_len = tokens.shape\n'
+    '        positions = self.W_pos[offset : offset + seq_len]\n'
+    '        return einops.repeat(positions, "pos d_model -> batch pos d_model", batch=batch)\n'
+)
+_QKV = (
+    '        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
+    '        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
+    '        k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
+    '        v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
+)
+_SCORES = (
+    '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+    '        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)\n'
+    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+    '        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n'
+    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
+)
+_UNEMBED = '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'
 
 # Attention.forward from the first solution line to the last: the new keys and values, their
 # concatenation to a cache's (part 4), then the scores, the pattern and the output.

@@ -11,7 +11,64 @@ the method: the whole method body, checks and solution markers included.
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Variant
-from sampling_course.grading.parts.part2_sampling import _NEXT_TOKEN, _SAMPLE_BODY, _TOP_P
+
+# The solutions' own text that each variant replaces (as the part's other variants read it).
+_NEXT_TOKEN = (
+    '        if temperature == 0:\n'
+    '            return int(TransformerSampler.greedy_search(logits))\n'
+    '        logits = TransformerSampler.apply_temperature(logits, temperature)\n'
+    '        if frequency_penalty != 0.0:\n'
+    '            logits = TransformerSampler.apply_frequency_penalty(input_ids, logits, frequency_penalty)\n'
+    '        if top_k > 0:\n'
+    '            return int(TransformerSampler.sample_top_k(logits, top_k))\n'
+    '        if top_p > 0.0:\n'
+    '            return int(TransformerSampler.sample_top_p(logits, top_p))\n'
+    '        return int(TransformerSampler.sample_basic(logits))\n'
+)
+_SAMPLE_BODY = (
+    '        input_ids = self.tokenizer.encode(prompt, return_tensors="pt")[0].to(self.device)\n'
+    '        if verbose:\n'
+    '            print(prompt, end="", flush=True)\n'
+    '        for _ in range(max_tokens_generated):\n'
+    '            if kv_cache is None:\n'
+    '                ### BEGIN SOLUTION\n'
+    '                # The model has learned positions 0..n_ctx-1 only, so it sees the last n_ctx tokens.\n'
+    '                logits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n'
+    '                ### END SOLUTION\n'
+    '            else:\n'
+    '                ### BEGIN SOLUTION\n'
+    '                # Hint: pass the whole sequence; the cache knows which positions are new.\n'
+    '                logits, kv_cache = self.model(input_ids[None], kv_cache)\n'
+    '                logits = logits[0, -1]\n'
+    '                ### END SOLUTION\n'
+    '            ### BEGIN SOLUTION\n'
+    '            next_token = self.sample_next_token(input_ids, logits, **kwargs)\n'
+    '            input_ids = torch.cat([input_ids, input_ids.new_tensor([next_token])])\n'
+    '            ### END SOLUTION\n'
+    '            if verbose:  # show the text as it grows\n'
+    '                print(self.tokenizer.decode(input_ids[-1]), end="", flush=True)\n'
+    '            ### BEGIN SOLUTION\n'
+    '            # Stop after, not before, the end-of-text token: it is part of the output.\n'
+    '            if next_token == self.tokenizer.eos_token_id:\n'
+    '                break\n'
+    '            ### END SOLUTION\n'
+    '        if verbose:\n'
+    '            print()\n'
+    '        return self.tokenizer.decode(input_ids)\n'
+)
+_TOP_P = (
+    '        sorted_logits, sorted_tokens = logits.sort(descending=True)\n'
+    '        sorted_probs = sorted_logits.softmax(dim=-1)\n'
+    '        # Summed from the small end, as Hugging Face does: "cumsum - probs < top_p" rounds\n'
+    '        # 0.5 + 0.3 to 0.79999995 < 0.8 and keeps a token too many, and at top_p = 1 the\n'
+    '        # float32 running total can reach 1 before the last tokens and drop them.\n'
+    '        mass_from_here = sorted_probs.flip(-1).cumsum(dim=-1).flip(-1)\n'
+    '        keep = mass_from_here > 1 - top_p\n'
+    '        keep[:min_tokens_to_keep] = True\n'
+    '        # The mass from a token to the end only shrinks down the sorted list, so the kept tokens are a prefix.\n'
+    '        n_kept = int(keep.sum())\n'
+    '        return int(sorted_tokens[TransformerSampler.sample_basic(sorted_logits[:n_kept])])\n'
+)
 
 _SOLUTION_END = "        ### END SOLUTION\n"
 

@@ -11,7 +11,32 @@ exercise must pass each one. Part 4 reuses the whole ``generate`` (``CLASSIC_GEN
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Variant
-from sampling_course.grading.parts.part3_beams import _GENERATE_TAIL, _NGRAM
+
+# The solutions' own text that each variant replaces (as the part's other variants read it).
+_GENERATE_TAIL = (
+    '        logprobs = logits.log_softmax(dim=-1)\n'
+    '        topk_logprobs, topk_tokens = self.get_topk_non_repeating(logprobs, no_repeat_ngram_size, k)\n'
+    '        parents = torch.arange(len(self), device=self.tokens.device).repeat_interleave(k)\n'
+    '        new_logprob_sums = (self.logprob_sums[:, None] + topk_logprobs).flatten()\n'
+    '        new_tokens = torch.cat([self.tokens[parents], topk_tokens.flatten()[:, None]], dim=-1)\n'
+    "        # Each child inherits its parent's cache row: it reads row parents[i], no copy needed.\n"
+    '        return self.new_beams(new_logprob_sums, new_tokens, cache, cache_rows=parents)\n'
+)
+_NGRAM = (
+    '        n = no_repeat_ngram_size\n'
+    '        batch, seq_len = self.tokens.shape\n'
+    '        if seq_len >= n:\n'
+    '            # Every n-gram of every beam: (batch, n_windows, n).\n'
+    '            ngrams = self.tokens.unfold(dimension=1, size=n, step=1)\n'
+    '            # An n-gram is "live" when its first n-1 tokens equal the beam\'s last n-1 tokens.\n'
+    '            tail = self.tokens[:, seq_len - (n - 1) :]\n'
+    '            live = (ngrams[:, :, :-1] == tail[:, None, :]).all(dim=-1)\n'
+    '            # Count live n-grams ending in each token; any count > 0 blocks that token.\n'
+    '            blocked = torch.zeros_like(logprobs, dtype=torch.long)\n'
+    '            blocked.scatter_add_(1, ngrams[:, :, -1], live.long())\n'
+    '            logprobs = logprobs.masked_fill(blocked > 0, float("-inf"))\n'
+    '        return logprobs.topk(k, dim=-1)\n'
+)
 
 # Beams.generate's whole solution region: the forward pass (with or without a cache) and the tail.
 GENERATE_BODY = (

@@ -11,7 +11,59 @@ from __future__ import annotations
 from sampling_course.grading.catalogue import Variant
 from sampling_course.grading.parts.part2_sampling.classic import CLASSIC_SAMPLE, SAMPLE_WHOLE
 from sampling_course.grading.parts.part3_beams.classic import CLASSIC_GENERATE, GENERATE_BODY
-from sampling_course.grading.parts.part4_kv_cache import _CACHE_METHODS, _CACHED_FORWARD, _cache_methods
+
+# The solutions' own text that each variant replaces (as the part's other variants read it).
+_CACHE_METHODS = (
+    '        return cls(torch.empty(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, device=device, dtype=dtype))\n'
+    '        ### END SOLUTION\n'
+    '\n'
+    '    @property\n'
+    '    def k(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:\n'
+    '        ### BEGIN SOLUTION\n'
+    '        return self.as_subclass(torch.Tensor)[:, 0]\n'
+    '        ### END SOLUTION\n'
+    '\n'
+    '    @property\n'
+    '    def v(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:\n'
+    '        ### BEGIN SOLUTION\n'
+    '        return self.as_subclass(torch.Tensor)[:, 1]\n'
+    '        ### END SOLUTION\n'
+    '\n'
+    '    @property\n'
+    '    def batch(self) -> int:\n'
+    '        ### BEGIN SOLUTION\n'
+    '        return self.shape[2]\n'
+    '        ### END SOLUTION\n'
+    '\n'
+    '    @property\n'
+    '    def seq_len(self) -> int:\n'
+    '        ### BEGIN SOLUTION\n'
+    '        return self.shape[3]\n'
+)
+_CACHED_FORWARD = (
+    '        past = kv_cache.seq_len\n'
+    '        new_tokens = tokens[:, past:]\n'
+    '        # The offset matters: without it every new token would be embedded at position 0.\n'
+    '        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n'
+    '        layers = []\n'
+    '        for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n'
+    '            residual, kv = block(residual, past_kv)\n'
+    '            layers.append(kv)\n'
+    '        return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))\n'
+)
+
+
+
+def _cache_methods(new_empty: str, k: str, v: str, batch: str, seq_len: str) -> str:
+    """new_empty's return and the four properties, as the part's other KeyValueCache variants write them."""
+    return (
+        new_empty + "\n\n"
+        "    @property\n    def k(self) -> Tensor:\n" + k + "\n\n"
+        "    @property\n    def v(self) -> Tensor:\n" + v + "\n\n"
+        "    @property\n    def batch(self) -> int:\n" + batch + "\n\n"
+        "    @property\n    def seq_len(self) -> int:\n" + seq_len + "\n"
+    )
+
 
 CLASSIC_VARIANTS: list[Variant] = [
     Variant(4, "KeyValueCache", "classic, whole: new_empty without the given checks", "kv_cache.py",
