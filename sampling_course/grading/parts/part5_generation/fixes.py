@@ -68,7 +68,8 @@ FIXES: dict[str, str] = {
     "top-n-sigma uses the variance": "subtract n times the standard deviation, variance.sqrt(), from the largest logit",
     "XTC removes every top choice":
         "among the tokens at or above the threshold, remove only those more likely than the least likely of them",
-    "XTC applied every time": "cut a row only when torch.rand(batch, generator=generator) < xtc_probability",
+    "XTC applied every time": ("cut a row only when torch.rand(batch, generator=generator, device=logits.device) "
+                               "< xtc_probability"),
     "XTC threshold compared with the logits":
         "compare the probabilities with the threshold: logits.softmax(-1) >= threshold",
     "chain order ignored": "run the steps in the order settings.samplers gives: for name in order",
