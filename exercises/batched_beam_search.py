@@ -1,5 +1,5 @@
 # GENERATED from solutions/batched_beam_search.py by `sampling-course make-exercises`.
-# Fill in each `raise NotImplementedError()` below with your own code.
+# Given code: nothing to fill in here; it runs on the exercises of the other files.
 # stub-checksum: fd870e4de3a717f45d38f59e758d5f301910cc842dfce96f302f38b2a5f55340
 """Part 5b: Hugging Face's beam search inside the engine, over a left-padded batch of prompts.
 

@@ -1,5 +1,5 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
-# Fill in each `raise NotImplementedError()` below with your own code.
+# Given code: nothing to fill in here; it runs on the exercises of the other files.
 # stub-checksum: 30439fd7563b6938b852595893fcdd7e67c5157d97230f734c1554e2cd7c57a3
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 

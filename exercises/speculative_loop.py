@@ -1,5 +1,5 @@
 # GENERATED from solutions/speculative_loop.py by `sampling-course make-exercises`.
-# Fill in each `raise NotImplementedError()` below with your own code.
+# Given code: nothing to fill in here; it runs on the exercises of the other files.
 # stub-checksum: 37ddec5af43126009740a309221af77d896c60de8d26002db4622463be37a61e
 """Part 7: the speculative generation loop, written for you.
 

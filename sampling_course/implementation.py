@@ -15,6 +15,8 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch stays unloaded for commands that never build a model (`sampling-course hint`)
+    from collections.abc import Iterable
+
     import torch
 
     from sampling_course.reference import Reference
@@ -33,6 +35,33 @@ def resolve_impl(impl: str | None = None, default: str = "exercises") -> str:
 def impl_module(module: str, impl: str | None = None, default: str = "solutions") -> ModuleType:
     """``module`` (``"transformer"``, ``"sampling"``, ...) of the chosen implementation."""
     return importlib.import_module(f"{resolve_impl(impl, default)}.{module}")
+
+
+def use_earlier(impl: str, earlier_impl: str, modules: "Iterable[str]") -> tuple[str, ...]:
+    """Make ``impl``'s own imports of ``modules`` read ``earlier_impl``'s: the notebooks' ``EARLIER_IMPL`` switch.
+
+    With ``use_earlier("exercises", "solutions", ["generate", ...])`` the course's ``generate`` runs
+    wherever the learner's code imports it (``from .generate import ...`` inside exercises/engine.py),
+    not only where the notebook imports it: ``sys.modules["exercises.generate"]`` is the solutions'
+    module. Every module of ``impl`` imported before is dropped, so that its next import binds the
+    choice made here; with ``earlier_impl == impl`` nothing is replaced (a second call undoes a first).
+    A check still grades ``impl``'s own files: it imports them afresh (``grading.sandbox.isolated_package``)
+    and puts these modules back afterwards. Returns the modules that now come from ``earlier_impl``.
+    """
+    import sys
+
+    impl, earlier_impl = resolve_impl(impl), resolve_impl(earlier_impl)
+    package = importlib.import_module(impl)
+    for name in [name for name in sys.modules if name.startswith(impl + ".")]:
+        del sys.modules[name]
+        package.__dict__.pop(name.rpartition(".")[2], None)
+    if earlier_impl == impl:
+        return ()
+    modules = tuple(modules)
+    for module in modules:
+        sys.modules[f"{impl}.{module}"] = importlib.import_module(f"{earlier_impl}.{module}")
+        setattr(package, module, sys.modules[f"{impl}.{module}"])
+    return modules
 
 
 class StaleInstallError(RuntimeError):

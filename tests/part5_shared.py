@@ -39,19 +39,21 @@ def random_logits(seed: int, batch: int, d_vocab: int, scale: float = 2.0) -> to
     return scale * torch.randn(batch, d_vocab, generator=generator)
 
 
-def assert_same_filter(actual: torch.Tensor, expected: torch.Tensor, what: str) -> None:
-    """The same tokens removed (set to -inf) and the same values kept."""
+def assert_same_filter(actual: torch.Tensor, expected: torch.Tensor, what: str,
+                       reference: str = "Hugging Face") -> None:
+    """The same tokens removed (set to -inf) and the same values kept; ``reference`` names whose rule
+    ``expected`` follows (llama.cpp's for top-n-sigma and XTC, which Hugging Face does not have)."""
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(expected.shape)}"
     kept, kept_expected = torch.isfinite(actual), torch.isfinite(expected)
     removed = ~kept
     assert torch.all(actual[removed] == float("-inf")), f"{what}: removed logits must be -inf"
     differ = (kept != kept_expected).nonzero().tolist()
     assert not differ, (
-        f"{what}: kept {int(kept.sum())} tokens, Hugging Face keeps {int(kept_expected.sum())}; "
+        f"{what}: kept {int(kept.sum())} tokens, {reference} keeps {int(kept_expected.sum())}; "
         f"first disagreement at (row, token) {differ[0]}"
     )
     torch.testing.assert_close(
-        actual[kept], expected[kept], **VALUE_TOL, msg=lambda m: f"{what}: kept values differ from Hugging Face.\n{m}"
+        actual[kept], expected[kept], **VALUE_TOL, msg=lambda m: f"{what}: kept values differ from {reference}'s.\n{m}"
     )
 
 

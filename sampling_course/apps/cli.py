@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "progress": ("sampling_course.apps.course_commands:progress_main", "list every exercise with done / not yet / failing"),
     "hint": ("sampling_course.apps.course_commands:hint_main", "print a graded hint for an exercise"),
     "make-exercises": ("sampling_course.apps.course_commands:make_exercises_main", "regenerate exercises/ from solutions/ (instructors)"),
+    "start-at": ("sampling_course.apps.course_commands:start_at_main", "start at part N: the course's code for every earlier exercise, yours kept"),
     "plant-mistakes": ("sampling_course.apps.course_commands:plant_mistakes_main", "check that the tests catch each classic mistake (instructors)"),
     "generate": ("sampling_course.apps.generate:main", "continue a prompt with the part-5 engine; --interactive for a REPL"),
     "bench": ("sampling_course.apps.bench:main", "time cached and uncached decoding against Hugging Face generate"),

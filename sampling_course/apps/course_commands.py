@@ -1,4 +1,4 @@
-"""The course's own commands: ``sampling-course check | progress | hint | make-exercises | plant-mistakes``.
+"""The course's own commands: ``sampling-course check | progress | hint | make-exercises | start-at | plant-mistakes``.
 
 Each reads its arguments, checks them before anything heavy loads (an unknown exercise or a
 bad option is one line and exit code 2), calls a plain function of the grader
@@ -34,7 +34,7 @@ from sampling_course.apps.options import (
     parse,
 )
 
-__all__ = ["check_main", "hint_main", "make_exercises_main", "plant_mistakes_main", "progress_main"]
+__all__ = ["check_main", "hint_main", "make_exercises_main", "plant_mistakes_main", "progress_main", "start_at_main"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -287,6 +287,72 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
     if report.skipped_edited:
         return 1
     return 0
+
+
+# ---------------------------------------------------------------------------------------
+# start-at
+# ---------------------------------------------------------------------------------------
+
+
+@command("sampling-course start-at")
+def start_at_main(argv: Sequence[str] | None = None) -> int:
+    """``sampling-course start-at N``: put the finished code of every exercise before part N into exercises/.
+
+    0 when every earlier exercise is filled in; 1 when some of the learner's own functions still
+    hold a stub of an earlier exercise (theirs to finish: they are never overwritten).
+    """
+    from sampling_course.grading.start_at import exercises_before, part_labels, start_at
+    from sampling_course.grading.stubs import DEFAULT_EXERCISES_DIR
+
+    labels = part_labels()
+    parser = OneLineParser(
+        prog="sampling-course start-at",
+        description="Start the course at part N: the course's finished code of every exercise before part N goes "
+                    "into exercises/, so that part N's checks and notebook run on it. Functions you have already "
+                    "written are kept, and every file it changes is first copied to exercises/.backup/<time>/.",
+    )
+    parser.add_argument("part", choices=labels, metavar="N", help=f"the part to start at: {', '.join(labels)}")
+    parser.add_argument(
+        "--exercises", type=_existing_folder("--exercises"), default=DEFAULT_EXERCISES_DIR, metavar="DIR",
+        help=f"exercises directory (default: {DEFAULT_EXERCISES_DIR})",
+    )
+    args = parse(parser, argv)
+    if isinstance(args, int):
+        return args
+    console = Console(highlight=False)
+    before = exercises_before(args.part)
+    if not before:
+        console.print(f"start-at {args.part}: part {args.part} is the first part; nothing comes before it.")
+        return EXIT_OK
+    report = start_at(args.part, args.exercises)
+    earlier = sorted({e.part_label for e in before}, key=labels.index)
+    span = earlier[0] if len(earlier) == 1 else f"{earlier[0]}-{earlier[-1]}"
+    filled = sum(len(names) for names in report.filled.values())
+    console.print(f"start-at {args.part}: the course's code for the exercises of parts {span} ({len(before)} in "
+                  f"{len({e.module for e in before})} files), wherever you had not written your own:")
+    for module, names in report.filled.items():
+        console.print(f"  [green]filled in[/]   exercises/{module}.py ({len(names)} function{'s' * (len(names) != 1)})")
+    if not filled:
+        console.print("  nothing to fill in: every earlier exercise already holds code")
+    for module, names in report.kept.items():
+        console.print(f"  [cyan]kept yours[/]  exercises/{module}.py: {escape(', '.join(names))}")
+    for module, names in report.unfinished.items():
+        console.print(f"  [yellow]unfinished[/]  exercises/{module}.py: {escape(', '.join(names))} "
+                      f"(you edited it and a stub is left: finish it, or copy it from solutions/{module}.py)")
+    for module in report.unreadable:
+        console.print(f"  [red]left alone[/]  exercises/{module}.py does not parse as Python: fix it and run again")
+    if report.backup is not None:
+        console.print(f"  backup of the {len(report.changed)} files it changed: {escape(str(report.backup))}")
+    now = list(dict.fromkeys(e.module for e in exercises_at(args.part)))
+    console.print(f"Part {args.part}'s exercises are yours: {escape(', '.join(f'exercises/{m}.py' for m in now))}.")
+    return EXIT_NOT_OK if report.unfinished or report.unreadable else EXIT_OK
+
+
+def exercises_at(part: str) -> list:
+    """The exercises of part ``part`` (its notebook's), in course order."""
+    from sampling_course.grading.course import EXERCISES
+
+    return [e for e in EXERCISES if e.part_label == part]
 
 
 # ---------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from sampling_course.implementation import load_demo as _load_demo
 
 __all__ = [
     "attention_pattern",
+    "earlier_parts",
     "empirical_probs",
     "load_demo",
     "plot_attention",
@@ -30,6 +31,21 @@ __all__ = [
     "time_per_token",
     "token_labels",
 ]
+
+
+def earlier_parts(part: str | int, impl: str, earlier_impl: str) -> tuple[str, ...]:
+    """The setup cell's ``EARLIER_IMPL`` switch for notebook ``part``: every file of the exercises before it
+    (from the course's catalogue, ``grading.start_at.files_before``) comes from ``earlier_impl``, also
+    where this part's own code imports it (the engine of part 10 imports part 5's sampler chain).
+
+    Call it before importing this part's modules; it returns the files it switched (none when
+    ``earlier_impl`` is ``impl``). The checks still grade your files. See
+    ``sampling_course.implementation.use_earlier``.
+    """
+    from sampling_course.grading.start_at import files_before
+    from sampling_course.implementation import use_earlier
+
+    return use_earlier(impl, earlier_impl, files_before(part))
 
 
 def load_demo(reference, transformer_module=None, *, device=None, dtype=None) -> torch.nn.Module:

@@ -15,6 +15,7 @@ trap, the third is close to the solution.
 from __future__ import annotations
 
 import difflib
+from pathlib import Path
 
 from sampling_course.grading.catalogue import Exercise, Mistake, Variant
 from sampling_course.grading.parts import (
@@ -81,4 +82,10 @@ def get_exercise(name: str | Exercise) -> Exercise:
         f"part {label} ({title}): " + ", ".join(e.name for e in EXERCISES if e.part_label == label)
         for label, title in SECTIONS.items()
     )
+    modules = {e.module for e in EXERCISES}
+    given = name.strip().lower()
+    if given not in modules and (Path(__file__).resolve().parents[2] / "solutions" / f"{given}.py").is_file():
+        # A file of the course whose code is all given (part 5b's batched beam search, part 10's engine).
+        suggestion = (f" exercises/{given}.py is given code with nothing to fill in: it runs on the exercises of "
+                      f"the other files, which its tests check through them.{suggestion}")
     raise UnknownExerciseError(f"there is no exercise called {name!r}.{suggestion} Valid names: {by_part}")

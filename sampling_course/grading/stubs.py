@@ -160,15 +160,21 @@ def body_checksum(body: str) -> str:
     return hashlib.sha256(body.encode("utf-8")).hexdigest()
 
 
-def _header(solution_name: str, checksum: str) -> str:
+# The header's second line: what the learner does with the file. A file with no solution
+# region (given code that runs the learner's other exercises) has nothing to fill in.
+FILL_IN_LINE = "# Fill in each `raise NotImplementedError()` below with your own code.\n"
+GIVEN_LINE = "# Given code: nothing to fill in here; it runs on the exercises of the other files.\n"
+
+
+def _header(solution_name: str, checksum: str, has_stubs: bool = True) -> str:
     # A comment-only header is legal before a module docstring and before
     # `from __future__ import ...`: comments are not statements. (A shebang or
     # coding cookie from the solution ends up below it, as an inert comment;
     # exercises are imported, never executed directly, and UTF-8 is the default.)
     return (
         f"{_HEADER_FIRST_LINE_PREFIX}{solution_name} by `sampling-course make-exercises`.\n"
-        "# Fill in each `raise NotImplementedError()` below with your own code.\n"
-        f"# stub-checksum: {checksum}\n"
+        + (FILL_IN_LINE if has_stubs else GIVEN_LINE)
+        + f"# stub-checksum: {checksum}\n"
     )
 
 
@@ -180,7 +186,7 @@ def make_exercise_file(source: str, solution_name: str) -> str:
         solution_name: File name of the solution, e.g. ``"sampling.py"``.
     """
     body = make_stub_source(source, filename=f"solutions/{solution_name}")
-    return _header(solution_name, body_checksum(body)) + body
+    return _header(solution_name, body_checksum(body), has_stubs=body != source) + body
 
 
 def _split_header(text: str) -> tuple[str, str] | None:

@@ -479,3 +479,14 @@ def test_repo_exercises_in_sync():
         p.name for p in report.orphans
     )
     assert report.unchanged, "solutions/ should contain at least __init__.py"
+
+
+def test_header_says_fill_in_only_where_there_is_a_stub():
+    """A file with a solution region asks for each `raise NotImplementedError()` to be filled in; a file
+    without one (given code) says there is nothing to fill in."""
+    from sampling_course.grading.stubs import FILL_IN_LINE, GIVEN_LINE
+
+    with_region = "def f():\n    ### BEGIN SOLUTION\n    return 1\n    ### END SOLUTION\n"
+    given = "def f():\n    return 1\n"
+    assert make_exercise_file(with_region, "a.py").splitlines(keepends=True)[1] == FILL_IN_LINE
+    assert make_exercise_file(given, "b.py").splitlines(keepends=True)[1] == GIVEN_LINE

@@ -96,3 +96,12 @@ def test_engine_beam_search_rejects_sampling_settings(gen, story_demo, story):
         gen.generate(story_demo, tok, ["Once"], 3, num_beams=2, num_return_sequences=3, temperature=0.0)
     with pytest.raises(ValueError, match="early_stopping"):
         gen.generate(story_demo, tok, ["Once"], 3, num_beams=2, early_stopping="sometimes", temperature=0.0)
+
+
+# Not graded as the learner's (no exercise marker): what `check batched_beam_search` answers.
+def test_checking_the_given_file_says_there_is_nothing_to_fill_in():
+    """batched_beam_search.py is given code: asking for it as an exercise says so, not just "no exercise called"."""
+    from sampling_course.grading.course import UnknownExerciseError, get_exercise
+
+    with pytest.raises(UnknownExerciseError, match="batched_beam_search.py is given code with nothing to fill in"):
+        get_exercise("batched_beam_search")

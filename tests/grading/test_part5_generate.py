@@ -110,6 +110,15 @@ def test_seeded_sampling_replays_your_sample(gen, demo, reference, oracle, seed,
     assert new_tokens_of(out, width) == expected, "generate's tokens differ from a replay of sample() on the true logits"
 
 
+def what_the_scores_are(actual: torch.Tensor, raw: torch.Tensor) -> str:
+    """The failure message of a scores comparison: what scores must be, and what these are when they are the raw log-probs."""
+    message = ("scores differ from the log-probabilities of the distribution each token was drawn from (after the "
+               "repetition penalty and, when sampling, the temperature and the filters)")
+    if actual.shape == raw.shape and torch.allclose(actual, raw, **TOL, equal_nan=True):
+        message += ": these are the raw model's log-probabilities (what logprobs holds)"
+    return message
+
+
 def oracle_scores(reference, prompts, sequences, width, settings, penalty):
     """Oracle: per row and step, the chosen token's log-prob after HF's repetition penalty and warpers, and under
     the raw logits."""
@@ -152,7 +161,8 @@ def test_scores_and_logprobs_match_a_recomputation(gen, demo, reference, oracle,
     n_new = sequences.shape[1] - width
     assert out.scores.shape == out.logprobs.shape == (len(PROMPTS), n_new)
     scores, logprobs = oracle(oracle_scores, reference, PROMPTS, sequences, width, settings, penalty)
-    torch.testing.assert_close(out.scores, scores, **TOL, equal_nan=True, msg=lambda m: f"scores.\n{m}")
+    torch.testing.assert_close(out.scores, scores, **TOL, equal_nan=True,
+                               msg=lambda m: f"{what_the_scores_are(out.scores, logprobs)}\n{m}")
     torch.testing.assert_close(out.logprobs, logprobs, **TOL, equal_nan=True, msg=lambda m: f"logprobs.\n{m}")
     if settings["temperature"] == 0.0:
         for r, prompt in enumerate(PROMPTS):  # HF counts left pads as seen tokens, so compare rows alone

@@ -81,7 +81,7 @@ def test_top_n_sigma_filter_follows_llama_cpp(gen, seed):
             actual = gen.top_n_sigma_filter(logits.clone(), n)
             expected = torch.tensor([llama_top_n_sigma(row, n) for row in logits.tolist()])
             expected = logits.masked_fill(~expected, float("-inf"))
-            assert_same_filter(actual, expected, f"top_n_sigma_filter(n={n}, scale={scale})")
+            assert_same_filter(actual, expected, f"top_n_sigma_filter(n={n}, scale={scale})", "llama.cpp's rule")
             tempered = gen.top_n_sigma_filter(logits.clone() / 0.6, n)
             assert torch.equal(torch.isfinite(tempered), torch.isfinite(actual)), "the kept set changed with the temperature"
 
@@ -94,7 +94,8 @@ def test_xtc_filter_when_it_applies_follows_llama_cpp(gen, seed, device):
     for threshold in (0.05, 0.1, 0.2, 0.6):
         actual = gen.xtc_filter(rows.clone(), threshold, 1.0, generator=torch.Generator(device=device).manual_seed(seed))
         keep = torch.tensor([llama_xtc_cut(row, threshold) for row in rows.tolist()])
-        assert_same_filter(actual, rows.masked_fill(~keep, float("-inf")), f"xtc_filter(threshold={threshold})")
+        assert_same_filter(actual, rows.masked_fill(~keep, float("-inf")), f"xtc_filter(threshold={threshold})",
+                           "llama.cpp's rule")
     assert torch.equal(gen.xtc_filter(rows.clone(), 0.1, 0.0), rows), "xtc_probability=0 must change nothing"
 
 
@@ -182,3 +183,24 @@ def test_mirostat_step_draws_from_the_truncated_distribution_and_moves_mu(gen, s
         surprise = -torch.log2(probs[tokens[rows]])
         torch.testing.assert_close(new_mu[rows], (m - eta * (surprise - tau)).float(), atol=1e-4, rtol=1e-5,
                                    msg=lambda msg: f"mu={m}: the new mu is wrong.\n{msg}")
+
+
+# Not graded as the learner's (no exercise marker): the failure messages themselves.
+def test_llama_cpp_filters_name_their_reference_when_they_fail(seed, device):
+    """A wrong top-n-sigma or XTC filter is told how many tokens llama.cpp's rule keeps (Hugging Face has
+    neither filter)."""
+
+    class KeepsEverything:
+        @staticmethod
+        def top_n_sigma_filter(logits, n):
+            return logits.clone()
+
+        @staticmethod
+        def xtc_filter(logits, threshold, probability, generator=None):
+            return logits.clone()
+
+    for check in (test_top_n_sigma_filter_follows_llama_cpp, test_xtc_filter_when_it_applies_follows_llama_cpp):
+        args = (KeepsEverything, seed) if check is test_top_n_sigma_filter_follows_llama_cpp else (KeepsEverything, seed, device)
+        with pytest.raises(AssertionError) as failed:
+            check(*args)
+        assert "llama.cpp's rule keeps" in str(failed.value) and "Hugging Face" not in str(failed.value), str(failed.value)

@@ -369,5 +369,8 @@ VARIANTS: list[Variant] = [
             "        normalized = self.ln_final(residual)\n"
             "        return self.unembed(normalized)\n"),
 ]
+from sampling_course.grading.parts.part1_transformer.classic import CLASSIC_VARIANTS  # noqa: E402  (reads the texts above)
 from sampling_course.grading.parts.part1_transformer.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+
+VARIANTS += CLASSIC_VARIANTS
 MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -481,5 +481,8 @@ VARIANTS: list[Variant] = [
             "            ### BEGIN SOLUTION\n"
             "            if input_ids[-1].item() == self.tokenizer.eos_token_id:\n"),
 ]
+from sampling_course.grading.parts.part2_sampling.classic import CLASSIC_VARIANTS  # noqa: E402  (reads the texts above)
 from sampling_course.grading.parts.part2_sampling.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+
+VARIANTS += CLASSIC_VARIANTS
 MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -418,5 +418,8 @@ VARIANTS: list[Variant] = [
             "        worst = min((score for score, _, _ in self.hypotheses), default=float(\"-inf\"))\n"
             "        return full and (self.early_stopping is True or not self.score(best_running_sum, longest) > worst)\n"),
 ]
+from sampling_course.grading.parts.part3_beams.classic import CLASSIC_VARIANTS  # noqa: E402  (reads the texts above)
 from sampling_course.grading.parts.part3_beams.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+
+VARIANTS += CLASSIC_VARIANTS
 MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -339,5 +339,8 @@ VARIANTS: list[Variant] = [
     Variant(4, "cached_beam_search", "Python loops over beams and ranks, cache rows copied per child", "beams.py",
             _GENERATE_TAIL, _GENERATE_LOOPS),
 ]
+from sampling_course.grading.parts.part4_kv_cache.classic import CLASSIC_VARIANTS  # noqa: E402  (reads the texts above)
 from sampling_course.grading.parts.part4_kv_cache.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
+
+VARIANTS += CLASSIC_VARIANTS
 MISTAKES = with_fixes(MISTAKES, FIXES)

@@ -229,10 +229,11 @@ EXERCISES: tuple[Exercise, ...] = (
         "XTC (llama.cpp): with probability xtc_probability per row, remove every token at or above the threshold but the least likely of them.",
         "Two decisions per row: whether XTC applies this time (one uniform draw per row from the "
         "generator), and which tokens are 'top choices' (probability >= threshold).",
-        "Draw torch.rand(batch, generator=generator) < probability first. Among the top choices keep the "
+        "Draw torch.rand(batch, generator=generator, device=logits.device) < probability first "
+        "(device= as well: a generator on the GPU cannot draw a tensor on the CPU). Among the top choices keep the "
         "least likely one (so a row with a single top choice is left alone): remove those whose probability "
         "is above the smallest top-choice probability of the row.",
-        "applies = torch.rand(logits.shape[0], generator=generator) < probability\n"
+        "applies = torch.rand(logits.shape[0], generator=generator, device=logits.device) < probability\n"
         "probs = logits.softmax(-1); above = probs >= threshold\n"
         "least = torch.where(above, probs, 2.0).min(-1, keepdim=True).values\n"
         'return logits.masked_fill(above & (probs > least) & applies[:, None], float("-inf"))',

@@ -68,7 +68,8 @@ FIXES: dict[str, str] = {
     "top-n-sigma uses the variance": "subtract n times the standard deviation, variance.sqrt(), from the largest logit",
     "XTC removes every top choice":
         "among the tokens at or above the threshold, remove only those more likely than the least likely of them",
-    "XTC applied every time": "cut a row only when torch.rand(batch, generator=generator) < xtc_probability",
+    "XTC applied every time": ("cut a row only when torch.rand(batch, generator=generator, device=logits.device) "
+                               "< xtc_probability"),
     "XTC threshold compared with the logits":
         "compare the probabilities with the threshold: logits.softmax(-1) >= threshold",
     "chain order ignored": "run the steps in the order settings.samplers gives: for name in order",
@@ -108,4 +109,12 @@ FIXES: dict[str, str] = {
         "remove only the tokens whose gap is larger than the cut token's: sorted_gap > sorted_gap.gather(-1, cut)",
     "bad_words_ids=[[eos]] bans the end of the text":
         "drop the entry [eos_token_id] from bad_words_ids before banning, as Hugging Face does",
+    "scores taken from the processed logits before the temperature and the filters":
+        "record the logits choose_tokens drew from: record.step(logits, drawn_from, next_tokens, finished)",
+    "DRY threshold > instead of >=": "penalise from a repeat of allowed_length tokens on: longest >= allowed_length",
+    "generate stops one step late":
+        "append the new tokens first, then ask the criteria about the grown input_ids",
+    "stop string's new text located at len(decode(without the newest))":
+        ("start the newest token's text where the two decodes first differ (the text they share), "
+         "not at len(before)"),
 }

@@ -290,4 +290,29 @@ MISTAKES: list[Mistake] = [
             "",
             why=("the one-token sequence [eos] is banned, so rows can never end; Hugging Face leaves it out of "
                  "bad_words_ids (min_new_tokens is the setting that holds the end back).")),
+    # Mistakes learners made that the tests caught under a general message.
+    Mistake(5, "scores taken from the processed logits before the temperature and the filters", "generate.py",
+            "record.step(logits, drawn_from, next_tokens, finished)",
+            "record.step(logits, processed, next_tokens, finished)",
+            why=("the returned scores are the log-probabilities after the processors (penalties, bias) but before "
+                 "the temperature and the filters, where they must be those of the distribution the token was "
+                 "drawn from.")),
+    Mistake(5, "DRY threshold > instead of >=", "penalties.py",
+            "penalised = (longest >= allowed_length) & ~breakers", "penalised = (longest > allowed_length) & ~breakers",
+            why=("DRY penalises a repeat only once it is longer than allowed_length, where a repeat of exactly "
+                 "allowed_length tokens is penalised already (with exponent 0: multiplier * base ** 0).")),
+    Mistake(5, "generate stops one step late", "generate.py",
+            "finished |= stopped_rows(criteria, input_ids, processed)",
+            "finished |= stopped_rows(criteria, input_ids[:, :-1], processed)",
+            why=("the stopping criteria judge each row without the token just appended, so a row that produced "
+                 "the end token (or completed a stop string) is stopped one step later, after one more real "
+                 "token.")),
+    Mistake(5, "stop string's new text located at len(decode(without the newest))", "outputs.py",
+            "        start = 0\n"
+            "        while start < min(len(before), len(text)) and before[start] == text[start]:\n"
+            "            start += 1\n",
+            "        start = len(before)\n",
+            why=("the newest token's text is taken to start at len(decode(tail without it)), which is one "
+                 "character too far when the newest token completes a character split over tokens (the text "
+                 "before it ends in '\\ufffd'), so a stop string ending in that character is missed.")),
 ]

@@ -223,8 +223,13 @@ def _probe_generate(impl: Impl) -> Any:
     processed = impl.generate.generate(CachedToyLM(model.cfg, table, row_of, by_position), tok, prompts, 6,
                                        temperature=0.0, min_new_tokens=4, bad_words_ids=[[words[5]]],
                                        logit_bias={words[6]: 3.0})
+    # Sampled with a temperature and top-k (seeded: the draws are choose_tokens', given code): the scores are
+    # those of the warped distribution each token was drawn from, not of the processed logits before it.
+    sampled = impl.generate.generate(CachedToyLM(model.cfg, table, row_of, by_position), tok, prompts, 4,
+                                     temperature=0.7, top_k=3, repetition_penalty=1.3, seed=11,
+                                     return_dict_in_generate=True)
     return [plain(out.sequences), plain(out.scores), plain(out.logprobs), calls, plain(penalised.scores),
-            plain(processed), _mirostat_second_token(impl)]
+            plain(processed), _mirostat_second_token(impl), plain(sampled.sequences), plain(sampled.scores)]
 
 
 def _mirostat_second_token(impl: Impl) -> Any:

@@ -1,0 +1,158 @@
+"""Part 1's correct variants in the classic course's style: each forward written whole.
+
+The classic course's model code works in place on tensors it has just made (``masked_fill_``
+on the fresh attention scores, ``+=`` of a bias onto a fresh matmul result), spells its einsum
+dimensions out in full, and adds a sub-layer's output before the residual. None of that changes
+a number, so every test of the exercise must pass. A forward written whole also drops the given
+input check (``check_tokens``) but keeps the routing to the cached and padded passes, which later
+parts give: these variants are also the model those parts run on (``mistakes.downstream_groups``).
+"""
+
+from __future__ import annotations
+
+from sampling_course.grading.catalogue import Variant
+
+# The solutions' own text that each variant replaces (as the part's other variants read it).
+_BLOCK = (
+    '        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))\n'
+    '        return resid_mid + self.mlp(self.ln2(resid_mid))\n'
+)
+_CAUSAL_MASK = (
+    '        query_pos, key_pos = attn_scores.shape[-2:]\n'
+    '        # diagonal=key_pos - query_pos + 1 shifts the mask right by the number of cached keys.\n'
+    '        future = torch.triu(\n'
+    '            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n'
+    '            diagonal=key_pos - query_pos + 1,\n'
+    '        )\n'
+    '        return attn_scores.masked_fill(future, self.IGNORE)\n'
+)
+_DEMO = (
+    '        residual = self.embed(tokens) + self.pos_embed(tokens)\n'
+    '        for block in self.blocks:\n'
+    '            residual = block(residual)\n'
+    '        return self.unembed(self.ln_final(residual))\n'
+)
+_LAYER_NORM = (
+    '        residual = residual - residual.mean(dim=-1, keepdim=True)\n'
+    '        # The biased variance (divide by d_model, not d_model - 1), as in GPT-2.\n'
+    '        scale = (residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n'
+    '        return residual / scale * self.w + self.b\n'
+)
+_MLP = (
+    '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
+    '        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out\n'
+)
+_POS_EMBED = (
+    '        batch, seq_len = tokens.shape\n'
+    '        positions = self.W_pos[offset : offset + seq_len]\n'
+    '        return einops.repeat(positions, "pos d_model -> batch pos d_model", batch=batch)\n'
+)
+_QKV = (
+    '        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
+    '        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
+    '        k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
+    '        v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
+)
+_SCORES = (
+    '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+    '        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)\n'
+    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+    '        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n'
+    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
+)
+_UNEMBED = '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'
+
+# Attention.forward from the first solution line to the last: the new keys and values, their
+# concatenation to a cache's (part 4), then the scores, the pattern and the output.
+_ATTENTION_BODY = (
+    _QKV
+    + "        ### END SOLUTION\n"
+    "        if past_kv is not None:\n"
+    "            ### BEGIN SOLUTION\n"
+    "            # Hint: earlier positions come first, so the new keys go after the cached ones.\n"
+    "            # One cat for keys and values together: each copy of the cache costs a full pass.\n"
+    "            kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n"
+    "            k, v = kv.unbind(0)\n"
+    "            ### END SOLUTION\n"
+    "        ### BEGIN SOLUTION\n"
+    "        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.\n"
+    "        # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.\n"
+    + _SCORES
+)
+
+CLASSIC_VARIANTS: list[Variant] = [
+    Variant(1, "LayerNorm", "classic: centred copy divided, scaled and shifted in place", "transformer.py",
+            _LAYER_NORM,
+            "        mean = residual.mean(dim=-1, keepdim=True)\n"
+            "        variance = residual.var(dim=-1, keepdim=True, unbiased=False)\n"
+            "        normalised = residual - mean\n"
+            "        normalised /= (variance + self.cfg.layer_norm_eps).sqrt()\n"
+            "        normalised *= self.w\n"
+            "        normalised += self.b\n"
+            "        return normalised\n"),
+    Variant(1, "Embed", "classic: rows of W_E for the flattened ids, viewed back", "transformer.py",
+            "        return self.W_E[tokens]\n",
+            "        rows = self.W_E[tokens.flatten()]\n"
+            "        return rows.view(*tokens.shape, self.cfg.d_model)\n"),
+    Variant(1, "PosEmbed", "classic: zeros for the batch, the positions added in place", "transformer.py",
+            _POS_EMBED,
+            "        batch, seq_len = tokens.shape\n"
+            "        embedded = self.W_pos.new_zeros(batch, seq_len, self.cfg.d_model)\n"
+            "        embedded += self.W_pos[offset : offset + seq_len]\n"
+            "        return embedded\n"),
+    # The classic course's mask, written into the scores in place: they are a fresh tensor that
+    # Attention.forward made and never reads again.
+    Variant(1, "apply_causal_mask", "classic: masked_fill_ on the scores, returned", "transformer.py", _CAUSAL_MASK,
+            "        n_queries, n_keys = attn_scores.size(-2), attn_scores.size(-1)\n"
+            "        ones = torch.ones(n_queries, n_keys, device=attn_scores.device)\n"
+            "        mask = torch.triu(ones, diagonal=n_keys - n_queries + 1).bool()\n"
+            "        attn_scores.masked_fill_(mask, self.IGNORE)\n"
+            "        return attn_scores\n"),
+    Variant(1, "Attention", "classic, whole: einsums with full names, scores scaled in place, bias added in place",
+            "transformer.py", _ATTENTION_BODY,
+            "        x = normalized_resid_pre\n"
+            '        q = einops.einsum(x, self.W_Q, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            '        k = einops.einsum(x, self.W_K, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            '        v = einops.einsum(x, self.W_V, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            "        q += self.b_Q\n"
+            "        k += self.b_K\n"
+            "        v += self.b_V\n"
+            "        if past_kv is not None:\n"
+            "            k = torch.cat([past_kv[0], k], dim=1)\n"
+            "            v = torch.cat([past_kv[1], v], dim=1)\n"
+            "            kv = torch.stack([k, v])\n"
+            "        attn_scores = einops.einsum(\n"
+            '            q, k, "batch posn_q nheads d_head, batch posn_k nheads d_head -> batch nheads posn_q posn_k"\n'
+            "        )\n"
+            "        attn_scores /= self.cfg.d_head**0.5\n"
+            "        attn_pattern = self.apply_causal_mask(attn_scores).softmax(-1)\n"
+            "        z = einops.einsum(\n"
+            '            v, attn_pattern, "batch posn_k nheads d_head, batch nheads posn_q posn_k -> batch posn_q nheads d_head"\n'
+            "        )\n"
+            '        out = einops.einsum(z, self.W_O, "batch posn_q nheads d_head, nheads d_head d_model -> batch posn_q d_model")\n'
+            "        out += self.b_O\n"),
+    Variant(1, "MLP", "classic: einsums with full names, biases added in place", "transformer.py", _MLP,
+            '        pre = einops.einsum(normalized_resid_mid, self.W_in, "batch posn d_model, d_model d_mlp -> batch posn d_mlp")\n'
+            "        pre += self.b_in\n"
+            '        out = einops.einsum(gelu_new(pre), self.W_out, "batch posn d_mlp, d_mlp d_model -> batch posn d_model")\n'
+            "        out += self.b_out\n"
+            "        return out\n"),
+    Variant(1, "TransformerBlock", "classic: each sub-layer's output first, then the residual", "transformer.py", _BLOCK,
+            "        resid_mid = self.attn(self.ln1(resid_pre)) + resid_pre\n"
+            "        resid_post = self.mlp(self.ln2(resid_mid)) + resid_mid\n"
+            "        return resid_post\n"),
+    Variant(1, "Unembed", "classic: einsum with full names, bias added in place", "transformer.py", _UNEMBED,
+            "        logits = einops.einsum(\n"
+            '            normalized_resid_final, self.W_U, "batch posn d_model, d_model d_vocab -> batch posn d_vocab"\n'
+            "        )\n"
+            "        logits += self.b_U\n"
+            "        return logits\n"),
+    Variant(1, "DemoTransformer", "classic, whole: no given token check, positions embedded first", "transformer.py",
+            "        check_tokens(tokens, self.embed.W_E, self.cfg.n_ctx)\n"
+            "        ### BEGIN SOLUTION\n" + _DEMO + "        ### END SOLUTION\n",
+            "        residual = self.pos_embed(tokens) + self.embed(tokens)\n"
+            "        for block in self.blocks:\n"
+            "            residual = block(residual)\n"
+            "        logits = self.unembed(self.ln_final(residual))\n"
+            "        return logits\n"),
+]
