@@ -283,8 +283,8 @@ def _run_one(name: str, timeout: int, tmp: str) -> tuple[str, int, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("names", nargs="*", help="notebooks to execute")
-    parser.add_argument("--all", action="store_true", help="execute every notebook")
+    parser.add_argument("names", nargs="*", help="notebooks to execute or check (default: all)")
+    parser.add_argument("--all", action="store_true", help="every notebook (the default when none is named)")
     parser.add_argument("--check", action="store_true", help="list the copies that are stale or show a failure; exit 1 if any")
     parser.add_argument("--stale", action="store_true", help="execute only the notebooks whose copy --check rejects")
     parser.add_argument("--jobs", type=int, default=2, help="notebooks executed at once (default 2)")
@@ -301,10 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in every]
     if unknown:
         parser.error(f"no such notebook in notebooks/: {', '.join(unknown)}; the notebooks are {', '.join(every)}")
-    if args.all or ((args.check or args.stale) and not names):
+    if args.all or not names:  # no names: every notebook
         names = every
-    if not names:
-        parser.error("name the notebooks to execute, or pass --all, --stale or --check")
     if args.check or args.stale:
         found = {name: problems(name) for name in names}
         if args.check:
