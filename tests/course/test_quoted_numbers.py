@@ -43,16 +43,38 @@ REPORTED_NOT_ENFORCED = {
 # Numbers the prose states that no cell measures: notebook -> {number as written: its source}.
 NOT_FROM_A_CELL: dict[str, dict[str, str]] = {
     "01_transformer_from_scratch.ipynb": {
-        "1e-5": "GPT-2's LayerNorm epsilon (its config)",
-        "0.044715": "the tanh approximation's constant (Hendrycks and Gimpel 2016)",
+        "0.07": "1/(2d) for GPT-2 small's d_model = 768, arithmetic in the text",
+        "0.26": "1/(2d) for the story model's d_model = 192, arithmetic in the text",
+        "1e-4": "the checks' tolerance (tests/grading)",
+        "65504": "float16's largest finite value",
     },
-    "02_sampling.ipynb": {},
+    "02_sampling.ipynb": {"0.95": "a made-up probability in a worked example"},
+    "03_beam_search.ipynb": {
+        "0.1": "a made-up probability in a worked example",
+        "1e-100": "0.1 to the 100th power, the worked example",
+        "1e-45": "float32's smallest positive (subnormal) value",
+    },
+    "04_kv_cache.ipynb": {"500": "GPT-2 small's 124 million weights in float32, arithmetic in the text"},
+    "05_generation_engine.ipynb": {"2.5": "a PyTorch version number"},
+    "06_caches.ipynb": {
+        "75": "the cache's size, arithmetic in the text",
+        "495": "GPT-2 small's weights read per decode step, arithmetic on its shapes",
+        "652": "GPT-2 small's DemoTransformer weights, arithmetic on its shapes",
+        "0.2": "495 MB over a few TB/s, arithmetic in the text",
+        "5.40": "Xiao et al. 2024, Table 1",
+        "5158.07": "Xiao et al. 2024, Table 1",
+    },
+    "07_speculative_decoding.ipynb": {
+        "2.3": "Leviathan et al. 2023", "3.4": "Leviathan et al. 2023", "2.5": "Chen et al. 2023",
+    },
+    "08_structured_generation.ipynb": {"1e-9": "enumerate_language's threshold (a setting of the given code)"},
 }
 
+
 # Left out: code blocks, code spans other than a bare number (`1e-3` is a quoted value, `top_p = 0.9`
-# a setting), LaTeX, link targets, HTML tags and arXiv identifiers.
+# a setting), LaTeX, link targets, HTML tags, arXiv identifiers and numbered chapters, sections and versions.
 _CODE_SPAN = re.compile(r"```.*?```|`(?!-?[\d.]+(?:e-?\d+)?`)[^`]*`|\$\$.*?\$\$|\$[^$\n]*\$|\]\([^)]*\)|<[^>]+>"
-                        r"|arXiv:\s?\S+", re.DOTALL)
+                        r"|arXiv:\s?\S+|\b(?:[Cc]hapter|[Ss]ection|[Pp]art|version)\s+\d+(?:\.\d+)*", re.DOTALL)
 # A count the prose reports: "7 of 40 stories", "8 out of 8 steps".
 _COUNT = re.compile(r"(?<![\w.])(\d+) (?:out )?of (?:the )?(\d+)(?![\w.])")
 _UNIT = r"(?:(?:ms|µs|us|s|seconds?|nats?|bits?|x|MB|GB|MiB|GiB|tokens?/s)\b|×|%)"
@@ -159,6 +181,6 @@ def test_the_finder_reads_prose_as_meant():
     assert matches("0.35", Decimal("0.3512")) and matches("0.35", Decimal("-0.349"))
     assert not matches("1e-3", Decimal("4.7e-4")) and matches("4.7e-4", Decimal("0.00047"))
     assert not matches("0.35", Decimal("0.36"))
-    assert quoted_numbers("about `1e-3`, 7 of 40 stories (arXiv:2211.17192)") == ["1e-3", "7", "40"]
+    assert quoted_numbers("about `1e-3`, 7 of 40 stories (arXiv:2211.17192), chapter 1.1") == ["1e-3", "7", "40"]
     assert matches("90%", Decimal("0.9")) and matches("23%", Decimal("23.1"))
     assert math.isclose(float(Decimal("1.5")), 1.5)
