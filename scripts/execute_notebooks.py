@@ -7,8 +7,8 @@
 
 Each notebook runs top to bottom against the solutions (``SAMPLING_COURSE_IMPL=solutions``) on
 the CPU, with the offline story model (GPT-2 is hidden from it: an empty Hugging Face cache and
-no hub), in a fresh kernel running this interpreter, with tqdm's progress bars off
-(``TQDM_DISABLE``: a bar's redraws would be stored as output). ``--jobs`` notebooks run at once
+no hub), in a fresh kernel running this interpreter, with tqdm's progress bars off (a bar's
+redraws would be stored as outputs). ``--jobs`` notebooks run at once
 (default 2, one per core: the notebooks use one torch thread each). A learner reads the copies
 without running anything: every table, plot and check panel as the finished course shows them.
 
@@ -102,6 +102,14 @@ _sc_main = _sc_pytest.main
 def _sc_recording_main(args=None, plugins=None, **kwargs):
     return _sc_main(args, plugins=[*(plugins or []), _SCSelected()], **kwargs)
 _sc_pytest.main = _sc_recording_main
+# No progress bars: a bar's redraws would be stored as outputs. TQDM_DISABLE alone does not reach the notebook
+# bars (tqdm.notebook sets disable=False itself when it is not given), so every tqdm is made with disable=True.
+import tqdm.std as _sc_tqdm
+_sc_tqdm_init = _sc_tqdm.tqdm.__init__
+def _sc_quiet_init(self, *args, **kwargs):
+    kwargs["disable"] = True
+    _sc_tqdm_init(self, *args, **kwargs)
+_sc_tqdm.tqdm.__init__ = _sc_quiet_init
 """
 # Runs last: hands the two sets back as one line of JSON.
 REPORTER = ('import json as _j, sampling_course as _sc; print(_j.dumps({"opened": sorted(_sc_opened), '
