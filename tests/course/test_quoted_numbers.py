@@ -10,9 +10,10 @@ What counts as a quoted measurement, in a Markdown cell (code spans, ``$...$`` a
 a number with a decimal point (``0.35``, ``1.255``, ``4.7e-4``), a percentage (``23%``), and a
 number with a unit of time, speed or loss (``44 ms``, ``13 s``, ``2.3×``, ``0.07 nats``). Plain
 integers (``4 layers``, ``part 5``, ``7 of 40``) are not: most are settings or counts the prose
-states by design. A quoted number is found when an output of the copy, or a code cell's source (a
-setting such as ``top_p = 0.9``), holds a number that rounds to it at the precision the prose
-quotes (``0.35`` is found in ``0.3512``; ``about 1e-3`` is not found in ``4.7e-04``).
+states by design. A quoted number is found when an output of a code cell beside the prose (one of the
+five before it or the two after it), or any code cell's source (a setting such as
+``top_p = 0.9``), holds a number that rounds to it at the precision the prose quotes (``0.35``
+is found in ``0.3512``; ``about 1e-3`` is not found in ``4.7e-04``).
 
 A number that is not measured in the notebook at all (a constant of GPT-2, a figure from a cited
 paper) is listed in ``NOT_FROM_A_CELL`` with where it comes from.
@@ -65,6 +66,7 @@ NOT_FROM_A_CELL: dict[str, dict[str, str]] = {
         "5158.07": "Xiao et al. 2024, Table 1",
     },
     "07_speculative_decoding.ipynb": {
+        "0.07": "min(p, q) + P(reject) p from the printed p and q, arithmetic in an answer",
         "2.3": "Leviathan et al. 2023", "3.4": "Leviathan et al. 2023", "2.5": "Chen et al. 2023",
     },
     "08_structured_generation.ipynb": {"1e-9": "enumerate_language's threshold (a setting of the given code)"},
@@ -121,38 +123,47 @@ def matches(quoted: str, printed: Decimal) -> bool:
         return False
 
 
-def printed_numbers(notebook: dict) -> list[Decimal]:
-    """Every number in the copy's outputs (text, Markdown, HTML) and in its code cells' sources."""
-    texts = []
-    for cell in notebook["cells"]:
-        if cell["cell_type"] != "code":
-            continue
-        texts.append("".join(cell["source"]))
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "stream":
-                texts.append("".join(output.get("text", "")))
-            for kind in ("text/plain", "text/markdown", "text/html"):
-                value = output.get("data", {}).get(kind)
-                if value:
-                    texts.append("".join(value))
+# "The cell beside it": the prose's number must be printed by one of the code cells just before it (an
+# experiment, then the prose that reads it) or just after it (prose that introduces what a cell prints).
+CELLS_BEFORE, CELLS_AFTER = 5, 2
+
+
+def _numbers(texts: list[str]) -> list[Decimal]:
     values = []
     for text in texts:
         for raw in _ANY_NUMBER.findall(text):
             value = _decimal(raw.rstrip(".,"))
-            if value is not None and (value.is_finite()):
+            if value is not None and value.is_finite():
                 values.append(value)
     return values
 
 
+def _outputs(cell: dict) -> list[str]:
+    """A code cell's outputs as text: streams, and the plain, Markdown and HTML forms of displayed values."""
+    texts = []
+    for output in cell.get("outputs", []):
+        if output.get("output_type") == "stream":
+            texts.append("".join(output.get("text", "")))
+        for kind in ("text/plain", "text/markdown", "text/html"):
+            value = output.get("data", {}).get(kind)
+            if value:
+                texts.append("".join(value))
+    return texts
+
+
 def unfound(name: str) -> list[tuple[int, str]]:
-    """(cell index, number) for each quoted number of the executed copy of ``name`` that no cell printed."""
-    notebook = json.loads((EXECUTED_DIR / name).read_text())
-    printed = printed_numbers(notebook)
+    """(cell index, number) for each quoted number of the executed copy of ``name`` that no cell beside its prose
+    printed (nor any code cell states as a setting)."""
+    cells = json.loads((EXECUTED_DIR / name).read_text())["cells"]
+    code = [i for i, cell in enumerate(cells) if cell["cell_type"] == "code"]
+    settings = _numbers(["".join(cells[i]["source"]) for i in code])
     allowed = NOT_FROM_A_CELL.get(name, {})
     missing = []
-    for index, cell in enumerate(notebook["cells"]):
+    for index, cell in enumerate(cells):
         if cell["cell_type"] != "markdown":
             continue
+        beside = [i for i in code if i < index][-CELLS_BEFORE:] + [i for i in code if i > index][:CELLS_AFTER]
+        printed = _numbers([text for i in beside for text in _outputs(cells[i])]) + settings
         for number in quoted_numbers("".join(cell["source"])):
             if number in allowed or number.rstrip("%") in allowed:
                 continue
