@@ -153,8 +153,9 @@ def _test_helpers(files: set[Path]) -> set[Path]:
     return done
 
 
-def inputs_of(name: str, opened: list[str], selected: list[str]) -> dict[str, str]:
-    """The files a run of notebook ``name`` depended on -> their SHA-256 (see the module's docstring)."""
+def inputs_of(name: str, opened: list[str], selected: list[str], cells: str) -> dict[str, str]:
+    """The files a run of notebook ``name`` depended on -> their SHA-256 (see the module's docstring); ``cells`` is
+    the hash of the cells it ran, taken when the run started (the notebook may be edited while it runs)."""
     files: set[Path] = set()
     for raw in opened:
         path = _bytecode_source(Path(raw))
@@ -164,7 +165,7 @@ def inputs_of(name: str, opened: list[str], selected: list[str]) -> dict[str, st
             top = ASSETS_DIR / path.relative_to(ASSETS_DIR).parts[0]
             files.update(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else files.add(path)
     files |= _test_helpers({Path(s) for s in selected if TESTS_DIR in Path(s).parents})
-    inputs = {notebook_key(name): source_hash(json.loads((NOTEBOOK_DIR / name).read_text()))}
+    inputs = {notebook_key(name): cells}
     inputs.update({str(p.relative_to(REPO)): file_hash(p) for p in sorted(files) if "__pycache__" not in p.parts})
     return inputs
 
@@ -189,6 +190,8 @@ def problems(name: str) -> list[str]:
         return ["no executed copy"]
     executed = json.loads(copy.read_text())
     found = []
+    if source_hash(executed) != source_hash(json.loads((NOTEBOOK_DIR / name).read_text())):
+        found.append("the copy's cells are not the notebook's")
     inputs = executed.get("metadata", {}).get(METADATA_KEY, {}).get("inputs")
     if not inputs:
         found.append("the copy records no inputs (made by an older version of this script)")
@@ -232,6 +235,7 @@ def execute(name: str, timeout: int) -> float:
     from nbclient import NotebookClient
 
     nb = nbformat.read(NOTEBOOK_DIR / name, as_version=4)
+    cells = source_hash(nb)  # what runs: the notebook as read now, whatever happens to its file meanwhile
     own = len(nb.cells)
     nb.cells.insert(0, nbformat.v4.new_code_cell(RECORDER.format(repo=str(REPO) + os.sep)))
     nb.cells.append(nbformat.v4.new_code_cell(REPORTER))
@@ -265,7 +269,7 @@ def execute(name: str, timeout: int) -> float:
                 if "execution_count" in output:
                     output["execution_count"] = cell.execution_count
     nb.metadata[METADATA_KEY] = {
-        "inputs": inputs_of(name, record["opened"], record["selected"]),
+        "inputs": inputs_of(name, record["opened"], record["selected"], cells),
         "executed_with": "solutions/, CPU, offline story model (scripts/execute_notebooks.py)",
     }
     EXECUTED_DIR.mkdir(exist_ok=True)

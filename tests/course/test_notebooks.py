@@ -253,7 +253,8 @@ def small_repo(tmp_path, monkeypatch):
     nbformat.write(nb, tmp_path / "notebooks" / "a.ipynb")
     opened = [tmp_path / "solutions" / "__pycache__" / "a.cpython-312.pyc", tmp_path / "sampling_course/assets/model/config.json",
               tmp_path / "tests" / "grading" / "test_b.py"]  # collected, never selected: not an input
-    inputs = script.inputs_of("a.ipynb", [str(p) for p in opened], [str(tmp_path / "tests/grading/test_a.py")])
+    inputs = script.inputs_of("a.ipynb", [str(p) for p in opened], [str(tmp_path / "tests/grading/test_a.py")],
+                              script.source_hash(nb))
     check_cell.outputs = [nbformat.v4.new_output("display_data", {"text/plain": "\x1b[32m✓ All 3 tests passed.\x1b[0m"})]
     nb.metadata[script.METADATA_KEY] = {"inputs": inputs}
     nbformat.write(nb, tmp_path / "notebooks" / "executed" / "a.ipynb")
@@ -290,7 +291,17 @@ def test_the_check_fails_when_the_cells_change_or_an_input_is_gone(small_repo):
     nb = nbformat.read(root / "notebooks" / "a.ipynb", as_version=4)
     nb.cells[0].source = "# B"
     nbformat.write(nb, root / "notebooks" / "a.ipynb")
-    assert "notebooks/a.ipynb#cells changed" in script.problems("a.ipynb")
+    assert {"notebooks/a.ipynb#cells changed", "the copy's cells are not the notebook's"} <= set(script.problems("a.ipynb"))
+
+
+def test_the_check_compares_the_copys_own_cells_with_the_notebook(small_repo):
+    """A notebook edited while it ran: the record may name the new cells, the copy holds the old ones."""
+    script, root, _ = small_repo
+    copy = root / "notebooks" / "executed" / "a.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.cells[0].source = "# what ran"
+    nbformat.write(nb, copy)
+    assert script.problems("a.ipynb") == ["the copy's cells are not the notebook's"]
 
 
 @pytest.mark.parametrize("shown", ["✗ 1 of 3 tests failing  (2 passed)", "… Not implemented yet: A", "error: no tests/",
