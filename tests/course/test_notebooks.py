@@ -205,20 +205,16 @@ EXECUTED_COPY_MAX_BYTES = 3_000_000
 
 @pytest.mark.parametrize("name", ALL_NOTEBOOKS)
 def test_executed_copy_is_current(name):
-    """notebooks/executed/<name> exists, ran without an error, and was made from the notebook's present cells
-    (``python scripts/execute_notebooks.py <name>`` makes it again)."""
+    """notebooks/executed/<name> was made from the present notebook, solutions, tests and assets it ran, and shows
+    no failing panel and no unexpected error: ``python scripts/execute_notebooks.py --check``, one notebook
+    (``python scripts/execute_notebooks.py --stale`` makes the rejected copies again)."""
     script = executed_copies()
+    problems = script.problems(name)
+    assert not problems, (f"the executed copy of {name} cannot be trusted: {'; '.join(problems)}. "
+                          f"Run python scripts/execute_notebooks.py {name}")
     copy = script.EXECUTED_DIR / name
-    assert copy.exists(), f"no executed copy of {name}: run python scripts/execute_notebooks.py {name}"
-    executed = json.loads(copy.read_text())
-    recorded = executed["metadata"].get(script.METADATA_KEY, {}).get("source_hash")
-    assert recorded == script.source_hash(json.loads((NOTEBOOK_DIR / name).read_text())), (
-        f"{name} changed after its executed copy was made: run python scripts/execute_notebooks.py {name}"
-    )
     executed = nbformat.read(copy, as_version=4)
     assert [c.source for c in executed.cells] == [c.source for c in load(name).cells]
-    errors = [o for c in executed.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
-    assert not errors, f"the executed copy of {name} holds an error: {errors[0].get('ename')}"
     assert copy.stat().st_size <= EXECUTED_COPY_MAX_BYTES, f"the executed copy of {name} is {copy.stat().st_size:,} bytes"
 
 
@@ -231,6 +227,113 @@ def test_source_hash_sees_the_cells_and_nothing_else():
     assert script.source_hash(nb) == before
     nb["cells"][0]["source"] = ["an edit"]
     assert script.source_hash(nb) != before
+
+
+@pytest.fixture
+def small_repo(tmp_path, monkeypatch):
+    """scripts/execute_notebooks.py pointed at a repository of a few files: one notebook, its copy, solutions,
+    tests (one test file, its conftest and helper, and a test file the notebook never ran) and assets."""
+    script = executed_copies()
+    files = {
+        "solutions/a.py": "A = 1\n", "solutions/unused.py": "B = 2\n",
+        "tests/conftest.py": "", "tests/doubles.py": "D = 1\n", "tests/unrelated.py": "",
+        "tests/grading/test_a.py": "from doubles import D\nimport os\n", "tests/grading/test_b.py": "",
+        "sampling_course/assets/model/config.json": "{}", "sampling_course/assets/model/weights.bin": "w",
+        "sampling_course/assets/other/config.json": "{}",
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    for name, value in dict(REPO=tmp_path, NOTEBOOK_DIR=tmp_path / "notebooks", EXECUTED_DIR=tmp_path / "notebooks" / "executed",
+                            TESTS_DIR=tmp_path / "tests", ASSETS_DIR=tmp_path / "sampling_course" / "assets").items():
+        monkeypatch.setattr(script, name, value)
+    (tmp_path / "notebooks" / "executed").mkdir(parents=True)
+    check_cell = nbformat.v4.new_code_cell('check("A", impl=IMPL);')
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"), check_cell])
+    nbformat.write(nb, tmp_path / "notebooks" / "a.ipynb")
+    opened = [tmp_path / "solutions" / "__pycache__" / "a.cpython-312.pyc", tmp_path / "sampling_course/assets/model/config.json",
+              tmp_path / "tests" / "grading" / "test_b.py"]  # collected, never selected: not an input
+    inputs = script.inputs_of("a.ipynb", [str(p) for p in opened], [str(tmp_path / "tests/grading/test_a.py")],
+                              script.source_hash(nb))
+    check_cell.outputs = [nbformat.v4.new_output("display_data", {"text/plain": "\x1b[32m✓ All 3 tests passed.\x1b[0m"})]
+    nb.metadata[script.METADATA_KEY] = {"inputs": inputs}
+    nbformat.write(nb, tmp_path / "notebooks" / "executed" / "a.ipynb")
+    return script, tmp_path, inputs
+
+
+def test_a_copy_records_what_its_run_read(small_repo):
+    script, _, inputs = small_repo
+    assert sorted(inputs) == ["notebooks/a.ipynb#cells", "sampling_course/assets/model/config.json",
+                              "sampling_course/assets/model/weights.bin",  # its folder was read: native code reads the rest
+                              "solutions/a.py",  # imported from its cached bytecode
+                              "tests/conftest.py", "tests/doubles.py", "tests/grading/test_a.py"]
+    assert script.problems("a.ipynb") == []
+
+
+@pytest.mark.parametrize("path, stale", [
+    ("solutions/a.py", True), ("tests/doubles.py", True), ("tests/conftest.py", True),
+    ("sampling_course/assets/model/weights.bin", True),
+    ("solutions/unused.py", False), ("tests/grading/test_b.py", False), ("tests/unrelated.py", False),
+    ("sampling_course/assets/other/config.json", False),
+])
+def test_the_check_fails_when_an_input_changed_and_only_then(small_repo, path, stale):
+    script, root, _ = small_repo
+    (root / path).write_text((root / path).read_text() + "# an edit\n")
+    assert bool(script.problems("a.ipynb")) is stale, script.problems("a.ipynb")
+    if stale:
+        assert script.problems("a.ipynb") == [f"{path} changed"]
+
+
+def test_the_check_fails_when_the_cells_change_or_an_input_is_gone(small_repo):
+    script, root, _ = small_repo
+    (root / "tests" / "doubles.py").unlink()
+    assert script.problems("a.ipynb") == ["tests/doubles.py is gone"]
+    nb = nbformat.read(root / "notebooks" / "a.ipynb", as_version=4)
+    nb.cells[0].source = "# B"
+    nbformat.write(nb, root / "notebooks" / "a.ipynb")
+    assert {"notebooks/a.ipynb#cells changed", "the copy's cells are not the notebook's"} <= set(script.problems("a.ipynb"))
+
+
+def test_the_check_compares_the_copys_own_cells_with_the_notebook(small_repo):
+    """A notebook edited while it ran: the record may name the new cells, the copy holds the old ones."""
+    script, root, _ = small_repo
+    copy = root / "notebooks" / "executed" / "a.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.cells[0].source = "# what ran"
+    nbformat.write(nb, copy)
+    assert script.problems("a.ipynb") == ["the copy's cells are not the notebook's"]
+
+
+@pytest.mark.parametrize("shown", ["✗ 1 of 3 tests failing  (2 passed)", "… Not implemented yet: A", "error: no tests/",
+                                   "✗ Took longer than 60 s and was stopped"])
+def test_the_check_fails_on_a_panel_that_does_not_pass(small_repo, shown):
+    script, root, _ = small_repo
+    copy = root / "notebooks" / "executed" / "a.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("display_data", {"text/plain": f"\x1b[31m{shown}\x1b[0m"})]
+    nbformat.write(nb, copy)
+    assert [p for p in script.problems("a.ipynb") if "shows" in p], shown
+
+
+def test_the_check_fails_on_an_error_the_notebook_does_not_expect(small_repo):
+    script, root, _ = small_repo
+    copy = root / "notebooks" / "executed" / "a.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.cells[1].outputs.append(nbformat.v4.new_output("error", ename="ValueError", evalue="x", traceback=[]))
+    nbformat.write(nb, copy)
+    assert script.problems("a.ipynb") == [f"cell 1 shows an error (ValueError) and is not tagged {script.EXPECTED_ERROR_TAG}"]
+    nb.cells[1].metadata["tags"] = [script.EXPECTED_ERROR_TAG]
+    nbformat.write(nb, copy)
+    assert script.problems("a.ipynb") == []
+
+
+def test_a_copy_without_recorded_inputs_is_stale(small_repo):
+    script, root, _ = small_repo
+    copy = root / "notebooks" / "executed" / "a.ipynb"
+    nb = nbformat.read(copy, as_version=4)
+    nb.metadata[script.METADATA_KEY] = {"source_hash": "what the copies recorded before"}
+    nbformat.write(nb, copy)
+    assert script.problems("a.ipynb") == ["the copy records no inputs (made by an older version of this script)"]
 
 
 # ---------------------------------------------------------------------------------------
