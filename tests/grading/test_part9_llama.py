@@ -193,6 +193,23 @@ def test_rotary_matches_hugging_face(arch, oracle, offset):
 
 
 @pytest.mark.exercise("Rotary")
+def test_rotary_gives_back_the_dtype_it_was_given(arch, oracle):
+    """bfloat16 heads come back in bfloat16, rotated as Hugging Face rotates them (which casts cos and sin to
+    the heads' dtype): a bfloat16 model's attention must not receive float32 queries and keys."""
+    cfg = arch["cfg"]
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 5, cfg.n_heads, cfg.d_head, generator=g).bfloat16()
+    k = torch.randn(2, 5, cfg.n_key_value_heads, cfg.d_head, generator=g).bfloat16()
+    expected_q, _ = oracle(hf_rotary, cfg.to_dict(), arch["weights"], q, k, 7)
+    rotated = arch["model"].blocks[0].attn.rotary(q.to(arch["device"]), 7)
+    assert rotated.dtype == torch.bfloat16, (
+        f"Rotary turned bfloat16 heads into {rotated.dtype}: cos and sin are float32, so give the result back in "
+        "x's dtype (.to(x.dtype)); a bfloat16 model's attention would otherwise mix float32 keys with bfloat16 weights")
+    # A few bfloat16 roundings apart: Hugging Face rotates in bfloat16, a float32 rotation cast back is as right.
+    torch.testing.assert_close(rotated.float(), expected_q.float().to(rotated.device), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.exercise("Rotary")
 def test_rotary_scores_depend_on_distance_only(arch):
     """A rotated query and key give the same score at positions (m, n) as at (m + 9, n + 9)."""
     cfg, dev = arch["cfg"], arch["device"]
@@ -256,7 +273,14 @@ def test_cached_steps_match_the_full_forward(arch):
     model, tokens, expected = arch["model"], arch["tokens"].to(arch["device"]), arch["run"]["logits"]
     cache = model.new_cache()
     with torch.no_grad():
-        assert_close(model(tokens[:, :5], cache), expected[:, :5], "prefill logits")
+        prefill = model(tokens[:, :5], cache)
+        without = model(tokens[:, :5])
+        if not torch.allclose(prefill, without, **TOL) and torch.allclose(without, expected[:, :5].to(without.device), **TOL):
+            raise AssertionError(
+                "the prefill through an empty cache differs from the same tokens without a cache: the layers after "
+                "the first see another offset. cache.seq_len grows as each layer appends its keys, so read the "
+                "offset once, before the loop over the blocks, and give every block that same offset")
+        assert_close(prefill, expected[:, :5], "prefill logits")
         for position in range(5, tokens.shape[1]):
             step = model(tokens[:, position : position + 1], cache)
             assert_close(step, expected[:, position : position + 1], f"cached step at position {position}")

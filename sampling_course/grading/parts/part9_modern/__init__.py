@@ -26,11 +26,12 @@ EXERCISES: tuple[Exercise, ...] = (
         "angle written twice. Insert a heads dimension so they broadcast over (batch, pos, heads, d_head).",
         "Hugging Face pairs dimension i with i + d_head/2 ('rotate half'): split x into halves "
         "(x1, x2); the rotated vector is x * cos + (-x2, x1) * sin. (x2, -x1) turns the wrong way, and "
-        "positions must start at offset, not 0, when a cache holds earlier tokens.",
+        "positions must start at offset, not 0, when a cache holds earlier tokens. cos and sin are "
+        "float32: give the result back in x's dtype (a bfloat16 model reads bfloat16 keys).",
         "positions = torch.arange(offset, offset + x.shape[1], device=x.device)\n"
         "cos, sin = self.cos_sin(positions)\n"
         "first, second = x.chunk(2, dim=-1)\n"
-        "return x * cos[:, None] + torch.cat((-second, first), dim=-1) * sin[:, None]",
+        "return (x * cos[:, None] + torch.cat((-second, first), dim=-1) * sin[:, None]).to(x.dtype)",
     ),
     exercise(
         "GroupedQueryAttention", 9, "llama", "GroupedQueryAttention",
@@ -123,6 +124,10 @@ MISTAKES: list[Mistake] = [
     Mistake(9, "RoPE ignores the offset", "llama.py", "torch.arange(offset, offset + x.shape[1], device=x.device)",
             "torch.arange(x.shape[1], device=x.device)",
             why="positions always start at 0, so tokens after a cache are rotated as if they began the text"),
+    Mistake(9, "Rotary returning float32", "llama.py", "        return (x32 * cos + rotated_half * sin).to(x.dtype)\n",
+            "        return x32 * cos + rotated_half * sin\n",
+            why="the rotated heads come back in float32 (cos and sin's dtype) whatever x's dtype, so a bfloat16 "
+                "model's attention receives float32 queries and keys"),
     Mistake(9, "RoPE on values", "llama.py", "        q, k = self.rotary(q, offset), self.rotary(k, offset)\n",
             "        q, k, v = self.rotary(q, offset), self.rotary(k, offset), self.rotary(v, offset)\n",
             why="the values are rotated too; rotary embeddings apply to queries and keys only"),
@@ -147,6 +152,12 @@ MISTAKES: list[Mistake] = [
             why="GELU instead of SiLU on the gate"),
     Mistake(9, "position offset 0 on a cached step", "llama.py", _OFFSET, "        offset = 0\n",
             why="the cached tokens' positions are ignored: every step's tokens are rotated as if at position 0"),
+    Mistake(9, "cache length read inside the block loop", "llama.py",
+            "            residual = block(residual, offset, cache)\n",
+            "            residual = block(residual, 0 if cache is None else cache.seq_len, cache)\n",
+            why="the offset is read from cache.seq_len inside the loop over the blocks; the first block has "
+                "already appended this step's keys, so every later block rotates the new tokens as if they "
+                "came after themselves"),
     Mistake(9, "final RMSNorm skipped", "llama.py", "return self.ln_final(residual) @ self.W_U", "return residual @ self.W_U",
             why="the final RMSNorm (ln_final) is never applied before unembedding"),
     Mistake(9, "re-rotating the wrong way", "rope_sink.py", "torch.tensor([-shift], device=keys.device)",
@@ -226,7 +237,7 @@ VARIANTS: list[Variant] = [
     Variant(9, "Rotary", "explicit pair formulas on the half-size angles", "llama.py", _ROTATE,
             "        half = x.shape[-1] // 2\n"
             "        x1, x2 = x[..., :half], x[..., half:]\n"
-            "        c, s = cos[..., :half], sin[..., :half]\n"
+            "        c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)  # as Hugging Face does\n"
             "        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)\n"),
     Variant(9, "Rotary", "complex multiplication (first half real, second half imaginary)", "llama.py", _ROTATE,
             "        half = x.shape[-1] // 2\n"

@@ -42,7 +42,8 @@ def _probe_rotary(impl: Impl) -> Any:
     cfg, g = _config(), generator(2)
     rotary = impl.llama.Rotary(cfg)
     x = randn(g, 2, 3, cfg.n_heads, cfg.d_head)
-    return [plain(rotary(x, 0)), plain(rotary(x, 5))]
+    half = rotary(x.bfloat16(), 5)  # what a bfloat16 model hands it
+    return [plain(rotary(x, 0)), plain(rotary(x, 5)), str(half.dtype)]
 
 
 def _cache(impl: Impl, cfg: LlamaConfig) -> Any:
