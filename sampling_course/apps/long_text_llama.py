@@ -53,38 +53,49 @@ class TextPositionCache:
     """The ablation's cache: the first ``n_sink`` positions and the most recent ``window``, each key left at
     the rotation of its position in the text (nothing re-rotated).
 
-    It keeps part 9's cache protocol (``update`` appends a layer's keys and values and returns what attention
-    reads; ``make_room`` evicts before a step), but ``seq_len``, what the model numbers the new tokens from, is
-    the count of tokens read so far, not the count kept: each query sits at its own position in the text.
+    A cache of part 9's protocol (``prepare``, ``update``, ``commit``), like the rotating sink cache, except
+    that each new token is numbered by its position in the text, not by its slot.
     """
 
-    def __init__(self, n_layers: int, n_sink: int, window: int):
+    def __init__(self, n_layers: int, n_sink: int, window: int, step: type):
+        """``step``: the implementation's ``CacheStep`` (``llama.CacheStep``), the named tuple ``prepare`` returns."""
         if n_sink < 0 or window < 1:
             raise ValueError(f"n_sink must be >= 0 and window >= 1, got {n_sink} and {window}")
+        self.step = step
         self.keys: list = [None] * n_layers
         self.values: list = [None] * n_layers
-        self.n_sink, self.window, self.read = n_sink, window, 0
+        self.n_sink, self.window, self.seen, self.new_pos = n_sink, window, 0, 0
 
     @property
     def seq_len(self) -> int:
-        return self.read
+        """Positions held (at most n_sink + window)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[1]
+
+    def prepare(self, tokens, attention_mask=None):
+        import torch
+
+        new_tokens = tokens[:, self.seen :]
+        self.make_room(new_tokens.shape[1])
+        self.new_pos = new_tokens.shape[1]
+        return self.step(new_tokens, torch.arange(self.seen, self.seen + self.new_pos, device=tokens.device)[None])
 
     def update(self, layer: int, k, v):
         import torch
 
-        new = k.shape[1]
         if self.keys[layer] is not None:
             k, v = torch.cat([self.keys[layer], k], dim=1), torch.cat([self.values[layer], v], dim=1)
         self.keys[layer], self.values[layer] = k, v
-        if layer == len(self.keys) - 1:  # the step's tokens are read once the last layer holds them
-            self.read += new
         return k, v
+
+    def commit(self) -> "TextPositionCache":
+        self.seen += self.new_pos
+        self.new_pos = 0
+        return self
 
     def make_room(self, n_new: int) -> int:
         import torch
 
-        kept = 0 if self.keys[0] is None else self.keys[0].shape[1]
-        evict = max(kept + n_new - (self.n_sink + self.window), 0)
+        evict = max(self.seq_len + n_new - (self.n_sink + self.window), 0)
         if evict:
             for layer, (k, v) in enumerate(zip(self.keys, self.values)):
                 self.keys[layer] = torch.cat([k[:, : self.n_sink], k[:, self.n_sink + evict :]], dim=1)
@@ -106,13 +117,13 @@ def reprefill_logits(model, llama: ModuleType, tokens: Int[Tensor, "batch pos"],
     import torch
 
     keep = window // 2
-    cache = llama.LlamaCache(model.cfg.n_layers)
+    cache, start = llama.LlamaCache(model.cfg.n_layers), 0
     steps = []
     for t in range(tokens.shape[1]):
         if cache.seq_len == window:
-            cache = llama.LlamaCache(model.cfg.n_layers)
-            model(tokens[:, t - keep : t], cache)  # their logits were already scored
-        steps.append(model(tokens[:, t : t + 1], cache))
+            cache, start = llama.LlamaCache(model.cfg.n_layers), t - keep
+            model(tokens[:, start:t], cache)  # their logits were already scored
+        steps.append(model(tokens[:, start : t + 1], cache)[0])  # the cache's text so far: it runs token t
     return torch.cat(steps, dim=1)
 
 
@@ -194,7 +205,7 @@ def run_llama_experiment(model, llama: ModuleType, rope_sink: ModuleType, texts:
         if rerotated:
             cache = rope_sink.RotatingSinkCache(cfg, n_sink=sinks, window=window - sinks)
         else:
-            cache = TextPositionCache(cfg.n_layers, n_sink=sinks, window=window - sinks)
+            cache = TextPositionCache(cfg.n_layers, n_sink=sinks, window=window - sinks, step=llama.CacheStep)
         logits, seconds = timed(lambda: rope_sink.stream_logits(model, texts, cache))
         how = "keys re-rotated" if rerotated else "keys at text positions"
         results.methods[name] = MethodResult(name, token_nll(logits, texts), seconds, per_position * window,

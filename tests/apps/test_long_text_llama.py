@@ -66,14 +66,19 @@ def test_a_window_at_text_positions_is_the_re_rotated_window_and_sinks_are_not(s
 
 
 def test_the_text_position_cache_numbers_each_query_by_its_place_in_the_text():
-    cache = long_text_llama.TextPositionCache(n_layers=2, n_sink=1, window=2)
-    for step in range(5):
-        assert cache.make_room(1) == (1 if step >= 3 else 0)
-        assert cache.seq_len == step  # read before the model's layers write
+    from solutions.kv_cache import CacheStep
+
+    cache = long_text_llama.TextPositionCache(n_layers=2, n_sink=1, window=2, step=CacheStep)
+    text = torch.arange(5)[None]
+    for t in range(5):
+        step = cache.prepare(text[:, : t + 1])
+        assert step.new_tokens.tolist() == [[t]] and step.positions.tolist() == [[t]]  # its place in the text
+        assert cache.seq_len == min(t, 2)  # room made: the sink and one recent token stay
         for layer in range(2):
-            k = torch.full((1, 1, 1, 2), float(step))
+            k = torch.full((1, 1, 1, 2), float(t))
             keys, _ = cache.update(layer, k, k)
-    assert keys[0, :, 0, 0].tolist() == [0.0, 3.0, 4.0] and cache.seq_len == 5
+        assert cache.commit() is cache
+    assert keys[0, :, 0, 0].tolist() == [0.0, 3.0, 4.0] and cache.seq_len == 3
 
 
 def test_the_paired_difference_and_its_interval_over_texts():

@@ -268,21 +268,23 @@ def test_logits_match_hugging_face(arch):
 
 @pytest.mark.exercise("LlamaTransformer")
 def test_cached_steps_match_the_full_forward(arch):
-    """A prefill of 5 tokens and then one token per step through a cache: the logits of every step
-    are Hugging Face's logits of that position in the full sequence."""
+    """A prefill of 5 tokens and then one token per step through a cache (the model given the whole sequence so
+    far, as with every cache of the course): the logits of every step are Hugging Face's logits of that position
+    in the full sequence."""
     model, tokens, expected = arch["model"], arch["tokens"].to(arch["device"]), arch["run"]["logits"]
     cache = model.new_cache()
     with torch.no_grad():
-        prefill = model(tokens[:, :5], cache)
+        prefill, cache = model(tokens[:, :5], cache)
         without = model(tokens[:, :5])
         if not torch.allclose(prefill, without, **TOL) and torch.allclose(without, expected[:, :5].to(without.device), **TOL):
             raise AssertionError(
                 "the prefill through an empty cache differs from the same tokens without a cache: the layers after "
-                "the first see another offset. cache.seq_len grows as each layer appends its keys, so read the "
-                "offset once, before the loop over the blocks, and give every block that same offset")
+                "the first see other positions. cache.seq_len grows as each layer appends its keys, so take the "
+                "positions from the cache's step (cache.prepare) once, before the loop over the blocks, and give "
+                "every block the same ones")
         assert_close(prefill, expected[:, :5], "prefill logits")
         for position in range(5, tokens.shape[1]):
-            step = model(tokens[:, position : position + 1], cache)
+            step, cache = model(tokens[:, : position + 1], cache)  # the whole sequence so far; the cache runs the new one
             assert_close(step, expected[:, position : position + 1], f"cached step at position {position}")
 
 

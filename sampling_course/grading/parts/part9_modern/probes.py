@@ -75,8 +75,8 @@ def _probe_model(impl: Impl) -> Any:
     tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=generator(5))
     cache = model.new_cache() if hasattr(model, "new_cache") else _cache(impl, cfg)
     with torch.no_grad():
-        return [plain(model(tokens)), plain(model(tokens[:, :4], cache)), plain(model(tokens[:, 4:5], cache)),
-                plain(model(tokens[:, 5:], cache))]
+        return [plain(model(tokens)), plain(model(tokens[:, :4], cache)[0]), plain(model(tokens[:, :5], cache)[0]),
+                plain(model(tokens, cache)[0])]
 
 
 @probe("rerotate")
