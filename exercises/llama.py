@@ -1,6 +1,6 @@
 # GENERATED from solutions/llama.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: dc7c71c83c4e18897db9aeda869e557d5152665def993b2341d1c23917315c63
+# stub-checksum: 916d4a53f61cdb6c8ad152c0471a58c5d6d576e00b3956db4a29e3fee44cf2f7
 """Part 9: a Llama-style decoder from scratch.
 
 The same residual stream as part 1's GPT-2, with the four changes every decoder since
@@ -87,6 +87,7 @@ class Rotary(nn.Module):
     ) -> Float[Tensor, "batch pos heads d_head"]:
         """Rotate each head of x at positions offset, offset + 1, ... (an int: the tokens already cached), or at
         each token's own position (a tensor, as a cache's step gives them: rows may differ, as with padding)."""
+        # Hint: offset is an int (positions offset, offset + 1, ...) or already the positions, (batch_or_1, pos).
         raise NotImplementedError()
 
 
@@ -159,6 +160,7 @@ class GroupedQueryAttention(nn.Module):
     ) -> Float[Tensor, "batch n_heads query_pos key_pos"]:
         """The family's one mask: hide every key after its query (the queries are the last ``query_pos`` of the
         ``key_pos`` keys), and every key ``mask`` says False to (a pad, a key a cache's step hides)."""
+        # Hint: query i may see key j when j <= i + (key_pos - query_pos), and where mask (if any) is True.
         raise NotImplementedError()
 
 
@@ -226,6 +228,7 @@ class LlamaTransformer(nn.Module):
         real tokens, 0 at left padding) makes each row's positions count its real tokens and hides its pads.
         """
         step_cache = open_cache(self, tokens, cache, attention_mask)  # None, or a cache of the protocol
+        # Hint: without a cache every token is new, at positions 0, 1, ...; with one, step_cache.prepare(tokens,
         raise NotImplementedError()
         return logits if cache is None else (logits, step_cache.commit())
 

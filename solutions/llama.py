@@ -91,6 +91,7 @@ class Rotary(nn.Module):
         """Rotate each head of x at positions offset, offset + 1, ... (an int: the tokens already cached), or at
         each token's own position (a tensor, as a cache's step gives them: rows may differ, as with padding)."""
         ### BEGIN SOLUTION
+        # Hint: offset is an int (positions offset, offset + 1, ...) or already the positions, (batch_or_1, pos).
         positions = offset if isinstance(offset, Tensor) else torch.arange(offset, offset + x.shape[1], device=x.device)
         cos, sin = self.cos_sin(positions)
         cos, sin = cos[..., None, :], sin[..., None, :]  # broadcast over the heads
@@ -188,6 +189,7 @@ class GroupedQueryAttention(nn.Module):
         """The family's one mask: hide every key after its query (the queries are the last ``query_pos`` of the
         ``key_pos`` keys), and every key ``mask`` says False to (a pad, a key a cache's step hides)."""
         ### BEGIN SOLUTION
+        # Hint: query i may see key j when j <= i + (key_pos - query_pos), and where mask (if any) is True.
         query_pos, key_pos = scores.shape[-2:]
         hidden = torch.ones(query_pos, key_pos, dtype=torch.bool, device=scores.device).triu(key_pos - query_pos + 1)
         if mask is not None:
@@ -263,8 +265,9 @@ class LlamaTransformer(nn.Module):
         """
         step_cache = open_cache(self, tokens, cache, attention_mask)  # None, or a cache of the protocol
         ### BEGIN SOLUTION
-        # Without a cache every token is new, at positions 0, 1, ... With one, the cache's step says which tokens
-        # are new, at which positions, and which keys each may see: ask once, before any layer adds its keys.
+        # Hint: without a cache every token is new, at positions 0, 1, ...; with one, step_cache.prepare(tokens,
+        # attention_mask) says which tokens are new, at which positions and which keys each may see. Ask it once,
+        # before any layer adds its keys; the line after this region returns `logits`.
         new_tokens, positions, mask = tokens, 0, None
         if step_cache is not None:
             new_tokens, positions, mask, _ = step_cache.prepare(tokens, attention_mask)
