@@ -174,3 +174,23 @@ def test_other_models_and_caches_are_refused(story_llama):
         LlamaForEngine(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="KeyValueCache"):
         engine(torch.zeros(1, 3, dtype=torch.long), object())
+
+
+def test_one_cache_protocol_for_both_families(impl):
+    """The caches meet both models through the same three calls: part 9's LlamaCache runs GPT-2's DemoTransformer
+    (the solutions'), one token at a time, and gives the logits of GPT-2's own pass over the whole sequence."""
+    from sampling_course.config import Config
+
+    cfg = Config(d_model=32, d_vocab=50, n_ctx=16, d_head=8, d_mlp=64, n_heads=4, n_layers=2)
+    torch.manual_seed(0)
+    gpt2 = SOLUTIONS.transformer.DemoTransformer(cfg).eval()
+    for parameter in gpt2.parameters():  # biases and LayerNorm away from their 0 and 1
+        parameter.data.add_(0.1 * torch.randn_like(parameter))
+    tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=torch.Generator().manual_seed(1))
+    cache = impl.llama.LlamaCache(cfg.n_layers)
+    with torch.no_grad():
+        full = gpt2(tokens)
+        steps = [gpt2(tokens[:, :3], cache)[0]]
+        steps += [gpt2(tokens[:, : t + 1], cache)[0] for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
+    assert cache.seq_len == 7
