@@ -10,7 +10,10 @@ on every query and key head (``qk_norm``). The field names follow TransformerLen
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sampling_course.config import Config
 
 # Hugging Face model types this configuration describes, and whether each has q/k norms.
 MODEL_TYPES = {"llama": False, "qwen3": True}
@@ -50,6 +53,15 @@ class LlamaConfig:
     def model_type(self) -> str:
         """The Hugging Face architecture with these features: ``"qwen3"`` with q/k norms, else ``"llama"``."""
         return "qwen3" if self.qk_norm else "llama"
+
+    def cache_config(self) -> "Config":
+        """The GPT-2 ``Config`` whose caches fit this model: part 4's and part 6's caches take their shape
+        (n_layers, 2, batch, pos, n_heads, d_head) from a ``Config``, and a layer here caches its
+        ``n_key_value_heads`` key/value heads only. Also what part 5's engine reads (d_vocab, n_ctx)."""
+        from sampling_course.config import Config
+
+        return Config(d_model=self.d_model, debug=False, d_vocab=self.d_vocab, n_ctx=self.n_ctx, d_head=self.d_head,
+                      d_mlp=self.d_mlp, n_heads=self.n_key_value_heads, n_layers=self.n_layers)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

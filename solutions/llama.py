@@ -17,6 +17,13 @@ Llama has made:
 * SwiGLU: a gated MLP, W_out(silu(x W_gate) * (x W_in)).
 
 Qwen3 adds one RMSNorm per query and key head before the rotation (``cfg.qk_norm``).
+
+``LlamaTransformer.forward(tokens, cache=None, *, attention_mask=None)`` is the one forward pass,
+and it meets a cache as GPT-2's does (the cache protocol, solutions/kv_cache.py and
+docs/design.md): ``cache.prepare`` once says which tokens are new, at which positions, and which
+keys each may see; every attention hands its new (rotated) keys and values to ``cache.update`` and
+reads what it returns; ``cache.commit`` ends the step. So part 9's ``LlamaCache`` and rotating
+sink cache, part 4's ``KeyValueCache`` (padding included) and part 6's static cache all run it.
 Parameter names follow TransformerLens; ``sampling_course.llama_weights`` converts Hugging
 Face's LlamaForCausalLM and Qwen3ForCausalLM weights to them and back.
 """
@@ -24,14 +31,18 @@ Face's LlamaForCausalLM and Qwen3ForCausalLM weights to them and back.
 from __future__ import annotations
 
 import math
+import sys
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.llama_config import LlamaConfig
+
+from .kv_cache import CacheStep, GrowingCache, KeyValueCache, step_after
 
 
 class RMSNorm(nn.Module):
@@ -66,20 +77,24 @@ class Rotary(nn.Module):
         exponents = torch.arange(0, cfg.d_head, 2, dtype=torch.float32) / cfg.d_head
         self.register_buffer("inv_freq", 1.0 / cfg.rotary_base**exponents, persistent=False)
 
-    def cos_sin(self, positions: Int[Tensor, "pos"]) -> tuple[Float[Tensor, "pos d_head"], Float[Tensor, "pos d_head"]]:
+    def cos_sin(
+        self, positions: Int[Tensor, "*rows pos"]
+    ) -> tuple[Float[Tensor, "*rows pos d_head"], Float[Tensor, "*rows pos d_head"]]:
         """cos and sin of every position's angles, each angle written twice (once per half)."""
-        angles = positions.to(self.inv_freq.device, torch.float32)[:, None] * self.inv_freq[None, :]
+        angles = positions.to(self.inv_freq.device, torch.float32)[..., None] * self.inv_freq
         angles = torch.cat((angles, angles), dim=-1)
         return angles.cos(), angles.sin()
 
     def forward(
-        self, x: Float[Tensor, "batch pos heads d_head"], offset: int = 0
+        self, x: Float[Tensor, "batch pos heads d_head"], offset: int | Int[Tensor, "batch_or_1 pos"] = 0
     ) -> Float[Tensor, "batch pos heads d_head"]:
-        """Rotate each head of x at positions offset, offset + 1, ... (offset: tokens already cached)."""
+        """Rotate each head of x at positions offset, offset + 1, ... (an int: the tokens already cached), or at
+        each token's own position (a tensor, as a cache's step gives them: rows may differ, as with padding)."""
         ### BEGIN SOLUTION
-        positions = torch.arange(offset, offset + x.shape[1], device=x.device)
+        # Hint: offset is an int (positions offset, offset + 1, ...) or already the positions, (batch_or_1, pos).
+        positions = offset if isinstance(offset, Tensor) else torch.arange(offset, offset + x.shape[1], device=x.device)
         cos, sin = self.cos_sin(positions)
-        cos, sin = cos[:, None, :], sin[:, None, :]  # broadcast over the heads
+        cos, sin = cos[..., None, :], sin[..., None, :]  # broadcast over the heads
         x32 = x.float()
         first, second = x32.chunk(2, dim=-1)
         rotated_half = torch.cat((-second, first), dim=-1)  # (x1, x2) -> (-x2, x1): a quarter turn per pair
@@ -90,7 +105,10 @@ class Rotary(nn.Module):
 class LlamaCache:
     """Each layer's keys (already rotated) and values, (batch, seq_len, n_key_value_heads, d_head).
 
-    Only the key/value heads are stored: grouped-query attention's saving is in here.
+    Only the key/value heads are stored: grouped-query attention's saving is in here. A cache of the
+    protocol, like part 4's: ``model(tokens, cache)`` takes the whole sequence so far, runs the
+    tokens past ``seq_len`` at the positions after it, and returns ``(logits, the cache)``, filled in
+    place. With an ``attention_mask`` (left padding), positions count each row's real tokens.
     """
 
     def __init__(self, n_layers: int):
@@ -99,8 +117,15 @@ class LlamaCache:
 
     @property
     def seq_len(self) -> int:
-        """How many positions are cached (what the next tokens' positions start from)."""
+        """How many positions are cached."""
         return 0 if self.keys[0] is None else self.keys[0].shape[1]
+
+    def prepare(self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None) -> CacheStep:
+        """The tokens past ``seq_len``, at the positions after the cached ones (part 4's step)."""
+        if tokens.shape[1] <= self.seq_len:
+            raise ValueError(f"tokens has {tokens.shape[1]} positions but the cache already holds {self.seq_len}: pass "
+                             "the whole sequence so far, with at least one position not cached yet")
+        return step_after(self.seq_len, tokens, attention_mask)
 
     def update(self, layer: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append this step's keys and values to layer ``layer``'s; return all of them."""
@@ -109,6 +134,9 @@ class LlamaCache:
             v = torch.cat([self.values[layer], v], dim=1)
         self.keys[layer], self.values[layer] = k, v
         return k, v
+
+    def commit(self) -> "LlamaCache":
+        return self
 
 
 class GroupedQueryAttention(nn.Module):
@@ -127,9 +155,15 @@ class GroupedQueryAttention(nn.Module):
         self.rotary = Rotary(cfg)
 
     def forward(
-        self, x: Float[Tensor, "batch pos d_model"], offset: int = 0, cache: LlamaCache | None = None
+        self,
+        x: Float[Tensor, "batch pos d_model"],
+        offset: int | Int[Tensor, "batch_or_1 pos"] = 0,
+        cache: LlamaCache | None = None,
+        mask: Bool[Tensor, "batch_or_1 1 pos key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        """Causal attention of x's positions (offset, offset + 1, ...) to themselves and to the cached ones."""
+        """Causal attention of x's positions (offset, offset + 1, ..., or the positions given) to themselves and to
+        the cached ones; ``cache.update(self.layer, k, v)`` stores the new keys and values and returns every key
+        and value to attend to, ``mask`` (from the cache's step) hides the keys it says False to."""
         ### BEGIN SOLUTION
         q = torch.einsum("bsd,ndh->bsnh", x, self.W_Q)
         k = torch.einsum("bsd,ndh->bsnh", x, self.W_K)
@@ -144,11 +178,23 @@ class GroupedQueryAttention(nn.Module):
         group = self.cfg.n_heads // self.cfg.n_key_value_heads
         k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)
         scores = torch.einsum("bqnh,bknh->bnqk", q, k) / math.sqrt(self.cfg.d_head)
-        query_pos, key_pos = scores.shape[-2:]
-        future = torch.ones(query_pos, key_pos, dtype=torch.bool, device=x.device).triu(key_pos - query_pos + 1)
-        pattern = scores.masked_fill(future, torch.finfo(scores.dtype).min).softmax(dim=-1)
+        pattern = self.apply_causal_mask(scores, mask).softmax(dim=-1)
         z = torch.einsum("bnqk,bknh->bqnh", pattern, v)
         return torch.einsum("bqnh,nhd->bqd", z, self.W_O)
+        ### END SOLUTION
+
+    def apply_causal_mask(
+        self, scores: Float[Tensor, "batch n_heads query_pos key_pos"], mask: Bool[Tensor, "batch_or_1 1 query_pos key_pos"] | None = None
+    ) -> Float[Tensor, "batch n_heads query_pos key_pos"]:
+        """The family's one mask: hide every key after its query (the queries are the last ``query_pos`` of the
+        ``key_pos`` keys), and every key ``mask`` says False to (a pad, a key a cache's step hides)."""
+        ### BEGIN SOLUTION
+        # Hint: query i may see key j when j <= i + (key_pos - query_pos), and where mask (if any) is True.
+        query_pos, key_pos = scores.shape[-2:]
+        hidden = torch.ones(query_pos, key_pos, dtype=torch.bool, device=scores.device).triu(key_pos - query_pos + 1)
+        if mask is not None:
+            hidden = hidden | ~mask
+        return scores.masked_fill(hidden, torch.finfo(scores.dtype).min)
         ### END SOLUTION
 
 
@@ -177,9 +223,13 @@ class LlamaBlock(nn.Module):
         self.mlp = SwiGLU(cfg)
 
     def forward(
-        self, resid_pre: Float[Tensor, "batch pos d_model"], offset: int = 0, cache: LlamaCache | None = None
+        self,
+        resid_pre: Float[Tensor, "batch pos d_model"],
+        offset: int | Int[Tensor, "batch_or_1 pos"] = 0,
+        cache: LlamaCache | None = None,
+        mask: Bool[Tensor, "batch_or_1 1 pos key_pos"] | None = None,
     ) -> Float[Tensor, "batch pos d_model"]:
-        resid_mid = resid_pre + self.attn(self.ln1(resid_pre), offset, cache)
+        resid_mid = resid_pre + self.attn(self.ln1(resid_pre), offset, cache, mask)
         return resid_mid + self.mlp(self.ln2(resid_mid))
 
 
@@ -200,21 +250,64 @@ class LlamaTransformer(nn.Module):
         return LlamaCache(self.cfg.n_layers)
 
     def forward(
-        self, tokens: Int[Tensor, "batch pos"], cache: LlamaCache | None = None
-    ) -> Float[Tensor, "batch pos d_vocab"]:
-        """Logits at every position of ``tokens``; with a cache, ``tokens`` follow the cached ones."""
-        if tokens.ndim != 2:
-            raise ValueError(f"tokens must be (batch, pos), got shape {tuple(tokens.shape)}")
+        self,
+        tokens: Int[Tensor, "batch pos"],
+        cache: LlamaCache | KeyValueCache | Any | None = None,
+        *,
+        attention_mask: Int[Tensor, "batch pos"] | None = None,
+    ):
+        """Logits at every position of ``tokens``.
+
+        With a cache (any cache of the protocol: part 9's ``LlamaCache`` and rotating sink cache, part 4's
+        ``KeyValueCache``, part 6's static cache), ``tokens`` is the whole sequence so far; the cache says which
+        of its tokens are new, and the result is ``(their logits, the cache's commit)``. ``attention_mask`` (1 at
+        real tokens, 0 at left padding) makes each row's positions count its real tokens and hides its pads.
+        """
+        step_cache = open_cache(self, tokens, cache, attention_mask)  # None, or a cache of the protocol
         ### BEGIN SOLUTION
-        # The new tokens come after everything cached: that many positions were already used.
-        # (Shifting every position by the same amount would change nothing, since scores depend on
-        # distances only; what breaks a cached step is new positions that disagree with the cache's.)
-        offset = 0 if cache is None else cache.seq_len
-        residual = self.W_E[tokens]
+        # Hint: without a cache every token is new, at positions 0, 1, ...; with one, step_cache.prepare(tokens,
+        # attention_mask) says which tokens are new, at which positions and which keys each may see. Ask it once,
+        # before any layer adds its keys; the line after this region returns `logits`.
+        new_tokens, positions, mask = tokens, 0, None
+        if step_cache is not None:
+            new_tokens, positions, mask, _ = step_cache.prepare(tokens, attention_mask)
+        residual = self.W_E[new_tokens]
         for block in self.blocks:
-            residual = block(residual, offset, cache)
-        return self.ln_final(residual) @ self.W_U
+            residual = block(residual, positions, step_cache, mask)
+        logits = self.ln_final(residual) @ self.W_U
         ### END SOLUTION
+        return logits if cache is None else (logits, step_cache.commit())
+
+
+def open_cache(
+    model: LlamaTransformer, tokens: Int[Tensor, "batch pos"], cache: Any, attention_mask: Int[Tensor, "batch pos"] | None
+) -> Any:
+    """The cache ``LlamaTransformer.forward`` runs ``tokens`` through, after checking the inputs: None without a
+    cache and without padding; part 4's ``KeyValueCache`` (a tensor) through a ``GrowingCache`` (a padded batch
+    without a cache starts from an empty one); any other cache must speak the protocol itself."""
+    if not isinstance(tokens, Tensor) or tokens.ndim != 2:
+        raise ValueError(f"tokens must be (batch, pos), got shape {tuple(getattr(tokens, 'shape', ()))}")
+    if attention_mask is not None and (not isinstance(attention_mask, Tensor) or attention_mask.shape != tokens.shape):
+        raise ValueError(f"attention_mask must be a tensor shaped like tokens {tuple(tokens.shape)} (1 = real token, "
+                         f"0 = padding), got {getattr(attention_mask, 'shape', type(attention_mask).__name__)}")
+    shape = model.cfg.cache_config()  # part 4's and 6's caches: the key/value heads' shape
+    if cache is None:
+        if attention_mask is None:
+            return None
+        cache = KeyValueCache.new_empty(shape, tokens.shape[0], tokens.device, model.W_E.dtype)
+    if isinstance(cache, Tensor):  # part 4's KeyValueCache, through the GrowingCache of the module that made it
+        grow = GrowingCache if isinstance(cache, KeyValueCache) else getattr(sys.modules[type(cache).__module__], "GrowingCache", None)
+        if grow is None or not callable(getattr(cache, "check_compatible", None)):
+            raise TypeError(f"a tensor cache must be part 4's KeyValueCache, got {type(cache).__name__}")
+        cache = cache.on_device_of(model.W_E)
+        cache.check_compatible(shape, tokens)
+        return grow(cache)
+    if not all(callable(getattr(cache, name, None)) for name in ("prepare", "update", "commit")):
+        raise TypeError("cache must be a KeyValueCache or a cache with prepare, update and commit (LlamaCache, part 6's "
+                        f"caches), got {type(cache).__name__}")
+    if callable(getattr(cache, "check_compatible", None)):
+        cache.check_compatible(shape, tokens)
+    return cache
 
 
 @torch.inference_mode()
@@ -223,10 +316,10 @@ def greedy(model: LlamaTransformer, tokens: Int[Tensor, "batch pos"], max_new_to
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     cache = model.new_cache()
-    logits = model(tokens, cache)
+    logits, cache = model(tokens, cache)
     out = tokens
     for _ in range(max_new_tokens):
         next_token = logits[:, -1].argmax(dim=-1, keepdim=True)
         out = torch.cat([out, next_token], dim=1)
-        logits = model(next_token, cache)
+        logits, cache = model(out, cache)  # the whole sequence so far: the cache runs the new token only
     return out

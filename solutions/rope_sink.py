@@ -11,9 +11,9 @@ window slides by s positions, the cache turns every kept (non-sink) key back by 
 cache stays what it would be had those tokens been at their new positions all along.
 (Hugging Face's former ``SinkCache`` did the same.)
 
-A step of generation is then ``cache.make_room(n_new)`` followed by ``model(tokens, cache)``:
-``make_room`` evicts and re-rotates *before* the model reads ``cache.seq_len``, so the new
-tokens' positions continue the kept ones'.
+The cache is one of the protocol (solutions/kv_cache.py): ``model(tokens, cache)`` takes the whole
+text so far, however long; the cache's ``prepare`` calls ``make_room`` for the tokens it has not
+seen yet and numbers them by the slots after the kept ones, before any layer adds its keys.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from torch import Tensor
 
 from sampling_course.llama_config import LlamaConfig
 
+from .kv_cache import CacheStep
 from .llama import LlamaCache, LlamaTransformer, Rotary
 
 
@@ -53,6 +54,8 @@ class RotatingSinkCache(LlamaCache):
         super().__init__(cfg.n_layers)
         self.n_sink, self.window = n_sink, window
         self.rotary = Rotary(cfg)
+        self.seen = 0  # tokens of the text run so far (the cache holds at most capacity of them)
+        self.new_pos = 0  # tokens of the step under way (prepare sets it, commit counts them as seen)
 
     @property
     def capacity(self) -> int:
@@ -76,17 +79,35 @@ class RotatingSinkCache(LlamaCache):
         ### END SOLUTION
 
 
+    def prepare(self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None) -> CacheStep:
+        """The tokens not seen yet, at the slots after the kept ones, room made for them first."""
+        if attention_mask is not None and not bool((attention_mask == 1).all()):
+            raise ValueError("the rotating sink cache keeps the first columns as every row's sinks, so it takes no "
+                             "padding: give rows of one length")
+        if tokens.shape[1] <= self.seen:
+            raise ValueError(f"tokens has {tokens.shape[1]} positions but the cache has seen {self.seen}: pass the whole "
+                             "text so far, with at least one token not seen yet")
+        new_tokens = tokens[:, self.seen :]
+        self.make_room(new_tokens.shape[1])
+        self.new_pos = new_tokens.shape[1]
+        positions = torch.arange(self.seq_len, self.seq_len + self.new_pos, device=tokens.device)[None]
+        return CacheStep(new_tokens, positions)
+
+    def commit(self) -> "RotatingSinkCache":
+        self.seen += self.new_pos
+        self.new_pos = 0
+        return self
+
+
 @torch.inference_mode()
 def stream_logits(
     model: LlamaTransformer, tokens: Int[Tensor, "batch pos"], cache: RotatingSinkCache, prefill: int = 1
 ) -> Float[Tensor, "batch pos d_vocab"]:
     """The logits of every position of ``tokens``, read through ``cache``: the first ``prefill`` tokens
-    in one step, then one token per step, room made before each."""
+    in one step, then one token per step (the cache makes room before each)."""
     if not 1 <= prefill <= min(tokens.shape[1], cache.window):
         raise ValueError(f"prefill must be between 1 and min(len(tokens), window), got {prefill}")
-    cache.make_room(prefill)
-    steps = [model(tokens[:, :prefill], cache)]
+    steps = [model(tokens[:, :prefill], cache)[0]]
     for position in range(prefill, tokens.shape[1]):
-        cache.make_room(1)
-        steps.append(model(tokens[:, position : position + 1], cache))
+        steps.append(model(tokens[:, : position + 1], cache)[0])  # the text so far: the cache runs the newest token
     return torch.cat(steps, dim=1)

@@ -16,6 +16,15 @@ negative log-likelihood of the true token ``t + 1``. The methods, for a budget o
   whose keys are turned back to slots ``0 .. W - 1`` as it slides;
 * **sink cache, re-rotated**: the same with the first ``num_sink_tokens`` tokens kept for ever.
 
+Two ablations separate what the re-rotation does from what the window does (``ablations=True``):
+
+* **window cache, text positions**: the same window, its keys left at the rotation of their
+  position in the text and each query numbered by its own position in the text (``TextPositionCache``).
+  Rotary scores depend on the distance between query and key only, so this is the re-rotated
+  window computed another way; what both keep is that every distance stays under the window;
+* **sink cache, text positions**: the same with the sinks, whose distance to the query grows with
+  ``t`` (past ``n_ctx`` it is a distance the model never trained on): what re-rotating the sinks avoids.
+
 Every method reads all texts at once (one batch). ``entropy_floor_of_texts`` gives the source's
 entropy rate on the complete stories of the texts, the loss no model can beat on average.
 """
@@ -36,6 +45,62 @@ if TYPE_CHECKING:
 EXTRAPOLATED = "full attention past n_ctx"
 WINDOW_CACHE = "window cache, re-rotated"
 SINK_CACHE = "sink cache, re-rotated"
+WINDOW_TEXT = "window cache, text positions"
+SINK_TEXT = "sink cache, text positions"
+
+
+class TextPositionCache:
+    """The ablation's cache: the first ``n_sink`` positions and the most recent ``window``, each key left at
+    the rotation of its position in the text (nothing re-rotated).
+
+    A cache of part 9's protocol (``prepare``, ``update``, ``commit``), like the rotating sink cache, except
+    that each new token is numbered by its position in the text, not by its slot.
+    """
+
+    def __init__(self, n_layers: int, n_sink: int, window: int, step: type):
+        """``step``: the implementation's ``CacheStep`` (``llama.CacheStep``), the named tuple ``prepare`` returns."""
+        if n_sink < 0 or window < 1:
+            raise ValueError(f"n_sink must be >= 0 and window >= 1, got {n_sink} and {window}")
+        self.step = step
+        self.keys: list = [None] * n_layers
+        self.values: list = [None] * n_layers
+        self.n_sink, self.window, self.seen, self.new_pos = n_sink, window, 0, 0
+
+    @property
+    def seq_len(self) -> int:
+        """Positions held (at most n_sink + window)."""
+        return 0 if self.keys[0] is None else self.keys[0].shape[1]
+
+    def prepare(self, tokens, attention_mask=None):
+        import torch
+
+        new_tokens = tokens[:, self.seen :]
+        self.make_room(new_tokens.shape[1])
+        self.new_pos = new_tokens.shape[1]
+        return self.step(new_tokens, torch.arange(self.seen, self.seen + self.new_pos, device=tokens.device)[None])
+
+    def update(self, layer: int, k, v):
+        import torch
+
+        if self.keys[layer] is not None:
+            k, v = torch.cat([self.keys[layer], k], dim=1), torch.cat([self.values[layer], v], dim=1)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+    def commit(self) -> "TextPositionCache":
+        self.seen += self.new_pos
+        self.new_pos = 0
+        return self
+
+    def make_room(self, n_new: int) -> int:
+        import torch
+
+        evict = max(self.seq_len + n_new - (self.n_sink + self.window), 0)
+        if evict:
+            for layer, (k, v) in enumerate(zip(self.keys, self.values)):
+                self.keys[layer] = torch.cat([k[:, : self.n_sink], k[:, self.n_sink + evict :]], dim=1)
+                self.values[layer] = torch.cat([v[:, : self.n_sink], v[:, self.n_sink + evict :]], dim=1)
+        return evict
 
 
 def token_nll(logits: Float[Tensor, "batch pos d_vocab"], tokens: Int[Tensor, "batch pos"]) -> Float[Tensor, "batch pos_minus_1"]:
@@ -52,13 +117,13 @@ def reprefill_logits(model, llama: ModuleType, tokens: Int[Tensor, "batch pos"],
     import torch
 
     keep = window // 2
-    cache = llama.LlamaCache(model.cfg.n_layers)
+    cache, start = llama.LlamaCache(model.cfg.n_layers), 0
     steps = []
     for t in range(tokens.shape[1]):
         if cache.seq_len == window:
-            cache = llama.LlamaCache(model.cfg.n_layers)
-            model(tokens[:, t - keep : t], cache)  # their logits were already scored
-        steps.append(model(tokens[:, t : t + 1], cache))
+            cache, start = llama.LlamaCache(model.cfg.n_layers), t - keep
+            model(tokens[:, start:t], cache)  # their logits were already scored
+        steps.append(model(tokens[:, start : t + 1], cache)[0])  # the cache's text so far: it runs token t
     return torch.cat(steps, dim=1)
 
 
@@ -91,12 +156,14 @@ def sliding_nll(model, tokens: Int[Tensor, "batch pos"], window: int, stride: in
 
 def run_llama_experiment(model, llama: ModuleType, rope_sink: ModuleType, texts: Int[Tensor, "text pos"],
                          window: int = 256, num_sink_tokens: int = 4, stride: int = 8,
-                         model_name: str = "story-llama", recompute_window: bool = True) -> LongTextResults:
+                         model_name: str = "story-llama", recompute_window: bool = True,
+                         ablations: bool = False) -> LongTextResults:
     """Every method on ``texts``; ``llama`` and ``rope_sink`` are the implementation's part 9 modules.
 
     ``recompute_window=False`` leaves out the recomputed sliding window, the slowest method (a
     ``window``-token pass every ``stride``-th position); the table still averages over the positions
-    it would have scored, so that results with and without it compare the same positions."""
+    it would have scored, so that results with and without it compare the same positions. ``ablations=True``
+    adds the window and the sink cache with keys at their text positions (``TextPositionCache``)."""
     import torch
 
     n_ctx, n = model.cfg.n_ctx, texts.shape[1]
@@ -130,12 +197,42 @@ def run_llama_experiment(model, llama: ModuleType, rope_sink: ModuleType, texts:
     logits, seconds = timed(lambda: reprefill_logits(model, llama, texts, window))
     results.methods[REPREFILL] = MethodResult(REPREFILL, token_nll(logits, texts), seconds, per_position * window,
                                               f"{window} positions, restarted with {window // 2}")
-    for name, sinks in ((WINDOW_CACHE, 0), (SINK_CACHE, num_sink_tokens)):
-        cache = rope_sink.RotatingSinkCache(cfg, n_sink=sinks, window=window - sinks)
+    caches = [(WINDOW_CACHE, 0, True), (WINDOW_TEXT, 0, False), (SINK_CACHE, num_sink_tokens, True),
+              (SINK_TEXT, num_sink_tokens, False)]
+    for name, sinks, rerotated in caches:
+        if not rerotated and not ablations:
+            continue
+        if rerotated:
+            cache = rope_sink.RotatingSinkCache(cfg, n_sink=sinks, window=window - sinks)
+        else:
+            cache = TextPositionCache(cfg.n_layers, n_sink=sinks, window=window - sinks, step=llama.CacheStep)
         logits, seconds = timed(lambda: rope_sink.stream_logits(model, texts, cache))
+        how = "keys re-rotated" if rerotated else "keys at text positions"
         results.methods[name] = MethodResult(name, token_nll(logits, texts), seconds, per_position * window,
-                                             f"{sinks} sinks + {window - sinks} recent, keys re-rotated")
+                                             f"{sinks} sinks + {window - sinks} recent, {how}")
     return results
+
+
+def paired_difference(results: LongTextResults, a: str, b: str, start: int, end: int, n_resamples: int = 10_000,
+                      seed: int = 0) -> tuple[float, float, float]:
+    """Method ``a``'s mean NLL minus method ``b``'s over positions ``start .. end - 1`` (the table's positions),
+    with a 95% bootstrap interval over the texts: texts drawn with replacement, each keeping its own positions
+    for both methods (the two methods read the same texts, so the difference is paired)."""
+    import torch
+
+    common = results.common_positions(start, end)
+    per_text = []
+    for name in (a, b):
+        nll = results.methods[name].nll[:, start:end]
+        per_text.append(torch.stack([row[keep].sum() for row, keep in zip(nll, common)]))
+    counts = common.sum(dim=1).double()
+    sums = (per_text[0] - per_text[1]).double()
+    difference = (sums.sum() / counts.sum()).item()
+    g = torch.Generator().manual_seed(seed)
+    draws = torch.randint(0, len(counts), (n_resamples, len(counts)), generator=g)
+    resampled = sums[draws].sum(dim=1) / counts[draws].sum(dim=1)
+    low, high = torch.quantile(resampled, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return difference, low, high
 
 
 def entropy_floor_of_texts(tokenizer, texts: Int[Tensor, "text pos"]) -> float:

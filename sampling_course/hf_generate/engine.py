@@ -5,9 +5,10 @@ padded, with their attention mask; the generation config, its defaults filled in
 then calls one. ``course_decoding`` is such a method: it hands the prompts to part 5's
 ``generate`` (from the implementation you choose, the solutions by default), whose loop, sampler
 chain and processors decide every token, and lets it run the Hugging Face model through
-``HFCausalLM``, a thin front with ``DemoTransformer``'s call, ``model(tokens, cache,
-attention_mask=...) -> (logits, cache)``, that feeds the model only the tokens its cache has
-not seen, with Hugging Face's positions and attention mask.
+``HFCausalLM``, a thin front with the course's call, ``model(tokens, cache,
+attention_mask=...) -> (logits, cache)``; its cache is a ``CacheHandle``, a cache of the course's
+protocol around Hugging Face's, whose step gives the tokens not seen yet and Hugging Face's
+positions.
 
     model.generate(**inputs, custom_generate=course_decoding, do_sample=True, top_p=0.9)
 
@@ -23,6 +24,7 @@ import dataclasses
 import inspect
 import sys
 from types import SimpleNamespace
+from typing import NamedTuple
 
 import torch
 from jaxtyping import Float, Int
@@ -63,60 +65,79 @@ def sampler_settings(generation_config) -> SamplerSettings:
     return SamplerSettings(**values, bad_words_ids=bad_words or None)
 
 
+class HFStep(NamedTuple):
+    """The first two fields of the protocol's ``CacheStep``: Hugging Face's layers mask by its own attention mask."""
+
+    new_tokens: Int[Tensor, "batch new_pos"]
+    positions: Int[Tensor, "batch new_pos"] | None
+
+
 class CacheHandle:
-    """A Hugging Face cache and how many tokens of the text it has seen (``seq_len``, which part 5 reads)."""
+    """A Hugging Face cache behind the course's cache protocol (``prepare``, ``commit``; Hugging Face's layers
+    call the cache's own ``update``): ``prepare`` says which tokens of the sequence so far are new (those past
+    ``seq_len``) and at which positions Hugging Face puts them; ``commit`` counts them as seen.
 
-    def __init__(self, cache):
-        self.cache = cache
-        self.seq_len = 0
-
-
-class HFCausalLM(torch.nn.Module):
-    """A Hugging Face causal LM behind ``DemoTransformer``'s call, for part 5's ``generate``.
-
-    ``prompt_mask`` is the prompts' attention mask. Hugging Face attends from every new token to
-    every real token, finished rows included (their outputs are thrown away), so the mask given to
-    the model is the prompt's followed by ones, not part 5's mask, which also hides the pads of
-    finished rows: the real rows then see exactly the numbers Hugging Face's loop computes. With
-    no padding the model gets no mask at all, as in Hugging Face's loop.
+    ``prompt_mask`` is the prompts' attention mask. Hugging Face attends from every new token to every
+    real token, finished rows included (their outputs are thrown away), so the mask the model is given
+    is the prompt's followed by ones, not part 5's mask, which also hides the pads of finished rows: the
+    real rows then see exactly the numbers Hugging Face's loop computes. With no padding the model gets
+    no mask at all, as in Hugging Face's loop.
     """
 
-    def __init__(self, hf_model, prompt_mask: Int[Tensor, "batch pos"], n_ctx: int):
-        super().__init__()
-        self.hf = hf_model
-        config = hf_model.config.get_text_config(decoder=True)
-        self.cfg = SimpleNamespace(d_vocab=config.vocab_size, n_ctx=n_ctx)
+    def __init__(self, cache, prompt_mask: Int[Tensor, "batch pos"]):
+        self.cache = cache
         self.prompt_mask = None if bool((prompt_mask == 1).all()) else prompt_mask
-        takes = inspect.signature(hf_model.forward).parameters
-        self.keep_one, self.takes_positions = "logits_to_keep" in takes, "position_ids" in takes
+        self.seq_len, self.new_pos = 0, 0
+        self.hf_attention_mask: Int[Tensor, "batch pos"] | None = None  # what the model is given with the step
 
-    def forward(
-        self, tokens: Int[Tensor, "batch seq"], handle: CacheHandle, attention_mask: Int[Tensor, "batch seq"] | None = None
-    ) -> tuple[Float[Tensor, "batch 1 d_vocab"], CacheHandle]:
-        new = tokens[:, handle.seq_len :]
-        extra = {"logits_to_keep": 1} if self.keep_one else {}
-        if hasattr(handle.cache, "make_room"):
+    def prepare(self, tokens: Int[Tensor, "batch seq"], attention_mask=None) -> HFStep:
+        new = tokens[:, self.seq_len :]
+        self.new_pos = new.shape[1]
+        if hasattr(self.cache, "make_room"):
             # A sink cache: evict before the model reads the cache's length, so that (with no
             # position_ids) the new tokens get the slots after the kept ones, as in part 9.
-            handle.cache.make_room(new.shape[1])
-            mask = positions = None
-        else:
-            mask = self.hf_mask(tokens.shape[1])
-            full = mask if mask is not None else torch.ones_like(tokens)
-            positions = (full.cumsum(-1) - 1).masked_fill(full == 0, 0)[:, handle.seq_len :]
-        if self.takes_positions:
-            extra["position_ids"] = positions
-        out = self.hf(input_ids=new, attention_mask=mask, past_key_values=handle.cache, use_cache=True,
-                      return_dict=True, **extra)
-        handle.seq_len = tokens.shape[1]
-        # The chain runs in float32 whatever the model's dtype, as in Hugging Face's loop.
-        return out.logits[:, -1:].float(), handle
+            self.cache.make_room(self.new_pos)
+            self.hf_attention_mask = None
+            return HFStep(new, None)
+        self.hf_attention_mask = self.hf_mask(tokens.shape[1])
+        full = self.hf_attention_mask if self.hf_attention_mask is not None else torch.ones_like(tokens)
+        return HFStep(new, (full.cumsum(-1) - 1).masked_fill(full == 0, 0)[:, self.seq_len :])
+
+    def commit(self) -> "CacheHandle":
+        self.seq_len += self.new_pos
+        self.new_pos = 0
+        return self
 
     def hf_mask(self, length: int) -> Int[Tensor, "batch seq"] | None:
         if self.prompt_mask is None:
             return None
         ones = self.prompt_mask.new_ones(self.prompt_mask.shape[0], length - self.prompt_mask.shape[1])
         return torch.cat([self.prompt_mask, ones], dim=1)
+
+
+class HFCausalLM(torch.nn.Module):
+    """A Hugging Face causal LM called as the course's models are, ``model(tokens, cache, attention_mask=...) ->
+    (logits, cache)``, for part 5's ``generate``: the cache's step gives the new tokens and their positions."""
+
+    def __init__(self, hf_model, n_ctx: int):
+        super().__init__()
+        self.hf = hf_model
+        config = hf_model.config.get_text_config(decoder=True)
+        self.cfg = SimpleNamespace(d_vocab=config.vocab_size, n_ctx=n_ctx)
+        takes = inspect.signature(hf_model.forward).parameters
+        self.keep_one, self.takes_positions = "logits_to_keep" in takes, "position_ids" in takes
+
+    def forward(
+        self, tokens: Int[Tensor, "batch seq"], handle: CacheHandle, attention_mask: Int[Tensor, "batch seq"] | None = None
+    ) -> tuple[Float[Tensor, "batch 1 d_vocab"], CacheHandle]:
+        step = handle.prepare(tokens, attention_mask)
+        extra = {"logits_to_keep": 1} if self.keep_one else {}
+        if self.takes_positions:
+            extra["position_ids"] = step.positions
+        out = self.hf(input_ids=step.new_tokens, attention_mask=handle.hf_attention_mask, past_key_values=handle.cache,
+                      use_cache=True, return_dict=True, **extra)
+        # The chain runs in float32 whatever the model's dtype, as in Hugging Face's loop.
+        return out.logits[:, -1:].float(), handle.commit()
 
 
 class PromptRows:
@@ -218,7 +239,7 @@ def course_decoding(
     # A sink cache has no length limit (that is its point); otherwise the model's positions do.
     config = model.config.get_text_config(decoder=True)
     n_ctx = sys.maxsize if sink else getattr(config, "max_position_embeddings", sys.maxsize)
-    front = HFCausalLM(model, attention_mask, n_ctx)
+    front = HFCausalLM(model, n_ctx)
     # The maximum length is the loop's own count; every other criterion (more end-of-text ids,
     # stop strings, a time limit, your own) stops the rows it names.
     criteria = [c for c in (stopping_criteria or []) if not isinstance(c, MaxLengthCriteria)]
@@ -226,7 +247,7 @@ def course_decoding(
     wants_dict = bool(generation_config.return_dict_in_generate) or logprobs is not None
     out = generate(front, prompts, prompts.prompts, max_new_tokens, settings=settings, logprobs=logprobs,
                    eos_token_id=eos, stopping_criteria=criteria, stop_strings=stop_strings, seed=seed,
-                   return_dict_in_generate=wants_dict, kv_cache=CacheHandle(cache), constraint=constraint)
+                   return_dict_in_generate=wants_dict, kv_cache=CacheHandle(cache, attention_mask), constraint=constraint)
     sequences = out.sequences if wants_dict else out
     # Part 5 re-pads the prompts with its own pad id; the prompts come back as they were given.
     sequences = torch.cat([input_ids, sequences[:, input_ids.shape[1] :]], dim=1)

@@ -46,3 +46,51 @@ def test_leaving_out_the_recomputed_window_changes_no_other_method(setup):
     assert both.common_positions(8, 16).sum() < 2 * 8
     # Where the window covers the prefix, the recomputed window is full attention.
     torch.testing.assert_close(sliding[:, :7], both.methods[FULL].nll[:, :7])
+
+
+def test_a_window_at_text_positions_is_the_re_rotated_window_and_sinks_are_not(setup):
+    """Rotary scores depend on distances only: a window (no sinks) whose keys stay at their text positions, with
+    each query at its own, gives the re-rotated window's NLL at every position. Sinks at their text positions
+    sit ever farther from the query, so past the window they give other numbers than re-rotated sinks."""
+    model, llama, rope_sink, texts = setup
+    results = long_text_llama.run_llama_experiment(model, llama, rope_sink, texts, window=8, num_sink_tokens=2,
+                                                   stride=4, recompute_window=False, ablations=True)
+    methods = results.methods
+    torch.testing.assert_close(methods[long_text_llama.WINDOW_TEXT].nll, methods[long_text_llama.WINDOW_CACHE].nll)
+    sinks_text, sinks = methods[long_text_llama.SINK_TEXT].nll, methods[long_text_llama.SINK_CACHE].nll
+    torch.testing.assert_close(sinks_text[:, :7], sinks[:, :7])  # the window still holds the whole prefix
+    assert (sinks_text[:, 8:] - sinks[:, 8:]).abs().max() > 1e-3
+    plain = long_text_llama.run_llama_experiment(model, llama, rope_sink, texts, window=8, num_sink_tokens=2,
+                                                 stride=4, recompute_window=False)
+    assert long_text_llama.WINDOW_TEXT not in plain.methods and long_text_llama.SINK_TEXT not in plain.methods
+
+
+def test_the_text_position_cache_numbers_each_query_by_its_place_in_the_text():
+    from solutions.kv_cache import CacheStep
+
+    cache = long_text_llama.TextPositionCache(n_layers=2, n_sink=1, window=2, step=CacheStep)
+    text = torch.arange(5)[None]
+    for t in range(5):
+        step = cache.prepare(text[:, : t + 1])
+        assert step.new_tokens.tolist() == [[t]] and step.positions.tolist() == [[t]]  # its place in the text
+        assert cache.seq_len == min(t, 2)  # room made: the sink and one recent token stay
+        for layer in range(2):
+            k = torch.full((1, 1, 1, 2), float(t))
+            keys, _ = cache.update(layer, k, k)
+        assert cache.commit() is cache
+    assert keys[0, :, 0, 0].tolist() == [0.0, 3.0, 4.0] and cache.seq_len == 3
+
+
+def test_the_paired_difference_and_its_interval_over_texts():
+    """The difference is the table's (mean of a minus mean of b); its bootstrap interval over the texts lies
+    between the smallest and the largest per-text difference; a method against itself gives exactly 0."""
+    from sampling_course.apps.long_text_results import LongTextResults, MethodResult
+
+    a = torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
+    b = a - torch.tensor([[0.1], [0.2], [0.6]])
+    results = LongTextResults("m", n_ctx=3, window=3, num_sink_tokens=0, stride=1, tokens=torch.zeros(3, 4, dtype=torch.long))
+    results.methods = {"a": MethodResult("a", a, 1.0, 0, ""), "b": MethodResult("b", b, 1.0, 0, "")}
+    difference, low, high = long_text_llama.paired_difference(results, "a", "b", 0, 3)
+    assert math.isclose(difference, results.mean_nll("a", 0, 3) - results.mean_nll("b", 0, 3), rel_tol=1e-6)
+    assert math.isclose(difference, 0.3, rel_tol=1e-6) and 0.1 - 1e-6 <= low < difference < high <= 0.6 + 1e-6
+    assert long_text_llama.paired_difference(results, "a", "a", 0, 3) == (0.0, 0.0, 0.0)

@@ -44,15 +44,13 @@ def prompt(cfg: LlamaConfig, batch: int = 2) -> torch.Tensor:
 def course_greedy(cfg, ours, tokens: torch.Tensor, n_sink: int = N_SINK) -> tuple[torch.Tensor, torch.Tensor]:
     """The course's own sink cache, greedy: the sequences and each new token's raw log-probability."""
     cache = SOLUTIONS.rope_sink.RotatingSinkCache(cfg, n_sink=n_sink, window=WINDOW)
-    cache.make_room(tokens.shape[1])
-    logits = ours(tokens, cache)[:, -1]
+    logits = ours(tokens, cache)[0][:, -1]  # the cache makes room itself (its prepare)
     chosen = []
     for _ in range(NEW):
         token = logits.argmax(-1, keepdim=True)
         chosen.append(logits.log_softmax(-1).gather(-1, token)[:, 0])
         tokens = torch.cat([tokens, token], dim=1)
-        cache.make_room(1)
-        logits = ours(token, cache)[:, -1]
+        logits = ours(tokens, cache)[0][:, -1]  # the whole text so far: the cache runs the new token
     return tokens, torch.stack(chosen, dim=1)
 
 

@@ -12,6 +12,8 @@ sub-layer's input and output through forward hooks, its rotary embedding, its gr
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -193,6 +195,23 @@ def test_rotary_matches_hugging_face(arch, oracle, offset):
 
 
 @pytest.mark.exercise("Rotary")
+def test_rotary_gives_back_the_dtype_it_was_given(arch, oracle):
+    """bfloat16 heads come back in bfloat16, rotated as Hugging Face rotates them (which casts cos and sin to
+    the heads' dtype): a bfloat16 model's attention must not receive float32 queries and keys."""
+    cfg = arch["cfg"]
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 5, cfg.n_heads, cfg.d_head, generator=g).bfloat16()
+    k = torch.randn(2, 5, cfg.n_key_value_heads, cfg.d_head, generator=g).bfloat16()
+    expected_q, _ = oracle(hf_rotary, cfg.to_dict(), arch["weights"], q, k, 7)
+    rotated = arch["model"].blocks[0].attn.rotary(q.to(arch["device"]), 7)
+    assert rotated.dtype == torch.bfloat16, (
+        f"Rotary turned bfloat16 heads into {rotated.dtype}: cos and sin are float32, so give the result back in "
+        "x's dtype (.to(x.dtype)); a bfloat16 model's attention would otherwise mix float32 keys with bfloat16 weights")
+    # A few bfloat16 roundings apart: Hugging Face rotates in bfloat16, a float32 rotation cast back is as right.
+    torch.testing.assert_close(rotated.float(), expected_q.float().to(rotated.device), rtol=0.05, atol=0.05)
+
+
+@pytest.mark.exercise("Rotary")
 def test_rotary_scores_depend_on_distance_only(arch):
     """A rotated query and key give the same score at positions (m, n) as at (m + 9, n + 9)."""
     cfg, dev = arch["cfg"], arch["device"]
@@ -249,16 +268,38 @@ def test_logits_match_hugging_face(arch):
     assert_close(logits, arch["run"]["logits"], f"{arch['name']} logits")
 
 
+def one_block_steps_right(model, tokens: torch.Tensor, position: int) -> bool:
+    """Whether the model cut to its first block gives, through a cache, the step at ``position`` that its own
+    uncached pass gives: a model right in one block and wrong in several numbers its layers differently."""
+    one = copy.deepcopy(model)
+    one.blocks = one.blocks[:1]
+    cache = one.new_cache()
+    one(tokens[:, :position], cache)
+    step, _ = one(tokens[:, : position + 1], cache)
+    return torch.allclose(step, one(tokens[:, : position + 1])[:, -1:], **TOL)
+
+
 @pytest.mark.exercise("LlamaTransformer")
 def test_cached_steps_match_the_full_forward(arch):
-    """A prefill of 5 tokens and then one token per step through a cache: the logits of every step
-    are Hugging Face's logits of that position in the full sequence."""
+    """A prefill of 5 tokens and then one token per step through a cache (the model given the whole sequence so
+    far, as with every cache of the course): the logits of every step are Hugging Face's logits of that position
+    in the full sequence."""
     model, tokens, expected = arch["model"], arch["tokens"].to(arch["device"]), arch["run"]["logits"]
     cache = model.new_cache()
     with torch.no_grad():
-        assert_close(model(tokens[:, :5], cache), expected[:, :5], "prefill logits")
+        prefill, cache = model(tokens[:, :5], cache)
+        assert_close(prefill, expected[:, :5], "prefill logits")
         for position in range(5, tokens.shape[1]):
-            step = model(tokens[:, position : position + 1], cache)
+            step, cache = model(tokens[:, : position + 1], cache)  # the whole sequence so far; the cache runs the new one
+            wanted = expected[:, position : position + 1].to(step.device)
+            if not torch.allclose(step, wanted, **TOL) and torch.allclose(model(tokens[:, : position + 1])[:, -1:], wanted, **TOL) \
+                    and one_block_steps_right(model, tokens, position):
+                raise AssertionError(
+                    f"the cached step at position {position} differs from Hugging Face's, though the uncached pass is "
+                    "right and the same model cut to its first block steps right: the later blocks see the new token "
+                    "differently. Most often they number it differently: cache.seq_len grows as each layer adds its "
+                    "keys, so take the positions from the cache's step (cache.prepare) once, before the loop over the "
+                    "blocks, and give every block the same ones")
             assert_close(step, expected[:, position : position + 1], f"cached step at position {position}")
 
 

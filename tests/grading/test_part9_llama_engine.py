@@ -1,4 +1,5 @@
-"""Part 9: the Llama-style model decoded by the course's engine (``sampling_course.llama_engine.LlamaForEngine``).
+"""Part 9: the Llama-style model decoded by the course's engine (``sampling_course.llama_engine.LlamaForEngine``,
+the model with the engine's ``cfg``; the model's own forward pass meets the engine's caches).
 
 The model under test is the implementation's ``LlamaTransformer`` holding story-llama's weights;
 the engine is the solutions' (part 5's ``generate``, part 3's ``Beams``, the caches of parts 4
@@ -23,7 +24,7 @@ from sampling_course.weights import load_weights
 pytestmark = pytest.mark.usefixtures("cpu_session")
 TOL = parity("cpu")
 SOLUTIONS = Impl("solutions")
-# Two prompts of one length (9 tokens): the model has no attention mask, so a batch takes no padding.
+# Two prompts of one length (9 tokens); the padded test has its own.
 PROMPTS = ["One day, Max and Sunny went to the", "One day, Nora and Coco went to the"]
 BEAM_SETTINGS = [(lp, es) for lp in (0.0, 1.0, 2.0, -1.0) for es in (True, False, "never")]
 FAST_SETTINGS = [(1.0, False), (2.0, "never")]
@@ -151,12 +152,45 @@ def test_part3_beams_on_story_llama_sum_hugging_faces_log_probabilities(story_ll
         assert torch.equal(beams.tokens, uncached.tokens)
 
 
-def test_padding_and_other_models_are_refused(story_llama):
-    """Prompts of different lengths would be left-padded, which a model without a mask would read as tokens."""
-    _, tokenizer, engine = story_llama
-    with pytest.raises(ValueError, match="one length"):
-        SOLUTIONS.generate.generate(engine, tokenizer, ["Once", "One day, Max and Sunny went to the"], 3, temperature=0.0)
+def test_engine_greedy_on_left_padded_prompts_is_hugging_faces(story_llama):
+    """Prompts of different lengths, left-padded by part 5: each row's positions count its own real tokens and no
+    query sees a pad (the cache's step: part 4's cache with the attention mask), so greedy decoding gives Hugging
+    Face's tokens, from its generate on the same left-padded batch and attention mask."""
+    hf_model, tokenizer, engine = story_llama
+    prompts = ["Once", "One day, Max and Sunny went to the"]
+    got = SOLUTIONS.generate.generate(engine, tokenizer, prompts, 12, temperature=0.0)
+    rows = [tokenizer.encode(p) for p in prompts]
+    width, eos = max(map(len, rows)), tokenizer.eos_token_id
+    ids = torch.tensor([[eos] * (width - len(row)) + row for row in rows])
+    mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows])
+    expected = hf_model.generate(ids, attention_mask=mask, max_new_tokens=12, do_sample=False, eos_token_id=eos,
+                                 pad_token_id=eos)
+    assert got.shape == expected.shape and torch.equal(got[:, width:], expected[:, width:])
+
+
+def test_other_models_and_caches_are_refused(story_llama):
+    _, _, engine = story_llama
     with pytest.raises(TypeError, match="LlamaTransformer"):
         LlamaForEngine(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="KeyValueCache"):
         engine(torch.zeros(1, 3, dtype=torch.long), object())
+
+
+def test_one_cache_protocol_for_both_families(impl):
+    """The caches meet both models through the same three calls: part 9's LlamaCache runs GPT-2's DemoTransformer
+    (the solutions'), one token at a time, and gives the logits of GPT-2's own pass over the whole sequence."""
+    from sampling_course.config import Config
+
+    cfg = Config(d_model=32, d_vocab=50, n_ctx=16, d_head=8, d_mlp=64, n_heads=4, n_layers=2)
+    torch.manual_seed(0)
+    gpt2 = SOLUTIONS.transformer.DemoTransformer(cfg).eval()
+    for parameter in gpt2.parameters():  # biases and LayerNorm away from their 0 and 1
+        parameter.data.add_(0.1 * torch.randn_like(parameter))
+    tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=torch.Generator().manual_seed(1))
+    cache = impl.llama.LlamaCache(cfg.n_layers)
+    with torch.no_grad():
+        full = gpt2(tokens)
+        steps = [gpt2(tokens[:, :3], cache)[0]]
+        steps += [gpt2(tokens[:, : t + 1], cache)[0] for t in range(3, 7)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
+    assert cache.seq_len == 7

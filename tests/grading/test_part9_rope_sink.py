@@ -79,13 +79,29 @@ def setup(request, impl, device):
     return cfg, weights, model, tokens
 
 
-# Graded as make_room's (the exercise after rerotate): the cache needs both, and a wrong rerotate fails here too.
+def assert_rerotate_is_right(impl) -> None:
+    """make_room turns the kept keys with the learner's own ``rerotate``: when that is wrong, say so, so that
+    make_room's failure is not read as make_room's mistake."""
+    cfg = CONFIGS["qwen3"]
+    rotary = impl.llama.Rotary(cfg)
+    keys = torch.randn(1, 3, cfg.n_key_value_heads, cfg.d_head, generator=torch.Generator().manual_seed(10))
+    for p, s in [(9, 2), (5, 5)]:
+        turned = impl.rope_sink.rerotate(rotary, rotary(keys, p), s)
+        if not (isinstance(turned, torch.Tensor) and turned.shape == keys.shape
+                and torch.allclose(turned, rotary(keys, p - s), **TOL)):
+            raise AssertionError(
+                f"make_room re-rotates the kept keys with your rerotate, and rerotate is wrong: a key rotated at {p} and "
+                f"re-rotated by {s} is not the key rotated at {p - s}. Fix rerotate first: check('rerotate')")
+
+
+# Graded as make_room's (the exercise after rerotate): the cache needs both; a wrong rerotate is named as the cause.
 @pytest.mark.exercise("RotatingSinkCache.make_room")
 @pytest.mark.parametrize("n_sink", [N_SINK, 0])
 @pytest.mark.parametrize("prefill", [1, 4])
 def test_sink_cache_matches_brute_force(setup, impl, oracle, device, n_sink, prefill):
     """Every step's logits, past the capacity, equal the brute force's (with sinks, and as a plain window)."""
     cfg, weights, model, tokens = setup
+    assert_rerotate_is_right(impl)
     expected = oracle(brute_force_stream, cfg.to_dict(), weights, tokens, n_sink, WINDOW)
     cache = impl.rope_sink.RotatingSinkCache(cfg, n_sink=n_sink, window=WINDOW)
     actual = impl.rope_sink.stream_logits(model, tokens.to(device), cache, prefill=prefill)

@@ -21,33 +21,37 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
     exercise(
         "Rotary", 9, "llama", "Rotary",
-        "Rotate every head of x by its position's angles: positions offset, offset + 1, ... of the sequence.",
-        "self.cos_sin(positions) gives cos and sin of each position's angles, (pos, d_head), each "
-        "angle written twice. Insert a heads dimension so they broadcast over (batch, pos, heads, d_head).",
+        "Rotate every head of x by its position's angles: positions offset, offset + 1, ... of the sequence, "
+        "or, when offset is a tensor (batch_or_1, pos), the positions it holds (a cache's step gives them).",
+        "self.cos_sin(positions) gives cos and sin of each position's angles, (..., pos, d_head), each "
+        "angle written twice. Insert a heads dimension before the last so they broadcast over (batch, pos, heads, d_head).",
         "Hugging Face pairs dimension i with i + d_head/2 ('rotate half'): split x into halves "
         "(x1, x2); the rotated vector is x * cos + (-x2, x1) * sin. (x2, -x1) turns the wrong way, and "
-        "positions must start at offset, not 0, when a cache holds earlier tokens.",
-        "positions = torch.arange(offset, offset + x.shape[1], device=x.device)\n"
+        "positions must start at offset, not 0, when a cache holds earlier tokens. cos and sin are "
+        "float32: give the result back in x's dtype (a bfloat16 model reads bfloat16 keys).",
+        "positions = offset if isinstance(offset, Tensor) else torch.arange(offset, offset + x.shape[1], device=x.device)\n"
         "cos, sin = self.cos_sin(positions)\n"
         "first, second = x.chunk(2, dim=-1)\n"
-        "return x * cos[:, None] + torch.cat((-second, first), dim=-1) * sin[:, None]",
+        "return (x * cos[..., None, :] + torch.cat((-second, first), dim=-1) * sin[..., None, :]).to(x.dtype)",
     ),
     exercise(
         "GroupedQueryAttention", 9, "llama", "GroupedQueryAttention",
         "Causal attention with n_heads query heads sharing n_key_value_heads key/value heads, RoPE "
-        "on queries and keys, and a cache that appends this step's keys and values.",
+        "on queries and keys, a cache that stores this step's keys and values and returns all of them, and "
+        "the family's one mask (apply_causal_mask), which also hides the keys the cache's step mask hides.",
         "Project with W_Q, W_K, W_V (per head, as in part 1, no biases); with cfg.qk_norm apply "
         "q_norm/k_norm to each head first; rotate q and k (never v) with self.rotary at `offset`; "
         "then cache.update(self.layer, k, v) returns every key and value so far.",
         "Query head i reads key/value head i // group (group = n_heads // n_key_value_heads): use "
         "repeat_interleave(group, dim=2), not repeat, which would give head i the KV head i % n_kv. "
-        "Scale by sqrt(d_head); the causal mask's diagonal shifts by the cached length, "
-        "triu(key_pos - query_pos + 1).",
+        "Scale by sqrt(d_head); in apply_causal_mask the diagonal shifts by the cached length, "
+        "triu(key_pos - query_pos + 1), and a step's mask hides where it is False: hidden | ~mask.",
         "q, k, v = (torch.einsum('bsd,ndh->bsnh', x, W) for W in (self.W_Q, self.W_K, self.W_V))\n"
         "q, k = self.rotary(q, offset), self.rotary(k, offset)\n"
         "if cache is not None: k, v = cache.update(self.layer, k, v)\n"
         "k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)\n"
-        "scores = torch.einsum('bqnh,bknh->bnqk', q, k) / math.sqrt(d_head)   # mask, softmax, @ v, W_O",
+        "scores = torch.einsum('bqnh,bknh->bnqk', q, k) / math.sqrt(d_head)\n"
+        "pattern = self.apply_causal_mask(scores, mask).softmax(dim=-1)   # then @ v, W_O",
     ),
     exercise(
         "SwiGLU", 9, "llama", "SwiGLU",
@@ -59,16 +63,20 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
     exercise(
         "LlamaTransformer", 9, "llama", "LlamaTransformer",
-        "Chain it all: token embedding, every block with the cache's position offset, the final RMSNorm, unembed.",
+        "Chain it all: the cache's step (which tokens are new, at which positions, which keys each may see), "
+        "token embedding, every block with those positions, the cache and the mask, the final RMSNorm, unembed.",
         "No positional embedding is added to the stream: positions enter through the rotation "
-        "in every attention layer, which needs to know where the new tokens start.",
-        "The offset is the number of positions already cached (cache.seq_len, read before any "
-        "layer appends to it; 0 without a cache). Apply self.ln_final before W_U.",
-        "offset = 0 if cache is None else cache.seq_len\n"
-        "residual = self.W_E[tokens]\n"
+        "in every attention layer. Without a cache every token is new, at positions 0, 1, ...; with one, "
+        "step_cache.prepare(tokens, attention_mask) gives a CacheStep (new_tokens, positions, mask, key_positions).",
+        "Ask the cache once, before the loop: each layer adds its keys to it, so its length changes "
+        "between the blocks. Apply self.ln_final before W_U.",
+        "new_tokens, positions, mask = tokens, 0, None\n"
+        "if step_cache is not None:\n"
+        "    new_tokens, positions, mask, _ = step_cache.prepare(tokens, attention_mask)\n"
+        "residual = self.W_E[new_tokens]\n"
         "for block in self.blocks:\n"
-        "    residual = block(residual, offset, cache)\n"
-        "return self.ln_final(residual) @ self.W_U",
+        "    residual = block(residual, positions, step_cache, mask)\n"
+        "logits = self.ln_final(residual) @ self.W_U",
     ),
     exercise(
         "rerotate", 9, "rope_sink", "rerotate",
@@ -104,7 +112,7 @@ _QK_ROTATION = (
     "        q, k = self.rotary(q, offset), self.rotary(k, offset)\n"
 )
 _REPEAT = "        k, v = k.repeat_interleave(group, dim=2), v.repeat_interleave(group, dim=2)\n"
-_OFFSET = "        offset = 0 if cache is None else cache.seq_len\n"
+_OFFSET = "            new_tokens, positions, mask, _ = step_cache.prepare(tokens, attention_mask)\n"
 
 MISTAKES: list[Mistake] = [
     Mistake(9, "RMSNorm with the mean subtracted", "llama.py", _NORMALIZED,
@@ -122,7 +130,11 @@ MISTAKES: list[Mistake] = [
                 "(by minus its angle)"),
     Mistake(9, "RoPE ignores the offset", "llama.py", "torch.arange(offset, offset + x.shape[1], device=x.device)",
             "torch.arange(x.shape[1], device=x.device)",
-            why="positions always start at 0, so tokens after a cache are rotated as if they began the text"),
+            why="positions always start at 0, so tokens after a cached offset are rotated as if they began the text"),
+    Mistake(9, "Rotary returning float32", "llama.py", "        return (x32 * cos + rotated_half * sin).to(x.dtype)\n",
+            "        return x32 * cos + rotated_half * sin\n",
+            why="the rotated heads come back in float32 (cos and sin's dtype) whatever x's dtype, so a bfloat16 "
+                "model's attention receives float32 queries and keys"),
     Mistake(9, "RoPE on values", "llama.py", "        q, k = self.rotary(q, offset), self.rotary(k, offset)\n",
             "        q, k, v = self.rotary(q, offset), self.rotary(k, offset), self.rotary(v, offset)\n",
             why="the values are rotated too; rotary embeddings apply to queries and keys only"),
@@ -145,9 +157,16 @@ MISTAKES: list[Mistake] = [
             why="SiLU is applied to the up projection W_in instead of the gate projection W_gate"),
     Mistake(9, "SwiGLU with GELU", "llama.py", "(F.silu(x @ self.W_gate)", "(F.gelu(x @ self.W_gate)",
             why="GELU instead of SiLU on the gate"),
-    Mistake(9, "position offset 0 on a cached step", "llama.py", _OFFSET, "        offset = 0\n",
-            why="the cached tokens' positions are ignored: every step's tokens are rotated as if at position 0"),
-    Mistake(9, "final RMSNorm skipped", "llama.py", "return self.ln_final(residual) @ self.W_U", "return residual @ self.W_U",
+    Mistake(9, "position offset 0 on a cached step", "llama.py", _OFFSET,
+            "            new_tokens, _, mask, _ = step_cache.prepare(tokens, attention_mask)\n",
+            why="the step's positions are ignored: every step's new tokens are rotated as if they began the text"),
+    Mistake(9, "cache length read inside the block loop", "llama.py",
+            "            residual = block(residual, positions, step_cache, mask)\n",
+            "            residual = block(residual, positions if step_cache is None else step_cache.seq_len, step_cache, mask)\n",
+            why="the positions are read from cache.seq_len inside the loop over the blocks; the first block has "
+                "already added this step's keys, so every later block rotates the new tokens as if they "
+                "came after themselves"),
+    Mistake(9, "final RMSNorm skipped", "llama.py", "logits = self.ln_final(residual) @ self.W_U", "logits = residual @ self.W_U",
             why="the final RMSNorm (ln_final) is never applied before unembedding"),
     Mistake(9, "re-rotating the wrong way", "rope_sink.py", "torch.tensor([-shift], device=keys.device)",
             "torch.tensor([shift], device=keys.device)",
@@ -177,19 +196,19 @@ _ROTATE = (
 _ATTENTION_TAIL = (
     _REPEAT
     + "        scores = torch.einsum(\"bqnh,bknh->bnqk\", q, k) / math.sqrt(self.cfg.d_head)\n"
-    "        query_pos, key_pos = scores.shape[-2:]\n"
-    "        future = torch.ones(query_pos, key_pos, dtype=torch.bool, device=x.device).triu(key_pos - query_pos + 1)\n"
-    "        pattern = scores.masked_fill(future, torch.finfo(scores.dtype).min).softmax(dim=-1)\n"
+    "        pattern = self.apply_causal_mask(scores, mask).softmax(dim=-1)\n"
     "        z = torch.einsum(\"bnqk,bknh->bqnh\", pattern, v)\n"
     "        return torch.einsum(\"bqnh,nhd->bqd\", z, self.W_O)\n"
 )
 _SWIGLU = "        return (F.silu(x @ self.W_gate) * (x @ self.W_in)) @ self.W_out\n"
 _MODEL = (
-    _OFFSET
-    + "        residual = self.W_E[tokens]\n"
+    "        new_tokens, positions, mask = tokens, 0, None\n"
+    "        if step_cache is not None:\n"
+    + _OFFSET
+    + "        residual = self.W_E[new_tokens]\n"
     "        for block in self.blocks:\n"
-    "            residual = block(residual, offset, cache)\n"
-    "        return self.ln_final(residual) @ self.W_U\n"
+    "            residual = block(residual, positions, step_cache, mask)\n"
+    "        logits = self.ln_final(residual) @ self.W_U\n"
 )
 
 _REROTATE = (
@@ -226,7 +245,7 @@ VARIANTS: list[Variant] = [
     Variant(9, "Rotary", "explicit pair formulas on the half-size angles", "llama.py", _ROTATE,
             "        half = x.shape[-1] // 2\n"
             "        x1, x2 = x[..., :half], x[..., half:]\n"
-            "        c, s = cos[..., :half], sin[..., :half]\n"
+            "        c, s = cos[..., :half].to(x.dtype), sin[..., :half].to(x.dtype)  # as Hugging Face does\n"
             "        return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)\n"),
     Variant(9, "Rotary", "complex multiplication (first half real, second half imaginary)", "llama.py", _ROTATE,
             "        half = x.shape[-1] // 2\n"
@@ -243,6 +262,7 @@ VARIANTS: list[Variant] = [
             "llama.py", _ATTENTION_TAIL,
             "        query_pos, key_pos = q.shape[1], k.shape[1]\n"
             "        visible = torch.ones(query_pos, key_pos, dtype=torch.bool, device=x.device).tril(key_pos - query_pos)\n"
+            "        visible = visible if mask is None else visible & mask\n"
             "        z = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),\n"
             "                                           attn_mask=visible, enable_gqa=True)\n"
             "        return torch.einsum(\"bnqh,nhd->bqd\", z, self.W_O)\n"),
@@ -254,6 +274,8 @@ VARIANTS: list[Variant] = [
             "        scores = torch.einsum(\"bqkgh,bskh->bkgqs\", qg, k) / h**0.5\n"
             "        s_len = k.shape[1]\n"
             "        future = torch.arange(s_len, device=x.device)[None, :] > torch.arange(s_len - q_len, s_len, device=x.device)[:, None]\n"
+            "        if mask is not None:\n"
+            "            future = future | ~mask[:, :, None]  # (batch_or_1, 1, 1, q, s) against (b, kv, g, q, s)\n"
             "        pattern = scores.masked_fill(future, float(\"-inf\")).softmax(dim=-1)\n"
             "        z = torch.einsum(\"bkgqs,bskh->bqkgh\", pattern, v).reshape(b, q_len, kv * group, h)\n"
             "        return torch.einsum(\"bqnh,nhd->bqd\", z, self.W_O)\n"),
@@ -266,18 +288,26 @@ VARIANTS: list[Variant] = [
             "        up = torch.einsum(\"bsd,dm->bsm\", x, self.W_in)\n"
             "        return torch.einsum(\"bsm,md->bsd\", gate * torch.sigmoid(gate) * up, self.W_out)\n"),
     # LlamaTransformer
-    Variant(9, "LlamaTransformer", "F.embedding, an indexed loop and the cache's keys' length", "llama.py", _MODEL,
-            "        offset = cache.seq_len if cache is not None else 0\n"
-            "        x = F.embedding(tokens, self.W_E)\n"
+    Variant(9, "LlamaTransformer", "F.embedding, an indexed loop and the step's fields by name", "llama.py", _MODEL,
+            "        if step_cache is None:\n"
+            "            new, where, visible = tokens, 0, None\n"
+            "        else:\n"
+            "            step = step_cache.prepare(tokens, attention_mask)\n"
+            "            new, where, visible = step.new_tokens, step.positions, step.mask\n"
+            "        x = F.embedding(new, self.W_E)\n"
             "        for i in range(self.cfg.n_layers):\n"
-            "            x = self.blocks[i](x, offset=offset, cache=cache)\n"
-            "        return F.linear(self.ln_final(x), self.W_U.T)\n"),
-    Variant(9, "LlamaTransformer", "functools.reduce over the blocks", "llama.py", _MODEL,
+            "            x = self.blocks[i](x, offset=where, cache=step_cache, mask=visible)\n"
+            "        logits = F.linear(self.ln_final(x), self.W_U.T)\n"),
+    Variant(9, "LlamaTransformer", "functools.reduce over the blocks, positions made by hand without a cache",
+            "llama.py", _MODEL,
             "        import functools\n"
             "\n"
-            "        start = cache.seq_len if cache else 0\n"
-            "        residual = functools.reduce(lambda r, blk: blk(r, start, cache), self.blocks, self.W_E[tokens])\n"
-            "        return torch.einsum(\"bsd,dv->bsv\", self.ln_final(residual), self.W_U)\n"),
+            "        step = step_cache.prepare(tokens, attention_mask) if step_cache else None\n"
+            "        start = torch.arange(tokens.shape[1], device=tokens.device)[None] if step is None else step.positions\n"
+            "        new = tokens if step is None else step.new_tokens\n"
+            "        seen = None if step is None else step.mask\n"
+            "        residual = functools.reduce(lambda r, blk: blk(r, start, step_cache, seen), self.blocks, self.W_E[new])\n"
+            "        logits = torch.einsum(\"bsd,dv->bsv\", self.ln_final(residual), self.W_U)\n"),
     # rerotate
     Variant(9, "rerotate", "every position as its own batch entry through rotary(..., offset=-shift)", "rope_sink.py",
             _REROTATE,

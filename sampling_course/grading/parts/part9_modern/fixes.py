@@ -22,6 +22,9 @@ FIXES: dict[str, str] = {
     "SwiGLU gating the wrong projection": "apply SiLU to the gate: F.silu(x @ W_gate) * (x @ W_in)",
     "SwiGLU with GELU": "use F.silu on the gate projection",
     "position offset 0 on a cached step": "start at the cache's length: offset = 0 if cache is None else cache.seq_len",
+    "cache length read inside the block loop":
+        "read offset = cache.seq_len once, before the loop, and give every block that same offset",
+    "Rotary returning float32": "cast the rotated result back: (x * cos + rotated_half * sin).to(x.dtype)",
     "final RMSNorm skipped": "apply ln_final before unembedding: ln_final(residual) @ W_U",
     "re-rotating the wrong way": "turn the kept keys back by the shift: rotate by -shift",
     "re-rotating each key by its own index": "turn every kept key by the same angle, the one for position -shift",

@@ -42,7 +42,8 @@ def _probe_rotary(impl: Impl) -> Any:
     cfg, g = _config(), generator(2)
     rotary = impl.llama.Rotary(cfg)
     x = randn(g, 2, 3, cfg.n_heads, cfg.d_head)
-    return [plain(rotary(x, 0)), plain(rotary(x, 5))]
+    half = rotary(x.bfloat16(), 5)  # what a bfloat16 model hands it
+    return [plain(rotary(x, 0)), plain(rotary(x, 5)), str(half.dtype)]
 
 
 def _cache(impl: Impl, cfg: LlamaConfig) -> Any:
@@ -74,8 +75,8 @@ def _probe_model(impl: Impl) -> Any:
     tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=generator(5))
     cache = model.new_cache() if hasattr(model, "new_cache") else _cache(impl, cfg)
     with torch.no_grad():
-        return [plain(model(tokens)), plain(model(tokens[:, :4], cache)), plain(model(tokens[:, 4:5], cache)),
-                plain(model(tokens[:, 5:], cache))]
+        return [plain(model(tokens)), plain(model(tokens[:, :4], cache)[0]), plain(model(tokens[:, :5], cache)[0]),
+                plain(model(tokens, cache)[0])]
 
 
 @probe("rerotate")
