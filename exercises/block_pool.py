@@ -1,6 +1,6 @@
 # GENERATED from solutions/block_pool.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: d3cbc5e67f5aa8192efb68541f30fef2b1954c7981fe55f796f1732bd113c857
+# stub-checksum: 5ebbfdf54a194e73b1655210118a2974bedbe6fe3de39cd5958465c5a7c285a7
 """Part 10: a KV cache in fixed-size blocks, addressed through block tables.
 
 Part 4's cache gives every sequence one contiguous stretch of memory, as long as the longest
@@ -115,9 +115,15 @@ class BlockTable:
         self.n_tokens = max(self.n_tokens, n_tokens)
 
     def release(self, pool: BlockPool) -> None:
-        """Give every block back (one holder each); the table is empty afterwards."""
-        for block in self.blocks:
-            pool.free(block)
+        """Give every block back (one holder each), the last block first; the table is empty afterwards.
+
+        The order matters with prefix caching: a freed block keeps its contents on the free list until
+        ``allocate`` hands it out again, oldest freed first, and a cached prefix is found from its first
+        block on. Freed last first, a request's first blocks are the last to be reused, so the prefix that
+        other requests share is evicted from its end, as vLLM and nano-vllm free, not from its head.
+        """
+        # Hint: walk the table backwards (reversed), freeing each block once.
+        raise NotImplementedError()
         self.blocks, self.n_tokens = [], 0
 
     def last_block_fill(self) -> int:

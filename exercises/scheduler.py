@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: dabbe4c1e0de7507a370c44f8cd47a62422fb4d16e20664826de07ee864eb1c5
+# stub-checksum: a2d3d5b153390b119c2dd5e0a89f3e16ae943a3f4ad860d9d8bfebed9c79bb2f
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -14,7 +14,9 @@ al., Orca, 2022), the shape vLLM and its small from-scratch descendants share:
   ones when the pool runs out; then, if nothing was preempted, it admits waiting requests
   while their prompts fit in the free blocks. What it returns is the step's work: the
   prompts to prefill and the requests to decode by one token;
-* a finished request is retired at once and its blocks go back to the pool, so a waiting
+* after the step's forward pass, ``postprocess`` does each request's bookkeeping in one place
+  (nano-vllm's shape: schedule, run, postprocess): the positions it computed, the token it drew,
+  and, when it finished, its retirement, its blocks going back to the pool at once, so a waiting
   request can take them at the next step.
 
 A server also bounds the work of one step. With ``max_step_tokens`` the scheduler gives each
@@ -111,6 +113,7 @@ class Step:
 
     ``chunks`` gives the positions a prefill runs this step when a token budget cut its prompt
     into chunks; a request not in it runs every position it has not computed (``n_new``).
+    ``n_new`` is read before ``postprocess`` counts the step's positions as computed.
     """
 
     prefill: list[Request]
@@ -200,13 +203,18 @@ class Scheduler:
             request.table.release(self.pool)
             request.n_computed = 0
 
-    def register_full_blocks(self, request: Request, n_positions: int | None = None) -> None:
+    def register_full_blocks(self, request: Request, n_positions: int) -> None:
         """With a ``PrefixCachingPool``: register every full block of ``request``'s first ``n_positions``
-        positions (None: its ``n_computed``, the positions its last step filled)."""
+        positions, the positions it holds once this step's forward pass has run.
+
+        This is the one place blocks are registered, when the step is planned, before the pass fills them
+        (vLLM caches a step's full blocks when it allocates them, nano-vllm when it appends a block): a
+        request admitted later in the same step finds them and reads them in that same pass, since every
+        layer writes the new keys and values of all the step's requests before any request reads its blocks.
+        """
         if not isinstance(self.pool, PrefixCachingPool):
             return
         size, hashes = self.pool.block_size, request.block_hashes
-        n_positions = request.n_computed if n_positions is None else n_positions
         n_full = min(n_positions // size, len(request.table.blocks))
         if n_full > len(hashes):
             parent = hashes[-1] if hashes else None
@@ -215,13 +223,15 @@ class Scheduler:
             self.pool.register(request.table.blocks[index], hashes[index])
 
     def take_chunk(self, request: Request, left: int | float, chunks: dict) -> None:
-        """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later."""
+        """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later.
+        The full blocks those positions fill are registered now (``register_full_blocks``)."""
         remaining = len(request.tokens) - request.n_computed
         chunks[request] = min(left, remaining)
         if chunks[request] < remaining:
             self.partial.add(request)
         else:
             self.partial.discard(request)
+        self.register_full_blocks(request, request.n_computed + chunks[request])
 
     def schedule(self) -> Step:
         """Room for every running request's next position (preempting from the back), then admissions;
@@ -243,6 +253,8 @@ class Scheduler:
         # Prompts a budget cut short go on being prefilled; the others run their one new token.
         unfinished = [request for request in decode if request in self.partial]
         decode = [request for request in decode if request not in self.partial]
+        for request in decode:
+            self.register_full_blocks(request, len(request.tokens))  # its one new position may fill a block
         left = math.inf if self.max_step_tokens is None else self.max_step_tokens
         left -= len(decode)  # never below 0: at most max_running decode, and the budget is at least that
         prefill, chunks = [], {}
@@ -259,16 +271,27 @@ class Scheduler:
             # Hint: admit the first waiting request only when all its tokens fit in the free blocks.
             raise NotImplementedError()
             if request.state == RUNNING:
-                self.take_chunk(request, left, chunks)
+                self.take_chunk(request, left, chunks)  # its positions this step; their full blocks registered
                 left -= chunks[request]
-                # The full blocks this step fills are findable at once, before its forward pass fills them: a
-                # request admitted later in this step reads them in that same pass, since every layer writes the
-                # new keys and values of all the step's requests before any request reads its blocks. Blocks a
-                # later chunk fills are registered after that chunk's step (the engine does it).
-                self.register_full_blocks(request, request.n_computed + chunks[request])
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted, chunks)
+
+    def postprocess(self, step: Step, tokens: list[int | None]) -> list[Request]:
+        """After the step's forward pass, each request's bookkeeping in one place; the requests that finished.
+
+        ``tokens[i]`` is the token drawn for ``step.requests[i]``, None for a chunk of a prompt that is not its
+        last (those logits are not its next token's). Each request counts the positions it ran as computed,
+        takes its token (which may finish it), and the finished ones are retired with their blocks freed.
+        """
+        if len(tokens) != len(step.requests):
+            raise ValueError(f"postprocess takes one token (or None) per request of the step: {len(step.requests)} "
+                             f"requests, {len(tokens)} tokens")
+        for request, token in zip(step.requests, tokens):
+            request.n_computed += step.n_new(request)
+            if token is not None:
+                request.append(token)
+        return self.retire()
 
     def retire(self) -> list[Request]:
         """Take finished requests out of the running queue and give their blocks back, now."""

@@ -125,9 +125,18 @@ class BlockTable:
         self.n_tokens = max(self.n_tokens, n_tokens)
 
     def release(self, pool: BlockPool) -> None:
-        """Give every block back (one holder each); the table is empty afterwards."""
-        for block in self.blocks:
+        """Give every block back (one holder each), the last block first; the table is empty afterwards.
+
+        The order matters with prefix caching: a freed block keeps its contents on the free list until
+        ``allocate`` hands it out again, oldest freed first, and a cached prefix is found from its first
+        block on. Freed last first, a request's first blocks are the last to be reused, so the prefix that
+        other requests share is evicted from its end, as vLLM and nano-vllm free, not from its head.
+        """
+        ### BEGIN SOLUTION
+        # Hint: walk the table backwards (reversed), freeing each block once.
+        for block in reversed(self.blocks):
             pool.free(block)
+        ### END SOLUTION
         self.blocks, self.n_tokens = [], 0
 
     def last_block_fill(self) -> int:

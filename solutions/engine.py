@@ -1,8 +1,11 @@
 """Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
 
-Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
-(``paged_forward``), draws one token per request with that request's own settings and
-generator, and retires the requests that finished. The forward pass packs the new tokens of
+Every step, ``Engine.step`` does three things in order, as nano-vllm's engine loop does:
+*schedule* (the scheduler plans the step's work), *run* (``run_step``: one forward pass,
+``paged_forward``, and one token per request drawn with that request's own settings and
+generator) and *postprocess* (``Scheduler.postprocess``: each request's bookkeeping in one place,
+its positions computed, its token appended, and the finished ones retired with their blocks
+freed). The forward pass packs the new tokens of
 every request into one row, the way vLLM does: a prompt being prefilled and a request being
 decoded by one token sit side by side. Everything but attention works token by token, so it
 runs on the packed row at once. Attention reads each request's own keys and values from the
@@ -39,7 +42,7 @@ from .block_pool import BlockPool, BlockTable, PagedKVCache, blocks_needed
 from .outputs import StopStringCriteria
 from .penalties import process_logits
 from .prefix_cache import PrefixCachingPool
-from .scheduler import Request, Scheduler
+from .scheduler import Request, Scheduler, Step
 from .transformer import DemoTransformer
 
 
@@ -190,7 +193,8 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
 
     Request ``i`` runs its next ``n_new[i]`` positions (None: all it has not computed, so the logits
     are its next token's; fewer is a chunk of its prompt). Each request's table must already hold
-    room for all its tokens (the scheduler grows it). ``slot_reader`` keeps tables' slots between
+    room for all its tokens (the scheduler grows it). The requests are read, never changed: counting
+    the positions as computed is the postprocess's (``Scheduler.postprocess``). ``slot_reader`` keeps tables' slots between
     steps (the engine keeps one); None asks each table afresh. ``fused`` is every layer's
     ``fused_qkv``, computed once (the engine keeps them); None computes them at each call.
     """
@@ -238,8 +242,6 @@ def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Re
                                     fused[layer] if fused else None)
         residual += mlp(block.mlp, layer_norm(block.ln2, residual))
     last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
-    for request, span in zip(requests, spans):
-        request.n_computed = span.stop
     unembed = model.unembed
     return torch.addmm(unembed.b_U, layer_norm(model.ln_final, residual[last]), unembed.W_U)
 
@@ -259,22 +261,33 @@ class EngineStalled(RuntimeError):
 
 
 def stall_report(scheduler: Scheduler) -> str:
-    """Why a step of ``scheduler`` did nothing: the first waiting request, the blocks it needs, the blocks free."""
+    """Why a step of ``scheduler`` ran nothing and preempted nothing, in short lines, each a whole sentence (a check's
+    panel shows a failure's first lines, each cut to a width): what happened, then which request, then what to check."""
     pool, waiting, running = scheduler.pool, scheduler.waiting, scheduler.running
-    said = f"a step ran no request and preempted none, with {len(waiting)} waiting and {len(running)} running"
-    if not waiting:
-        return f"{said}: the scheduler planned no work for the running requests (Scheduler.schedule)"
+    lines = [f"A step ran no request and preempted none ({len(waiting)} waiting, {len(running)} running).",
+             "Nothing changed, so every later step would do the same."]
+    if running:
+        # Every running request should run at least one position: the step gave this one nothing.
+        first = running[0]
+        return "\n".join(lines + [
+            f"Request {first.request_id} is running (it was admitted and holds {len(first.table.blocks)} blocks), "
+            "but the step gave it no work.",
+            "An admitted request goes into the step's prefill list, a running one into its decode list "
+            "(Scheduler.schedule)."])
     first = waiting[0]
     need = blocks_needed(len(first.tokens), pool.block_size)
-    said = (f"{said}: request {first.request_id}, first in the queue, has {len(first.tokens)} positions, which need "
-            f"{need} blocks of {pool.block_size}; the pool has {pool.n_free} of its {pool.n_blocks} blocks free")
+    lines.append(f"Request {first.request_id}, first in the queue, has {len(first.tokens)} positions, which need "
+                 f"{need} blocks of {pool.block_size}.")
+    lines.append(f"The pool has {pool.n_free} of its {pool.n_blocks} blocks free.")
     if need <= pool.n_free:
-        return (f"{said}. Its blocks are free, yet the scheduler did not admit it: check the admit test of "
-                "Scheduler.schedule (the blocks a request needs against pool.n_free)")
-    if not running:
-        return (f"{said}, and no running request will give any back: {pool.n_blocks - pool.n_free} blocks are held "
-                "outside the running requests, or the pool is too small for this request")
-    return f"{said}; the running requests were given no work (Scheduler.schedule)"
+        lines += ["Its blocks are free, yet the scheduler did not admit it.",
+                  "Check the admit test of Scheduler.schedule: table.blocks_to_grow(len(request.tokens)) against "
+                  "pool.n_free."]
+    else:
+        lines += ["No running request will give blocks back.",
+                  f"{pool.n_blocks - pool.n_free} blocks are held outside the running requests, or the pool is too "
+                  "small for this request."]
+    return "\n".join(lines)
 
 
 class Engine:
@@ -334,8 +347,28 @@ class Engine:
         token, _, _ = choose_tokens(processed, settings, request.generator)
         return int(token[0])
 
+    def run_step(self, work: Step) -> list[int | None]:
+        """Run the step's work: one forward pass over every request's new positions, then one token for each
+        request whose prompt is done (None for a chunk of a prompt that is not its last: those logits are not
+        its next token's). Changes no request: their bookkeeping is ``Scheduler.postprocess``'s."""
+        n_new = [work.n_new(request) for request in work.requests]
+        self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
+        logits = paged_forward(self.model, self.cache, work.requests, self.slot_reader, n_new, self.fused)
+        # Requests whose token is the argmax of their raw logits share one argmax over their rows; the others
+        # draw one at a time, each from its own settings and generator.
+        greedy = [plain_greedy(request) for request in work.requests]
+        argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
+        tokens: list[int | None] = []
+        for i, (request, n) in enumerate(zip(work.requests, n_new)):
+            if request.n_computed + n < len(request.tokens):
+                tokens.append(None)  # a chunk of its prompt, not the last
+            else:
+                tokens.append(argmax[i] if greedy[i] else self.next_token(request, logits[i]))
+        return tokens
+
     def step(self) -> list[Request]:
-        """One scheduling step; returns the requests that finished in it (their blocks already freed).
+        """One step: schedule, run, postprocess. Returns the requests that finished in it (their blocks already
+        freed).
 
         Raises ``EngineStalled`` when the step runs nothing and preempts nothing while requests wait or run:
         then nothing changed and no later step could do anything else.
@@ -343,21 +376,9 @@ class Engine:
         work = self.scheduler.schedule()
         if not work.requests and not work.preempted and not self.scheduler.done:
             raise EngineStalled(stall_report(self.scheduler))
-        if work.requests:
-            n_new = [work.n_new(request) for request in work.requests]
-            self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
-            logits = paged_forward(self.model, self.cache, work.requests, self.slot_reader, n_new, self.fused)
-            # Requests whose token is the argmax of their raw logits share one argmax over their rows; the others
-            # draw one at a time, each from its own settings and generator.
-            greedy = [plain_greedy(request) for request in work.requests]
-            argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
-            for i, request in enumerate(work.requests):
-                self.scheduler.register_full_blocks(request)  # before append: its new token is not in the cache yet
-                if request.n_computed < len(request.tokens):
-                    continue  # a chunk of its prompt, not the last: these logits are not its next token's
-                request.append(argmax[i] if greedy[i] else self.next_token(request, logits[i]))
+        tokens = self.run_step(work) if work.requests else []
         self.n_steps += 1
-        return self.scheduler.retire()
+        return self.scheduler.postprocess(work, tokens)
 
     def run(self) -> list[Request]:
         """Step until every request is done; the requests in the order they finished."""

@@ -416,8 +416,8 @@ def test_a_step_that_can_do_nothing_raises_at_once_naming_the_request(impl, tiny
     held = [engine.pool.allocate() for _ in range(3)]
     request = engine.add_request([1] * 6, 2, GREEDY)
     with pytest.raises(RuntimeError,
-                       match=rf"request {request.request_id}, .* 6 positions, which need 2 blocks of 4; the pool has "
-                             r"1 of its 4 blocks free, and no running request"):
+                       match=rf"Request {request.request_id}, .* 6 positions, which need 2 blocks of 4\.\nThe pool has "
+                             r"1 of its 4 blocks free\.\nNo running request will give blocks back"):
         engine.step()
     assert not engine.scheduler.running and list(engine.scheduler.waiting) == [request]
     for block in held:

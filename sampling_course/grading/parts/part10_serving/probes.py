@@ -25,12 +25,16 @@ def probe_block_pool(impl: Impl) -> Any:
     pool = impl.block_pool.BlockPool(3, 2)
     a, b, c = pool.allocate(), pool.allocate(), pool.allocate()
     pool.share(a)
-    seen = [sorted([a, b, c])]
+    seen = [[a, b, c]]  # in the order handed out: first in, first out from a fresh pool
     # Free the shared block twice, then ask for a block: each result and the free count after it.
     for step in (lambda: pool.free(a), lambda: pool.free(a), lambda: pool.allocate() == a, lambda: pool.free(b),
                  lambda: pool.free(b)):
         seen += [attempt(step), pool.n_free]
-    return seen
+    # Two blocks freed in turn: the one freed first is reused first.
+    fresh = impl.block_pool.BlockPool(4, 2)
+    held = [fresh.allocate() for _ in range(4)]
+    fresh.free(held[2]), fresh.free(held[0])
+    return seen + [attempt(lambda: [fresh.allocate(), fresh.allocate()])]
 
 
 @probe("BlockTable")
@@ -41,9 +45,14 @@ def probe_block_table(impl: Impl) -> Any:
     for n in range(1, 8):
         counts.append(table.blocks_to_grow(n))
         table.grow(pool, n)
+    # Released, the table's blocks go back last first: the end of the free list, as ids.
+    order = bp.BlockPool(5, 2)
+    released = bp.BlockTable(2)
+    released.grow(order, 6)
+    attempt(lambda: released.release(order))
     fragmented = bp.BlockTable(3)
     fragmented.blocks, fragmented.n_tokens = [6, 1, 4], 8
-    return [counts, len(table.blocks), attempt(lambda: fragmented.slots(0, 8).tolist()),
+    return [counts, len(table.blocks), list(order.free_blocks), attempt(lambda: fragmented.slots(0, 8).tolist()),
             attempt(lambda: fragmented.slots(2, 5).tolist())]
 
 
@@ -55,8 +64,17 @@ def probe_schedule(impl: Impl) -> Any:
     for request in requests:
         scheduler.add(request)
     step = scheduler.schedule()
-    return [[requests.index(r) for r in step.prefill], [requests.index(r) for r in scheduler.waiting],
+    seen = [[requests.index(r) for r in step.prefill], [requests.index(r) for r in scheduler.waiting],
             scheduler.pool.n_free]
+    # A request back from a preemption (4 prompt tokens and 3 generated: 2 blocks) before a 1-block one, in 3 blocks.
+    again = sch.Scheduler(impl.block_pool.BlockPool(3, 4))
+    back, fresh = sch.Request([1] * 4, 6), sch.Request([2] * 4, 2)
+    back.output = [3, 3, 3]
+    for request in (back, fresh):
+        again.add(request)
+    step = attempt(again.schedule)
+    admitted = step if isinstance(step, str) else [[back, fresh].index(r) for r in step.prefill]
+    return seen + [admitted, [len(r.table.blocks) for r in (back, fresh)], again.pool.n_free]
 
 
 @probe("block_hashes")
