@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 9250a47d0ee6c7aca5f32fcc8fe3379b361bda501dbdfea1ff547d46569e89e9
+# stub-checksum: 7282a1e412b91e5e61926073203da6ae27b8ccb0e4d8848a248530ba71c160ec
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -19,18 +19,18 @@ real GPT-2 load straight in through ``sampling_course.weights.demo_state_dict``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import einops
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
 from sampling_course.devices import check_same_device
 
-from .kv_cache import KeyValueCache
+from .kv_cache import GrowingCache, KeyValueCache, LayerCache
 
 # Written into masked attention scores. Large and negative rather than -inf: a softmax
 # written out by hand, as in Attention.forward, turns a row of -inf into 0 / 0 = NaN.
@@ -107,26 +107,37 @@ class Attention(nn.Module):
             nn.init.normal_(W, std=cfg.init_range)
         # A buffer, so it follows the module to whatever device and dtype it is moved to.
         self.register_buffer("IGNORE", torch.tensor(IGNORE, dtype=torch.float32), persistent=False)
+        # Part 6's fast path sets this (fast_path.fuse_at_load): q, k and v from one fused matmul.
+        self.fused_qkv: Any = None
 
     def forward(
         self,
         normalized_resid_pre: Float[Tensor, "batch pos d_model"],
-        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
+        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | LayerCache | None = None,
     ):
         """Causal multi-head self-attention.
 
-        Without ``past_kv`` this returns the attention output. With ``past_kv`` (the keys
-        and values of earlier positions, from a KV cache) the input holds only the new
-        positions; it returns ``(output, kv)`` where ``kv`` holds the keys and values of
-        all positions so far, ready to be cached.
+        Without ``past_kv`` this returns the attention output. With ``past_kv`` the input holds
+        only the new positions, and the keys and values of earlier ones come from a cache
+        (part 4): ``past_kv`` is this layer's side of the cache (a ``LayerCache``), or ARENA's
+        classic tensor of one layer's past keys and values. It returns ``(output, kv)``, where
+        ``kv`` holds the keys and values attended to (the classic tensor: all positions so far).
         """
-        raise NotImplementedError()
-        if past_kv is not None:
-            # Hint: earlier positions come first, so the new keys go after the cached ones.
+        cache = LayerCache.of(past_kv)
+        if self.fused_qkv is not None:  # part 6's fast path: one matmul for q, k and v (solutions/fast_path.py)
+            q, k, v = self.fused_qkv(self, normalized_resid_pre)
+        else:
+            raise NotImplementedError()
+        if cache is not None:
+            # Hint: the cache keeps the new keys and values and returns every key and value to attend to.
             raise NotImplementedError()
         # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.
         raise NotImplementedError()
-        return out if past_kv is None else (out, kv)
+        if cache is not None and cache.mask is not None:
+            # Hint: a key the cache hides (padding, part 5) is masked like a future key.
+            raise NotImplementedError()
+        raise NotImplementedError()
+        return out if cache is None else (out, cache.kv)
 
     def apply_causal_mask(
         self, attn_scores: Float[Tensor, "batch n_heads query_pos key_pos"]
@@ -137,22 +148,6 @@ class Attention(nn.Module):
         same code works when earlier keys come from a cache (query_pos < key_pos).
         """
         # Hint: query i may look at key j exactly when j <= i + (key_pos - query_pos).
-        raise NotImplementedError()
-
-    def masked_forward(
-        self,
-        normalized_resid_pre: Float[Tensor, "batch new_pos d_model"],
-        kv: Float[Tensor, "2 batch key_pos n_heads d_head"],
-        attention_mask: Int[Tensor, "batch key_pos"],
-    ) -> Float[Tensor, "batch new_pos d_model"]:
-        """Attention for padded batches: the generation engine's (part 5).
-
-        ``kv`` holds the keys and values of every position so far, its last ``new_pos``
-        slots still empty: this fills them, in place, with the new positions' keys and
-        values, then lets each new query attend to the keys up to its own position that are
-        real tokens (``attention_mask`` 1), never to padding (0).
-        """
-        # Hint: q, k, v as in forward; k and v go into kv's last slots; pad keys are masked like future keys.
         raise NotImplementedError()
 
 
@@ -186,7 +181,7 @@ class TransformerBlock(nn.Module):
     def forward(
         self,
         resid_pre: Float[Tensor, "batch pos d_model"],
-        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | None = None,
+        past_kv: Float[Tensor, "2 batch past_pos n_heads d_head"] | LayerCache | None = None,
     ):
         """Pre-LayerNorm block: attention then MLP, each added back to the residual stream.
 
@@ -239,91 +234,64 @@ class DemoTransformer(nn.Module):
     def forward(
         self,
         tokens: Int[Tensor, "batch pos"],
-        kv_cache: KeyValueCache | None = None,
+        kv_cache: KeyValueCache | Any | None = None,
         *,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
     ):
         """Logits for the next token at every position of ``tokens``.
 
-        With a ``kv_cache``, ``tokens`` is still the whole sequence so far, but only the
-        positions the cache does not hold yet are run; the result is
+        With a ``kv_cache`` (part 4's ``KeyValueCache`` or any cache of the protocol:
+        part 6's static and sink caches, ...), ``tokens`` is still the whole sequence so far,
+        but only the positions the cache does not hold yet are run; the result is
         ``(logits for those positions, the cache extended with them)``.
 
         ``attention_mask`` (part 5) has the shape of ``tokens``: 1 at real tokens, 0 at
         padding. Padding is never attended and positions count real tokens only, so each
         row's logits at its real tokens are those of that row run alone.
         """
-        if kv_cache is not None or attention_mask is not None:
-            return self.route(tokens, kv_cache, attention_mask)  # a cache (parts 4 and 6) or padding (part 5)
-        check_tokens(tokens, self.embed.W_E, self.cfg.n_ctx)
+        cache = open_cache(self, tokens, kv_cache, attention_mask)
+        if cache is None:
+            raise NotImplementedError()
+        # Hint: the cache says which tokens are new and at which positions; each block gets its layer of the cache.
         raise NotImplementedError()
+        return logits if kv_cache is None else (logits, cache.commit())
 
-    def route(
-        self,
-        tokens: Int[Tensor, "batch pos"],
-        kv_cache: KeyValueCache | None,
-        attention_mask: Int[Tensor, "batch pos"] | None,
-    ):
-        """``forward`` with a cache or a padding mask: checks the inputs, then picks the pass.
 
-        A padded batch runs ``padded_forward`` (part 5), with or without part 4's cache; part
-        4's cache alone runs ``cached_forward``; any other cache (part 6's, solutions/caches.py
-        and solutions/sink_cache.py) runs the whole pass itself, on the fast path.
-        """
-        # Inputs must be where the weights are: say so here, not in an error from deep inside.
-        weight = self.embed.W_E
-        check_tokens(tokens, weight, n_ctx=None if kv_cache is not None else self.cfg.n_ctx)
-        if attention_mask is not None and isinstance(attention_mask, Tensor):
+def open_cache(
+    model: DemoTransformer,
+    tokens: Int[Tensor, "batch pos"],
+    kv_cache: KeyValueCache | Any | None,
+    attention_mask: Int[Tensor, "batch pos"] | None,
+) -> Any:
+    """The cache ``DemoTransformer.forward`` runs ``tokens`` through, after checking the inputs.
+
+    None without a cache and without padding (part 1's pass). Part 4's ``KeyValueCache``, a
+    tensor, becomes a ``GrowingCache`` (a padded batch without a cache starts from an empty
+    one); any other cache must speak the protocol itself (``prepare``, ``update``, ``commit``).
+    """
+    weight = model.embed.W_E
+    # Inputs must be where the weights are: say so here, not in an error from deep inside.
+    check_tokens(tokens, weight, n_ctx=None if kv_cache is not None else model.cfg.n_ctx)
+    if attention_mask is not None:
+        if isinstance(attention_mask, Tensor):
             check_same_device("the attention_mask", attention_mask.device, weight.device)
-        if kv_cache is not None and not isinstance(kv_cache, KeyValueCache):
-            if not callable(getattr(kv_cache, "forward", None)):
-                raise TypeError(f"kv_cache must be a KeyValueCache (or a cache of part 6), got {type(kv_cache).__name__}")
-            if attention_mask is not None:
-                check_attention_mask(attention_mask, tokens)
-            return kv_cache.forward(self, tokens, attention_mask)
-        if kv_cache is not None:
-            kv_cache = kv_cache.on_device_of(weight)
-            kv_cache.check_compatible(self.cfg, tokens)
-        if attention_mask is not None:
-            check_attention_mask(attention_mask, tokens)
-            return self.padded_forward(tokens, attention_mask, kv_cache)
-        return self.cached_forward(tokens, kv_cache)
-
-    def cached_forward(
-        self, tokens: Int[Tensor, "batch pos"], kv_cache: KeyValueCache
-    ) -> tuple[Float[Tensor, "batch new_pos d_vocab"], KeyValueCache]:
-        """Run only the positions of ``tokens`` that ``kv_cache`` does not hold yet."""
-        # Hint: the new tokens sit at positions seq_len, seq_len + 1, ... of the sequence.
-        raise NotImplementedError()
-
-    def padded_forward(
-        self,
-        tokens: Int[Tensor, "batch pos"],
-        attention_mask: Int[Tensor, "batch pos"],
-        kv_cache: KeyValueCache | None = None,
-    ):
-        """The forward pass of a padded batch (part 5), with or without a cache.
-
-        ``attention_mask`` covers every position of ``tokens`` (cached ones too). Returns
-        what ``forward`` returns: the logits, or with ``kv_cache`` the logits of the new
-        positions and the extended cache.
-
-        Each new token is embedded at its own position among its row's real tokens
-        (``position_ids_from_mask``), so rows need different positions. ``PosEmbed`` gives
-        every row the same positions ``offset .. offset + pos - 1``, so it cannot do that:
-        index its weights with the positions instead, ``self.pos_embed.W_pos[positions]``.
-        The blocks' own ``forward`` has no mask argument: call each block's ``ln1``,
-        ``attn.masked_forward``, ``ln2`` and ``mlp`` yourself.
-        """
-        return_cache = kv_cache is not None
-        if kv_cache is None:  # start from an empty cache: one code path with and without one
-            kv_cache = KeyValueCache.new_empty(self.cfg, tokens.shape[0], tokens.device, self.embed.W_E.dtype)
-        past = kv_cache.seq_len
-        # Room for the new positions: the cache is copied once, then each layer fills its new slots in place.
-        cache = kv_cache.grown(tokens.shape[1])
-        # Hint: embed each new token at its position among real tokens (position_ids_from_mask), not at its column.
-        raise NotImplementedError()
-        return (logits, cache) if return_cache else logits
+        check_attention_mask(attention_mask, tokens)
+    if kv_cache is None:
+        if attention_mask is None:
+            return None
+        kv_cache = KeyValueCache.new_empty(model.cfg, tokens.shape[0], tokens.device, weight.dtype)
+    if isinstance(kv_cache, KeyValueCache):
+        kv_cache = kv_cache.on_device_of(weight)
+        kv_cache.check_compatible(model.cfg, tokens)
+        return GrowingCache(kv_cache)
+    if not all(callable(getattr(kv_cache, name, None)) for name in ("prepare", "update", "commit")):
+        raise TypeError(
+            "kv_cache must be a KeyValueCache or a cache with prepare, update and commit (part 6's caches), "
+            f"got {type(kv_cache).__name__}"
+        )
+    if callable(getattr(kv_cache, "check_compatible", None)):
+        kv_cache.check_compatible(model.cfg, tokens)
+    return kv_cache
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

@@ -12,7 +12,10 @@ own position. Production generators use two other designs, built in part 6:
   first ``num_sink_tokens`` tokens (the "attention sinks") stay forever; the other slots
   hold the most recent tokens, so generation goes on past n_ctx with bounded memory.
 
-Both run the model themselves, on the fast path (``fast_forward``, solutions/fast_path.py).
+Both are caches of the protocol (solutions/kv_cache.py, docs/design.md): the model's one
+forward pass, ``DemoTransformer.forward``, asks ``prepare`` which tokens are new and where they
+sit, hands every layer's new keys and values to ``update`` and reads what it returns, then
+calls ``commit``. The cache stores; it never runs the model.
 """
 
 from __future__ import annotations
@@ -24,9 +27,7 @@ from torch import Tensor
 from sampling_course.config import Config
 from sampling_course.devices import check_same_device, pick_device
 
-from .fast_path import FastLayer, causal_mask, fast_forward, fused_weights
-from .kv_cache import check_cache_fits
-from .transformer import IGNORE, DemoTransformer, position_ids_from_mask
+from .kv_cache import CacheStep, check_cache_fits, step_after
 
 
 class StaticKeyValueCache:
@@ -46,7 +47,7 @@ class StaticKeyValueCache:
         self.buffer = buffer
         self.batch = buffer.shape[2]  # rows in use: reorder and an empty cache's first forward may change it
         self.seq_len = 0
-        self.fused: list[FastLayer] | None = None
+        self.new_pos = 0  # positions the step under way adds (prepare sets it, commit adds it to seq_len)
         # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
         self.follows_device = self.follows_dtype = False
 
@@ -114,8 +115,10 @@ class StaticKeyValueCache:
 
         Returns the keys and values of every filled position, the new ones included, as
         views of the buffer. ``seq_len`` does not move: every layer writes the same slots,
-        and ``forward`` advances it once, after the last layer.
+        and ``commit`` advances it once, after the last layer.
         """
+        if layer == 0 and self.seq_len == 0:
+            self.buffer = placed_buffer(self, k)  # a new generation: where the model computes
         ### BEGIN SOLUTION
         # Hint: rows :self.batch, slots seq_len .. seq_len + new_pos - 1; return only the filled slots of those rows.
         end = self.seq_len + k.shape[1]
@@ -161,6 +164,8 @@ class StaticKeyValueCache:
         """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
         if self.seq_len == 0 and tokens.shape[0] <= self.buffer.shape[2]:
             self.batch = tokens.shape[0]  # an empty cache takes any batch that fits its buffer
+        elif self.seq_len:  # the tokens are where the model computes (its forward checked): so must the keys be
+            check_same_device("the StaticKeyValueCache", self.buffer.device, tokens.device)
         check_cache_and_tokens(self, cfg, tokens, run=self.seq_len)
         if tokens.shape[1] > self.max_len:
             raise ValueError(
@@ -168,35 +173,22 @@ class StaticKeyValueCache:
                 f"max_len={self.max_len}; allocate it with a larger max_len (at most n_ctx={cfg.n_ctx})"
             )
 
-    def forward(
-        self, model: DemoTransformer, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
-    ) -> tuple[Float[Tensor, "batch new_pos d_vocab"], "StaticKeyValueCache"]:
-        """``model(tokens, self)``: run the positions of ``tokens`` not cached yet, on the fast path.
+    def prepare(
+        self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
+    ) -> CacheStep:
+        """The positions of ``tokens`` not cached yet go in the next free slots: part 4's step (``step_after``).
 
         With ``attention_mask`` (part 5's left-padded batches), positions count real tokens
-        only and pad keys are never attended, as in ``DemoTransformer.padded_forward``.
+        only and pad keys are never attended, as with part 4's cache.
         """
-        if self.seq_len == 0:
-            self.buffer = placed_buffer(self, model)
-        else:
-            check_same_device("the StaticKeyValueCache", self.buffer.device, model.embed.W_E.device)
-        self.check_compatible(model.cfg, tokens)
-        past, new_pos = self.seq_len, tokens.shape[1] - self.seq_len
-        if past == 0:  # a new generation: the weights in the fast path's layout
-            self.fused = fused_weights(model)
-        if attention_mask is None:
-            positions = torch.arange(past, past + new_pos, device=tokens.device)[None]
-            # One new token may see every cached key; several must not see each other's future.
-            attn_mask = None if new_pos == 1 else causal_mask(new_pos, past + new_pos, tokens.device)
-        else:
-            positions = position_ids_from_mask(attention_mask)[:, past:]
-            allowed = causal_mask(new_pos, past + new_pos, tokens.device) & (attention_mask[:, None, None, :] == 1)
-            # Additive and finite (IGNORE, not -inf), like part 5's masked_forward: a pad query that may see
-            # nothing gets a harmless uniform pattern in any attention kernel.
-            attn_mask = torch.zeros(allowed.shape, dtype=self.buffer.dtype, device=tokens.device).masked_fill(~allowed, IGNORE)
-        logits = fast_forward(model, tokens[:, past:], positions, self, attn_mask)
-        self.seq_len += new_pos  # every layer has written its slots
-        return logits, self
+        self.new_pos = tokens.shape[1] - self.seq_len
+        return step_after(self.seq_len, tokens, attention_mask)
+
+    def commit(self) -> "StaticKeyValueCache":
+        """Every layer has written its slots: they are filled now. ``model(tokens, cache)`` returns the cache itself."""
+        self.seq_len += self.new_pos
+        self.new_pos = 0
+        return self
 
 
 def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"], run: int) -> None:
@@ -210,19 +202,18 @@ def check_cache_and_tokens(cache, cfg: Config, tokens: Int[Tensor, "batch pos"],
         )
 
 
-def placed_buffer(cache, model: DemoTransformer) -> Tensor:
-    """The buffer of an empty ``cache``, on the model's device and in its dtype when ``new_empty`` was
-    left to choose them (reallocated then, before anything is stored); checked against the model's otherwise."""
-    weight = model.embed.W_E
+def placed_buffer(cache, k: Tensor) -> Tensor:
+    """The buffer of an empty ``cache``, where the first keys ``k`` were computed and in their dtype when
+    ``new_empty`` was left to choose (reallocated then, before anything is stored); checked against them otherwise."""
     buffer = cache.buffer
-    device = weight.device if cache.follows_device else buffer.device
-    dtype = weight.dtype if cache.follows_dtype else buffer.dtype
+    device = k.device if cache.follows_device else buffer.device
+    dtype = k.dtype if cache.follows_dtype else buffer.dtype
     if buffer.device != device or buffer.dtype != dtype:
         buffer = torch.empty(buffer.shape, device=device, dtype=dtype)
-    check_same_device(f"the {type(cache).__name__}", buffer.device, weight.device,
+    check_same_device(f"the {type(cache).__name__}", buffer.device, k.device,
                       f"make it with {type(cache).__name__}.new_empty(cfg, ...) without a device (it follows the model) "
                       "or with the model's device")
-    if buffer.dtype != weight.dtype:
-        raise ValueError(f"the {type(cache).__name__} holds {buffer.dtype} but the model computes in {weight.dtype}: "
+    if buffer.dtype != k.dtype:
+        raise ValueError(f"the {type(cache).__name__} holds {buffer.dtype} but the model computes in {k.dtype}: "
                          "make it without a dtype (it follows the model) or with the model's")
     return buffer

@@ -12,8 +12,9 @@ measures it). Three changes remove them, one exercise each:
 * ``fixed_shape_step``: a decode step in which every shape, every memory address and every
   operation is the same at every position: the position lives in a tensor on the device, the
   new keys and values are written into the static cache at that position, and attention reads
-  every slot through a mask. Such a step can be *captured*: recorded once as a CUDA graph and
-  then replayed with a single launch (``CapturedDecoder``, written for you, does that).
+  every slot through a mask. It is the model's one forward pass on a cache of the protocol of
+  its own, ``FixedShapeCache`` (yours). Such a step can be *captured*: recorded once as a CUDA
+  graph and then replayed with a single launch (``CapturedDecoder``, written for you, does that).
 * ``race_sample``: draw the next token without a host synchronisation (the exponential race).
 * ``decode_loop``: look at which rows have finished every few steps instead of after every one.
 
@@ -33,7 +34,7 @@ from torch import Tensor
 from sampling_course.devices import check_generator, check_same_device, model_device
 
 from .caches import StaticKeyValueCache
-from .fast_path import FastLayer, FusedCache, fast_forward
+from .kv_cache import CacheStep
 from .transformer import DemoTransformer
 
 # ---------------------------------------------------------------------------------------
@@ -41,49 +42,63 @@ from .transformer import DemoTransformer
 # ---------------------------------------------------------------------------------------
 
 
+class FixedShapeCache:
+    """A static cache's buffer, written at a position held on the device: one new token per row.
+
+    ``buffer`` is ``(n_layers, 2, batch, max_len, n_heads, d_head)``: slots ``0 .. position - 1``
+    of every layer hold the keys and values of the tokens before; ``position`` is a 0-d integer
+    tensor on the model's device, the new tokens' position (the same for every row). Each
+    layer's ``update`` writes the new keys and values into slot ``position``, in place, and
+    returns every one of the ``max_len`` slots; the step's mask shows the new token slots
+    ``0 .. position`` only. Nothing depends on the value of ``position`` on the host.
+    """
+
+    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"], position: Int[Tensor, ""]):
+        self.buffer, self.position = buffer, position
+        # A 1-element index: a 0-d tensor used as an index is read back to the host as an int.
+        self.slot = position.view(1)
+
+    def prepare(self, tokens: Int[Tensor, "batch 1"], attention_mask: None = None) -> CacheStep:
+        """Every token given is new, at ``position``; each sees the slots up to its own."""
+        max_len = self.buffer.shape[3]
+        ### BEGIN SOLUTION
+        # Hint: positions and mask as device tensors built from position; no int(position), no slicing up to it.
+        visible = torch.arange(max_len, device=tokens.device) <= self.position
+        return CacheStep(tokens, self.slot[None], mask=visible[None, None, None, :])
+        ### END SOLUTION
+
+    def update(
+        self, layer: int, k: Float[Tensor, "batch 1 n_heads d_head"], v: Float[Tensor, "batch 1 n_heads d_head"]
+    ) -> tuple[Float[Tensor, "batch max_len n_heads d_head"], Float[Tensor, "batch max_len n_heads d_head"]]:
+        """Write the new keys and values into slot ``position``; return every slot (the mask decides)."""
+        ### BEGIN SOLUTION
+        # Hint: index_copy_ along the position dimension at self.slot writes in place at a device index.
+        keys, values = self.buffer[layer, 0], self.buffer[layer, 1]  # (batch, max_len, n_heads, d_head), views
+        keys.index_copy_(1, self.slot, k)
+        values.index_copy_(1, self.slot, v)
+        return keys, values
+        ### END SOLUTION
+
+    def commit(self) -> "FixedShapeCache":
+        return self  # the position moves on the device, in the decoder's step
+
+
 def fixed_shape_step(
     model: DemoTransformer,
-    fused: list[FastLayer],
     buffer: Float[Tensor, "n_layers 2 batch max_len n_heads d_head"],
     tokens: Int[Tensor, "batch"],
     position: Int[Tensor, ""],
 ) -> Float[Tensor, "batch d_vocab"]:
     """The next-token logits after one new token per row, at ``position``, every earlier one cached.
 
-    ``buffer`` is a static cache's buffer: slots ``0 .. position - 1`` of every layer hold the
-    keys and values of the tokens before; ``position`` is a 0-d integer tensor on the model's
-    device, the new tokens' position (the same for every row). Each layer writes the new
-    tokens' keys and values into slot ``position``, in place, then attends over all
-    ``max_len`` slots through a mask that shows the new token slots ``0 .. position`` only.
-    ``fused`` holds each block's weights in the fast path's layout (part 6's ``FastLayer``).
-
-    It is part 6's fast path, ``fast_forward``, over one new position, with a cache of its
-    own (a ``FusedCache``): its ``update`` writes into slot ``position`` and returns every
-    slot, and the attention mask does the rest.
-
-    Nothing here depends on the value of ``position`` on the host: the shapes of every tensor
-    and the operations run are the same at every position, and no value is read back from the
-    device. That is what capturing the step as a CUDA graph needs. Slots past ``position``
-    must hold finite numbers (``CapturedDecoder`` zeroes its buffer): a masked slot gets
-    attention weight 0, but 0 times NaN is NaN.
+    The model's own forward pass on a ``FixedShapeCache``: the shapes of every tensor and the
+    operations run are the same at every position, and no value is read back from the device.
+    That is what capturing the step as a CUDA graph needs. Slots past ``position`` must hold
+    finite numbers (``CapturedDecoder`` zeroes its buffer): a masked slot gets attention
+    weight 0, but 0 times NaN is NaN.
     """
-    max_len = buffer.shape[3]
-    ### BEGIN SOLUTION
-    # Hint: index with position.view(1), a 1-element tensor; a 0-d tensor index is read back to the host as an int.
-    slot = position.view(1)
-
-    def update(layer: int, k: Float[Tensor, "batch 1 n_heads d_head"], v: Float[Tensor, "batch 1 n_heads d_head"]):
-        """Write the new keys and values into slot ``position``; the new token attends to every slot (the mask decides)."""
-        keys, values = buffer[layer, 0], buffer[layer, 1]  # (batch, max_len, n_heads, d_head), views
-        keys.index_copy_(1, slot, k)
-        values.index_copy_(1, slot, v)
-        return keys, values
-
-    # The slots the new token may see, as a (query, key) mask: those up to its own, which update writes.
-    visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]
-    logits = fast_forward(model, tokens[:, None], slot[None], FusedCache(fused, update), visible)
+    logits, _ = model(tokens[:, None], FixedShapeCache(buffer, position))
     return logits[:, 0]
-    ### END SOLUTION
 
 
 # ---------------------------------------------------------------------------------------
@@ -256,7 +271,7 @@ class CapturedDecoder:
 
     def _step(self) -> Int[Tensor, "batch"]:
         """One decode step on the static tensors only (what is captured)."""
-        logits = fixed_shape_step(self.model, self.cache.fused, self.cache.buffer, self.tokens, self.position)
+        logits = fixed_shape_step(self.model, self.cache.buffer, self.tokens, self.position)
         self.tokens.copy_(self._finish(self.choose(logits)))
         self.position.add_(1)
         return self.tokens

@@ -3,15 +3,25 @@
 Generation runs the model once per new token, and without a cache each run recomputes the
 keys and values of every earlier position, which never change: a causal model's position i
 depends on positions 0..i only. The cache keeps them. ``KeyValueCache`` holds every layer's
-keys and values for the positions run so far; ``DemoTransformer.cached_forward``
+keys and values for the positions run so far; ``DemoTransformer.forward(tokens, kv_cache)``
 (solutions/transformer.py) runs only the new positions, at their place in the sequence, and
 returns the cache extended with them.
+
+The model meets every cache of the course the same way, through three calls (the cache
+protocol, docs/design.md): ``prepare`` once before the first layer (which tokens are new, at
+which positions, and which keys each may see), ``update`` in every layer's attention (store
+the new keys and values, return every key and value to attend to), ``commit`` once after the
+last layer. ``KeyValueCache`` is a tensor, and a tensor does not change: the model runs it
+through a ``GrowingCache``, which concatenates each layer's new keys and values to the cached
+ones and whose ``commit`` gives the extended ``KeyValueCache``.
 """
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
@@ -84,12 +94,6 @@ class KeyValueCache(torch.Tensor):
         return self.shape[3]
         ### END SOLUTION
 
-    def grown(self, seq_len: int) -> "KeyValueCache":
-        """A copy of this cache with room for ``seq_len`` positions, the new slots left empty (part 5)."""
-        n_layers, _, batch, past, n_heads, d_head = self.shape
-        room = torch.empty(n_layers, 2, batch, seq_len - past, n_heads, d_head, device=self.device, dtype=self.dtype)
-        return KeyValueCache(torch.cat([self.as_subclass(torch.Tensor), room], dim=3))
-
     def __getitem__(self, index) -> Tensor:
         out = super().__getitem__(index)
         return KeyValueCache(out) if out.ndim == 6 and out.shape[1] == 2 else out
@@ -145,3 +149,134 @@ def check_cache_fits(name: str, shape: tuple[int, ...], batch: int, cfg: Config,
             f"tokens has batch size {tokens.shape[0]} but the {name} holds {batch} sequences; "
             f"use one cache row per sequence ({name}.new_empty(cfg, batch=...))"
         )
+
+
+# ---------------------------------------------------------------------------------------
+# The cache protocol, and part 4's cache as one of its caches
+# ---------------------------------------------------------------------------------------
+
+
+class CacheStep(NamedTuple):
+    """What a cache's ``prepare`` tells the model before the first layer of a forward pass.
+
+    ``new_tokens``: the tokens to run now. ``positions``: the position of each new token in
+    its sequence (the row dimension may be 1, shared by every row). ``mask``: True where a
+    new query may see a key, over the keys ``update`` will return (``key_pos`` of them);
+    None when the model's causal mask alone decides. ``key_positions``: the position of each
+    key ``update`` will return, for a model that needs it (a rotary model re-rotating keys);
+    None when the model does not ask.
+    """
+
+    new_tokens: Int[Tensor, "batch new_pos"]
+    positions: Int[Tensor, "batch_or_1 new_pos"]
+    mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None = None
+    key_positions: Int[Tensor, "batch_or_1 key_pos"] | None = None
+
+
+class LayerCache:
+    """One layer's side of a cache, what ``Attention.forward`` receives as ``past_kv``.
+
+    ``update(k, v)`` hands the layer's new keys and values to the cache and returns every
+    key and value to attend to; ``mask`` is the step's mask (``CacheStep.mask``); ``kv`` is
+    what the attention returns beside its output: the keys and values ``update`` returned.
+    """
+
+    def __init__(self, cache: Any, layer: int, mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None = None):
+        self.cache, self.layer, self.mask = cache, layer, mask
+        self.kv: Any = None
+
+    def update(
+        self, k: Float[Tensor, "batch new_pos n_heads d_head"], v: Float[Tensor, "batch new_pos n_heads d_head"]
+    ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
+        keys, values = self.cache.update(self.layer, k, v)
+        self.kv = (keys, values)
+        return keys, values
+
+    @classmethod
+    def of(cls, past_kv: Any) -> "LayerCache | None":
+        """``past_kv`` as a layer cache: None stays None; ARENA's classic ``past_kv``, one layer's
+        keys and values as a tensor ``(2, batch, past_pos, n_heads, d_head)``, becomes the one layer
+        of a ``GrowingCache``, whose ``kv`` is then that tensor extended with the new positions."""
+        if past_kv is None or isinstance(past_kv, LayerCache):
+            return past_kv
+        if not isinstance(past_kv, Tensor) or past_kv.ndim != 5 or past_kv.shape[0] != 2:
+            raise TypeError(
+                "past_kv must be one layer's keys and values, a tensor (2, batch, past_pos, n_heads, d_head), "
+                f"or a LayerCache; got {getattr(past_kv, 'shape', type(past_kv).__name__)}"
+            )
+        return _TensorLayer(GrowingCache(KeyValueCache(past_kv.as_subclass(Tensor)[None])), 0)
+
+
+class _TensorLayer(LayerCache):
+    """ARENA's per-layer contract: ``kv`` is the one tensor of the keys and values so far."""
+
+    @property
+    def kv(self) -> Float[Tensor, "2 batch seq_len n_heads d_head"]:  # type: ignore[override]
+        return self.cache.layers[0]
+
+    @kv.setter
+    def kv(self, value) -> None:
+        pass
+
+
+def step_after(
+    past: int, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
+) -> CacheStep:
+    """The step of a cache that holds the first ``past`` positions of ``tokens`` in order and puts the new
+    ones after them (part 4's cache, and part 6's static cache): the tokens from ``past`` on, at their
+    positions in the sequence; with an ``attention_mask`` (left padding, part 5) at their positions among
+    their row's real tokens, and no query may see a pad key."""
+    new_tokens = tokens[:, past:]
+    if attention_mask is None:
+        ### BEGIN SOLUTION
+        # Hint: the new tokens sit at positions past, past + 1, ... of the sequence.
+        # The offset matters: without it every new token would be embedded at position 0.
+        positions = torch.arange(past, tokens.shape[1], device=tokens.device)[None]
+        return CacheStep(new_tokens, positions)
+        ### END SOLUTION
+    from .transformer import position_ids_from_mask  # part 5's (transformer.py imports this module)
+
+    ### BEGIN SOLUTION
+    # Hint: each new token at its position among its row's real tokens; pad keys hidden from every query.
+    # Count over the whole mask (the cached columns too), then keep the new columns.
+    positions = position_ids_from_mask(attention_mask)[:, past:]
+    return CacheStep(new_tokens, positions, mask=(attention_mask == 1)[:, None, None, :])
+    ### END SOLUTION
+
+
+class GrowingCache:
+    """Part 4's ``KeyValueCache`` as a cache of the protocol, for one forward pass.
+
+    ``tokens`` is the whole sequence so far: the new tokens are those past the cache's
+    ``seq_len``. Each layer's keys and values grow by concatenation, so the new keys come
+    last and the model's causal mask is all the masking needed, except for padding (part 5):
+    with an ``attention_mask``, positions count real tokens only and no query sees a pad key.
+    ``commit`` returns the extended cache; the cache it started from is left as it was.
+    """
+
+    def __init__(self, past: KeyValueCache):
+        self.past = past
+        self.layers: list[Tensor | None] = [None] * past.shape[0]
+
+    def prepare(
+        self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
+    ) -> CacheStep:
+        """The tokens past the cache's ``seq_len``, their positions, and (padding) the keys they may see."""
+        return step_after(self.past.seq_len, tokens, attention_mask)
+
+    def update(
+        self, layer: int, k: Float[Tensor, "batch new_pos n_heads d_head"], v: Float[Tensor, "batch new_pos n_heads d_head"]
+    ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
+        """Layer ``layer``'s cached keys and values followed by the new ones (kept for ``commit``)."""
+        past_kv = self.past.as_subclass(Tensor)[layer]
+        ### BEGIN SOLUTION
+        # Hint: earlier positions come first, so the new keys go after the cached ones.
+        # One cat for keys and values together: each copy of the cache costs a full pass.
+        kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)
+        ### END SOLUTION
+        self.layers[layer] = kv
+        return kv[0], kv[1]
+
+    def commit(self) -> KeyValueCache:
+        """The extended cache: every layer's keys and values, old and new."""
+        return KeyValueCache(torch.stack(self.layers))

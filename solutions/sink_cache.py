@@ -12,8 +12,7 @@ from sampling_course.config import Config
 from sampling_course.devices import check_same_device, pick_device
 
 from .caches import check_cache_and_tokens, placed_buffer
-from .fast_path import FastLayer, causal_mask, fast_forward, fused_weights
-from .transformer import DemoTransformer
+from .kv_cache import CacheStep
 
 PositionRule = Literal["cache", "absolute"]
 
@@ -39,10 +38,14 @@ class SinkCache:
     * ``"absolute"``: its position in the text, capped at ``n_ctx - 1``.
 
     ``model(tokens, cache)`` takes ``tokens``, the whole text so far (it may be longer than
-    n_ctx), and runs the tokens the cache has not seen: in one pass while they fit in the
-    free slots, then one at a time, each evicting the oldest recent token. Every token
-    attends to the sinks, to the ``window_length - num_sink_tokens - 1`` tokens before it
-    and to itself; until the window fills, that is everything, as with a dynamic cache.
+    n_ctx), and runs the tokens the cache has not seen, in one pass. Every token attends to
+    the sinks, to the ``window_length - num_sink_tokens - 1`` tokens before it and to itself;
+    until the window fills, that is everything, as with a dynamic cache. While the new tokens
+    fit in the free slots they go there; once the window is full, a single new token
+    overwrites the oldest recent one (``update``, yours). Several new tokens that do not fit
+    (a long prompt) would overwrite keys that the first of them still needs: those attend to
+    the window as it was followed by themselves, through a mask, and only then is the window
+    brought up to date (``_update_past_the_window``, given).
     """
 
     def __init__(
@@ -58,7 +61,10 @@ class SinkCache:
         self.n_ctx = n_ctx
         self.seen = 0  # tokens of the text run so far
         self.ring = 0  # the next recent slot to overwrite, counted from the first slot after the sinks
-        self.fused: list[FastLayer] | None = None
+        self.new_pos = 0  # tokens of the step under way (prepare sets it, commit counts them as seen)
+        # A step of several tokens past the free slots: for each slot the step writes, the new token whose keys
+        # it keeps (the last one sent there), and the ring's next value (None for any other step).
+        self.overflow: tuple[list[int], list[int], int] | None = None
         # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
         self.follows_device = self.follows_dtype = False
 
@@ -140,12 +146,16 @@ class SinkCache:
     ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
         """Store ``layer``'s new keys and values; return those the new tokens attend to.
 
-        While the window has free slots, the ``new_pos`` tokens (``forward`` never sends
-        more than fit) go to the next free slots and the filled slots are returned. Once it
-        is full, ``forward`` sends one token at a time: it overwrites the oldest recent
-        token (ring slot ``ring``, after the sinks) and every slot is returned. ``seen``
-        and ``ring`` move in ``forward``, after the last layer.
+        While the window has free slots, the ``new_pos`` tokens go to the next free slots and
+        the filled slots are returned. Once it is full, a single new token overwrites the
+        oldest recent token (ring slot ``ring``, after the sinks) and every slot is returned.
+        (Several tokens that do not fit in the free slots are given code's, below.) ``seen``
+        and ``ring`` move in ``commit``, after the last layer.
         """
+        if layer == 0 and self.seen == 0:
+            self.buffer = placed_buffer(self, k)  # a new text: where the model computes
+        if self.overflow is not None:
+            return self._update_past_the_window(layer, k, v)
         ### BEGIN SOLUTION
         # Hint: free slots first; once full, the slot is num_sink_tokens + ring, so the sinks are never overwritten.
         held, new_pos = self.seq_len, k.shape[1]
@@ -161,29 +171,72 @@ class SinkCache:
         return self.buffer[layer, 0, :, :key_pos], self.buffer[layer, 1, :, :key_pos]
         ### END SOLUTION
 
-    def forward(
-        self, model: DemoTransformer, tokens: Int[Tensor, "batch pos"], attention_mask: Tensor | None = None
-    ) -> tuple[Float[Tensor, "batch new_pos d_vocab"], "SinkCache"]:
-        """``model(tokens, self)``: run the tokens of ``tokens`` this cache has not seen yet."""
+    def _update_past_the_window(
+        self,
+        layer: int,
+        k: Float[Tensor, "batch new_pos n_heads d_head"],
+        v: Float[Tensor, "batch new_pos n_heads d_head"],
+    ) -> tuple[Float[Tensor, "batch key_pos n_heads d_head"], Float[Tensor, "batch key_pos n_heads d_head"]]:
+        """Several new tokens that do not fit in the free slots: they attend to the window as it was, then
+        to themselves (``prepare``'s mask says which of those keys each may see); the window then keeps the
+        keys it would hold had they come one at a time."""
+        held = self.seq_len
+        keys = torch.cat([self.buffer[layer, 0, :, :held], k], dim=1)  # copies: the writes below change the window
+        values = torch.cat([self.buffer[layer, 1, :, :held], v], dim=1)
+        slots, sources, _ = self.overflow
+        slot_index = torch.tensor(slots, device=k.device)
+        source_index = torch.tensor(sources, device=k.device)
+        self.buffer[layer, 0].index_copy_(1, slot_index, k.index_select(1, source_index))
+        self.buffer[layer, 1].index_copy_(1, slot_index, v.index_select(1, source_index))
+        return keys, values
+
+    def _key_tokens(self) -> list[int]:
+        """For each filled slot, the index in the text of the token whose keys it holds."""
+        recent = self.window_length - self.num_sink_tokens
+        if self.seen <= self.window_length:
+            return list(range(self.seen))
+        oldest = self.seen - recent  # the ring slot ``ring`` holds the oldest recent token
+        ring_tokens = [oldest + (j - self.ring) % recent for j in range(recent)]
+        return list(range(self.num_sink_tokens)) + ring_tokens
+
+    def prepare(self, tokens: Int[Tensor, "batch pos"], attention_mask: Tensor | None = None) -> CacheStep:
+        """The tokens of ``tokens`` this cache has not seen, at ``positions``; the keys each may see when they
+        do not fit in the free slots (otherwise the model's causal mask is all it takes)."""
         if attention_mask is not None:
             raise ValueError("a SinkCache takes unpadded batches only: call the model without attention_mask")
-        if self.seen == 0:
-            self.buffer = placed_buffer(self, model)
-        else:
-            check_same_device("the SinkCache", self.buffer.device, model.embed.W_E.device)
-        check_cache_and_tokens(self, model.cfg, tokens, run=self.seen)
-        if self.seen == 0:
-            self.fused = fused_weights(model)
-        window, recent = self.window_length, self.window_length - self.num_sink_tokens
-        logits = []
-        while self.seen < tokens.shape[1]:
-            free = window - self.seq_len
-            # While slots are free, as many tokens as fit in one pass; then one at a time, each evicting one.
-            new_pos = min(tokens.shape[1] - self.seen, free) if free else 1
-            positions = self.positions(new_pos)[None]
-            attn_mask = None if new_pos == 1 else causal_mask(new_pos, self.seq_len + new_pos, tokens.device)
-            logits.append(fast_forward(model, tokens[:, self.seen : self.seen + new_pos], positions, self, attn_mask))
-            if not free:
-                self.ring = (self.ring + 1) % recent
-            self.seen += new_pos
-        return torch.cat(logits, dim=1), self
+        new_pos = tokens.shape[1] - self.seen
+        self.new_pos, self.overflow = new_pos, None
+        positions = self.positions(new_pos)[None]
+        window, sinks = self.window_length, self.num_sink_tokens
+        recent = window - sinks
+        if new_pos <= window - self.seq_len or new_pos == 1:
+            return CacheStep(tokens[:, self.seen :], positions)
+        # Token t sees the sinks and the recent - 1 tokens before it: the tokens t - recent + 1 .. t.
+        key_tokens = torch.tensor(self._key_tokens() + list(range(self.seen, tokens.shape[1])), device=tokens.device)
+        query_tokens = torch.arange(self.seen, tokens.shape[1], device=tokens.device)[:, None]
+        visible = (key_tokens[None, :] < sinks) | (key_tokens[None, :] > query_tokens - recent)
+        # Where each new token would go, one at a time: the free slots, then the ring.
+        held, ring, last_source = self.seq_len, self.ring, {}
+        for source in range(new_pos):
+            if held < window:
+                last_source[held], held = source, held + 1
+            else:
+                last_source[sinks + ring], ring = source, (ring + 1) % recent
+        self.overflow = (list(last_source), list(last_source.values()), ring)
+        return CacheStep(tokens[:, self.seen :], positions, mask=visible[None, None])
+
+    def commit(self) -> "SinkCache":
+        """Every layer has stored its keys: count the step's tokens as seen and move the ring on."""
+        if self.overflow is not None:
+            self.ring = self.overflow[2]
+        elif self.seen + self.new_pos > self.window_length:  # one token into a full window
+            self.ring = (self.ring + 1) % (self.window_length - self.num_sink_tokens)
+        self.seen += self.new_pos
+        self.new_pos, self.overflow = 0, None
+        return self
+
+    def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
+        """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
+        if self.seen:
+            check_same_device("the SinkCache", self.buffer.device, tokens.device)
+        check_cache_and_tokens(self, cfg, tokens, run=self.seen)

@@ -74,29 +74,42 @@ def hf_attention_io(reference, ids: torch.Tensor, mask: torch.Tensor, layer: int
     return seen["x"], seen["out"]
 
 
+class ListCache:
+    """A cache of the protocol made here: each layer's keys and values kept in order, the new ones after the old."""
+
+    def __init__(self):
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer in self.kv:
+            k, v = torch.cat([self.kv[layer][0], k], 1), torch.cat([self.kv[layer][1], v], 1)
+        self.kv[layer] = (k, v)
+        return k, v
+
+
 @pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("masked_forward")
 @pytest.mark.parametrize("layer", [0, -1], ids=["first layer", "last layer"])
-def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, oracle, seed, layer):
-    """Attention.masked_forward, fed Hugging Face's own attention input for a left-padded batch, gives Hugging
-    Face's attention output at every real token: all positions new (kv all empty slots), and with a cache (the
-    first positions, then the last two on top, their keys and values written into kv's last slots). kv starts
-    as NaN, so a slot read before it is written shows."""
+def test_masked_forward_matches_hf_attention_on_a_padded_batch(demo, reference, oracle, impl, seed, layer):
+    """Attention.forward on a layer of a cache whose step mask hides the pad keys, fed Hugging Face's own
+    attention input for a left-padded batch, gives Hugging Face's attention output at every real token: all
+    positions at once, and with a cache (the first positions, then the last two on top)."""
     cfg = reference.cfg
     layer = layer % cfg.n_layers
     rows = random_rows(seed + 3, [7, 2, 5], cfg.d_vocab)
     ids, mask = left_padded(rows, reference.tokenizer.eos_token_id)
     x, expected = oracle(hf_attention_io, reference, ids, mask, layer)
     attn, real, n = demo.blocks[layer].attn, mask.bool(), ids.shape[1]
+    LayerCache = impl.kv_cache.LayerCache
 
-    def empty_kv() -> torch.Tensor:
-        return torch.full((2, len(rows), n, cfg.n_heads, cfg.d_head), float("nan"))
+    def hides_pads(upto: int) -> torch.Tensor:
+        return real[:, None, None, :upto]
 
     with torch.no_grad():
-        out = attn.masked_forward(x, empty_kv(), mask)
-        kv = empty_kv()
-        first = attn.masked_forward(x[:, : n - 2], kv[:, :, : n - 2], mask[:, : n - 2])
-        last = attn.masked_forward(x[:, n - 2 :], kv, mask)
+        out, _ = attn(x, LayerCache(ListCache(), layer, hides_pads(n)))
+        cache = ListCache()
+        first, _ = attn(x[:, : n - 2], LayerCache(cache, layer, hides_pads(n - 2)))
+        last, _ = attn(x[:, n - 2 :], LayerCache(cache, layer, hides_pads(n)))
     for what, got, want, keep in (("all positions new", out, expected, real),
                                   ("cached: the first positions", first, expected[:, : n - 2], real[:, : n - 2]),
                                   ("cached: the last two on top", last, expected[:, n - 2 :], real[:, n - 2 :])):

@@ -4,10 +4,10 @@ synchronisation, and a loop that looks at finished rows every few steps.
 How the tests judge (all of it runs on the CPU; the few checks that need a CUDA GPU skip
 with a one-line reason elsewhere):
 
-* ``fixed_shape_step`` starts from keys and values that Hugging Face computed for a prompt
-  (its own cache, copied into the buffer), so no other exercise's code is involved; every
-  slot the step has not written holds large finite numbers, so a step that attends to one
-  is far off. Fed one token at a time, its logits must equal Hugging Face's full forward
+* ``fixed_shape_step`` (the model's one forward pass on a ``FixedShapeCache``) starts from
+  keys and values that Hugging Face computed for a prompt (its own cache, copied into the
+  buffer), so no other cache's code is involved; every slot the step has not written holds
+  large finite numbers, so a step that attends to one is far off. Fed one token at a time, its logits must equal Hugging Face's full forward
   at that position, and the buffer must then hold Hugging Face's keys and values exactly
   where the tokens went. That it can be captured is checked by recording every operation
   it runs (``sampling_course.op_recorder.OpRecorder``, which records in the process where the
@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import math
 
-import einops
 import pytest
 import torch
 
@@ -69,24 +68,6 @@ def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Ten
 # ---------------------------------------------------------------------------------------
 
 
-def fast_layers(fast_path, model) -> list:
-    """Each block's weights in the fast path's layout, made here from their definition (not by fuse_qkv)."""
-    layers = []
-    for block in model.blocks:
-        attn = block.attn
-        W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)
-        fused = fast_path.FusedAttention(
-            W_QKV=W_QKV.detach(), b_QKV=torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)]).detach(),
-            W_O=einops.rearrange(attn.W_O, "n h d -> (n h) d").detach(), b_O=attn.b_O.detach(),
-        )
-        layers.append(fast_path.FastLayer(
-            ln1_w=block.ln1.w.detach(), ln1_b=block.ln1.b.detach(), attn=fused, ln2_w=block.ln2.w.detach(),
-            ln2_b=block.ln2.b.detach(), W_in=block.mlp.W_in.detach(), b_in=block.mlp.b_in.detach(),
-            W_out=block.mlp.W_out.detach(), b_out=block.mlp.b_out.detach(),
-        ))
-    return layers
-
-
 def hf_keys_values(reference, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Oracle: Hugging Face's logits for every position, and its keys and values as (n_layers, batch, pos, n_heads, d_head)."""
     with torch.no_grad():
@@ -103,6 +84,7 @@ def garbage_buffer(seed: int, cfg, batch: int, max_len: int) -> torch.Tensor:
     return 30.0 * torch.randn(shape, generator=torch.Generator().manual_seed(seed + 1))
 
 
+@pytest.mark.downstream  # the step is the model's own forward: also run on every correct part-1/4 variant planted
 @pytest.mark.exercise("fixed_shape_step")
 @pytest.mark.parametrize("batch", [1, 3])
 def test_fixed_shape_step_gives_hugging_faces_logits_and_keys(reference, demo, impl, gpu, batch, seed, oracle):
@@ -115,10 +97,9 @@ def test_fixed_shape_step_gives_hugging_faces_logits_and_keys(reference, demo, i
     buffer = garbage_buffer(seed, cfg, batch, max_len)
     untouched = buffer[:, :, :, prompt + steps :].clone()
     buffer[:, 0, :, :prompt], buffer[:, 1, :, :prompt] = keys[:, :, :prompt], values[:, :, :prompt]
-    fused = fast_layers(impl.fast_path, demo)
     with torch.no_grad():
         for t in range(prompt, prompt + steps):
-            out = gpu.fixed_shape_step(demo, fused, buffer, tokens[:, t], torch.tensor(t))
+            out = gpu.fixed_shape_step(demo, buffer, tokens[:, t], torch.tensor(t))
             assert out.shape == (batch, cfg.d_vocab), "fixed_shape_step returns the new token's logits: (batch, d_vocab)"
             torch.testing.assert_close(out, logits[:, t], **TOL, msg=lambda m: f"logits at position {t}: {m}")
     torch.testing.assert_close(buffer[:, 0, :, : prompt + steps], keys, **TOL, msg=lambda m: f"keys in the buffer: {m}")
@@ -132,14 +113,13 @@ def test_fixed_shape_step_is_the_same_work_at_every_position(tiny_demo, impl, gp
     read back to the host (no int(position), .item(), nonzero or other data-dependent shape)."""
     cfg = tiny_demo.cfg
     buffer = garbage_buffer(seed, cfg, 2, 16)
-    fused = fast_layers(impl.fast_path, tiny_demo)
     tokens = random_tokens(seed, 2, 1, cfg.d_vocab)[:, 0]
     recorded = []
     with torch.no_grad():
         for position in (5, 9):
             position = torch.tensor(position)
             with OpRecorder() as recorder:
-                gpu.fixed_shape_step(tiny_demo, fused, buffer, tokens, position)
+                gpu.fixed_shape_step(tiny_demo, buffer, tokens, position)
             recorder.verdict(not recorder.host_reads(), (
                 f"the step reads values back to the host ({', '.join(recorder.host_reads())}): a captured step cannot; "
                 "keep the position a tensor and index with it"
