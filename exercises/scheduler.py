@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: a2d3d5b153390b119c2dd5e0a89f3e16ae943a3f4ad860d9d8bfebed9c79bb2f
+# stub-checksum: ca39eb1c21a9f1b73d01d21e1f6c9b1224613a5c356c7602130594112e74e435
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -14,10 +14,10 @@ al., Orca, 2022), the shape vLLM and its small from-scratch descendants share:
   ones when the pool runs out; then, if nothing was preempted, it admits waiting requests
   while their prompts fit in the free blocks. What it returns is the step's work: the
   prompts to prefill and the requests to decode by one token;
-* after the step's forward pass, ``postprocess`` does each request's bookkeeping in one place
-  (nano-vllm's shape: schedule, run, postprocess): the positions it computed, the token it drew,
-  and, when it finished, its retirement, its blocks going back to the pool at once, so a waiting
-  request can take them at the next step.
+* after the step's forward pass, the engine's postprocess does each request's bookkeeping in one
+  place (nano-vllm's shape: schedule, run, postprocess): the positions it computed, the token it
+  drew, and, when it finished, its retirement (``retire``), its blocks going back to the pool at
+  once, so a waiting request can take them at the next step.
 
 A server also bounds the work of one step. With ``max_step_tokens`` the scheduler gives each
 step at most that many positions (vLLM's ``max_num_batched_tokens``): the running requests'
@@ -76,8 +76,10 @@ class Request:
     generator: torch.Generator | None = None
     # Stops the request when its text reaches a stop string (part 5's StopStringCriteria); None: no stop strings.
     stop: object | None = None
-    # The hashes of its computed full blocks, in order (prefix caching registers each block once).
+    # The hashes of its computed full blocks, in order (prefix caching registers each block once), and how many of
+    # its table's blocks have been registered since the table was last emptied.
     block_hashes: list = field(default_factory=list)
+    n_registered: int = 0
 
     def __post_init__(self):
         if not isinstance(self.prompt, (list, tuple)) or not self.prompt or not all(
@@ -113,7 +115,7 @@ class Step:
 
     ``chunks`` gives the positions a prefill runs this step when a token budget cut its prompt
     into chunks; a request not in it runs every position it has not computed (``n_new``).
-    ``n_new`` is read before ``postprocess`` counts the step's positions as computed.
+    ``n_new`` is read before the engine's postprocess counts the step's positions as computed.
     """
 
     prefill: list[Request]
@@ -177,7 +179,7 @@ class Scheduler:
         """Give back all of ``request``'s blocks; it waits at the front, to be recomputed first."""
         request.table.release(self.pool)
         self.partial.discard(request)
-        request.n_computed = 0
+        request.n_computed = request.n_registered = 0
         request.state = WAITING
         request.n_preemptions += 1
         self.running.remove(request)
@@ -201,7 +203,7 @@ class Scheduler:
         """Give back the cached blocks ``match_prefix`` gave a request that was not admitted after all."""
         if request.state == WAITING and request.table is not None and request.table.blocks:
             request.table.release(self.pool)
-            request.n_computed = 0
+            request.n_computed = request.n_registered = 0
 
     def register_full_blocks(self, request: Request, n_positions: int) -> None:
         """With a ``PrefixCachingPool``: register every full block of ``request``'s first ``n_positions``
@@ -219,8 +221,9 @@ class Scheduler:
         if n_full > len(hashes):
             parent = hashes[-1] if hashes else None
             hashes += block_hashes(request.tokens[len(hashes) * size : n_full * size], size, parent)
-        for index in range(n_full):
+        for index in range(request.n_registered, n_full):
             self.pool.register(request.table.blocks[index], hashes[index])
+        request.n_registered = max(request.n_registered, n_full)
 
     def take_chunk(self, request: Request, left: int | float, chunks: dict) -> None:
         """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later.
@@ -276,22 +279,6 @@ class Scheduler:
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted, chunks)
-
-    def postprocess(self, step: Step, tokens: list[int | None]) -> list[Request]:
-        """After the step's forward pass, each request's bookkeeping in one place; the requests that finished.
-
-        ``tokens[i]`` is the token drawn for ``step.requests[i]``, None for a chunk of a prompt that is not its
-        last (those logits are not its next token's). Each request counts the positions it ran as computed,
-        takes its token (which may finish it), and the finished ones are retired with their blocks freed.
-        """
-        if len(tokens) != len(step.requests):
-            raise ValueError(f"postprocess takes one token (or None) per request of the step: {len(step.requests)} "
-                             f"requests, {len(tokens)} tokens")
-        for request, token in zip(step.requests, tokens):
-            request.n_computed += step.n_new(request)
-            if token is not None:
-                request.append(token)
-        return self.retire()
 
     def retire(self) -> list[Request]:
         """Take finished requests out of the running queue and give their blocks back, now."""
