@@ -210,6 +210,8 @@ def paged_step(rows: list[list[Segment]], device: torch.device | str | None = No
     """
     if not rows or not all(rows):
         raise ValueError("a paged step needs at least one row, each with at least one segment")
+    if all(len(row) == 1 for row in rows):
+        return one_segment_a_row([row[0] for row in rows], device)
     width = max(sum(len(s.tokens) for s in row) for row in rows)
     n_keys = max(sum(len(s.slots) for s in row) for row in rows)
     # Each row's queries and keys as pieces, laid end to end over all rows: its padding (owner -1 for queries,
@@ -257,6 +259,35 @@ def paged_step(rows: list[list[Segment]], device: torch.device | str | None = No
     return PagedStep(torch.tensor(tokens, device=device).view(len(rows), width), positions.to(device),
                      (query_of >= 0).to(device), torch.tensor(write_slots, dtype=torch.long, device=device),
                      torch.tensor(read_slots, dtype=torch.long, device=device).view(len(rows), n_keys),
+                     mask[:, None].to(device), last.to(device))
+
+
+def one_segment_a_row(segments: list[Segment], device: torch.device | str | None = None) -> PagedStep:
+    """``paged_step`` for rows of one segment each (a step's decodes: one new token a row), the same layout
+    computed per row at once: row ``r``'s query ``i`` sits at position ``start + i - pad``, its key ``j`` at
+    ``j - key_pad``, and a query sees the row's real keys up to its own position."""
+    for s in segments:
+        if not s.tokens or len(s.slots) != s.start + len(s.tokens):
+            raise ValueError(f"a segment runs positions {s.start}..{s.start + len(s.tokens) - 1} and needs the slots of "
+                             f"positions 0..{s.start + len(s.tokens) - 1}, got {len(s.slots)} slots")
+    n_new = torch.tensor([len(s.tokens) for s in segments])
+    n_held = torch.tensor([len(s.slots) for s in segments])
+    width, n_keys = int(n_new.max()), int(n_held.max())
+    tokens, write_slots, read_slots = [], [], []
+    for s in segments:
+        tokens += [0] * (width - len(s.tokens)) + s.tokens
+        write_slots += s.slots[s.start:]
+        read_slots += [0] * (n_keys - len(s.slots)) + s.slots  # padding reads any slot: the mask hides it
+    query = torch.arange(width)[None] - (width - n_new)[:, None]  # index among the row's new tokens (< 0: padding)
+    valid = query >= 0
+    positions = torch.where(valid, query + (n_held - n_new)[:, None], 0)
+    key_positions = torch.arange(n_keys)[None] - (n_keys - n_held)[:, None]  # < 0: padding
+    mask = (key_positions[:, None, :] >= 0) & (key_positions[:, None, :] <= positions[:, :, None]) & valid[:, :, None]
+    last = torch.arange(len(segments)) * width + width - 1
+    shape = (len(segments), width)
+    return PagedStep(torch.tensor(tokens, device=device).view(shape), positions.to(device), valid.to(device),
+                     torch.tensor(write_slots, dtype=torch.long, device=device),
+                     torch.tensor(read_slots, dtype=torch.long, device=device).view(len(segments), n_keys),
                      mask[:, None].to(device), last.to(device))
 
 
