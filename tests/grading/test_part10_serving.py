@@ -105,6 +105,37 @@ def query_rows(step, new_of):
     return out.view(rows, width, *new_of[0].shape[1:])
 
 
+def test_a_paged_step_is_laid_out_as_a_left_padded_batch(impl):
+    """``paged_step`` (given code) against a brute-force layout, for rows of one segment (a step's decodes, laid out
+    at once) and of several (packed prompts): each row's new tokens and keys one segment after the other, left-padded;
+    a query sees exactly its own segment's keys up to its own position."""
+    bp = impl.block_pool
+    rng = random.Random(11)
+    for trial in range(60):
+        rows = [[bp.Segment([rng.randint(1, 9) for _ in range(n)], start, [rng.randrange(90) for _ in range(start + n)])
+                 for n, start in [(rng.randint(1, 3), rng.randint(0, 5)) for _ in range(1 if trial % 2 else rng.randint(1, 3))]]
+                for _ in range(rng.randint(1, 4))]
+        step = bp.paged_step(rows)
+        width = max(sum(len(s.tokens) for s in row) for row in rows)
+        n_keys = max(sum(len(s.slots) for s in row) for row in rows)
+        mask, last, write = [], [], []
+        for r, row in enumerate(rows):
+            queries = [None] * (width - sum(len(s.tokens) for s in row))  # (segment, position) of each query
+            keys = [None] * (n_keys - sum(len(s.slots) for s in row))
+            for k, s in enumerate(row):
+                queries += [(k, s.start + i) for i in range(len(s.tokens))]
+                keys += [(k, p) for p in range(len(s.slots))]
+                last.append(r * width + len(queries) - 1)
+                write += s.slots[s.start:]
+            assert step.tokens[r].tolist() == [0] * queries.count(None) + [t for s in row for t in s.tokens]
+            assert step.valid[r].tolist() == [q is not None for q in queries]
+            assert step.positions[r].tolist() == [0 if q is None else q[1] for q in queries]
+            assert step.read_slots[r].tolist()[keys.count(None):] == [x for s in row for x in s.slots]
+            mask.append([[q is not None and k is not None and k[0] == q[0] and k[1] <= q[1] for k in keys] for q in queries])
+        assert step.mask[:, 0].tolist() == mask, f"trial {trial}: the mask"
+        assert step.last.tolist() == last and step.write_slots.tolist() == write
+
+
 @pytest.mark.exercise("PagedKVCache.update")
 def test_paged_cache_update_writes_through_the_tables_and_reads_each_request_in_order(impl):
     """Three requests grow in random interleaved chunks over a pool fragmented by another request's freed blocks,
