@@ -1,13 +1,14 @@
 # GENERATED from solutions/padding.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: de4ef5e658bb63827a7062be4dde98ece11f671f7a569a60ff0d29fa41c98998
+# stub-checksum: 1a52ce0389c91dc60fedd50b831329b3a9e3f1a55408f7250f9ebc03a088c6f5
 """Part 5: many prompts in one batch: left padding, and the padded prefill and decode steps.
 
 Prompts have different lengths. Padding them on the left puts every row's last real token
 in the last column, so the next token's logits are ``logits[:, -1]`` for every row and the
 new tokens follow directly. The attention mask (1 at tokens, 0 at pads) tells the model
-which keys are real and where each row's positions start (``DemoTransformer``'s padded
-forward pass, part 5's model exercises). The prefill runs every prompt at once and fills a
+which keys are real and where each row's positions start: ``DemoTransformer.forward`` with an
+``attention_mask`` runs on part 4's cache, whose step (``step_after``) gives each row's positions
+and hides its pads (part 5's model exercises). The prefill runs every prompt at once and fills a
 KV cache; each later step runs only the newest token of every row on top of it.
 """
 

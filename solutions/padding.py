@@ -3,8 +3,9 @@
 Prompts have different lengths. Padding them on the left puts every row's last real token
 in the last column, so the next token's logits are ``logits[:, -1]`` for every row and the
 new tokens follow directly. The attention mask (1 at tokens, 0 at pads) tells the model
-which keys are real and where each row's positions start (``DemoTransformer``'s padded
-forward pass, part 5's model exercises). The prefill runs every prompt at once and fills a
+which keys are real and where each row's positions start: ``DemoTransformer.forward`` with an
+``attention_mask`` runs on part 4's cache, whose step (``step_after``) gives each row's positions
+and hides its pads (part 5's model exercises). The prefill runs every prompt at once and fills a
 KV cache; each later step runs only the newest token of every row on top of it.
 """
 

@@ -131,6 +131,11 @@ def build(args: argparse.Namespace) -> Setup:
     transformer = importlib.import_module(f"{args.impl}.transformer")
     demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
     demo.load_state_dict(demo_state_dict(hf_model), strict=True)
+    # Part 6's fast path: QKV fused once, at load (before part 6, fuse_qkv is a stub: the model runs as written).
+    try:
+        importlib.import_module(f"{args.impl}.fast_path").fuse_at_load(demo)
+    except NotImplementedError:
+        pass
     batch_prompts = batch_of_prompts(text_ids, args.batch_size, args.prompt_tokens, generator)
     total = args.prompt_tokens + max(args.new_tokens, args.beam_new_tokens, args.batch_new_tokens)
     if total > demo.cfg.n_ctx:

@@ -31,6 +31,14 @@ __all__ = ["LATER_OWNERS", "Region", "Step", "region_owner", "regions", "walk_so
 # The cached branch of TransformerSampler.sample is written in part 4 (cached_sample), not in part 2.
 LATER_OWNERS = {
     ("sampling", "logits, kv_cache = self.model(input_ids[None], kv_cache)"): "cached_sample",
+    # DemoTransformer.forward is cached_forward's target, but its cache-free body is part 1's.
+    ("transformer", "residual = block(residual)"): "DemoTransformer",
+    # The cache's hook in Attention.forward (part 4) and what the cache hides (part 5).
+    ("transformer", "k, v = cache.update(k, v)"): "cached_forward",
+    ("transformer", "attn_scores.masked_fill(~cache.mask, self.IGNORE)"): "masked_forward",
+    # Part 4's cache as a cache of the protocol: its positions and its concatenation.
+    ("kv_cache", "positions = torch.arange(past, tokens.shape[1]"): "cached_forward",
+    ("kv_cache", "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)"): "cached_forward",
 }
 
 

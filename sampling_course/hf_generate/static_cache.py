@@ -113,7 +113,7 @@ class StaticKeyValueCache(Cache):
             self.check_step(key_states)
         k, v = self.course.update(layer, key_states.transpose(1, 2), value_states.transpose(1, 2))
         if layer == self.n_layers - 1:
-            self.course.seq_len += new  # every layer has written its slots (the course's forward does this too)
+            self.course.seq_len += new  # every layer has written its slots (what the course cache's commit does)
         return k.transpose(1, 2), v.transpose(1, 2)
 
     def check_step(self, key_states: Float[Tensor, "batch kv_heads new_pos d_head"]) -> None:

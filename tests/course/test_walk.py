@@ -42,10 +42,13 @@ def test_the_walk_starts_at_the_exercises_and_ends_at_the_solutions():
     sources = solution_sources()
     assert walk_sources(-1) == {m: make_stub_source(s, f"solutions/{m}.py") for m, s in sources.items()}
     assert walk_sources(len(EXERCISES) - 1) == sources
-    # A region inside DemoTransformer.padded_forward is padded_forward's (part 5), not DemoTransformer's.
+    # The padded branch of step_after is padded_forward's (part 5), its plain branch cached_forward's (part 4);
+    # the line of Attention.forward that hides what the cache hides is masked_forward's (part 5), not Attention's.
     after_part_4 = walk_sources(next(i for i, e in enumerate(EXERCISES) if e.name == "cached_beam_search"))
-    assert "def padded_forward" in after_part_4["transformer"]
-    assert after_part_4["transformer"] != sources["transformer"]
+    assert "torch.arange(past, tokens.shape[1]" in after_part_4["kv_cache"]
+    assert "position_ids_from_mask(attention_mask)[:, past:]" not in after_part_4["kv_cache"]
+    assert "k, v = cache.update(k, v)" in after_part_4["transformer"]
+    assert "~cache.mask" not in after_part_4["transformer"]
     assert after_part_4["sampling"] == sources["sampling"]
 
 
@@ -69,13 +72,13 @@ def own_stub_message(exercise, stubs) -> str | None:
 
 
 def test_a_stub_is_named_with_the_exercise_whose_target_holds_it_most_closely():
-    """padded_forward's stub is in DemoTransformer (part 1) too, and cached_sample's in part 2's sample: each
+    """cached_forward's stub is in DemoTransformer (part 1) too, and cached_sample's in part 2's sample: each
     is the learner's own; generate stopped at padded_forward's stub sends the learner there."""
-    for name, stub in [("padded_forward", "DemoTransformer.padded_forward"), ("cached_sample", "TransformerSampler.sample"),
-                       ("masked_forward", "Attention.masked_forward"), ("cached_forward", "DemoTransformer.cached_forward")]:
+    for name, stub in [("padded_forward", "step_after"), ("cached_sample", "TransformerSampler.sample"),
+                       ("masked_forward", "Attention.forward"), ("cached_forward", "DemoTransformer.forward")]:
         assert own_stub_message(get_exercise(name), [stub]) is None
-    text = panel_text(get_exercise("generate"), ["DemoTransformer.padded_forward"])
-    assert "calls padded_forward (exercises/transformer.py: DemoTransformer.padded_forward)" in text, text
+    text = panel_text(get_exercise("generate"), ["step_after"])
+    assert "calls padded_forward (exercises/kv_cache.py: step_after)" in text, text
 
 
 @pytest.mark.walk

@@ -15,12 +15,16 @@ How the tests judge:
   uncached forward over the whole text with an explicit attention mask (each token sees
   the sinks and the recent window) and the position ids of the rule, past n_ctx. Its size
   never exceeds ``window_length``; before the window fills it equals the dynamic cache.
-* ``fuse_qkv`` is checked against the einsum of each head's own weights.
+* ``fuse_qkv`` is checked against the einsum of each head's own weights; the fast path
+  (the model's one forward with QKV fused at load, ``fuse_at_load``) by the static cache's
+  logits above, which run on it.
 
 Nothing here is statistical. Random tokens come from ``SAMPLING_COURSE_TEST_SEED``.
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
@@ -48,6 +52,12 @@ def sink_cache(impl):
 @pytest.fixture(scope="module")
 def fast_path(impl):
     return impl.fast_path
+
+
+@pytest.fixture(scope="module")
+def fast_demo(demo, fast_path):
+    """A copy of the model on the fast path: its QKV weights fused at load (``fuse_at_load``), the same forward."""
+    return fast_path.fuse_at_load(copy.deepcopy(demo))
 
 
 def random_tokens(seed: int, batch: int, length: int, d_vocab: int) -> torch.Tensor:
@@ -109,8 +119,9 @@ def test_update_writes_the_next_slots_and_returns_the_filled_prefix(demo, caches
 @pytest.mark.exercise("fast_forward")
 @pytest.mark.parametrize("schedule", [[7, 1, 1, 1], [1, 1, 1, 4, 1, 3]], ids=["prefill-then-singles", "chunks"])
 @pytest.mark.parametrize("batch", [1, 3])
-def test_static_cache_logits_equal_full_forward(reference, oracle, demo, caches, impl, schedule, batch, seed):
-    """Fed in chunks, the static cache gives HF's full-forward logits and the dynamic cache's."""
+def test_static_cache_logits_equal_full_forward(reference, oracle, demo, fast_demo, caches, impl, schedule, batch, seed):
+    """Fed in chunks to the model on the fast path, the static cache gives HF's full-forward logits and the
+    dynamic cache's (on the model as part 1 wrote it)."""
     cfg = demo.cfg
     tokens = random_tokens(seed, batch, sum(schedule), cfg.d_vocab)
     expected = oracle(hf_logits, reference, tokens)
@@ -120,7 +131,7 @@ def test_static_cache_logits_equal_full_forward(reference, oracle, demo, caches,
     with torch.no_grad():
         for chunk in schedule:
             end += chunk
-            logits, returned = demo(tokens[:, :end], static)
+            logits, returned = fast_demo(tokens[:, :end], static)
             assert returned is static, "model(tokens, static_cache) must return the same cache object, filled in place"
             torch.testing.assert_close(logits, expected[:, end - chunk : end], **TOL)
             dynamic_logits, dynamic = demo(tokens[:, :end], dynamic)
@@ -133,22 +144,22 @@ def test_static_cache_logits_equal_full_forward(reference, oracle, demo, caches,
 
 @pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("fast_forward")
-def test_static_cache_crop_rolls_back(reference, oracle, demo, caches, seed):
+def test_static_cache_crop_rolls_back(reference, oracle, fast_demo, caches, seed):
     """After crop(n), running the rest again gives the logits of a full forward."""
-    cfg = demo.cfg
+    cfg = fast_demo.cfg
     tokens = random_tokens(seed, 2, 12, cfg.d_vocab)
     expected = oracle(hf_logits, reference, tokens)
     cache = poisoned_static_cache(caches, cfg, 2, 16)
     with torch.no_grad():
-        demo(tokens, cache)
+        fast_demo(tokens, cache)
         cache.crop(5)
         assert cache.seq_len == 5
         other = random_tokens(seed + 1, 2, 12, cfg.d_vocab)
         other[:, :5] = tokens[:, :5]
-        logits, cache = demo(other, cache)  # overwrites slots 5.. with another continuation
+        logits, cache = fast_demo(other, cache)  # overwrites slots 5.. with another continuation
         torch.testing.assert_close(logits, oracle(hf_logits, reference, other)[:, 5:], **TOL)
         cache.crop(8)
-        logits, cache = demo(other, cache)
+        logits, cache = fast_demo(other, cache)
         torch.testing.assert_close(logits, oracle(hf_logits, reference, other)[:, 8:], **TOL)
     del expected
     with pytest.raises(ValueError, match="seq_len"):
@@ -240,15 +251,15 @@ def test_generate_with_static_cache_equals_dynamic(reference, demo, caches, impl
 
 @pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("fast_forward")
-def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, oracle, demo, caches):
+def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, oracle, fast_demo, caches):
     """With an attention mask, each left-padded row's logits are those of its prompt run alone."""
-    rows = [random_tokens(s, 1, n, demo.cfg.d_vocab)[0].tolist() for s, n in ((1, 5), (2, 9), (3, 2))]
+    rows = [random_tokens(s, 1, n, fast_demo.cfg.d_vocab)[0].tolist() for s, n in ((1, 5), (2, 9), (3, 2))]
     width = max(map(len, rows))
     tokens = torch.tensor([[0] * (width - len(r)) + r for r in rows])
     mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
-    cache = poisoned_static_cache(caches, demo.cfg, 3, width + 2)
+    cache = poisoned_static_cache(caches, fast_demo.cfg, 3, width + 2)
     with torch.no_grad():
-        logits, cache = demo(tokens, cache, attention_mask=mask)
+        logits, cache = fast_demo(tokens, cache, attention_mask=mask)
         for i, row in enumerate(rows):
             torch.testing.assert_close(logits[i, width - len(row) :], oracle(hf_logits, reference, torch.tensor([row]))[0], **TOL)
 
@@ -364,7 +375,7 @@ def test_sink_cache_misuse_fails_loudly(demo, sink_cache):
             demo(tokens, cache)
 
 
-# Graded as part 7's crop_cache, which it calls: in course order, fast_forward is checked
+# Graded as part 7's crop_cache, which it calls: in course order, the fast path is checked
 # before crop_cache is written, so this test must not grade fast_forward.
 @pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
 @pytest.mark.exercise("crop_cache")

@@ -75,8 +75,8 @@ EXERCISES: tuple[Exercise, ...] = (
         "Two affine maps with a non-linearity between them, and both have a bias (b_in, b_out).",
         "GPT-2's GELU is the tanh approximation: use this module's gelu_new, not torch's default "
         "exact (erf) GELU and not ReLU. The difference is small but the tests see it.",
-        'pre = einops.einsum(x, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
-        'return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out',
+        "pre = x @ self.W_in + self.b_in\n"
+        "return gelu_new(pre) @ self.W_out + self.b_out",
     ),
     exercise(
         "TransformerBlock", 1, "transformer", "TransformerBlock",
@@ -93,7 +93,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "Map the final residual stream to one logit per vocabulary entry with W_U and b_U.",
         "W_U is (d_model, d_vocab): a matrix product over d_model at every position.",
         "Do not drop b_U. GPT-2's own b_U is zero, but the tests also use a non-zero one.",
-        'return einops.einsum(x, self.W_U, "b s d, d v -> b s v") + self.b_U',
+        "return x @ self.W_U + self.b_U",
     ),
     exercise(
         "DemoTransformer", 1, "transformer", "DemoTransformer",
@@ -147,10 +147,10 @@ MISTAKES: list[Mistake] = [
             "diagonal=key_pos - query_pos + 1,", "diagonal=key_pos - query_pos + 2,",
             why="the causal mask starts one position too late, so every token can also see the token after it"),
     Mistake(1, "MLP with relu", "transformer.py",
-            "einops.einsum(gelu_new(pre),", "einops.einsum(torch.relu(pre),",
+            "return gelu_new(pre) @ self.W_out", "return torch.relu(pre) @ self.W_out",
             why="ReLU instead of GPT-2's GELU (gelu_new, the tanh approximation)"),
     Mistake(1, "MLP with erf gelu", "transformer.py",
-            "einops.einsum(gelu_new(pre),", "einops.einsum(torch.nn.functional.gelu(pre),",
+            "return gelu_new(pre) @ self.W_out", "return torch.nn.functional.gelu(pre) @ self.W_out",
             why="torch's exact (erf) GELU instead of GPT-2's tanh approximation, gelu_new"),
     Mistake(1, "positions not added", "transformer.py",
             "residual = self.embed(tokens) + self.pos_embed(tokens)\n", "residual = self.embed(tokens)\n",
@@ -165,13 +165,13 @@ MISTAKES: list[Mistake] = [
             '"b q n h, n h d -> b q d") + self.b_O', '"b q n h, n h d -> b q d")',
             why="the output bias b_O is never added"),
     Mistake(1, "missing b_in", "transformer.py",
-            '"b s d, d m -> b s m") + self.b_in', '"b s d, d m -> b s m")',
+            "pre = normalized_resid_mid @ self.W_in + self.b_in", "pre = normalized_resid_mid @ self.W_in",
             why="the MLP's input bias b_in is never added"),
     Mistake(1, "missing b_out", "transformer.py",
-            '"b s m, m d -> b s d") + self.b_out', '"b s m, m d -> b s d")',
+            "return gelu_new(pre) @ self.W_out + self.b_out", "return gelu_new(pre) @ self.W_out",
             why="the MLP's output bias b_out is never added"),
     Mistake(1, "missing b_U", "transformer.py",
-            '"b s d, d v -> b s v") + self.b_U', '"b s d, d v -> b s v")',
+            "return normalized_resid_final @ self.W_U + self.b_U", "return normalized_resid_final @ self.W_U",
             why="the unembedding bias b_U is never added"),
 ]
 
@@ -197,33 +197,49 @@ _CAUSAL_MASK = (
     "        )\n"
     "        return attn_scores.masked_fill(future, self.IGNORE)\n"
 )
+# Attention's queries, keys and values (inside the branch taken when part 6 has not fused them).
 _QKV = (
-    '        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
-    '        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
-    '        k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
-    '        v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
+    '            x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
+    '            q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
+    '            k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
+    '            v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
 )
-_SCORES = (
+# The scores (masked by the causal mask), then what a cache hides (part 4's and 5's given lines,
+# kept as they are by every variant), then the pattern, the values mixed and the output.
+_SCORES_START = (
     '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
-    "        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)\n"
+    "        attn_scores = self.apply_causal_mask(attn_scores)\n"
+)
+_CACHE_HIDES = (
+    "        ### END SOLUTION\n"
+    "        if cache is not None and cache.mask is not None:\n"
+    "            ### BEGIN SOLUTION\n"
+    "            # Hint: a key the cache hides (padding, part 5) is masked like a future key.\n"
+    "            attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)\n"
+    "            ### END SOLUTION\n"
+    "        ### BEGIN SOLUTION\n"
+)
+_SCORES_END = (
+    "        pattern = attn_scores.softmax(dim=-1)\n"
     '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
     "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
     '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
 )
+_SCORES = _SCORES_START + _CACHE_HIDES + _SCORES_END
 _MLP = (
-    '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
-    '        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out\n'
+    "        pre = normalized_resid_mid @ self.W_in + self.b_in\n"
+    "        return gelu_new(pre) @ self.W_out + self.b_out\n"
 )
 _BLOCK = (
     "        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))\n"
     "        return resid_mid + self.mlp(self.ln2(resid_mid))\n"
 )
-_UNEMBED = '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'
+_UNEMBED = "        return normalized_resid_final @ self.W_U + self.b_U\n"
 _DEMO = (
-    "        residual = self.embed(tokens) + self.pos_embed(tokens)\n"
-    "        for block in self.blocks:\n"
-    "            residual = block(residual)\n"
-    "        return self.unembed(self.ln_final(residual))\n"
+    "            residual = self.embed(tokens) + self.pos_embed(tokens)\n"
+    "            for block in self.blocks:\n"
+    "                residual = block(residual)\n"
+    "            return self.unembed(self.ln_final(residual))\n"
 )
 
 VARIANTS: list[Variant] = [
@@ -278,11 +294,11 @@ VARIANTS: list[Variant] = [
     # Attention
     Variant(1, "Attention", "one fused QKV matmul, then scores with @ and a reshaped W_O", "transformer.py",
             _QKV,
-            "        batch, seq, d_model = normalized_resid_pre.shape\n"
-            "        n, h = self.cfg.n_heads, self.cfg.d_head\n"
-            "        W_QKV = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(d_model, 3 * n * h)\n"
-            "        q, k, v = (normalized_resid_pre @ W_QKV).view(batch, seq, 3, n, h).unbind(dim=2)\n"
-            "        q, k, v = q + self.b_Q, k + self.b_K, v + self.b_V\n"),
+            "            batch, seq, d_model = normalized_resid_pre.shape\n"
+            "            n, h = self.cfg.n_heads, self.cfg.d_head\n"
+            "            W_QKV = torch.cat([self.W_Q, self.W_K, self.W_V], dim=0).permute(1, 0, 2).reshape(d_model, 3 * n * h)\n"
+            "            q, k, v = (normalized_resid_pre @ W_QKV).view(batch, seq, 3, n, h).unbind(dim=2)\n"
+            "            q, k, v = q + self.b_Q, k + self.b_K, v + self.b_V\n"),
     Variant(1, "Attention", "scores with torch.baddbmm over (batch * heads)", "transformer.py",
             '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n',
             "        b, q_len, n, h = q.shape\n"
@@ -302,19 +318,26 @@ VARIANTS: list[Variant] = [
     Variant(1, "Attention", "F.scaled_dot_product_attention with the model's own mask", "transformer.py", _SCORES,
             "        q_, k_, v_ = (t.transpose(1, 2) for t in (q, k, v))  # (batch, n_heads, pos, d_head)\n"
             "        zeros = torch.zeros(q_.shape[-2], k_.shape[-2], dtype=q.dtype, device=q.device)\n"
-            "        mask = self.apply_causal_mask(zeros[None, None])  # 0 where visible, IGNORE elsewhere\n"
-            "        z = torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, attn_mask=mask)\n"
+            "        attn_scores = self.apply_causal_mask(zeros[None, None])  # an additive mask: 0 where visible, IGNORE elsewhere\n"
+            + _CACHE_HIDES +
+            "        z = torch.nn.functional.scaled_dot_product_attention(q_, k_, v_, attn_mask=attn_scores)\n"
             '        out = torch.einsum("bnqh,nhd->bqd", z, self.W_O) + self.b_O\n'),
     Variant(1, "Attention", "a Python loop over heads", "transformer.py", _SCORES,
+            "        attn_scores = torch.stack(\n"
+            "            [q[:, :, head] @ k[:, :, head].transpose(-1, -2) / self.cfg.d_head**0.5 for head in range(self.cfg.n_heads)],\n"
+            "            dim=1,\n"
+            "        )\n"
+            "        attn_scores = self.apply_causal_mask(attn_scores)\n"
+            + _CACHE_HIDES +
             "        out = self.b_O.expand(q.shape[0], q.shape[1], -1)\n"
             "        for head in range(self.cfg.n_heads):\n"
-            "            scores = q[:, :, head] @ k[:, :, head].transpose(-1, -2) / self.cfg.d_head**0.5\n"
-            "            pattern = self.apply_causal_mask(scores[:, None])[:, 0].softmax(dim=-1)\n"
+            "            pattern = attn_scores[:, head].softmax(dim=-1)\n"
             "            out = out + (pattern @ v[:, :, head]) @ self.W_O[head]\n"),
     # MLP
-    Variant(1, "MLP", "F.gelu(approximate='tanh') and @", "transformer.py", _MLP,
-            "        pre = normalized_resid_mid @ self.W_in + self.b_in\n"
-            '        return torch.nn.functional.gelu(pre, approximate="tanh") @ self.W_out + self.b_out\n'),
+    Variant(1, "MLP", "F.gelu(approximate='tanh') and einops.einsum", "transformer.py", _MLP,
+            '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
+            '        post = torch.nn.functional.gelu(pre, approximate="tanh")\n'
+            '        return einops.einsum(post, self.W_out, "b s m, m d -> b s d") + self.b_out\n'),
     Variant(1, "MLP", "F.linear with the tanh GELU written out", "transformer.py", _MLP,
             "        pre = torch.nn.functional.linear(normalized_resid_mid, self.W_in.T, self.b_in)\n"
             "        post = 0.5 * pre * (1 + torch.tanh(math.sqrt(2 / math.pi) * (pre + 0.044715 * pre**3)))\n"
@@ -341,8 +364,8 @@ VARIANTS: list[Variant] = [
             "            resid = resid + layer(norm(resid))\n"
             "        return resid\n"),
     # Unembed
-    Variant(1, "Unembed", "@ matmul", "transformer.py", _UNEMBED,
-            "        return normalized_resid_final @ self.W_U + self.b_U\n"),
+    Variant(1, "Unembed", "einops.einsum", "transformer.py", _UNEMBED,
+            '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'),
     Variant(1, "Unembed", "F.linear with W_U transposed", "transformer.py", _UNEMBED,
             "        return torch.nn.functional.linear(normalized_resid_final, self.W_U.T, self.b_U)\n"),
     Variant(1, "Unembed", "torch.addmm on the flattened positions", "transformer.py", _UNEMBED,
@@ -351,23 +374,23 @@ VARIANTS: list[Variant] = [
             "        return flat.view(batch, pos, -1)\n"),
     # DemoTransformer
     Variant(1, "DemoTransformer", "nn.Sequential over the blocks", "transformer.py", _DEMO,
-            "        x = self.embed(tokens) + self.pos_embed(tokens)\n"
-            "        x = nn.Sequential(*self.blocks)(x)\n"
-            "        return self.unembed(self.ln_final(x))\n"),
+            "            x = self.embed(tokens) + self.pos_embed(tokens)\n"
+            "            x = nn.Sequential(*self.blocks)(x)\n"
+            "            return self.unembed(self.ln_final(x))\n"),
     Variant(1, "DemoTransformer", "functools.reduce over the blocks", "transformer.py", _DEMO,
-            "        import functools\n"
+            "            import functools\n"
             "\n"
-            "        embedded = self.pos_embed(tokens, offset=0) + self.embed(tokens)\n"
-            "        residual = functools.reduce(lambda resid, block: block(resid), self.blocks, embedded)\n"
-            "        logits = self.unembed(self.ln_final(residual))\n"
-            "        return logits\n"),
+            "            embedded = self.pos_embed(tokens, offset=0) + self.embed(tokens)\n"
+            "            residual = functools.reduce(lambda resid, block: block(resid), self.blocks, embedded)\n"
+            "            logits = self.unembed(self.ln_final(residual))\n"
+            "            return logits\n"),
     Variant(1, "DemoTransformer", "indexed loop over range(n_layers)", "transformer.py", _DEMO,
-            "        residual = self.embed(tokens)\n"
-            "        residual = residual + self.pos_embed(tokens)\n"
-            "        for i in range(self.cfg.n_layers):\n"
-            "            residual = self.blocks[i](residual)\n"
-            "        normalized = self.ln_final(residual)\n"
-            "        return self.unembed(normalized)\n"),
+            "            residual = self.embed(tokens)\n"
+            "            residual = residual + self.pos_embed(tokens)\n"
+            "            for i in range(self.cfg.n_layers):\n"
+            "                residual = self.blocks[i](residual)\n"
+            "            normalized = self.ln_final(residual)\n"
+            "            return self.unembed(normalized)\n"),
 ]
 from sampling_course.grading.parts.part1_transformer.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
 MISTAKES = with_fixes(MISTAKES, FIXES)

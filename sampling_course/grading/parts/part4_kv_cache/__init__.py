@@ -22,24 +22,26 @@ EXERCISES: tuple[Exercise, ...] = (
         "batch: return self.shape[2]                          seq_len: return self.shape[3]",
     ),
     exercise(
-        "cached_forward", 4, "transformer", "DemoTransformer.cached_forward",
-        "Run only the positions the cache does not hold yet and return their logits and the extended cache.",
+        "cached_forward", 4, "transformer", "DemoTransformer.forward",
+        "Run only the positions the cache does not hold yet and return their logits and the extended cache: "
+        "the same forward pass, with the cache's hook (prepare, update in every attention, commit).",
         "The new tokens sit at positions seq_len, seq_len + 1, ... of the sequence, so their "
-        "positional embedding must start at the cache's seq_len, not at 0.",
+        "positional embedding must start at the cache's seq_len, not at 0 (step_after in kv_cache.py "
+        "decides the positions; the forward embeds W_pos[step.positions]).",
         "In every layer the queries come from the new positions only, while the keys and values "
-        "are the cached ones followed by the new ones (concatenate along the position "
-        "dimension). The scores are then rectangular (query_pos < key_pos) and the queries are "
+        "are the cached ones followed by the new ones (GrowingCache.update concatenates along the "
+        "position dimension; Attention.forward hands k and v to cache.update and attends to what it "
+        "returns). The scores are then rectangular (query_pos < key_pos) and the queries are "
         "the last positions, so query i may see keys up to i + key_pos - query_pos: if your "
-        "part-1 apply_causal_mask assumed square scores, shift it now (torch.triu's diagonal "
-        "argument). Return each layer's full keys and values as the new cache.",
-        "past = kv_cache.seq_len\n"
-        "new = tokens[:, past:]\n"
-        "residual = self.embed(new) + self.pos_embed(new, offset=past)\n"
-        "layers = []\n"
-        "for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n"
-        "    residual, kv = block(residual, past_kv)  # in Attention: k = torch.cat([past_kv[0], k], dim=1)\n"
-        "    layers.append(kv)\n"
-        "return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))",
+        "part-1 apply_causal_mask assumed square scores, shift it now (torch.triu's diagonal argument).",
+        "step = cache.prepare(tokens, attention_mask)\n"
+        "residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
+        "for layer, block in enumerate(self.blocks):\n"
+        "    residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
+        "logits = self.unembed(self.ln_final(residual))\n"
+        "# in Attention.forward: k, v = cache.update(k, v)\n"
+        "# in step_after: positions = torch.arange(past, tokens.shape[1])[None]\n"
+        "# in GrowingCache.update: kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
     ),
     exercise(
         "cached_sample", 4, "sampling", "TransformerSampler.sample",
@@ -73,13 +75,15 @@ EXERCISES: tuple[Exercise, ...] = (
 # The attention-cache mistakes rewrite part 1's Attention, yet only the cached forward
 # reveals them (without a cache the scores are square): they name that exercise.
 MISTAKES: list[Mistake] = [
-    Mistake(4, "positional offset forgotten", "transformer.py",
-            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens)",
+    Mistake(4, "positional offset forgotten", "kv_cache.py",
+            "positions = torch.arange(past, tokens.shape[1], device=tokens.device)[None]",
+            "positions = torch.arange(tokens.shape[1] - past, device=tokens.device)[None]", exercise="cached_forward",
             why="embedding the new tokens at positions 0, 1, ... instead of right after the cached positions"),
-    Mistake(4, "positional offset off by one", "transformer.py",
-            "self.pos_embed(new_tokens, offset=past)", "self.pos_embed(new_tokens, offset=past + 1)",
-            why="embedding the new tokens one position too far on (offset seq_len + 1 instead of seq_len)"),
-    Mistake(4, "new keys and values put before the cached ones", "transformer.py",
+    Mistake(4, "positional offset off by one", "kv_cache.py",
+            "positions = torch.arange(past, tokens.shape[1], device=tokens.device)[None]",
+            "positions = torch.arange(past + 1, tokens.shape[1] + 1, device=tokens.device)[None]", exercise="cached_forward",
+            why="embedding the new tokens one position too far on (from seq_len + 1 instead of seq_len)"),
+    Mistake(4, "new keys and values put before the cached ones", "kv_cache.py",
             "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
             "kv = torch.cat([torch.stack([k, v]), past_kv], dim=2)", exercise="cached_forward",
             why="putting the new keys and values before the cached ones instead of after them"),
@@ -152,15 +156,11 @@ def _cache_methods(new_empty: str, k: str, v: str, batch: str, seq_len: str) -> 
 
 
 _CACHED_FORWARD = (
-    "        past = kv_cache.seq_len\n"
-    "        new_tokens = tokens[:, past:]\n"
-    "        # The offset matters: without it every new token would be embedded at position 0.\n"
-    "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n"
-    "        layers = []\n"
-    "        for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n"
-    "            residual, kv = block(residual, past_kv)\n"
-    "            layers.append(kv)\n"
-    "        return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))\n"
+    "        step = cache.prepare(tokens, attention_mask)\n"
+    "        residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
+    "        for layer, block in enumerate(self.blocks):\n"
+    "            residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
+    "        logits = self.unembed(self.ln_final(residual))\n"
 )
 _CAUSAL_MASK = (
     "        future = torch.triu(\n"
@@ -286,28 +286,23 @@ VARIANTS: list[Variant] = [
                 "        return self.k.size(2)",
             )),
     # cached_forward
-    Variant(4, "cached_forward", "indexed layers, keys and values stacked separately", "transformer.py",
+    Variant(4, "cached_forward", "indexed layers, embeddings by F.embedding", "transformer.py",
             _CACHED_FORWARD,
-            "        past = kv_cache.seq_len\n"
-            "        new_tokens = tokens[:, past:]\n"
-            "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n"
-            "        keys, values = [], []\n"
+            "        step = cache.prepare(tokens, attention_mask)\n"
+            "        residual = torch.nn.functional.embedding(step.new_tokens, self.embed.W_E)\n"
+            "        residual = residual + torch.nn.functional.embedding(step.positions, self.pos_embed.W_pos)\n"
             "        for layer in range(self.cfg.n_layers):\n"
-            "            residual, kv = self.blocks[layer](residual, kv_cache[layer])\n"
-            "            keys.append(kv[0])\n"
-            "            values.append(kv[1])\n"
-            "        new_cache = torch.stack([torch.stack(keys), torch.stack(values)], dim=1)\n"
-            "        return self.unembed(self.ln_final(residual)), KeyValueCache(new_cache)\n"),
-    Variant(4, "cached_forward", "positions embedded for the whole sequence, then sliced", "transformer.py",
-            "        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n",
-            "        residual = self.embed(new_tokens) + self.pos_embed(tokens)[:, past:]\n"),
-    Variant(4, "cached_forward", "keys and values concatenated separately in Attention", "transformer.py",
-            "            kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n"
-            "            k, v = kv.unbind(0)\n",
-            "            past_k, past_v = past_kv\n"
-            "            k = torch.cat([past_k, k], dim=1)\n"
-            "            v = torch.cat([past_v, v], dim=1)\n"
-            "            kv = torch.stack([k, v], dim=0)\n"),
+            "            residual, kv = self.blocks[layer](residual, LayerCache(cache, layer, step.mask))\n"
+            "        logits = self.unembed(self.ln_final(residual))\n"),
+    Variant(4, "cached_forward", "positions of the whole sequence, then sliced", "kv_cache.py",
+            "        positions = torch.arange(past, tokens.shape[1], device=tokens.device)[None]\n",
+            "        positions = torch.arange(tokens.shape[1], device=tokens.device)[None, past:]\n"),
+    Variant(4, "cached_forward", "keys and values concatenated separately", "kv_cache.py",
+            "        kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n",
+            "        past_k, past_v = past_kv\n"
+            "        k = torch.cat([past_k, k], dim=1)\n"
+            "        v = torch.cat([past_v, v], dim=1)\n"
+            "        kv = torch.stack([k, v], dim=0)\n"),
     Variant(4, "cached_forward", "shifted mask from arange comparisons", "transformer.py", _CAUSAL_MASK,
             "        offset = key_pos - query_pos  # keys already in the cache\n"
             "        rows = torch.arange(query_pos, device=attn_scores.device)[:, None] + offset\n"

@@ -6,9 +6,10 @@ Each names the call or formula the solution uses where the mistake went wrong.""
 from __future__ import annotations
 
 FIXES: dict[str, str] = {
-    "positional offset forgotten": "embed the new tokens from the cached length on: pos_embed(new_tokens, offset=past)",
+    "positional offset forgotten":
+        "give the new tokens the positions from the cached length on: torch.arange(past, tokens.shape[1])",
     "positional offset off by one":
-        "start the new tokens' positions at the cached length itself: offset=past, not past + 1",
+        "start the new tokens' positions at the cached length itself: torch.arange(past, ...), not past + 1",
     "new keys and values put before the cached ones":
         "append the new keys and values after the cached ones: torch.cat([past_kv, torch.stack([k, v])], dim=2)",
     "mask not shifted for cached positions":

@@ -33,36 +33,26 @@ EXERCISES: tuple[Exercise, ...] = (
         "return positions.masked_fill(attention_mask == 0, 0)",
     ),
     exercise(
-        "masked_forward", 5, "transformer", "Attention.masked_forward",
-        "Attention for padded batches: write the new keys and values into kv's last slots, then let each new query "
-        "attend to the real tokens up to its own position, through scaled_dot_product_attention.",
-        "q, k and v as in forward. kv already has slots for the new positions, its last new_pos ones: write the new "
-        "keys and values there, in place, and attend to all of kv. A pad key is masked exactly like a future key.",
-        "One additive mask for every head: apply_causal_mask on zeros of shape (1, 1, new_pos, key_pos) (IGNORE on "
-        "future keys, shifted for the cached ones), then IGNORE where attention_mask[:, None, None, :] == 0. Pass it "
-        "as attn_mask to F.scaled_dot_product_attention, with q, keys and values transposed to (batch, n_heads, pos, "
-        "d_head). (is_causal=True aligns its mask to the top left: wrong as soon as keys are cached.)",
-        "kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, ...) + self.b_K   # and kv[1] with W_V, b_V\n"
-        "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))\n"
-        "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)\n"
-        "z = F.scaled_dot_product_attention(q.transpose(1, 2), kv[0].transpose(1, 2), kv[1].transpose(1, 2), attn_mask=bias)\n"
-        'return einops.einsum(z, self.W_O, "b n q h, n h d -> b q d") + self.b_O',
+        "masked_forward", 5, "transformer", "Attention",
+        "Attention for padded batches: after the causal mask, hide from every query the keys the cache's step "
+        "mask hides (the pads), so no real token ever attends to padding.",
+        "The cache's step says which keys each new query may see: cache.mask, True where it may, shaped "
+        "(batch, 1, new_pos, key_pos) to broadcast over the heads. A pad key is masked exactly like a future key.",
+        "Fill the scores where cache.mask is False with self.IGNORE, after apply_causal_mask and before the "
+        "softmax. A finite IGNORE (not -inf) keeps a pad query that sees nothing finite.",
+        "attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)",
     ),
     exercise(
-        "padded_forward", 5, "transformer", "DemoTransformer.padded_forward",
-        "A padding-aware forward pass: each new token embedded at its position among real tokens, each block's "
-        "attention through masked_forward, with or without a cache.",
-        "Only the columns from past on are new. Embed each at its position among its row's real tokens, not at its "
-        "column: PosEmbed gives every row the same positions, so it cannot do that.",
+        "padded_forward", 5, "kv_cache", "step_after",
+        "A padding-aware step of the cache: each new token at its position among its row's real tokens, and "
+        "the pad keys hidden from every query, with or without a cache.",
+        "Only the columns from past on are new. Each sits at its position among its row's real tokens, not at "
+        "its column: the whole model reads these positions (W_pos[positions]), so rows may differ.",
         "positions = position_ids_from_mask(attention_mask)[:, past:] (the mask covers the cached columns too, so "
-        "slice after counting); add self.pos_embed.W_pos[positions]. A block's own forward has no mask: call its "
-        "ln1, attn.masked_forward(..., kv, attention_mask), ln2 and mlp yourself, adding each to the residual.",
+        "slice after counting). The step's mask is True at real keys: (attention_mask == 1) shaped (batch, 1, 1, "
+        "key_pos), which broadcasts over the heads and the new queries.",
         "positions = position_ids_from_mask(attention_mask)[:, past:]\n"
-        "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]\n"
-        "for block, kv in zip(self.blocks, cache.unbind(0)):\n"
-        "    residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
-        "    residual = residual + block.mlp(block.ln2(residual))\n"
-        "logits = self.unembed(self.ln_final(residual))",
+        "return CacheStep(new_tokens, positions, mask=(attention_mask == 1)[:, None, None, :])",
     ),
     exercise(
         "top_k_filter", 5, "filters", "top_k_filter",

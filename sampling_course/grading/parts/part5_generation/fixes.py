@@ -27,14 +27,13 @@ FIXES: dict[str, str] = {
         "number the real tokens from the mask, attention_mask.cumsum(-1) - 1, and set pad positions to 0",
     "positions counted from 1": "subtract one from the running count: attention_mask.long().cumsum(dim=-1) - 1",
     "pad keys attended":
-        ("add IGNORE to every score whose key has attention_mask == 0: causal.masked_fill(attention_mask[:, None, "
-         "None, :] == 0, IGNORE)"),
+        "after the causal mask, hide what the cache's step hides: attn_scores.masked_fill(~cache.mask, self.IGNORE)",
     "no causal mask in the engine's attention":
-        "start the bias from apply_causal_mask over the (new_pos, key_pos) scores, then hide the pad keys",
+        "hide the pad keys on the scores apply_causal_mask has already masked, not on scores computed again",
     "new keys and values written over the cached ones (the first slots)":
-        "write the new keys and values into the last new_pos slots: kv[0, :, -new_pos:] and kv[1, :, -new_pos:]",
+        "put the new keys and values after the cached ones only: torch.cat([past_kv, torch.stack([k, v])], dim=2)",
     "padded rows embedded at their columns (PosEmbed)":
-        "index W_pos with each row's own positions from the mask: pos_embed.W_pos[positions]",
+        "give each row its own positions from the mask: position_ids_from_mask(attention_mask)[:, past:]",
     "positions counted over the new columns only (cached tokens forgotten)":
         ("count positions over the whole mask, then keep the new columns: position_ids_from_mask(attention_mask)[:, "
          "past:]"),

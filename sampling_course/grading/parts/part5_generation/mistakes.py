@@ -63,27 +63,28 @@ MISTAKES: list[Mistake] = [
             why=("the running count of real tokens is used as it is, so a row's first real token sits at "
                  "position 1; subtract one.")),
     Mistake(5, "pad keys attended", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)", "bias = causal",
+            "attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)", "attn_scores = attn_scores",
             why=("queries attend to pad keys: the attention mask must hide every pad position from every "
                  "query.")),
     Mistake(5, "no causal mask in the engine's attention", "transformer.py",
-            "causal = self.apply_causal_mask(q.new_zeros(1, 1, new_pos, key_pos))",
-            "causal = q.new_zeros(1, 1, new_pos, key_pos)",
-            why=("the padded attention drops the causal mask, so each position sees the tokens after "
-                 "it.")),
-    Mistake(5, "new keys and values written over the cached ones (the first slots)", "transformer.py",
-            '        kv[0, :, -new_pos:] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
-            '        kv[1, :, -new_pos:] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
-            '        kv[0, :, :new_pos] = einops.einsum(x, self.W_K, "b new n d, n d h -> b new n h") + self.b_K\n'
-            '        kv[1, :, :new_pos] = einops.einsum(x, self.W_V, "b new n d, n d h -> b new n h") + self.b_V\n',
-            why=("the new keys and values are written into the first slots of kv, over the cached ones; "
-                 "they belong in its last new_pos slots.")),
-    Mistake(5, "padded rows embedded at their columns (PosEmbed)", "transformer.py",
-            "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]",
-            "residual = self.embed(tokens[:, past:]) + self.pos_embed(tokens[:, past:], offset=past)",
-            why=("PosEmbed embeds every row at its columns, pads counted, so a left-padded row's tokens sit "
-                 "at the wrong positions; index W_pos with each row's positions among its real tokens.")),
-    Mistake(5, "positions counted over the new columns only (cached tokens forgotten)", "transformer.py",
+            "attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)",
+            'attn_scores = (einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head))'
+            ".masked_fill(~cache.mask, self.IGNORE)",
+            why=("the padded attention drops the causal mask (the pad mask is applied to scores computed "
+                 "afresh), so each position sees the tokens after it.")),
+    Mistake(5, "new keys and values written over the cached ones (the first slots)", "kv_cache.py",
+            "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
+            "kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n        kv[:, :, : k.shape[1]] = torch.stack([k, v])",
+            exercise="padded_forward",
+            why=("the new keys and values are also written into the first slots, over the cached ones; "
+                 "they belong after them only.")),
+    Mistake(5, "padded rows embedded at their columns (PosEmbed)", "kv_cache.py",
+            "positions = position_ids_from_mask(attention_mask)[:, past:]",
+            "positions = torch.arange(past, tokens.shape[1], device=tokens.device).expand(tokens.shape[0], -1)",
+            why=("every row is embedded at its columns, pads counted, as PosEmbed does, so a left-padded "
+                 "row's tokens sit at the wrong positions; index W_pos with each row's positions among "
+                 "its real tokens.")),
+    Mistake(5, "positions counted over the new columns only (cached tokens forgotten)", "kv_cache.py",
             "positions = position_ids_from_mask(attention_mask)[:, past:]",
             "positions = position_ids_from_mask(attention_mask[:, past:])",
             why=("the positions are counted over the new columns only, so with a cache the new tokens start "

@@ -170,14 +170,21 @@ def _probe_masked_forward(impl: Impl) -> Any:
     mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1]])
     real = mask.bool()
 
-    def empty_kv(n: int) -> torch.Tensor:
-        return torch.zeros(2, 2, n, cfg.n_heads, cfg.d_head)
+    class ListCache:  # keys and values kept in order, the new ones after the old (a cache of the protocol)
+        kv: tuple[torch.Tensor, torch.Tensor] | None = None
 
+        def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            if self.kv is not None:
+                k, v = torch.cat([self.kv[0], k], 1), torch.cat([self.kv[1], v], 1)
+            self.kv = (k, v)
+            return k, v
+
+    LayerCache = impl.kv_cache.LayerCache
     # Every position new; then with a cache: three positions, and the last two on top of them.
-    whole = attn.masked_forward(x, empty_kv(5), mask)
-    kv = empty_kv(5)
-    first = attn.masked_forward(x[:, :3], kv[:, :, :3], mask[:, :3])
-    rest = attn.masked_forward(x[:, 3:], kv, mask)
+    whole, _ = attn(x, LayerCache(ListCache(), 0, real[:, None, None, :]))
+    cache = ListCache()
+    first, _ = attn(x[:, :3], LayerCache(cache, 0, real[:, None, None, :3]))
+    rest, _ = attn(x[:, 3:], LayerCache(cache, 0, real[:, None, None, :]))
     # Only the real tokens' outputs: what a pad query sees is no one's business.
     return [plain(whole)[real], plain(first)[real[:, :3]], plain(rest)[real[:, 3:]]]
 

@@ -112,27 +112,26 @@ VARIANTS: list[Variant] = [
             "seen = torch.cumsum(attention_mask.long(), dim=-1)\n"
             "    return torch.where(attention_mask.bool(), seen - 1, torch.zeros_like(seen))"),
     Variant(5, "masked_forward", "the pad mask added instead of filled in", "transformer.py",
-            "bias = causal.masked_fill(attention_mask[:, None, None, :] == 0, self.IGNORE)",
-            "bias = causal + (attention_mask[:, None, None, :] == 0) * self.IGNORE"),
-    Variant(5, "masked_forward", "attention written out instead of the fused call", "transformer.py",
-            "        z = F.scaled_dot_product_attention(q.transpose(1, 2), keys, values, attn_mask=bias)\n",
-            '        scores = einops.einsum(q, kv[0], "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
-            "        z = (scores + bias).softmax(dim=-1) @ values\n"),
+            "attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)",
+            "attn_scores = attn_scores + (~cache.mask) * self.IGNORE"),
+    Variant(5, "masked_forward", "torch.where instead of masked_fill", "transformer.py",
+            "attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)",
+            "attn_scores = torch.where(cache.mask, attn_scores, torch.finfo(attn_scores.dtype).min)"),
     Variant(5, "generate", "finished rows padded with torch.where", "generate.py",
             "next_tokens = next_tokens.masked_fill(finished, pad_token_id)",
             "next_tokens = torch.where(finished, torch.full_like(next_tokens, pad_token_id), next_tokens)"),
-    Variant(5, "padded_forward", "token and position embeddings with F.embedding", "transformer.py",
-            "residual = self.embed(tokens[:, past:]) + self.pos_embed.W_pos[positions]",
-            "residual = F.embedding(tokens[:, past:], self.embed.W_E) + F.embedding(positions, self.pos_embed.W_pos)"),
-    Variant(5, "padded_forward", "the blocks by index, each layer's cache rows taken by indexing", "transformer.py",
-            "        for block, kv in zip(self.blocks, cache.unbind(0)):\n"
-            "            # TransformerBlock.forward has no mask argument, so its two residual steps are spelled out here.\n"
-            "            residual = residual + block.attn.masked_forward(block.ln1(residual), kv, attention_mask)\n"
-            "            residual = residual + block.mlp(block.ln2(residual))\n",
-            "        for layer, block in enumerate(self.blocks):\n"
-            "            attn_out = block.attn.masked_forward(block.ln1(residual), cache[layer], attention_mask)\n"
-            "            resid_mid = residual + attn_out\n"
-            "            residual = resid_mid + block.mlp(block.ln2(resid_mid))\n"),
+    Variant(5, "padded_forward", "positions by the running count written out, the mask as a comparison", "kv_cache.py",
+            "    positions = position_ids_from_mask(attention_mask)[:, past:]\n"
+            "    return CacheStep(new_tokens, positions, mask=(attention_mask == 1)[:, None, None, :])\n",
+            "    positions = (torch.cumsum(attention_mask.long(), dim=1) - 1).clamp(min=0)[:, past:]\n"
+            "    return CacheStep(new_tokens, positions, mask=attention_mask[:, None, None, :] > 0)\n"),
+    Variant(5, "padded_forward", "positions narrowed to the new columns, the mask by view", "kv_cache.py",
+            "    positions = position_ids_from_mask(attention_mask)[:, past:]\n"
+            "    return CacheStep(new_tokens, positions, mask=(attention_mask == 1)[:, None, None, :])\n",
+            "    all_positions = position_ids_from_mask(attention_mask)\n"
+            "    positions = all_positions.narrow(1, past, tokens.shape[1] - past)\n"
+            "    visible = attention_mask.bool().view(attention_mask.shape[0], 1, 1, attention_mask.shape[1])\n"
+            "    return CacheStep(new_tokens, positions, visible)\n"),
     Variant(5, "left_pad", "left padding with pad_sequence on reversed rows", "padding.py",
             "    width = max(len(ids) for ids in token_lists)\n"
             "    input_ids = [[pad_token_id] * (width - len(ids)) + list(ids) for ids in token_lists]\n"

@@ -32,7 +32,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "cropped continuation.",
         "Assign into self.buffer[layer, 0, :self.batch, start:end] (keys) and [layer, 1, ...] (values), then "
         "return the views self.buffer[layer, 0, :self.batch, :end] and the same for values. Do not move "
-        "seq_len here: forward does, once, after every layer has written.",
+        "seq_len here: commit does, once, after every layer has written.",
         "end = self.seq_len + k.shape[1]\n"
         "self.buffer[layer, 0, :self.batch, self.seq_len:end] = k\n"
         "self.buffer[layer, 1, :self.batch, self.seq_len:end] = v\n"
@@ -52,28 +52,16 @@ EXERCISES: tuple[Exercise, ...] = (
         "self.batch = len(rows)",
     ),
     exercise(
-        "fast_forward", 6, "fast_path", "fast_forward",
-        "The fast path: the model's forward pass over the new tokens with fused QKV, cache.update and "
-        "scaled_dot_product_attention, and no concatenation.",
-        "Embed each token at the position the cache gave it. Per layer (cache.fused holds each block's "
-        "weights as a FastLayer): LayerNorm, one matmul for Q, K and V, hand K and V to cache.update (it "
-        "returns every key to attend to), attention with the attn_mask it is given (not is_causal=True, which "
-        "aligns its mask to the top left, wrong for new tokens on top of a cache), W_O, then the MLP, each added "
-        "to the residual stream.",
-        "Keep the residual stream as 2-D (batch * new_pos, d_model) rows so each linear map is one "
-        "torch.addmm(bias, x, W); torch.addmm(residual, z, W_O) adds to the residual in the same call. View "
-        "the QKV output as (batch, new_pos, 3, n_heads, d_head); F.scaled_dot_product_attention wants "
-        "(batch, n_heads, pos, d_head), so transpose(1, 2) queries, keys and values. GPT-2's GELU is "
-        "F.gelu(x, approximate='tanh'); its LayerNorm is F.layer_norm(x, (d_model,), w, b, eps).",
-        "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)\n"
-        "for layer, w in enumerate(cache.fused):\n"
-        "    x = F.layer_norm(residual, d_model, w.ln1_w, w.ln1_b, eps)\n"
-        "    qkv = torch.addmm(w.attn.b_QKV, x, w.attn.W_QKV).view(batch, new_pos, 3, cfg.n_heads, cfg.d_head)\n"
-        "    keys, values = cache.update(layer, qkv[:, :, 1], qkv[:, :, 2])\n"
-        "    z = F.scaled_dot_product_attention(qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), "
-        "values.transpose(1, 2), attn_mask=attn_mask)\n"
-        "    residual = torch.addmm(residual, z.transpose(1, 2).reshape(rows, -1), w.attn.W_O).add_(w.attn.b_O)\n"
-        "    ... then the MLP the same way ...",
+        "fast_forward", 6, "fast_path", "FusedQKV",
+        "The fast path: the model's own forward pass with queries, keys and values from one matmul over the "
+        "weights fused once, at load (fuse_at_load), instead of three.",
+        "fuse_qkv's W_QKV is (d_model, 3 * n_heads * d_head): a row of inputs times it gives the queries, keys "
+        "and values of every head side by side, in the order (Q, K, V), then head, then d_head.",
+        "Treat the positions as rows: x.reshape(batch * pos, d_model). torch.addmm(b_QKV, rows, W_QKV) is the "
+        "matmul and the bias in one call; view the result as (batch, pos, 3, n_heads, d_head) and unbind "
+        "dimension 2 into q, k and v, each (batch, pos, n_heads, d_head) as Attention.forward expects.",
+        "qkv = torch.addmm(fused.b_QKV, x.reshape(batch * pos, d_model), fused.W_QKV)\n"
+        "q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).unbind(2)",
     ),
     exercise(
         "SinkCache.positions", 6, "sink_cache", "SinkCache.positions",
@@ -95,8 +83,9 @@ EXERCISES: tuple[Exercise, ...] = (
         "Slots 0 .. num_sink_tokens - 1 hold the sinks forever. The other slots form a ring: self.ring counts "
         "from the first slot after the sinks, so the slot to overwrite is num_sink_tokens + self.ring.",
         "If seq_len + new_pos <= window_length, write at slots seq_len .. seq_len + new_pos - 1 and return the "
-        "filled prefix. Otherwise (forward then sends one token) write at num_sink_tokens + ring and return "
-        "all window_length slots. Leave seen and ring alone: forward moves them after the last layer.",
+        "filled prefix. Otherwise (your part then sees one token: several that overflow the window are given "
+        "code's) write at num_sink_tokens + ring and return all window_length slots. Leave seen and ring "
+        "alone: commit moves them after the last layer.",
         "held, new_pos = self.seq_len, k.shape[1]\n"
         "if held + new_pos <= self.window_length: start, end = held, held + new_pos\n"
         "else: start = self.num_sink_tokens + self.ring; end = start + 1; held = self.window_length\n"
@@ -148,26 +137,32 @@ MISTAKES: list[Mistake] = [
             'W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (h n)")',
             why=("the fused weights are flattened with d_head outside and the head inside, so the columns "
                  "no longer follow the heads' order.")),
-    Mistake(6, "fast path forgets the positions the cache gives", _F,
-            "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[positions]).view(rows, cfg.d_model)",
-            "residual = (model.embed.W_E[new_tokens] + model.pos_embed.W_pos[: new_tokens.shape[1]]).view(rows, cfg.d_model)",
-            why=("the fast path embeds new tokens at positions 0, 1, ... instead of after the tokens the "
-                 "cache already holds.")),
-    Mistake(6, "fast path drops the attention mask (new tokens see each other's future)", _F,
-            "values.transpose(1, 2), attn_mask=attn_mask\n",
-            "values.transpose(1, 2)\n",
-            why=("the fast path drops the causal mask among new tokens, so during a prefill each position "
-                 "sees the ones after it.")),
-    Mistake(6, "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)", _F,
-            "values.transpose(1, 2), attn_mask=attn_mask\n",
-            "values.transpose(1, 2), is_causal=new_pos > 1\n",
-            why=("the fast path asks SDPA for is_causal=True instead of using the mask it is given; that mask "
-                 "is aligned to the top left, so new tokens on top of a cache see only the first keys.")),
-    Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", _F,
-            'hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")',
-            "hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in))",
-            why=("the fast path uses the exact GELU; GPT-2 was trained with the tanh approximation "
+    # The fast path is the model's one forward pass: its classic mistakes now sit where that pass does the work,
+    # and the fast path's tests (the forward on the static cache, QKV fused) are the ones that must catch them.
+    Mistake(6, "fast path forgets the positions the cache gives", "transformer.py",
+            "residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]",
+            "residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[: step.new_tokens.shape[1]]",
+            exercise="fast_forward",
+            why=("the pass embeds new tokens at positions 0, 1, ... instead of at the positions the cache gives, "
+                 "after the tokens it already holds.")),
+    Mistake(6, "fast path drops the attention mask (the static cache's pads are attended)", _C,
+            "return step_after(self.seq_len, tokens, attention_mask)", "return step_after(self.seq_len, tokens)",
+            exercise="fast_forward",
+            why=("the static cache's step drops the attention mask, so the pads of a left-padded batch are "
+                 "attended and counted as positions.")),
+    Mistake(6, "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)", "transformer.py",
+            "diagonal=key_pos - query_pos + 1,", "diagonal=1,", exercise="fast_forward",
+            why=("the causal mask is aligned to the top left, as SDPA's is_causal=True aligns it, so new tokens "
+                 "on top of a cache see only the first keys.")),
+    Mistake(6, "fast path uses the exact GELU instead of GPT-2's tanh approximation", "transformer.py",
+            "return gelu_new(pre) @ self.W_out", "return torch.nn.functional.gelu(pre) @ self.W_out", exercise="fast_forward",
+            why=("the pass uses the exact GELU; GPT-2 was trained with the tanh approximation "
                  "(gelu_new).")),
+    Mistake(6, "fused QKV split head-first (the heads' q, k, v interleaved)", _F,
+            "q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).unbind(2)",
+            "q, k, v = qkv.view(batch, pos, n_heads, 3, d_head).unbind(3)",
+            why=("the fused output is viewed as (n_heads, 3, d_head), but fuse_qkv lays out the queries of every "
+                 "head first, then the keys, then the values: (3, n_heads, d_head).")),
     Mistake(6, "sink cache evicts the sink tokens (the ring covers every slot)", _K,
             "            start = self.num_sink_tokens + self.ring\n",
             "            start = self.ring\n",
@@ -225,24 +220,16 @@ VARIANTS: list[Variant] = [
             "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
             "        source = filled.clone()\n"
             "        filled.index_copy_(2, torch.arange(len(rows), device=rows.device), source[:, :, rows])\n"),
-    Variant(6, "fast_forward", "attention by hand (einsum, additive mask, softmax) instead of SDPA", _F,
-            "        z = F.scaled_dot_product_attention(\n"
-            "            qkv[:, :, 0].transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2), attn_mask=attn_mask\n"
-            "        )\n",
-            "        scores = torch.einsum('bqnh,bknh->bnqk', qkv[:, :, 0], keys) / cfg.d_head**0.5\n"
-            "        if attn_mask is not None:\n"
-            "            scores = scores.masked_fill(~attn_mask, -1e5) if attn_mask.dtype == torch.bool else scores + attn_mask\n"
-            "        z = torch.einsum('bnqk,bknh->bnqh', scores.softmax(-1), values)\n"),
-    Variant(6, "fast_forward", "the model's own LayerNorm and MLP modules, F.linear for the unembedding", _F,
-            "        x = F.layer_norm(residual, d_model, w.ln2_w, w.ln2_b, eps)\n"
-            '        hidden = F.gelu(torch.addmm(w.b_in, x, w.W_in), approximate="tanh")  # GPT-2\'s gelu_new\n'
-            "        residual = torch.addmm(residual, hidden, w.W_out).add_(w.b_out)\n"
-            "    x = F.layer_norm(residual, d_model, model.ln_final.w, model.ln_final.b, eps)\n"
-            "    return torch.addmm(model.unembed.b_U, x, model.unembed.W_U).view(batch, new_pos, cfg.d_vocab)\n",
-            "        block = model.blocks[layer]\n"
-            "        residual = residual + block.mlp(block.ln2(residual.view(batch, new_pos, -1))).view(rows, -1)\n"
-            "    logits = F.linear(model.ln_final(residual), model.unembed.W_U.T, model.unembed.b_U)\n"
-            "    return logits.view(batch, new_pos, cfg.d_vocab)\n"),
+    Variant(6, "fast_forward", "a matmul and the bias added after, split with chunk", _F,
+            "        qkv = torch.addmm(fused.b_QKV, x.reshape(batch * pos, d_model), fused.W_QKV)\n"
+            "        q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).unbind(2)\n",
+            "        qkv = x @ fused.W_QKV + fused.b_QKV\n"
+            "        q, k, v = (t.reshape(batch, pos, n_heads, d_head) for t in qkv.chunk(3, dim=-1))\n"),
+    Variant(6, "fast_forward", "F.linear on the transposed weight, einops to split", _F,
+            "        qkv = torch.addmm(fused.b_QKV, x.reshape(batch * pos, d_model), fused.W_QKV)\n"
+            "        q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).unbind(2)\n",
+            "        qkv = torch.nn.functional.linear(x, fused.W_QKV.T, fused.b_QKV)\n"
+            '        q, k, v = einops.rearrange(qkv, "b s (three n h) -> three b s n h", three=3, n=n_heads)\n'),
     Variant(6, "SinkCache.positions", "a Python list and torch.minimum", _K,
             "        t = torch.arange(self.seen, self.seen + new_pos, device=device)\n"
             '        last = self.window_length - 1 if self.position_rule == "cache" else self.n_ctx - 1\n'
@@ -291,26 +278,27 @@ VARIANTS: list[Variant] = [
 
 EXERCISES += (
     exercise(
-        "fixed_shape_step", 6, "gpu_decoding", "fixed_shape_step",
+        "fixed_shape_step", 6, "gpu_decoding", "FixedShapeCache",
         "A decode step that does the same work at every position, so that it can be captured as a CUDA "
-        "graph: the position is a tensor on the device, the new keys and values go into slot `position` of "
-        "the static buffer, and attention reads every slot through a mask.",
+        "graph: the model's own forward pass on a cache of the protocol whose position is a tensor on the "
+        "device; the new keys and values go into slot `position` of the static buffer, and attention reads "
+        "every slot through a mask.",
         "Nothing may depend on the position's value on the host: no int(position), no slicing up to it. "
-        "The layers are part 6's fast_forward over one new position; what is yours is the cache it writes "
-        "to: an update that writes the new keys and values in place at a tensor index (index_copy_), and a "
-        "boolean mask over all max_len slots that shows the new token slots 0 .. position (its own included).",
-        "slot = position.view(1) (a 1-element index; a 0-d tensor index is read back as an int). "
-        "update(layer, k, v) writes buffer[layer, 0].index_copy_(1, slot, k), the same for values, and returns "
-        "the two whole (batch, max_len, n_heads, d_head) views. Then fast_forward(model, tokens[:, None], "
-        "slot[None], FusedCache(fused, update), visible) with visible = (arange(max_len) <= position)[None, :], "
-        "and the logits of its one position.",
-        "slot = position.view(1)\n"
-        "def update(layer, k, v):\n"
-        "    keys, values = buffer[layer, 0], buffer[layer, 1]\n"
-        "    keys.index_copy_(1, slot, k); values.index_copy_(1, slot, v)\n"
-        "    return keys, values\n"
-        "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n"
-        "return fast_forward(model, tokens[:, None], slot[None], FusedCache(fused, update), visible)[:, 0]",
+        "The layers are the model's forward pass; what is yours is the cache: prepare gives the new tokens, "
+        "their position (a device tensor) and a boolean mask over all max_len slots that shows slots "
+        "0 .. position (its own included); update writes the new keys and values in place at a tensor index "
+        "(index_copy_) and returns every slot.",
+        "self.slot = position.view(1) is a 1-element index (a 0-d tensor index is read back as an int). "
+        "prepare: visible = torch.arange(max_len) <= self.position, returned as CacheStep(tokens, "
+        "self.slot[None], mask=visible[None, None, None, :]). update(layer, k, v): "
+        "buffer[layer, 0].index_copy_(1, self.slot, k), the same for values, and return the two whole "
+        "(batch, max_len, n_heads, d_head) views.",
+        "visible = torch.arange(max_len, device=tokens.device) <= self.position\n"
+        "return CacheStep(tokens, self.slot[None], mask=visible[None, None, None, :])\n"
+        "# update:\n"
+        "keys, values = self.buffer[layer, 0], self.buffer[layer, 1]\n"
+        "keys.index_copy_(1, self.slot, k); values.index_copy_(1, self.slot, v)\n"
+        "return keys, values",
         section="6b",
     ),
     exercise(
@@ -355,23 +343,25 @@ _G = "gpu_decoding.py"
 
 MISTAKES += [
     Mistake(6, "fixed-shape step hides the new token from itself", _G,
-            "visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]",
-            "visible = (torch.arange(max_len, device=tokens.device) < position)[None, :]",
+            "visible = torch.arange(max_len, device=tokens.device) <= self.position",
+            "visible = torch.arange(max_len, device=tokens.device) < self.position",
             why="the mask shows slots before the position only; the new token must also see its own slot."),
     Mistake(6, "fixed-shape step attends to every slot", _G,
-            "FusedCache(fused, update), visible)", "FusedCache(fused, update), None)",
+            "return CacheStep(tokens, self.slot[None], mask=visible[None, None, None, :])",
+            "return CacheStep(tokens, self.slot[None])",
             why="attention reads every slot of the buffer, the ones not written yet too; mask all but 0 .. position."),
     Mistake(6, "fixed-shape step writes the new keys one slot late", _G,
-            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
-            "        keys.index_copy_(1, slot + 1, k)\n        values.index_copy_(1, slot + 1, v)\n",
+            "        keys.index_copy_(1, self.slot, k)\n        values.index_copy_(1, self.slot, v)\n",
+            "        keys.index_copy_(1, self.slot + 1, k)\n        values.index_copy_(1, self.slot + 1, v)\n",
             why="the new keys and values go to slot position + 1; they belong in slot `position`."),
     Mistake(6, "fixed-shape step embeds every token at position 0", _G,
-            "fast_forward(model, tokens[:, None], slot[None],",
-            "fast_forward(model, tokens[:, None], torch.zeros_like(slot)[None],",
+            "return CacheStep(tokens, self.slot[None], mask=visible[None, None, None, :])",
+            "return CacheStep(tokens, torch.zeros_like(self.slot)[None], mask=visible[None, None, None, :])",
             why="the new token gets the embedding of position 0 instead of W_pos[position]."),
     Mistake(6, "fixed-shape step reads the position back to the host", _G,
-            "fast_forward(model, tokens[:, None], slot[None],",
-            "fast_forward(model, tokens[:, None], torch.tensor([[int(position)]], device=tokens.device),",
+            "return CacheStep(tokens, self.slot[None], mask=visible[None, None, None, :])",
+            "return CacheStep(tokens, torch.tensor([[int(self.position)]], device=tokens.device), "
+            "mask=visible[None, None, None, :])",
             why=("int(position) copies the position to the host, which waits for the device: a captured step "
                  "cannot do that. Index with the tensor (position.view(1)).")),
     Mistake(6, "race multiplies by the clocks", _G,
@@ -422,18 +412,18 @@ MISTAKES += [
 ]
 
 VARIANTS += [
-    Variant(6, "fixed_shape_step", "an additive mask, 0 on the visible slots and -inf after them", _G,
-            "    visible = (torch.arange(max_len, device=tokens.device) <= position)[None, :]\n",
-            "    after = torch.arange(max_len, device=tokens.device) > position\n"
-            "    visible = torch.zeros(1, max_len, dtype=buffer.dtype, device=tokens.device).masked_fill(after, float('-inf'))\n"),
+    Variant(6, "fixed_shape_step", "the mask as 'no later slot', built by comparison the other way", _G,
+            "        visible = torch.arange(max_len, device=tokens.device) <= self.position\n",
+            "        later = self.position < torch.arange(max_len, device=tokens.device)\n"
+            "        visible = ~later\n"),
     Variant(6, "fixed_shape_step", "writes through torch.where on a one-slot mask", _G,
-            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
-            "        here = (torch.arange(max_len, device=tokens.device) == position)[None, :, None, None]\n"
+            "        keys.index_copy_(1, self.slot, k)\n        values.index_copy_(1, self.slot, v)\n",
+            "        here = (torch.arange(keys.shape[1], device=k.device) == self.position)[None, :, None, None]\n"
             "        keys.copy_(torch.where(here, k, keys))\n"
             "        values.copy_(torch.where(here, v, values))\n"),
     Variant(6, "fixed_shape_step", "writes by indexed assignment (index_put_)", _G,
-            "        keys.index_copy_(1, slot, k)\n        values.index_copy_(1, slot, v)\n",
-            "        keys[:, slot] = k\n        values[:, slot] = v\n"),
+            "        keys.index_copy_(1, self.slot, k)\n        values.index_copy_(1, self.slot, v)\n",
+            "        keys[:, self.slot] = k\n        values[:, self.slot] = v\n"),
     Variant(6, "race_sample", "Gumbel-max: logits minus the log of exponential clocks", _G,
             "    probs = logits.float().softmax(dim=-1)\n"
             "    clocks = torch.empty_like(probs).exponential_(generator=generator)\n"

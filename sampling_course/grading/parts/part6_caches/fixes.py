@@ -20,12 +20,14 @@ FIXES: dict[str, str] = {
     "fused weights flattened head-last (d_head, then head)":
         "flatten each weight with the head outside: einops.rearrange(W, \"n d h -> d (n h)\")",
     "fast path forgets the positions the cache gives":
-        "index W_pos with the positions given, model.pos_embed.W_pos[positions], which start after the cached tokens",
-    "fast path drops the attention mask (new tokens see each other's future)":
-        "pass the mask to SDPA: scaled_dot_product_attention(..., attn_mask=attn_mask)",
+        "embed each new token at the position the cache's step gives: self.pos_embed.W_pos[step.positions]",
+    "fast path drops the attention mask (the static cache's pads are attended)":
+        "hand the attention mask on: step_after(self.seq_len, tokens, attention_mask)",
     "fast path uses SDPA's is_causal=True (top-left: wrong for several new tokens on a cache)":
-        "pass attn_mask=attn_mask, the bottom-right aligned mask, and leave is_causal off",
-    "fast path uses the exact GELU instead of GPT-2's tanh approximation": "call F.gelu(..., approximate=\"tanh\")",
+        "align the causal mask to the bottom right: torch.triu(..., diagonal=key_pos - query_pos + 1)",
+    "fast path uses the exact GELU instead of GPT-2's tanh approximation": "use gelu_new, the tanh approximation",
+    "fused QKV split head-first (the heads' q, k, v interleaved)":
+        "view the fused output as (batch, pos, 3, n_heads, d_head) and unbind dimension 2",
     "sink cache evicts the sink tokens (the ring covers every slot)":
         "keep the ring after the sinks: start = num_sink_tokens + ring",
     "sink window one position off (the window counts as full one token early)":
@@ -35,12 +37,12 @@ FIXES: dict[str, str] = {
     "sink positions counted from 1": "count from the tokens seen so far: torch.arange(seen, seen + new_pos)",
     "fixed-shape step hides the new token from itself":
         "show slots 0 to position inclusive: arange(max_len) <= position",
-    "fixed-shape step attends to every slot": "pass the visible mask (arange(max_len) <= position) to the attention",
+    "fixed-shape step attends to every slot":
+        "return the visible mask with the step: CacheStep(tokens, slot[None], mask=visible[None, None, None, :])",
     "fixed-shape step writes the new keys one slot late":
-        "write the new keys and values at slot position: keys.index_copy_(1, slot, k)",
+        "write the new keys and values at slot position: keys.index_copy_(1, self.slot, k)",
     "fixed-shape step embeds every token at position 0":
-        ("pass the slot, position.view(1), as the token's position: fast_forward(model, tokens[:, None], slot[None], "
-         "...)"),
+        "give the slot, position.view(1), as the token's position: CacheStep(tokens, self.slot[None], ...)",
     "fixed-shape step reads the position back to the host":
         "index with the device tensor itself, slot = position.view(1), never int(position)",
     "race multiplies by the clocks": "take (probs / clocks).argmax(dim=-1)",

@@ -60,38 +60,6 @@ def _probe_static_reorder(impl: Impl) -> Any:
     return [attempt(lambda rows=rows: reorder(rows)) for rows in ([1, 0, 0], [2, 1, 0, 0], [3])]
 
 
-class _ListCache:
-    """The least a cache must do for ``fast_forward``: keep each layer's keys and values, return them all."""
-
-    def __init__(self, fused: list[Any]):
-        self.fused = fused
-        self.kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(fused)
-
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        past = self.kv[layer]
-        if past is not None:
-            k, v = torch.cat([past[0], k], dim=1), torch.cat([past[1], v], dim=1)
-        self.kv[layer] = (k, v)
-        return k, v
-
-
-def _fast_layers(impl: Impl, model: torch.nn.Module) -> list[Any]:
-    """Each block's weights in the fast path's layout, made here from their definition."""
-    layers = []
-    for block in model.blocks:
-        attn = block.attn
-        W_QKV = torch.cat([einops.rearrange(W, "n d h -> d (n h)") for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)
-        b_QKV = torch.cat([b.flatten() for b in (attn.b_Q, attn.b_K, attn.b_V)])
-        fused = impl.fast_path.FusedAttention(W_QKV=W_QKV.detach(), b_QKV=b_QKV.detach(),
-                                           W_O=einops.rearrange(attn.W_O, "n h d -> (n h) d").detach(), b_O=attn.b_O.detach())
-        layers.append(impl.fast_path.FastLayer(
-            ln1_w=block.ln1.w.detach(), ln1_b=block.ln1.b.detach(), attn=fused, ln2_w=block.ln2.w.detach(),
-            ln2_b=block.ln2.b.detach(), W_in=block.mlp.W_in.detach(), b_in=block.mlp.b_in.detach(),
-            W_out=block.mlp.W_out.detach(), b_out=block.mlp.b_out.detach(),
-        ))
-    return layers
-
-
 @probe("fast_forward")
 def _probe_fast_forward(impl: Impl) -> Any:
     cfg, g = small_config(), generator(93)
@@ -100,20 +68,19 @@ def _probe_fast_forward(impl: Impl) -> Any:
         # A loud MLP: the exact GELU and GPT-2's tanh approximation differ by 5e-4 at most, and
         # that must show in the logits well past the matching tolerance.
         params[f"blocks.{i}.mlp.W_out"] = params[f"blocks.{i}.mlp.W_out"] * 3.0
-    model = loaded(impl.transformer.DemoTransformer(cfg), params)
-    cache = _ListCache(_fast_layers(impl, model))
-    tokens = torch.randint(0, cfg.d_vocab, (2, 4), generator=g)
-    # Three tokens at positions 4, 5, 6 (as if four came before), each seeing only itself and
-    # the ones before it; then one more at position 7, which sees everything; then two on top
-    # of those four, each seeing the cached keys, and the second also the first (a mask aligned
-    # to the bottom right, which SDPA's is_causal=True is not).
-    causal = torch.ones(3, 3, dtype=torch.bool).tril()
-    first = impl.fast_path.fast_forward(model, tokens[:, :3], torch.arange(4, 7)[None], cache, causal)
-    last = impl.fast_path.fast_forward(model, tokens[:, 3:], torch.tensor([[7]]), cache, None)
-    more = torch.randint(0, cfg.d_vocab, (2, 2), generator=g)
-    on_top = torch.ones(2, 6, dtype=torch.bool).tril(diagonal=4)
-    two = impl.fast_path.fast_forward(model, more, torch.tensor([[8, 9]]), cache, on_top)
-    return [plain(first), plain(last), plain(two)]
+    model = impl.fast_path.fuse_at_load(loaded(impl.transformer.DemoTransformer(cfg), params))
+    cache = impl.caches.StaticKeyValueCache.new_empty(cfg, batch=2, max_len=8, device="cpu", dtype=torch.float32)
+    tokens = torch.randint(0, cfg.d_vocab, (2, 6), generator=g)
+    # Three tokens at once, then one, then two on top of those four (each seeing the cached keys, and the
+    # second also the first: a mask aligned to the bottom right, which SDPA's is_causal=True is not).
+    first, cache = model(tokens[:, :3], cache)
+    last, cache = model(tokens[:, :4], cache)
+    two, cache = model(tokens, cache)
+    # A left-padded batch: only the real tokens' logits.
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    padded, _ = model(tokens[:, :4], impl.caches.StaticKeyValueCache.new_empty(cfg, batch=2, max_len=6, device="cpu"),
+                      attention_mask=mask)
+    return [plain(first), plain(last), plain(two), plain(padded)[mask.bool()]]
 
 
 def _sink_cache(impl: Impl, buffer: torch.Tensor, num_sink_tokens: int, position_rule: str, n_ctx: int) -> Any:
@@ -140,7 +107,7 @@ def _probe_sink_update(impl: Impl) -> Any:
     window, recent = 4, 3
     returned = []
     # A prompt of three tokens, then one token per step (the fourth fills the window; each
-    # later one evicts the oldest recent token), as forward sends them.
+    # later one evicts the oldest recent token): the steps the learner's update is given.
     for total in range(3, 9):
         while cache.seen < total:
             free = window - min(cache.seen, window)
@@ -165,11 +132,10 @@ def _probe_fixed_shape_step(impl: Impl) -> Any:
     # Known numbers in every slot of a buffer of 8 positions, two rows; one new token per row at positions 3 then 4.
     buffer = randn(g, cfg.n_layers, 2, 2, 8, cfg.n_heads, cfg.d_head)
     tokens = torch.randint(0, cfg.d_vocab, (2,), generator=g)
-    fused = _fast_layers(impl, model)
     logits, recorded = [], []
     for position in (3, 4):
         with OpRecorder() as reads:
-            logits.append(plain(impl.gpu_decoding.fixed_shape_step(model, fused, buffer, tokens, torch.tensor(position))))
+            logits.append(plain(impl.gpu_decoding.fixed_shape_step(model, buffer, tokens, torch.tensor(position))))
         recorded.append(reads)
     # Whether it read anything back to the host, and whether both positions ran the same operations on the same shapes.
     return [logits, plain(buffer), any(r.host_reads() for r in recorded), recorded[0].ops == recorded[1].ops]
