@@ -11,20 +11,29 @@ PagedAttention, Kwon et al. 2023) cuts the memory into blocks of ``block_size`` 
 * a ``BlockTable`` lists a request's blocks in order: position ``p`` of the request lives in
   block ``table[p // block_size]`` at offset ``p % block_size``, so a request grows one block
   at a time and never holds more than one block it does not fill;
-* a ``PagedKVCache`` is one tensor of every block of every layer; the model writes a
-  request's new keys and values through its table and reads them back, in order, the same way.
+* a ``PagedKVCache`` is one tensor of every block of every layer, and a cache of the course's
+  protocol (``kv_cache.py``): the model's one forward pass runs through it as through part 4's
+  cache. Its ``update`` writes each request's new keys and values into the slots its table gives
+  them and reads back, for every request of the pass, all its keys and values through its table.
+
+A forward pass through the paged cache is laid out as part 5 lays out a padded batch
+(``paged_step``): each row of the model's tokens is one or more requests' new tokens, and each
+row's keys are those requests' positions, read through their tables; rows are left-padded to the
+longest. The step's mask lets a query see only its own request's keys, up to its own position.
 """
 
 from __future__ import annotations
 
-import math
 from collections import deque
+from dataclasses import dataclass
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 from torch import Tensor
 
 from sampling_course.config import Config
+
+from .kv_cache import CacheStep
 
 
 def blocks_needed(n_tokens: int, block_size: int) -> int:
@@ -125,9 +134,18 @@ class BlockTable:
         self.n_tokens = max(self.n_tokens, n_tokens)
 
     def release(self, pool: BlockPool) -> None:
-        """Give every block back (one holder each); the table is empty afterwards."""
-        for block in self.blocks:
+        """Give every block back (one holder each), the last block first; the table is empty afterwards.
+
+        The order matters with prefix caching: a freed block keeps its contents on the free list until
+        ``allocate`` hands it out again, oldest freed first, and a cached prefix is found from its first
+        block on. Freed last first, a request's first blocks are the last to be reused, so the prefix that
+        other requests share is evicted from its end, as vLLM and nano-vllm free, not from its head.
+        """
+        ### BEGIN SOLUTION
+        # Hint: walk the table backwards (reversed), freeing each block once.
+        for block in reversed(self.blocks):
             pool.free(block)
+        ### END SOLUTION
         self.blocks, self.n_tokens = [], 0
 
     def last_block_fill(self) -> int:
@@ -150,71 +168,197 @@ class BlockTable:
         ### END SOLUTION
 
 
+@dataclass
+class Segment:
+    """One request's share of a forward pass: its new ``tokens``, at positions ``start``, ``start + 1``, ...,
+    and ``slots``, the slot of each of its positions ``0 .. start + len(tokens) - 1`` (``BlockTable.slots``):
+    where the new ones are written and where all of them are read from."""
+
+    tokens: list[int]
+    start: int
+    slots: list[int]
+
+
+@dataclass
+class PagedStep:
+    """The layout of one forward pass through a ``PagedKVCache`` (``paged_step``).
+
+    ``tokens`` and ``positions`` are what the model embeds; ``valid`` marks the real queries (the others
+    pad a row); ``write_slots`` is the slot of each real query, in row-major order (the order of
+    ``keys[valid]``); ``read_slots`` the slot of each key a row reads; ``mask`` is True where a query may
+    see a key: a key of its own request, at its position or before. ``last`` indexes each segment's last
+    query among the ``rows * new_pos`` queries (row-major), where its next token's logits are.
+    """
+
+    tokens: Int[Tensor, "rows new_pos"]
+    positions: Int[Tensor, "rows new_pos"]
+    valid: Bool[Tensor, "rows new_pos"]
+    write_slots: Int[Tensor, "n_valid"]
+    read_slots: Int[Tensor, "rows key_pos"]
+    mask: Bool[Tensor, "rows 1 new_pos key_pos"]
+    last: Int[Tensor, "n_segments"]
+
+
+def paged_step(rows: list[list[Segment]], device: torch.device | str | None = None) -> PagedStep:
+    """Row ``r`` of the pass holds the new tokens of ``rows[r]``'s segments one after the other, and reads the keys of
+    those segments' positions one after the other; every row is left-padded to the longest (queries and keys alike).
+
+    Left padding keeps the model's own causal mask right: it lets query ``i`` see key ``j`` when ``j <= i + key_pos -
+    new_pos``, and with both padded on the left a request's query at position ``p`` may see its keys up to ``p``
+    (with more than one segment a row, at least that far); the step's mask then narrows what each query sees to
+    its own request's keys up to its own position, and hides the padding.
+    """
+    if not rows or not all(rows):
+        raise ValueError("a paged step needs at least one row, each with at least one segment")
+    if all(len(row) == 1 for row in rows):
+        return one_segment_a_row([row[0] for row in rows], device)
+    width = max(sum(len(s.tokens) for s in row) for row in rows)
+    n_keys = max(sum(len(s.slots) for s in row) for row in rows)
+    # Each row's queries and keys as pieces, laid end to end over all rows: its padding (owner -1 for queries,
+    # -2 for keys, so that no padding ever matches), then each segment's (owner: the segment's number).
+    tokens, write_slots, read_slots = [], [], []
+    query_pieces, key_pieces, first_position = [], [], []  # (owner, length); the position each query piece starts at
+    segment = 0
+    for row in rows:
+        pad = width - sum(len(s.tokens) for s in row)
+        key_pad = n_keys - sum(len(s.slots) for s in row)
+        tokens += [0] * pad
+        read_slots += [0] * key_pad  # any slot: the mask hides it
+        query_pieces.append((-1, pad))
+        key_pieces.append((-2, key_pad))
+        first_position.append(0)
+        for s in row:
+            end = s.start + len(s.tokens)
+            if not s.tokens or len(s.slots) != end:
+                raise ValueError(f"a segment runs positions {s.start}..{end - 1} and needs the slots of positions "
+                                 f"0..{end - 1}, got {len(s.slots)} slots for {len(s.tokens)} new tokens")
+            tokens += s.tokens
+            write_slots += s.slots[s.start:]
+            read_slots += s.slots
+            query_pieces.append((segment, len(s.tokens)))
+            key_pieces.append((segment, end))
+            first_position.append(s.start)
+            segment += 1
+
+    def spread(pieces, starts):
+        """Per query (or key): its owner, and its position (the piece's first position plus its index in it)."""
+        owner, length = torch.tensor(pieces).T
+        begins = torch.cumsum(length, 0) - length
+        offset = torch.arange(int(length.sum())) - torch.repeat_interleave(begins, length)
+        return torch.repeat_interleave(owner, length), torch.repeat_interleave(torch.tensor(starts), length) + offset
+
+    query_of, positions = spread(query_pieces, first_position)
+    key_of, key_positions = spread(key_pieces, [0] * len(key_pieces))
+    query_of, positions = query_of.view(len(rows), width), positions.view(len(rows), width)
+    key_of, key_positions = key_of.view(len(rows), n_keys), key_positions.view(len(rows), n_keys)
+    positions = positions.masked_fill(query_of < 0, 0)
+    mask = (query_of[:, :, None] == key_of[:, None, :]) & (key_positions[:, None, :] <= positions[:, :, None])
+    last = torch.nonzero(query_of.flatten()[1:] != query_of.flatten()[:-1])[:, 0]  # where a piece ends ...
+    last = torch.cat([last, torch.tensor([query_of.numel() - 1])])
+    last = last[query_of.flatten()[last] >= 0]  # ... and it is a segment's, not padding's
+    return PagedStep(torch.tensor(tokens, device=device).view(len(rows), width), positions.to(device),
+                     (query_of >= 0).to(device), torch.tensor(write_slots, dtype=torch.long, device=device),
+                     torch.tensor(read_slots, dtype=torch.long, device=device).view(len(rows), n_keys),
+                     mask[:, None].to(device), last.to(device))
+
+
+def one_segment_a_row(segments: list[Segment], device: torch.device | str | None = None) -> PagedStep:
+    """``paged_step`` for rows of one segment each (a step's decodes: one new token a row), the same layout
+    computed per row at once: row ``r``'s query ``i`` sits at position ``start + i - pad``, its key ``j`` at
+    ``j - key_pad``, and a query sees the row's real keys up to its own position."""
+    for s in segments:
+        if not s.tokens or len(s.slots) != s.start + len(s.tokens):
+            raise ValueError(f"a segment runs positions {s.start}..{s.start + len(s.tokens) - 1} and needs the slots of "
+                             f"positions 0..{s.start + len(s.tokens) - 1}, got {len(s.slots)} slots")
+    n_new = torch.tensor([len(s.tokens) for s in segments])
+    n_held = torch.tensor([len(s.slots) for s in segments])
+    width, n_keys = int(n_new.max()), int(n_held.max())
+    tokens, write_slots, read_slots = [], [], []
+    for s in segments:
+        tokens += [0] * (width - len(s.tokens)) + s.tokens
+        write_slots += s.slots[s.start:]
+        read_slots += [0] * (n_keys - len(s.slots)) + s.slots  # padding reads any slot: the mask hides it
+    query = torch.arange(width)[None] - (width - n_new)[:, None]  # index among the row's new tokens (< 0: padding)
+    valid = query >= 0
+    positions = torch.where(valid, query + (n_held - n_new)[:, None], 0)
+    key_positions = torch.arange(n_keys)[None] - (n_keys - n_held)[:, None]  # < 0: padding
+    mask = (key_positions[:, None, :] >= 0) & (key_positions[:, None, :] <= positions[:, :, None]) & valid[:, :, None]
+    last = torch.arange(len(segments)) * width + width - 1
+    shape = (len(segments), width)
+    return PagedStep(torch.tensor(tokens, device=device).view(shape), positions.to(device), valid.to(device),
+                     torch.tensor(write_slots, dtype=torch.long, device=device),
+                     torch.tensor(read_slots, dtype=torch.long, device=device).view(len(segments), n_keys),
+                     mask[:, None].to(device), last.to(device))
+
+
 class PagedKVCache:
-    """Every layer's keys and values in blocks: one tensor (n_layers, 2, n_heads, n_blocks, block_size, d_head).
+    """Every layer's keys and values in slots: one tensor (n_layers, 2, n_blocks * block_size, n_heads, d_head).
 
-    Index 0 of the second dimension holds keys, 1 values, as in part 4's ``KeyValueCache``.
-    A request's positions are scattered over whichever blocks its table lists; ``write``
-    puts new positions where the table says and ``gather`` reads a request's positions back
-    in order, so attention sees exactly what a contiguous cache would hold.
+    Index 0 of the second dimension holds keys, 1 values, as in part 4's ``KeyValueCache``; slot
+    ``block * block_size + offset`` is position ``offset`` of block ``block``. A request's positions
+    are scattered over whichever blocks its table lists.
 
-    Heads come before blocks so that one block of one head (``block_size`` positions of
-    ``d_head`` numbers) is one piece of memory: ``read_blocks`` copies whole blocks and hands
-    attention keys already laid out as (n_heads, rows, positions, d_head), with no transpose.
+    A cache of the protocol (``kv_cache.py``), for the pass ``plan`` lays out: ``prepare`` gives the
+    model the step's tokens, positions and mask, ``update`` (in every layer's attention) writes the
+    new keys and values and returns every key and value the step's rows read, ``commit`` ends the pass.
     """
 
     def __init__(self, cfg: Config, n_blocks: int, block_size: int, device: torch.device | str | None = None,
                  dtype: torch.dtype = torch.float32):
         if not isinstance(cfg, Config):
             raise TypeError(f"PagedKVCache takes the model's Config, got {type(cfg).__name__}")
-        self.block_size = block_size
-        self.data: Float[Tensor, "n_layers 2 n_heads n_blocks block_size d_head"] = torch.zeros(
-            cfg.n_layers, 2, cfg.n_heads, n_blocks, block_size, cfg.d_head, device=device, dtype=dtype
+        self.cfg, self.block_size = cfg, block_size
+        self.data: Float[Tensor, "n_layers 2 n_slots n_heads d_head"] = torch.zeros(
+            cfg.n_layers, 2, n_blocks * block_size, cfg.n_heads, cfg.d_head, device=device, dtype=dtype
         )
-        self.buffer: Tensor | None = None  # read_blocks(..., reuse=True) copies into it
+        self.step: PagedStep | None = None
 
-    def flat(self, layer: int) -> Float[Tensor, "2 n_heads n_slots d_head"]:
-        """A view of one layer with blocks and offsets merged into slots (no copy)."""
-        n_layers, two, n_heads, n_blocks, block_size, d_head = self.data.shape
-        return self.data[layer].view(two, n_heads, n_blocks * block_size, d_head)
+    def flat(self, layer: int) -> Float[Tensor, "2 n_slots n_heads d_head"]:
+        """One layer's keys (index 0) and values (1), slot by slot (a view, no copy)."""
+        return self.data[layer]
 
-    def write(self, layer: int, slots: Int[Tensor, "n"], keys: Float[Tensor, "n n_heads d_head"],
-              values: Float[Tensor, "n n_heads d_head"]) -> None:
-        """Store new positions' keys and values of ``layer`` at their slots (``BlockTable.slots``)."""
+    def plan(self, rows: list[list[Segment]]) -> PagedStep:
+        """Lay out the next forward pass (``paged_step``); its ``tokens`` are what to give the model."""
+        self.step = paged_step(rows, self.data.device)
+        return self.step
+
+    def check_compatible(self, cfg: Config, tokens: Int[Tensor, "rows new_pos"]) -> None:
+        if (cfg.n_layers, cfg.n_heads, cfg.d_head) != (self.cfg.n_layers, self.cfg.n_heads, self.cfg.d_head):
+            raise ValueError("this paged cache was made for another model's layers, heads or head size")
+        if self.step is None or tuple(tokens.shape) != tuple(self.step.tokens.shape):
+            raise ValueError("run the model on the tokens of the cache's plan (PagedKVCache.plan(...).tokens)")
+
+    def prepare(self, tokens: Int[Tensor, "rows new_pos"], attention_mask: Tensor | None = None) -> CacheStep:
+        """Every token of the plan is new; its positions and mask are the plan's."""
+        if attention_mask is not None:
+            raise ValueError("a paged cache pads its rows itself: run it without an attention_mask")
+        step = self.step
+        return CacheStep(tokens, step.positions, step.mask)
+
+    def update(self, layer: int, keys: Float[Tensor, "rows new_pos n_heads d_head"],
+               values: Float[Tensor, "rows new_pos n_heads d_head"]) -> tuple[
+        Float[Tensor, "rows key_pos n_heads d_head"], Float[Tensor, "rows key_pos n_heads d_head"]
+    ]:
+        """Write the real queries' new keys and values of ``layer`` at their slots (``step.write_slots``), then
+        read every key and value each row attends to, through its requests' tables (``step.read_slots``)."""
+        step = self.step
+        ### BEGIN SOLUTION
+        # Hint: write first (a prefill reads its own new keys); keys[step.valid] lines up with step.write_slots.
         kv = self.flat(layer)
-        slots = slots.to(kv.device)
-        kv[0].index_copy_(1, slots, keys.transpose(0, 1))
-        kv[1].index_copy_(1, slots, values.transpose(0, 1))
+        kv[0].index_copy_(0, step.write_slots, keys[step.valid])
+        kv[1].index_copy_(0, step.write_slots, values[step.valid])
+        read, shape = step.read_slots.flatten(), (*step.read_slots.shape, *kv.shape[2:])
+        return kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)
+        ### END SOLUTION
+
+    def commit(self) -> "PagedKVCache":
+        """The pass is over: the new keys and values are in their slots."""
+        return self
 
     def gather(self, layer: int, table: BlockTable, n_tokens: int) -> tuple[
         Float[Tensor, "n_tokens n_heads d_head"], Float[Tensor, "n_tokens n_heads d_head"]
     ]:
         """A request's first ``n_tokens`` keys and values of ``layer``, in the order of its positions."""
+        slots = table.slots(0, n_tokens).to(self.data.device)
         kv = self.flat(layer)
-        # The table lists the blocks in position order, so the slots of positions 0 .. n_tokens - 1 are in order too.
-        slots = table.slots(0, n_tokens).to(kv.device)
-        picked = kv.index_select(2, slots).transpose(1, 2)
-        return picked[0], picked[1]
-
-    def read_blocks(self, layer: int, blocks: Int[Tensor, "n_rows n_row_blocks"], reuse: bool = False) -> Float[
-        Tensor, "2 n_heads n_rows n_positions d_head"
-    ]:
-        """Keys (index 0) and values (1) of ``layer`` for rows of blocks, each row's blocks one after the other.
-
-        Row ``r`` holds the positions of blocks ``blocks[r, 0], blocks[r, 1], ...`` in that order:
-        ``n_positions = n_row_blocks * block_size``, including the unfilled end of a row's last
-        block (the caller masks what a row does not hold). With ``reuse`` the copy goes into a
-        buffer the cache keeps, which the next ``reuse`` call overwrites: a fresh tensor of
-        megabytes costs the operating system a page fault per 4 KiB every time it is first written.
-        """
-        data = self.data[layer]
-        n_rows, n_row_blocks = blocks.shape
-        shape = (2, data.shape[1], n_rows * n_row_blocks, self.block_size, data.shape[-1])
-        out = None
-        if reuse:
-            size = math.prod(shape)
-            if self.buffer is None or self.buffer.numel() < size:
-                self.buffer = data.new_empty(size)
-            out = self.buffer[:size].view(shape)
-        picked = torch.index_select(data, 2, blocks.flatten().to(data.device), out=out)
-        return picked.view(2, data.shape[1], n_rows, n_row_blocks * self.block_size, data.shape[-1])
+        return kv[0][slots], kv[1][slots]

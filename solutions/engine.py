@@ -1,161 +1,41 @@
-"""Part 10: the serving loop: the scheduler's step run through the model over the paged cache.
+"""Part 10: the serving loop: schedule, run, postprocess, with the learner's own model over the paged cache.
 
-Every step, ``Engine.step`` asks the scheduler for its work, runs it in one forward pass
-(``paged_forward``), draws one token per request with that request's own settings and
-generator, and retires the requests that finished. The forward pass packs the new tokens of
-every request into one row, the way vLLM does: a prompt being prefilled and a request being
-decoded by one token sit side by side. Everything but attention works token by token, so it
-runs on the packed row at once. Attention reads each request's own keys and values from the
-paged cache through its block table; the requests decoded by one token run as padded, masked
-batches of requests of similar lengths (``split_by_width``: one batch unless padding the short
-ones to the longest would cost more than another attention call), and the prompts being
-prefilled as another. The mask lets a query read only its own request's positions, so a
+Every step, ``Engine.step`` does three things in order, as nano-vllm's engine loop does:
+
+* *schedule*: the scheduler plans the step's work (``Scheduler.schedule``): which requests
+  are prefilled, and by how many positions, and which are decoded by one token;
+* *run*: ``run_step`` runs that work through the model, the model of parts 1 and 4, with its
+  one forward pass, ``DemoTransformer.forward(tokens, kv_cache)``, and the paged cache as the
+  cache (``block_pool.PagedKVCache``), then draws one token for every request whose prompt is
+  done, with that request's own settings and generator;
+* *postprocess*: each request's bookkeeping, in one place (``Engine.postprocess``): the
+  positions it ran count as computed, it takes its token (which may finish it), and the
+  requests that finished are retired, their blocks back in the pool at once.
+
+The requests being decoded run as one batch, one request a row (its one new token, attending
+to all its positions, read through its block table); the prompts being prefilled run as one
+row of their own, packed one after the other, each attending only to its own positions. A
 request's logits depend on its own tokens only (up to float rounding, which can vary with the
 shape of the batch), not on which requests share its step.
-
-On a CPU the step's fixed costs weigh as much as its arithmetic on a small model, so the loop
-keeps them down: every layer's fused QKV weights are built once per engine, LayerNorm is
-PyTorch's one fused call and the MLP two plain matrix multiplies (on the model's own weights),
-attention takes PyTorch's fused kernel (it needs a 4-d mask), and blocks are read into a
-buffer the cache reuses. The tokens still go through the model's own embedding, once per step:
-every position a step runs passes there, which is where a check of a step's size can count them.
 """
 
 from __future__ import annotations
 
-import math
 import weakref
-from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
-from jaxtyping import Bool, Float, Int
+from jaxtyping import Float, Int
 from torch import Tensor
 
 from sampling_course.sampling_settings import SamplerSettings
 
 from .batched_sampling import choose_tokens
-from .block_pool import BlockPool, BlockTable, PagedKVCache, blocks_needed
+from .block_pool import BlockPool, BlockTable, PagedKVCache, Segment, blocks_needed
 from .outputs import StopStringCriteria
 from .penalties import process_logits
 from .prefix_cache import PrefixCachingPool
-from .scheduler import Request, Scheduler
+from .scheduler import Request, Scheduler, Step
 from .transformer import DemoTransformer
-
-
-@dataclass
-class AttentionGroup:
-    """Requests whose attention runs as one padded batch, and where their queries and keys are.
-
-    Row ``r`` is one request: ``rows[r]`` lists its queries' rows in the step's packed tokens,
-    ``blocks[r]`` the blocks of its table in order, both padded to the longest request of the
-    group; ``valid`` marks the real queries and ``mask`` the keys each may read. ``picked`` lists the
-    real queries among the group's ``n_requests * max_new`` (row-major), ``targets`` their packed rows:
-    computed once a step, so that each layer copies its outputs back with one indexed copy.
-    """
-
-    rows: Int[Tensor, "n_requests max_new"]
-    valid: Bool[Tensor, "n_requests max_new"]
-    blocks: Int[Tensor, "n_requests max_blocks"]
-    mask: Bool[Tensor, "1 n_requests max_new max_keys"]
-    picked: Int[Tensor, "n_valid"]
-    targets: Int[Tensor, "n_valid"]
-
-
-def attention_group(n_new: list[int], n_computed: list[int], starts: list[int], blocks: list[list[int]],
-                    block_size: int, device: torch.device) -> AttentionGroup:
-    """The padded layout of a group's attention: request ``i`` runs ``n_new[i]`` queries after its
-    ``n_computed[i]`` cached positions, from row ``starts[i]`` of the packed tokens, over ``blocks[i]``."""
-    new, computed = torch.tensor(n_new), torch.tensor(n_computed)
-    step = torch.arange(max(n_new))
-    valid = step[None] < new[:, None]
-    rows = torch.tensor(starts)[:, None] + step[None]
-    # A query's position is n_computed + its index; a padding query copies the request's last one,
-    # so that every row of the mask reads at least one key (an empty row would give NaN).
-    positions = computed[:, None] + torch.minimum(step[None], new[:, None] - 1)
-    widest = max(len(b) for b in blocks)
-    keys = torch.arange(widest * block_size)
-    # Causal: a query reads the positions up to its own. Those are all real, so the unfilled end of a last
-    # block and the padding blocks are never read.
-    mask = keys[None, None, :] <= positions[:, :, None]
-    # Padding blocks are block 0: any block would do, the mask hides them.
-    padded = torch.tensor([block for b in blocks for block in b + [0] * (widest - len(b))]).view(len(blocks), widest)
-    # The mask gets a leading dimension of 1 for the heads: with a 4-d mask PyTorch's CPU attention takes its
-    # fused kernel rather than the plain "math" one (about 3x faster here).
-    picked = valid.flatten().nonzero()[:, 0]
-    return AttentionGroup(torch.where(valid, rows, 0).to(device), valid.to(device), padded.to(device),
-                          mask[None].to(device), picked.to(device), rows.flatten()[picked].to(device))
-
-
-# What one more attention group costs (building its mask, one more attention call per layer), in padded blocks
-# read: about the time of copying and attending over 16 blocks of the story model on a CPU.
-GROUP_OVERHEAD_BLOCKS = 16
-
-
-def split_by_width(widths: list[int], overhead: int) -> list[list[int]]:
-    """Indices of ``widths`` in groups, each read as one padded batch: the partition with the least padded
-    area (each group's size times its widest) plus ``overhead`` per group.
-
-    In order of width, the best groups are runs of neighbours (moving a request to the group of
-    narrower ones never widens that group's padding), so the search is over where to cut the sorted
-    list: ``best[j]`` is the cost of its first ``j``, found from every last cut ``i < j``.
-    """
-    order = sorted(range(len(widths)), key=widths.__getitem__)
-    best, cut = [0] + [math.inf] * len(order), [0] * (len(order) + 1)
-    for j in range(1, len(order) + 1):
-        for i in range(j):
-            cost = best[i] + (j - i) * widths[order[j - 1]] + overhead
-            if cost < best[j]:
-                best[j], cut[j] = cost, i
-    groups, j = [], len(order)
-    while j > 0:
-        groups.append(order[cut[j]: j])
-        j = cut[j]
-    return groups[::-1]
-
-
-def fused_qkv(attn) -> tuple[Float[Tensor, "d_model three_heads_d_head"], Float[Tensor, "three_heads_d_head"]]:
-    """The three (n_heads, d_model, d_head) weights side by side as one (d_model, 3 * n_heads * d_head) matrix,
-    and their biases, so that queries, keys and values are one matmul."""
-    weight = torch.stack([attn.W_Q, attn.W_K, attn.W_V]).permute(2, 0, 1, 3).flatten(1)
-    return weight, torch.stack([attn.b_Q, attn.b_K, attn.b_V]).flatten()
-
-
-def paged_attention(attn, x: Float[Tensor, "n_new d_model"], cache: PagedKVCache, layer: int,
-                    new_slots: Int[Tensor, "n_new"], groups: list[AttentionGroup],
-                    fused: tuple[Tensor, Tensor] | None = None) -> Float[Tensor, "n_new d_model"]:
-    """One layer's attention for the packed new tokens of a step's requests.
-
-    The new keys and values are written into the cache at their slots first; then each group
-    reads its requests' blocks back whole, padded, and runs one masked attention call for all
-    of them. ``fused`` is ``fused_qkv(attn)`` computed beforehand (None: computed here).
-    """
-    weight, bias = fused or fused_qkv(attn)
-    q, k, v = torch.addmm(bias, x, weight).view(len(x), 3, *attn.b_Q.shape).unbind(1)
-    cache.write(layer, new_slots, k, v)
-    z = torch.empty_like(q)
-    for group in groups:
-        # Whole blocks, already (n_heads, n_requests, keys, d_head): heads lead, requests are a second batch dimension.
-        keys, values = cache.read_blocks(layer, group.blocks, reuse=True)  # read before the next group's copy
-        queries = q[group.rows].permute(2, 0, 1, 3).contiguous()  # (n_heads, n_requests, max_new, d_head)
-        out = F.scaled_dot_product_attention(queries, keys, values, attn_mask=group.mask)
-        z.index_copy_(0, group.targets, out.permute(1, 2, 0, 3).flatten(0, 1).index_select(0, group.picked))
-    return torch.addmm(attn.b_O, z.flatten(1), attn.W_O.flatten(0, 1))
-
-
-def mlp(block_mlp, x: Float[Tensor, "n_new d_model"]) -> Float[Tensor, "n_new d_model"]:
-    """The block's MLP on the packed row from its weights: what ``MLP.forward`` computes, as two plain matrix
-    products (one matrix multiply each, not an einsum over a batch of one) around GPT-2's tanh GELU, which is
-    PyTorch's ``gelu(approximate="tanh")`` (one call instead of the formula's six)."""
-    hidden = F.gelu(torch.addmm(block_mlp.b_in, x, block_mlp.W_in), approximate="tanh")
-    return torch.addmm(block_mlp.b_out, hidden, block_mlp.W_out)
-
-
-def layer_norm(ln, x: Float[Tensor, "n_new d_model"]) -> Float[Tensor, "n_new d_model"]:
-    """What ``LayerNorm.forward`` computes (centre, divide by the root of the biased variance plus eps, then
-    scale by ``w`` and shift by ``b``), as PyTorch's one fused call with the module's weights and eps: the
-    module's own forward is five tensor operations, about a tenth of a step's time on the story model on a CPU."""
-    return F.layer_norm(x, x.shape[-1:], ln.w, ln.b, ln.cfg.layer_norm_eps)
 
 
 class TableSlots:
@@ -182,68 +62,6 @@ class TableSlots:
         return known[1][start:end]
 
 
-@torch.inference_mode()
-def paged_forward(model: DemoTransformer, cache: PagedKVCache, requests: list[Request],
-                  slot_reader: TableSlots | None = None, n_new: list[int] | None = None,
-                  fused: list[tuple[Tensor, Tensor]] | None = None) -> Float[Tensor, "n_requests d_vocab"]:
-    """The logits after the last position each request runs, running only positions not yet in the cache.
-
-    Request ``i`` runs its next ``n_new[i]`` positions (None: all it has not computed, so the logits
-    are its next token's; fewer is a chunk of its prompt). Each request's table must already hold
-    room for all its tokens (the scheduler grows it). ``slot_reader`` keeps tables' slots between
-    steps (the engine keeps one); None asks each table afresh. ``fused`` is every layer's
-    ``fused_qkv``, computed once (the engine keeps them); None computes them at each call.
-    """
-    if not requests:
-        raise ValueError("paged_forward needs at least one request")
-    device = model.embed.W_E.device
-    size = cache.block_size
-    all_tokens = [r.tokens for r in requests]  # built once: Request.tokens joins two lists at each call
-    computed = [r.n_computed for r in requests]
-    lengths = [len(t) - c for t, c in zip(all_tokens, computed)]
-    if n_new is not None:
-        if len(n_new) != len(requests) or not all(1 <= n <= most for n, most in zip(n_new, lengths)):
-            raise ValueError(f"n_new gives each request 1 to its {lengths} positions not yet computed, got {n_new}")
-        lengths = list(n_new)
-    if max(len(t) for t in all_tokens) > model.cfg.n_ctx:
-        raise ValueError(f"a request reaches position {max(len(t) for t in all_tokens) - 1}, past the model's "
-                         f"n_ctx={model.cfg.n_ctx}")
-    spans = [range(c, c + n) for c, n in zip(computed, lengths)]
-    tokens = torch.tensor([t for ts, span in zip(all_tokens, spans) for t in ts[span.start : span.stop]], device=device)
-    positions = torch.tensor([p for span in spans for p in span], device=device)
-    # Where each new position's keys and values go, as each request's table says (BlockTable.slots).
-    read = slot_reader or TableSlots()
-    new_slots = torch.tensor([s for r, span in zip(requests, spans) for s in read(r.table, span.start, span.stop)],
-                             dtype=torch.long, device=device)
-    starts = [0] * len(requests)
-    for i in range(1, len(requests)):
-        starts[i] = starts[i - 1] + lengths[i - 1]
-    # Decodes (one query each) and prefills in separate groups, so that one long prompt does not
-    # pad every decoding request's single query to its length; decodes of very different lengths in
-    # groups of their own too (split_by_width), so that short requests are not padded to the longest.
-    decodes = [i for i, n in enumerate(lengths) if n == 1]
-    prefills = [i for i, n in enumerate(lengths) if n > 1]
-    picks = [[decodes[j] for j in group]
-             for group in split_by_width([len(requests[i].table.blocks) for i in decodes], GROUP_OVERHEAD_BLOCKS)]
-    groups = [attention_group([lengths[i] for i in picked], [computed[i] for i in picked], [starts[i] for i in picked],
-                              [requests[i].table.blocks for i in picked], size, device)
-              for picked in picks + ([prefills] if prefills else [])]
-    # The packed row is one sequence of n_new tokens to the embedding: every position of the step goes through it
-    # once (a check that counts a step's positions watches it). The positions are each request's own.
-    residual = model.embed(tokens[None])[0] + model.pos_embed.W_pos[positions]
-    for layer, block in enumerate(model.blocks):
-        # LayerNorm and the MLP act on each position alone, so they run on the packed row as it is. The residual
-        # stream is this function's own tensor: adding in place saves a new one per sublayer.
-        residual += paged_attention(block.attn, layer_norm(block.ln1, residual), cache, layer, new_slots, groups,
-                                    fused[layer] if fused else None)
-        residual += mlp(block.mlp, layer_norm(block.ln2, residual))
-    last = torch.tensor([s + n - 1 for s, n in zip(starts, lengths)], device=device)
-    for request, span in zip(requests, spans):
-        request.n_computed = span.stop
-    unembed = model.unembed
-    return torch.addmm(unembed.b_U, layer_norm(model.ln_final, residual[last]), unembed.W_U)
-
-
 def plain_greedy(request: Request) -> bool:
     """Whether the request's next token is the argmax of its raw logits: greedy, with nothing that changes them
     (the processors ``add_request`` accepts; it refuses DRY, banned sequences, mirostat and XTC)."""
@@ -259,22 +77,33 @@ class EngineStalled(RuntimeError):
 
 
 def stall_report(scheduler: Scheduler) -> str:
-    """Why a step of ``scheduler`` did nothing: the first waiting request, the blocks it needs, the blocks free."""
+    """Why a step of ``scheduler`` ran nothing and preempted nothing, in short lines, each a whole sentence (a check's
+    panel shows a failure's first lines, each cut to a width): what happened, then which request, then what to check."""
     pool, waiting, running = scheduler.pool, scheduler.waiting, scheduler.running
-    said = f"a step ran no request and preempted none, with {len(waiting)} waiting and {len(running)} running"
-    if not waiting:
-        return f"{said}: the scheduler planned no work for the running requests (Scheduler.schedule)"
+    lines = [f"A step ran no request and preempted none ({len(waiting)} waiting, {len(running)} running).",
+             "Nothing changed, so every later step would do the same."]
+    if running:
+        # Every running request should run at least one position: the step gave this one nothing.
+        first = running[0]
+        return "\n".join(lines + [
+            f"Request {first.request_id} is running (it was admitted and holds {len(first.table.blocks)} blocks), "
+            "but the step gave it no work.",
+            "An admitted request goes into the step's prefill list, a running one into its decode list "
+            "(Scheduler.schedule)."])
     first = waiting[0]
     need = blocks_needed(len(first.tokens), pool.block_size)
-    said = (f"{said}: request {first.request_id}, first in the queue, has {len(first.tokens)} positions, which need "
-            f"{need} blocks of {pool.block_size}; the pool has {pool.n_free} of its {pool.n_blocks} blocks free")
+    lines.append(f"Request {first.request_id}, first in the queue, has {len(first.tokens)} positions, which need "
+                 f"{need} blocks of {pool.block_size}.")
+    lines.append(f"The pool has {pool.n_free} of its {pool.n_blocks} blocks free.")
     if need <= pool.n_free:
-        return (f"{said}. Its blocks are free, yet the scheduler did not admit it: check the admit test of "
-                "Scheduler.schedule (the blocks a request needs against pool.n_free)")
-    if not running:
-        return (f"{said}, and no running request will give any back: {pool.n_blocks - pool.n_free} blocks are held "
-                "outside the running requests, or the pool is too small for this request")
-    return f"{said}; the running requests were given no work (Scheduler.schedule)"
+        lines += ["Its blocks are free, yet the scheduler did not admit it.",
+                  "Check the admit test of Scheduler.schedule: table.blocks_to_grow(len(request.tokens)) against "
+                  "pool.n_free."]
+    else:
+        lines += ["No running request will give blocks back.",
+                  f"{pool.n_blocks - pool.n_free} blocks are held outside the running requests, or the pool is too "
+                  "small for this request."]
+    return "\n".join(lines)
 
 
 class Engine:
@@ -298,9 +127,6 @@ class Engine:
         self.cache = PagedKVCache(model.cfg, n_blocks, block_size, device=weight.device, dtype=weight.dtype)
         self.scheduler = Scheduler(self.pool, max_running, weight.device, max_step_tokens)
         self.slot_reader = TableSlots()
-        # The attention weights are read once, here: an engine serves the weights its model had when it was built.
-        with torch.no_grad():
-            self.fused = [fused_qkv(block.attn) for block in model.blocks]
         self.n_steps = 0
         self.n_prefill_tokens = 0
 
@@ -334,8 +160,48 @@ class Engine:
         token, _, _ = choose_tokens(processed, settings, request.generator)
         return int(token[0])
 
+    @torch.inference_mode()
+    def forward(self, requests: list[Request], n_new: list[int], packed: bool) -> Float[Tensor, "n_requests d_vocab"]:
+        """The logits after the last position each request runs this step: request ``i`` runs its next ``n_new[i]``
+        positions, through the model and the paged cache, one request a row or (``packed``) all in one row."""
+        segments = []
+        for request, n in zip(requests, n_new):
+            start = request.n_computed
+            end = start + n
+            # Where its positions live, as its table says (BlockTable.slots): the new ones are written there.
+            segments.append(Segment(request.tokens[start:end], start, self.slot_reader(request.table, 0, end)))
+        step = self.cache.plan([segments] if packed else [[segment] for segment in segments])
+        logits, _ = self.model(step.tokens, self.cache)
+        return logits.flatten(0, 1)[step.last]
+
+    def run_step(self, work: Step) -> list[int | None]:
+        """Run the step's work: one token for each request whose prompt is done, None for a chunk of a prompt that is
+        not its last (those logits are not its next token's). Changes no request: the postprocess does.
+
+        Requests decoded by one token run in one pass, a row each; prompts (and chunks of them) in another, packed
+        in one row, so that a long prompt does not pad every decoding request's row to its length."""
+        n_new = [work.n_new(request) for request in work.requests]
+        self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
+        logits: list[Tensor | None] = [None] * len(work.requests)
+        for packed in (False, True):
+            picked = [i for i, n in enumerate(n_new) if (n > 1) == packed]
+            if picked:
+                rows = self.forward([work.requests[i] for i in picked], [n_new[i] for i in picked], packed)
+                for i, row in zip(picked, rows):
+                    logits[i] = row
+        tokens: list[int | None] = []
+        for request, n, row in zip(work.requests, n_new, logits):
+            if request.n_computed + n < len(request.tokens):
+                tokens.append(None)  # a chunk of its prompt, not the last
+            elif plain_greedy(request):
+                tokens.append(int(row.argmax()))
+            else:
+                tokens.append(self.next_token(request, row))
+        return tokens
+
     def step(self) -> list[Request]:
-        """One scheduling step; returns the requests that finished in it (their blocks already freed).
+        """One step: schedule, run, postprocess. Returns the requests that finished in it (their blocks already
+        freed).
 
         Raises ``EngineStalled`` when the step runs nothing and preempts nothing while requests wait or run:
         then nothing changed and no later step could do anything else.
@@ -343,21 +209,31 @@ class Engine:
         work = self.scheduler.schedule()
         if not work.requests and not work.preempted and not self.scheduler.done:
             raise EngineStalled(stall_report(self.scheduler))
-        if work.requests:
-            n_new = [work.n_new(request) for request in work.requests]
-            self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
-            logits = paged_forward(self.model, self.cache, work.requests, self.slot_reader, n_new, self.fused)
-            # Requests whose token is the argmax of their raw logits share one argmax over their rows; the others
-            # draw one at a time, each from its own settings and generator.
-            greedy = [plain_greedy(request) for request in work.requests]
-            argmax = logits.argmax(dim=-1).tolist() if any(greedy) else None
-            for i, request in enumerate(work.requests):
-                self.scheduler.register_full_blocks(request)  # before append: its new token is not in the cache yet
-                if request.n_computed < len(request.tokens):
-                    continue  # a chunk of its prompt, not the last: these logits are not its next token's
-                request.append(argmax[i] if greedy[i] else self.next_token(request, logits[i]))
+        ### BEGIN SOLUTION
+        # Hint: run the work (if there is any), count the step, then hand the work and its tokens to postprocess.
+        tokens = self.run_step(work) if work.requests else []
         self.n_steps += 1
+        return self.postprocess(work, tokens)
+        ### END SOLUTION
+
+    def postprocess(self, work: Step, tokens: list[int | None]) -> list[Request]:
+        """After the step's forward pass, each request's bookkeeping in one place; the requests that finished.
+
+        ``tokens[i]`` is the token drawn for ``work.requests[i]``, None for a chunk of a prompt that is not its
+        last. Each request counts the positions it ran as computed and takes its token (which may finish it);
+        then the finished ones are retired, their blocks freed (``Scheduler.retire``).
+        """
+        if len(tokens) != len(work.requests):
+            raise ValueError(f"postprocess takes one token (or None) per request of the step: {len(work.requests)} "
+                             f"requests, {len(tokens)} tokens")
+        ### BEGIN SOLUTION
+        # Hint: n_computed grows by the positions the request ran (work.n_new), before anything else reads it.
+        for request, token in zip(work.requests, tokens):
+            request.n_computed += work.n_new(request)
+            if token is not None:
+                request.append(token)
         return self.scheduler.retire()
+        ### END SOLUTION
 
     def run(self) -> list[Request]:
         """Step until every request is done; the requests in the order they finished."""

@@ -11,8 +11,10 @@ al., Orca, 2022), the shape vLLM and its small from-scratch descendants share:
   ones when the pool runs out; then, if nothing was preempted, it admits waiting requests
   while their prompts fit in the free blocks. What it returns is the step's work: the
   prompts to prefill and the requests to decode by one token;
-* a finished request is retired at once and its blocks go back to the pool, so a waiting
-  request can take them at the next step.
+* after the step's forward pass, the engine's postprocess does each request's bookkeeping in one
+  place (nano-vllm's shape: schedule, run, postprocess): the positions it computed, the token it
+  drew, and, when it finished, its retirement (``retire``), its blocks going back to the pool at
+  once, so a waiting request can take them at the next step.
 
 A server also bounds the work of one step. With ``max_step_tokens`` the scheduler gives each
 step at most that many positions (vLLM's ``max_num_batched_tokens``): the running requests'
@@ -71,8 +73,10 @@ class Request:
     generator: torch.Generator | None = None
     # Stops the request when its text reaches a stop string (part 5's StopStringCriteria); None: no stop strings.
     stop: object | None = None
-    # The hashes of its computed full blocks, in order (prefix caching registers each block once).
+    # The hashes of its computed full blocks, in order (prefix caching registers each block once), and how many of
+    # its table's blocks have been registered since the table was last emptied.
     block_hashes: list = field(default_factory=list)
+    n_registered: int = 0
 
     def __post_init__(self):
         if not isinstance(self.prompt, (list, tuple)) or not self.prompt or not all(
@@ -108,6 +112,7 @@ class Step:
 
     ``chunks`` gives the positions a prefill runs this step when a token budget cut its prompt
     into chunks; a request not in it runs every position it has not computed (``n_new``).
+    ``n_new`` is read before the engine's postprocess counts the step's positions as computed.
     """
 
     prefill: list[Request]
@@ -171,7 +176,7 @@ class Scheduler:
         """Give back all of ``request``'s blocks; it waits at the front, to be recomputed first."""
         request.table.release(self.pool)
         self.partial.discard(request)
-        request.n_computed = 0
+        request.n_computed = request.n_registered = 0
         request.state = WAITING
         request.n_preemptions += 1
         self.running.remove(request)
@@ -195,30 +200,38 @@ class Scheduler:
         """Give back the cached blocks ``match_prefix`` gave a request that was not admitted after all."""
         if request.state == WAITING and request.table is not None and request.table.blocks:
             request.table.release(self.pool)
-            request.n_computed = 0
+            request.n_computed = request.n_registered = 0
 
-    def register_full_blocks(self, request: Request, n_positions: int | None = None) -> None:
+    def register_full_blocks(self, request: Request, n_positions: int) -> None:
         """With a ``PrefixCachingPool``: register every full block of ``request``'s first ``n_positions``
-        positions (None: its ``n_computed``, the positions its last step filled)."""
+        positions, the positions it holds once this step's forward pass has run.
+
+        This is the one place blocks are registered, when the step is planned, before the pass fills them
+        (vLLM caches a step's full blocks when it allocates them, nano-vllm when it appends a block): a
+        request admitted later in the same step finds them and reads them in that same pass, since every
+        layer writes the new keys and values of all the step's requests before any request reads its blocks.
+        """
         if not isinstance(self.pool, PrefixCachingPool):
             return
         size, hashes = self.pool.block_size, request.block_hashes
-        n_positions = request.n_computed if n_positions is None else n_positions
         n_full = min(n_positions // size, len(request.table.blocks))
         if n_full > len(hashes):
             parent = hashes[-1] if hashes else None
             hashes += block_hashes(request.tokens[len(hashes) * size : n_full * size], size, parent)
-        for index in range(n_full):
+        for index in range(request.n_registered, n_full):
             self.pool.register(request.table.blocks[index], hashes[index])
+        request.n_registered = max(request.n_registered, n_full)
 
     def take_chunk(self, request: Request, left: int | float, chunks: dict) -> None:
-        """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later."""
+        """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later.
+        The full blocks those positions fill are registered now (``register_full_blocks``)."""
         remaining = len(request.tokens) - request.n_computed
         chunks[request] = min(left, remaining)
         if chunks[request] < remaining:
             self.partial.add(request)
         else:
             self.partial.discard(request)
+        self.register_full_blocks(request, request.n_computed + chunks[request])
 
     def schedule(self) -> Step:
         """Room for every running request's next position (preempting from the back), then admissions;
@@ -240,6 +253,8 @@ class Scheduler:
         # Prompts a budget cut short go on being prefilled; the others run their one new token.
         unfinished = [request for request in decode if request in self.partial]
         decode = [request for request in decode if request not in self.partial]
+        for request in decode:
+            self.register_full_blocks(request, len(request.tokens))  # its one new position may fill a block
         left = math.inf if self.max_step_tokens is None else self.max_step_tokens
         left -= len(decode)  # never below 0: at most max_running decode, and the budget is at least that
         prefill, chunks = [], {}
@@ -264,13 +279,8 @@ class Scheduler:
             prefill.append(request)
             ### END SOLUTION
             if request.state == RUNNING:
-                self.take_chunk(request, left, chunks)
+                self.take_chunk(request, left, chunks)  # its positions this step; their full blocks registered
                 left -= chunks[request]
-                # The full blocks this step fills are findable at once, before its forward pass fills them: a
-                # request admitted later in this step reads them in that same pass, since every layer writes the
-                # new keys and values of all the step's requests before any request reads its blocks. Blocks a
-                # later chunk fills are registered after that chunk's step (the engine does it).
-                self.register_full_blocks(request, request.n_computed + chunks[request])
         if self.waiting:
             self.unmatch(self.waiting[0])  # not admitted this step: it holds no blocks while it waits
         return Step(prefill, decode, preempted, chunks)

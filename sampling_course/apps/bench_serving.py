@@ -13,7 +13,8 @@ lengths uniform over ``--prompt-lengths`` and ``--output-lengths``, and a share
 front. Decoding is greedy and no end-of-text token stops a request, so every engine
 generates the same tokens: the bench checks that, request by request, on every run.
 
-The engines, in the same process, on the same weights:
+The engines, in the same process, on the same weights (the course's model with its QKV weights fused once at
+load, part 6's fast path of its one forward pass, for the course's server and the static batches alike):
 
 * **course**: part 10's ``Engine`` (continuous batching over a paged KV cache of
   ``--blocks`` blocks of ``--block-size`` positions, at most ``--max-running`` requests;
@@ -102,11 +103,25 @@ def load_models(name: str, impl: str, seed: int):
         hf_model = random_gpt2({}, seed)
         demo = transformer.DemoTransformer(Config.from_hf(hf_model.config))
         demo.load_state_dict(demo_state_dict(hf_model), strict=True)
-        return "GPT-2 small dimensions, random weights", demo.eval(), hf_model
+        return "GPT-2 small dimensions, random weights" + fused_at_load(demo, impl), demo.eval(), hf_model
     reference = load_reference(name, "cpu", quiet=True)
     hf_model = GPT2LMHeadModel.from_pretrained(reference.path, local_files_only=True, dtype=torch.float32).eval()
     label = {"story": "the story model", "tiny": "tiny random GPT-2 (smoke run)", "gpt2": "GPT-2 small"}[name]
-    return label, load_demo(reference, transformer, device="cpu"), hf_model
+    demo = load_demo(reference, transformer, device="cpu")
+    return label + fused_at_load(demo, impl), demo, hf_model
+
+
+def fused_at_load(demo, impl: str) -> str:
+    """Fuse the course model's QKV weights once, as it is loaded (part 6's ``fast_path.fuse_at_load``, the fast path
+    of its one forward pass; Hugging Face's GPT-2 keeps its QKV weights fused as one matrix), for every course engine
+    alike, the static batches included. The label's note: what was done, or why not (an unwritten part 6)."""
+    from sampling_course.implementation import impl_module
+
+    try:
+        impl_module("fast_path", impl).fuse_at_load(demo)
+    except NotImplementedError:
+        return " (QKV not fused: part 6's fuse_at_load is not written yet)"
+    return ", QKV fused at load (part 6's fuse_at_load)"
 
 
 def check_same(stream, runs: dict[str, object]) -> None:

@@ -62,7 +62,7 @@ COURSE_ORDER = [
     "exact_laws", "kl_divergence",
     "RMSNorm", "Rotary", "GroupedQueryAttention", "SwiGLU", "LlamaTransformer", "rerotate",
     "RotatingSinkCache.make_room",
-    "BlockPool", "BlockTable", "Scheduler.schedule", "block_hashes",
+    "BlockPool", "BlockTable", "PagedKVCache.update", "Scheduler.schedule", "Engine.step", "block_hashes",
 ]
 
 

@@ -77,7 +77,7 @@ def serve(impl, model, jobs, cap, eos, max_running=4, arrive_every=0, prefix_cac
     return requests, ran(counter.passes)
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_every_cap_gives_the_tokens_of_generate_alone_and_no_pass_runs_more(impl, parity_demo, parity_reference):
     tok = parity_reference.tokenizer
     jobs = jobs_of(tok)
@@ -97,7 +97,7 @@ def test_every_cap_gives_the_tokens_of_generate_alone_and_no_pass_runs_more(impl
                     assert request.output == want, f"max_step_tokens={cap} (seed {seed}): {request.output}, generate alone {want}"
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_a_prompt_longer_than_the_cap_is_prefilled_over_steps_while_the_others_decode(impl, tiny_demo, tiny):
     tok = tiny.tokenizer
     short = [tok.encode("Once"), tok.encode("The cat")]

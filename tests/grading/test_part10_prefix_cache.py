@@ -214,7 +214,7 @@ def test_prefix_blocks_survive_preemption_and_shared_blocks_are_never_freed_whil
 # ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.exercise("Scheduler.schedule")  # the engine runs the scheduler: graded from there on
+@pytest.mark.exercise("Engine.step")  # the engine runs the scheduler: graded from its step on
 def test_a_stop_string_ends_a_request_frees_its_blocks_and_matches_generate(impl, parity_demo, parity_reference):
     tok = parity_reference.tokenizer
     prompts = ["<|endoftext|>Once upon a time", "<|endoftext|>Lily had a red ball. She", "The cat sat on the mat"]

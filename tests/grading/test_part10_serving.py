@@ -1,7 +1,8 @@
 """Part 10: the block pool, the paged KV cache, the scheduler and the serving loop.
 
 The paged cache is checked against a brute-force contiguous cache (one tensor per request,
-appended to in order) under interleaved writes over a fragmented pool. The serving loop is
+appended to in order) under interleaved writes over a fragmented pool, laid out in rows as the
+engine lays out a step. The serving loop is
 checked for exactness against part 5's ``generate`` run on each request alone (greedy, and
 seeded sampling with the request's own generator), on the stand-in and the story model: in
 mixed batches, with requests arriving while others run, and under a pool so small that
@@ -94,15 +95,58 @@ def test_table_slots_follow_its_blocks_in_order(impl):
         table.slots(0, 13)
 
 
-@pytest.mark.exercise("BlockTable")
-def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
-    """Three requests grow in random interleaved chunks over a pool fragmented by another request's
-    freed blocks; each request's gather equals its own contiguous cache, in every layer."""
+def query_rows(step, new_of):
+    """New keys (or values) laid out as a paged step's queries (``step.tokens``): row by row, each row left-padded,
+    its segments one after the other, each ending at its ``step.last``; ``new_of`` lists each segment's own."""
+    rows, width = step.tokens.shape
+    out = torch.zeros(rows * width, *new_of[0].shape[1:])
+    for end, new in zip(step.last.tolist(), new_of):
+        out[end - len(new) + 1 : end + 1] = new
+    return out.view(rows, width, *new_of[0].shape[1:])
+
+
+def test_a_paged_step_is_laid_out_as_a_left_padded_batch(impl):
+    """``paged_step`` (given code) against a brute-force layout, for rows of one segment (a step's decodes, laid out
+    at once) and of several (packed prompts): each row's new tokens and keys one segment after the other, left-padded;
+    a query sees exactly its own segment's keys up to its own position."""
+    bp = impl.block_pool
+    rng = random.Random(11)
+    for trial in range(60):
+        rows = [[bp.Segment([rng.randint(1, 9) for _ in range(n)], start, [rng.randrange(90) for _ in range(start + n)])
+                 for n, start in [(rng.randint(1, 3), rng.randint(0, 5)) for _ in range(1 if trial % 2 else rng.randint(1, 3))]]
+                for _ in range(rng.randint(1, 4))]
+        step = bp.paged_step(rows)
+        width = max(sum(len(s.tokens) for s in row) for row in rows)
+        n_keys = max(sum(len(s.slots) for s in row) for row in rows)
+        mask, last, write = [], [], []
+        for r, row in enumerate(rows):
+            queries = [None] * (width - sum(len(s.tokens) for s in row))  # (segment, position) of each query
+            keys = [None] * (n_keys - sum(len(s.slots) for s in row))
+            for k, s in enumerate(row):
+                queries += [(k, s.start + i) for i in range(len(s.tokens))]
+                keys += [(k, p) for p in range(len(s.slots))]
+                last.append(r * width + len(queries) - 1)
+                write += s.slots[s.start:]
+            assert step.tokens[r].tolist() == [0] * queries.count(None) + [t for s in row for t in s.tokens]
+            assert step.valid[r].tolist() == [q is not None for q in queries]
+            assert step.positions[r].tolist() == [0 if q is None else q[1] for q in queries]
+            assert step.read_slots[r].tolist()[keys.count(None):] == [x for s in row for x in s.slots]
+            mask.append([[q is not None and k is not None and k[0] == q[0] and k[1] <= q[1] for k in keys] for q in queries])
+        assert step.mask[:, 0].tolist() == mask, f"trial {trial}: the mask"
+        assert step.last.tolist() == last and step.write_slots.tolist() == write
+
+
+@pytest.mark.exercise("PagedKVCache.update")
+def test_paged_cache_update_writes_through_the_tables_and_reads_each_request_in_order(impl):
+    """Three requests grow in random interleaved chunks over a pool fragmented by another request's freed blocks,
+    laid out one a row, all in one row, or in two rows of different widths (so padded). In every layer, ``update``
+    returns for each request exactly its own contiguous cache (every key and value so far, in order) where the
+    step's layout puts its keys; at the end each request's gather equals its contiguous cache."""
     bp = impl.block_pool
     cfg = Config(d_model=8, n_heads=2, d_head=4, n_layers=2, d_vocab=11, n_ctx=64, d_mlp=16)
     rng = random.Random(0)
     draws = torch.Generator().manual_seed(0)  # the test's inputs, drawn on the CPU
-    pool, cache = bp.BlockPool(20, 3), bp.PagedKVCache(cfg, 20, 3)
+    pool, cache = bp.BlockPool(40, 3), bp.PagedKVCache(cfg, 40, 3)
     filler = bp.BlockTable(3)
     filler.grow(pool, 12)
     tables = [bp.BlockTable(3) for _ in range(3)]
@@ -110,30 +154,74 @@ def test_paged_cache_matches_a_contiguous_cache_under_interleaved_writes(impl):
     for step in range(12):
         if step == 3:
             filler.release(pool)  # the freed blocks come back at the end of the free list
-        r = rng.randrange(3)
-        n = rng.randint(1, 4)
-        new = torch.randn(cfg.n_layers, 2, n, cfg.n_heads, cfg.d_head, generator=draws)
-        start = contiguous[r].shape[2]
-        tables[r].grow(pool, start + n)
+        chosen = rng.sample(range(3), rng.randint(1, 3))
+        segments, new = [], []
+        for r in chosen:
+            start, n = contiguous[r].shape[2], rng.randint(1, 4)
+            tables[r].grow(pool, start + n)
+            segments.append(bp.Segment([1] * n, start, tables[r].slots(0, start + n).tolist()))
+            new.append(torch.randn(cfg.n_layers, 2, n, cfg.n_heads, cfg.d_head, generator=draws))
+        layout = ["a row each", "one row", "two rows"][step % 3]
+        rows = ([[s] for s in segments] if layout == "a row each" or len(segments) == 1 else [segments]
+                if layout == "one row" else [segments[:1], segments[1:]])
+        plan = cache.plan(rows)
+        whole = [torch.cat([contiguous[r], n_], dim=2) for r, n_ in zip(chosen, new)]  # in the order of segments
+        n_keys = plan.read_slots.shape[1]
         for layer in range(cfg.n_layers):
-            cache.write(layer, tables[r].slots(start, start + n), new[layer, 0], new[layer, 1])
-        contiguous[r] = torch.cat([contiguous[r], new], dim=2)
+            keys, values = cache.update(layer, query_rows(plan, [n_[layer, 0] for n_ in new]),
+                                        query_rows(plan, [n_[layer, 1] for n_ in new]))
+            assert keys.shape == values.shape == (len(rows), n_keys, cfg.n_heads, cfg.d_head)
+            first = 0
+            for r, row in enumerate(rows):
+                end = n_keys  # a row's keys end at its right edge, its segments one after the other
+                for held in reversed(whole[first : first + len(row)]):
+                    span = slice(end - held.shape[2], end)
+                    assert torch.equal(keys[r, span], held[layer, 0]), f"step {step} ({layout}), layer {layer}: keys"
+                    assert torch.equal(values[r, span], held[layer, 1]), f"step {step} ({layout}), layer {layer}: values"
+                    end -= held.shape[2]
+                first += len(row)
+        assert cache.commit() is cache
+        for r, w in zip(chosen, whole):
+            contiguous[r] = w
     for r in range(3):
         n = contiguous[r].shape[2]
         for layer in range(cfg.n_layers):
             keys, values = cache.gather(layer, tables[r], n)
             assert torch.equal(keys, contiguous[r][layer, 0]), f"request {r}, layer {layer}: keys out of order"
             assert torch.equal(values, contiguous[r][layer, 1]), f"request {r}, layer {layer}: values out of order"
-    # Whole blocks, the three tables side by side (padded with block 0): each row's first n positions are its own.
-    widest = max(len(t.blocks) for t in tables)
-    blocks = torch.tensor([t.blocks + [0] * (widest - len(t.blocks)) for t in tables])
-    for layer in range(cfg.n_layers):
-        for reuse in (False, True):  # a fresh tensor, then the cache's own buffer (twice: the second overwrites it)
-            keys, values = cache.read_blocks(layer, blocks, reuse=reuse)  # (n_heads, rows, positions, d_head) each
-            for r in range(3):
-                n = contiguous[r].shape[2]
-                assert torch.equal(keys[:, r, :n].transpose(0, 1), contiguous[r][layer, 0]), f"request {r}: read_blocks keys"
-                assert torch.equal(values[:, r, :n].transpose(0, 1), contiguous[r][layer, 1]), f"request {r}: read_blocks values"
+
+
+@pytest.mark.exercise("PagedKVCache.update")
+def test_the_model_through_the_paged_cache_gives_each_request_the_logits_of_its_own_tokens(impl, tiny_demo):
+    """The model of parts 1 and 4, its one forward pass with the paged cache as its cache: three requests over a
+    fragmented pool, first a chunk of each, one request a row (rows of different widths), then the rest of all three
+    packed in one row. Every new position's logits are those of the model run on that request's tokens alone."""
+    bp, cfg = impl.block_pool, tiny_demo.cfg
+    rng = random.Random(3)
+    sequences = [[rng.randrange(cfg.d_vocab) for _ in range(n)] for n in (9, 4, 13)]
+    pool, cache = bp.BlockPool(32, 4), bp.PagedKVCache(cfg, 32, 4)
+    filler = bp.BlockTable(4)
+    filler.grow(pool, 10)
+    tables = [bp.BlockTable(4) for _ in sequences]
+    with torch.no_grad():
+        alone = [tiny_demo(torch.tensor([s]))[0] for s in sequences]
+        done = [0, 0, 0]
+        for cut, packed in (([5, 3, 7], False), ([9, 4, 13], True)):
+            if packed:
+                filler.release(pool)
+            segments = []
+            for r, (s, end) in enumerate(zip(sequences, cut)):
+                tables[r].grow(pool, end)
+                segments.append(bp.Segment(s[done[r]:end], done[r], tables[r].slots(0, end).tolist()))
+            plan = cache.plan([segments] if packed else [[segment] for segment in segments])
+            logits, returned = tiny_demo(plan.tokens, cache)
+            assert returned is cache, "model(tokens, paged_cache) returns the cache, filled in place"
+            flat = logits.flatten(0, 1)
+            for r, (segment, last) in enumerate(zip(segments, plan.last.tolist())):
+                got = flat[last - len(segment.tokens) + 1 : last + 1]
+                torch.testing.assert_close(got, alone[r][done[r] : cut[r]], rtol=1e-4, atol=1e-4,
+                                           msg=lambda m, r=r: f"request {r}, positions {done[r]}..{cut[r] - 1}: {m}")
+            done = cut
 
 
 # ---------------------------------------------------------------------------------------
@@ -196,8 +284,8 @@ def generate_alone(impl, model, tokenizer, prompt: str, new: int, settings: Samp
     return out[0, len(tokenizer.encode(prompt)):].tolist()
 
 
-# The engine's tests run the pool, the tables and the scheduler together: they are graded from the scheduler on
-# (the part's third exercise), so that BlockPool's and BlockTable's checks need nothing written after them.
+# The engine's tests run the pool, the tables, the paged cache, the scheduler and the engine's step together: they
+# are graded from the engine's step on (the part's fifth exercise), so that no earlier check needs a later one.
 def serve(impl, model, tokenizer, jobs, n_blocks=64, block_size=4, max_running=16, arrive_every=0):
     """Run ``jobs`` (prompt, settings, seed) through one engine; with ``arrive_every`` > 0, a new request
     arrives every that many steps while the earlier ones run. Returns each job's tokens and the engine."""
@@ -233,7 +321,8 @@ def alone(impl, parity_demo, parity_reference):
     return {(p, seed): generate_alone(impl, parity_demo, tok, p, NEW, settings, seed) for p, settings, seed in greedy + sampled}
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
+@pytest.mark.exercise("Engine.step")
 def test_greedy_requests_in_one_batch_equal_generate_alone(impl, parity_demo, parity_reference, alone):
     jobs = [(p, GREEDY, None) for p in PROMPTS]
     requests, engine = serve(impl, parity_demo, parity_reference.tokenizer, jobs)
@@ -242,7 +331,8 @@ def test_greedy_requests_in_one_batch_equal_generate_alone(impl, parity_demo, pa
     assert_pool_empty(engine)
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
+@pytest.mark.exercise("Engine.step")
 def test_mixed_greedy_and_seeded_requests_arriving_over_time_equal_generate_alone(
     impl, parity_demo, parity_reference, alone
 ):
@@ -262,48 +352,7 @@ def test_mixed_greedy_and_seeded_requests_arriving_over_time_equal_generate_alon
         assert request.output == mixed[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): alone {request.output}, mixed in a batch {mixed[job[0], job[2]]}"
 
 
-@pytest.mark.exercise("Scheduler.schedule")
-def test_decodes_in_groups_by_width_give_the_same_tokens(impl, parity_demo, parity_reference, alone, monkeypatch):
-    """With no cost per attention group, every width of block table decodes in a group of its own: the mixed
-    jobs arriving over time still get generate's tokens."""
-    monkeypatch.setattr(impl.engine, "GROUP_OVERHEAD_BLOCKS", 0)
-    jobs = [(p, SAMPLED[i % 3], 100 + i) if i % 2 else (p, GREEDY, None) for i, p in enumerate(PROMPTS)]
-    requests, engine = serve(impl, parity_demo, parity_reference.tokenizer, jobs, arrive_every=2)
-    for job, out in zip(jobs, (r.output for r in requests)):
-        assert out == alone[job[0], job[2]], f"{job[0]!r} (seed {job[2]}): the engine gave {out}, generate alone {alone[job[0], job[2]]}"
-    assert_pool_empty(engine)
-
-
-def partitions(items):
-    """Every way to cut ``items`` into non-empty groups (brute force)."""
-    if not items:
-        yield []
-        return
-    first, rest = items[0], items[1:]
-    for smaller in partitions(rest):
-        yield [[first]] + smaller
-        for i in range(len(smaller)):
-            yield smaller[:i] + [[first] + smaller[i]] + smaller[i + 1:]
-
-
-def test_split_by_width_finds_the_cheapest_groups(impl):
-    """Against every partition of up to 7 requests: the groups hold each request once, and their cost (each
-    group's size times its widest, plus the overhead per group) is the least any partition has."""
-    rng = random.Random(5)
-    for _ in range(40):
-        widths = [rng.randint(1, 20) for _ in range(rng.randint(1, 7))]
-        overhead = rng.choice([0, 3, 16, 1000])
-
-        def cost(groups):
-            return sum(len(g) * max(widths[i] for i in g) + overhead for g in groups)
-
-        groups = impl.engine.split_by_width(widths, overhead)
-        assert sorted(i for g in groups for i in g) == list(range(len(widths))), f"{widths}: {groups}"
-        assert cost(groups) == min(cost(p) for p in partitions(list(range(len(widths))))), f"{widths}, {overhead}: {groups}"
-    assert impl.engine.split_by_width([], 16) == []
-
-
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_preemption_under_a_tiny_pool_gives_the_same_tokens(impl, parity_demo, parity_reference, alone):
     """A pool too small for all requests at once: some are preempted and recomputed, greedy and seeded,
     and still every request's tokens equal generate alone."""
@@ -318,7 +367,7 @@ def test_preemption_under_a_tiny_pool_gives_the_same_tokens(impl, parity_demo, p
     assert_pool_empty(engine)
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_a_tiny_pool_really_preempts(impl, tiny_demo, tiny):
     tok = tiny.tokenizer
     prompts = [tok.encode(p) for p in PROMPTS[:3]]
@@ -332,7 +381,7 @@ def test_a_tiny_pool_really_preempts(impl, tiny_demo, tiny):
     assert_pool_empty(engine)
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_the_engine_places_new_keys_where_the_table_s_own_slots_say(impl, tiny_demo):
     """The engine asks each request's ``BlockTable.slots`` where its positions go, not a formula of its own:
     with ``slots`` wrapped (same results), the wrapper is called and the tokens are those of the unwrapped engine."""
@@ -379,7 +428,7 @@ def watch_every_step(engine) -> PlannedSteps:
     return made_beside(engine, PlannedSteps, engine)
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_kv_memory_stays_within_one_block_per_running_request_at_every_step(impl, tiny_demo):
     """A stream of requests of many lengths arriving over time through a pool small enough to preempt; blocks
     of 4 and of 3."""
@@ -405,7 +454,7 @@ def test_kv_memory_stays_within_one_block_per_running_request_at_every_step(impl
     assert preempted[0] > 0, "12 blocks of 4 were meant to be too few for the stream: the bound must hold under preemption"
 
 
-@pytest.mark.exercise("Scheduler.schedule")
+@pytest.mark.exercise("Engine.step")
 def test_a_step_that_can_do_nothing_raises_at_once_naming_the_request(impl, tiny_demo):
     """Three of the pool's four blocks held outside the engine leave one free block for a request that needs two,
     and nothing runs that could give blocks back: the step raises ``EngineStalled``, naming the request, the
@@ -416,8 +465,8 @@ def test_a_step_that_can_do_nothing_raises_at_once_naming_the_request(impl, tiny
     held = [engine.pool.allocate() for _ in range(3)]
     request = engine.add_request([1] * 6, 2, GREEDY)
     with pytest.raises(RuntimeError,
-                       match=rf"request {request.request_id}, .* 6 positions, which need 2 blocks of 4; the pool has "
-                             r"1 of its 4 blocks free, and no running request"):
+                       match=rf"Request {request.request_id}, .* 6 positions, which need 2 blocks of 4\.\nThe pool has "
+                             r"1 of its 4 blocks free\.\nNo running request will give blocks back"):
         engine.step()
     assert not engine.scheduler.running and list(engine.scheduler.waiting) == [request]
     for block in held:
