@@ -10,6 +10,10 @@ How the tests judge:
   single tokens, a multi-token chunk mid-way; batch 1 and 3). After every call its logits
   must equal Hugging Face's full forward over the whole sequence (and the uncached
   DemoTransformer), and the cache must hold TransformerLens' keys and values.
+* The forward meets any cache through the protocol alone: a cache made in the test (prepare,
+  update per layer, commit) gives Hugging Face's logits; ARENA's per-layer contract
+  (``Attention.forward(x, past_kv)``, ``TransformerBlock.forward(resid, past_kv)`` returning
+  ``(output, kv)``) still holds with the classic tensor ``past_kv``.
 * Cached ``sample`` must draw exactly the tokens of uncached ``sample`` and of Hugging
   Face ``generate`` (greedy, and seeded sampling), and must really use the cache: a recording
   model (``counted``) checks that each step after the prompt runs one new position.
@@ -331,6 +335,81 @@ def test_cached_forward_reaches_the_last_position(KVC, demo, reference, oracle, 
         logits, cache = demo(tokens, cache)
     assert_cache_shape(KVC, cache, cfg, 1, cfg.n_ctx, "after the last position")
     assert_close(logits, oracle(hf_logits, reference, tokens)[:, -1:], "logits at position n_ctx - 1")
+
+
+class RecordingCache:
+    """A cache of the protocol made here (prepare, update, commit), sharing no code with the course's but
+    the step it returns (``CacheStep``): keys kept per layer in order, the new ones after the old; it
+    records the calls it receives."""
+
+    def __init__(self, CacheStep):
+        self.CacheStep = CacheStep
+        self.kv: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.seen = 0
+        self.calls: list[str] = []
+
+    def prepare(self, tokens, attention_mask=None):
+        self.calls.append("prepare")
+        new = tokens.shape[1] - self.seen
+        self.new = new
+        return self.CacheStep(tokens[:, self.seen :], torch.arange(self.seen, tokens.shape[1])[None])
+
+    def update(self, layer, k, v):
+        self.calls.append(f"update {layer}")
+        if layer in self.kv:
+            k, v = torch.cat([self.kv[layer][0], k], 1), torch.cat([self.kv[layer][1], v], 1)
+        self.kv[layer] = (k, v)
+        return k, v
+
+    def commit(self):
+        self.calls.append("commit")
+        self.seen += self.new
+        return self
+
+
+@pytest.mark.exercise("cached_forward")
+def test_the_forward_runs_any_cache_of_the_protocol(demo, reference, oracle, impl, seed):
+    """DemoTransformer.forward meets a cache only through prepare (once), update (once per layer, in order)
+    and commit (once): a cache made here gives Hugging Face's logits, chunk after chunk, and forward returns
+    what commit returns."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 2, 9, cfg.d_vocab)
+    expected = oracle(hf_logits, reference, tokens)
+    cache = RecordingCache(impl.kv_cache.CacheStep)
+    start = 0
+    with torch.no_grad():
+        for end in (5, 6, 9):
+            cache.calls.clear()
+            logits, returned = demo(tokens[:, :end], cache)
+            assert returned is cache, "forward returns what the cache's commit returns"
+            assert cache.calls == ["prepare", *(f"update {layer}" for layer in range(cfg.n_layers)), "commit"], cache.calls
+            assert_close(logits, expected[:, start:end], f"logits of positions {start}..{end - 1} through a cache of the protocol")
+            start = end
+
+
+@pytest.mark.exercise("cached_forward")
+def test_arenas_per_layer_contract_still_holds(demo, reference, seed):
+    """Attention.forward(x, past_kv) and TransformerBlock.forward(resid, past_kv), with ARENA's classic
+    past_kv (one layer's past keys and values, (2, batch, past_pos, n_heads, d_head)), return (output, kv):
+    the outputs of the new positions, and kv the past keys and values followed by the new ones."""
+    cfg = reference.cfg
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(2, 5, cfg.d_model, generator=generator)
+    block = demo.blocks[0]
+    with torch.no_grad():
+        full_attn = block.attn(x)
+        full_block = block(x)
+        _, past = block.attn(x[:, :3], torch.zeros(2, 2, 0, cfg.n_heads, cfg.d_head))
+        out, kv = block.attn(x[:, 3:], past)
+        _, block_past = block(x[:, :3], torch.zeros(2, 2, 0, cfg.n_heads, cfg.d_head))
+        resid, block_kv = block(x[:, 3:], block_past)
+    assert tuple(past.shape) == (2, 2, 3, cfg.n_heads, cfg.d_head) and tuple(kv.shape) == (2, 2, 5, cfg.n_heads, cfg.d_head)
+    assert torch.equal(kv[:, :, :3], past), "kv starts with the past keys and values, unchanged"
+    assert_close(out, full_attn[:, 3:], "Attention.forward with past_kv: the new positions' outputs")
+    assert_close(resid, full_block[:, 3:], "TransformerBlock.forward with past_kv: the new positions' outputs")
+    assert tuple(block_kv.shape) == (2, 2, 5, cfg.n_heads, cfg.d_head) and torch.equal(block_kv[:, :, :3], block_past), (
+        "TransformerBlock.forward passes the attention's keys and values through: the past ones, then the new"
+    )
 
 
 # ---------------------------------------------------------------------------------------
