@@ -3,9 +3,9 @@
 The classic course's model code works in place on tensors it has just made (``masked_fill_``
 on the fresh attention scores, ``+=`` of a bias onto a fresh matmul result), spells its einsum
 dimensions out in full, and adds a sub-layer's output before the residual. None of that changes
-a number, so every test of the exercise must pass. A forward written whole also drops the given
-input check (``check_tokens``) but keeps the routing to the cached and padded passes, which later
-parts give: these variants are also the model those parts run on (``mistakes.downstream_groups``).
+a number, so every test of the exercise must pass. Attention's
+variant rewrites each of part 1's regions and keeps the one-line hooks of parts 4 and 5 between
+them: these variants are also the model those parts run on (``mistakes.downstream_groups``).
 """
 
 from __future__ import annotations
@@ -27,10 +27,10 @@ _CAUSAL_MASK = (
     '        return attn_scores.masked_fill(future, self.IGNORE)\n'
 )
 _DEMO = (
-    '        residual = self.embed(tokens) + self.pos_embed(tokens)\n'
-    '        for block in self.blocks:\n'
-    '            residual = block(residual)\n'
-    '        return self.unembed(self.ln_final(residual))\n'
+    "            residual = self.embed(tokens) + self.pos_embed(tokens)\n"
+    "            for block in self.blocks:\n"
+    "                residual = block(residual)\n"
+    "            return self.unembed(self.ln_final(residual))\n"
 )
 _LAYER_NORM = (
     '        residual = residual - residual.mean(dim=-1, keepdim=True)\n'
@@ -39,8 +39,8 @@ _LAYER_NORM = (
     '        return residual / scale * self.w + self.b\n'
 )
 _MLP = (
-    '        pre = einops.einsum(normalized_resid_mid, self.W_in, "b s d, d m -> b s m") + self.b_in\n'
-    '        return einops.einsum(gelu_new(pre), self.W_out, "b s m, m d -> b s d") + self.b_out\n'
+    "        pre = normalized_resid_mid @ self.W_in + self.b_in\n"
+    "        return gelu_new(pre) @ self.W_out + self.b_out\n"
 )
 _POS_EMBED = (
     '        batch, seq_len = tokens.shape\n'
@@ -48,36 +48,45 @@ _POS_EMBED = (
     '        return einops.repeat(positions, "pos d_model -> batch pos d_model", batch=batch)\n'
 )
 _QKV = (
-    '        x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
-    '        q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
-    '        k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
-    '        v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
+    '            x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
+    '            q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
+    '            k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
+    '            v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
 )
-_SCORES = (
-    '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
-    '        pattern = self.apply_causal_mask(attn_scores).softmax(dim=-1)\n'
-    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
-    '        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n'
-    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
-)
-_UNEMBED = '        return einops.einsum(normalized_resid_final, self.W_U, "b s d, d v -> b s v") + self.b_U\n'
+_UNEMBED = "        return normalized_resid_final @ self.W_U + self.b_U\n"
 
-# Attention.forward from the first solution line to the last: the new keys and values, their
-# concatenation to a cache's (part 4), then the scores, the pattern and the output.
-_ATTENTION_BODY = (
-    _QKV
-    + "        ### END SOLUTION\n"
-    "        if past_kv is not None:\n"
+# Attention.forward's solution lines, from the queries to the output: part 4's cache line and
+# part 5's padding line between them stay as they are (they are those parts' exercises).
+_CACHE_LINE = (
+    "            ### END SOLUTION\n"
+    "        if cache is not None:\n"
     "            ### BEGIN SOLUTION\n"
-    "            # Hint: earlier positions come first, so the new keys go after the cached ones.\n"
-    "            # One cat for keys and values together: each copy of the cache costs a full pass.\n"
-    "            kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)\n"
-    "            k, v = kv.unbind(0)\n"
+    "            # Hint: the cache keeps the new keys and values and returns every key and value to attend to.\n"
+    "            k, v = cache.update(k, v)\n"
     "            ### END SOLUTION\n"
     "        ### BEGIN SOLUTION\n"
     "        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.\n"
     "        # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.\n"
-    + _SCORES
+)
+_PADDING_LINE = (
+    "        ### END SOLUTION\n"
+    "        if cache is not None and cache.mask is not None:\n"
+    "            ### BEGIN SOLUTION\n"
+    "            # Hint: a key the cache hides (padding, part 5) is masked like a future key.\n"
+    "            attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)\n"
+    "            ### END SOLUTION\n"
+    "        ### BEGIN SOLUTION\n"
+)
+_ATTENTION_BODY = (
+    _QKV
+    + _CACHE_LINE
+    + '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
+    "        attn_scores = self.apply_causal_mask(attn_scores)\n"
+    + _PADDING_LINE
+    + "        pattern = attn_scores.softmax(dim=-1)\n"
+    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
+    "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
+    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
 )
 
 CLASSIC_VARIANTS: list[Variant] = [
@@ -108,24 +117,23 @@ CLASSIC_VARIANTS: list[Variant] = [
             "        mask = torch.triu(ones, diagonal=n_keys - n_queries + 1).bool()\n"
             "        attn_scores.masked_fill_(mask, self.IGNORE)\n"
             "        return attn_scores\n"),
-    Variant(1, "Attention", "classic, whole: einsums with full names, scores scaled in place, bias added in place",
+    Variant(1, "Attention", "classic: einsums with full names, biases and the scale applied in place",
             "transformer.py", _ATTENTION_BODY,
-            "        x = normalized_resid_pre\n"
-            '        q = einops.einsum(x, self.W_Q, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
-            '        k = einops.einsum(x, self.W_K, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
-            '        v = einops.einsum(x, self.W_V, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
-            "        q += self.b_Q\n"
-            "        k += self.b_K\n"
-            "        v += self.b_V\n"
-            "        if past_kv is not None:\n"
-            "            k = torch.cat([past_kv[0], k], dim=1)\n"
-            "            v = torch.cat([past_kv[1], v], dim=1)\n"
-            "            kv = torch.stack([k, v])\n"
-            "        attn_scores = einops.einsum(\n"
+            "            x = normalized_resid_pre\n"
+            '            q = einops.einsum(x, self.W_Q, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            '            k = einops.einsum(x, self.W_K, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            '            v = einops.einsum(x, self.W_V, "batch posn d_model, nheads d_model d_head -> batch posn nheads d_head")\n'
+            "            q += self.b_Q\n"
+            "            k += self.b_K\n"
+            "            v += self.b_V\n"
+            + _CACHE_LINE
+            + "        attn_scores = einops.einsum(\n"
             '            q, k, "batch posn_q nheads d_head, batch posn_k nheads d_head -> batch nheads posn_q posn_k"\n'
             "        )\n"
             "        attn_scores /= self.cfg.d_head**0.5\n"
-            "        attn_pattern = self.apply_causal_mask(attn_scores).softmax(-1)\n"
+            "        attn_scores = self.apply_causal_mask(attn_scores)\n"
+            + _PADDING_LINE
+            + "        attn_pattern = attn_scores.softmax(-1)\n"
             "        z = einops.einsum(\n"
             '            v, attn_pattern, "batch posn_k nheads d_head, batch nheads posn_q posn_k -> batch posn_q nheads d_head"\n'
             "        )\n"
@@ -147,12 +155,10 @@ CLASSIC_VARIANTS: list[Variant] = [
             "        )\n"
             "        logits += self.b_U\n"
             "        return logits\n"),
-    Variant(1, "DemoTransformer", "classic, whole: no given token check, positions embedded first", "transformer.py",
-            "        check_tokens(tokens, self.embed.W_E, self.cfg.n_ctx)\n"
-            "        ### BEGIN SOLUTION\n" + _DEMO + "        ### END SOLUTION\n",
-            "        residual = self.pos_embed(tokens) + self.embed(tokens)\n"
-            "        for block in self.blocks:\n"
-            "            residual = block(residual)\n"
-            "        logits = self.unembed(self.ln_final(residual))\n"
-            "        return logits\n"),
+    Variant(1, "DemoTransformer", "classic: positions embedded first, the logits named", "transformer.py", _DEMO,
+            "            residual = self.pos_embed(tokens) + self.embed(tokens)\n"
+            "            for block in self.blocks:\n"
+            "                residual = block(residual)\n"
+            "            logits = self.unembed(self.ln_final(residual))\n"
+            "            return logits\n"),
 ]

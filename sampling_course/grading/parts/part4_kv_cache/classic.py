@@ -1,8 +1,8 @@
 """Part 4's correct variants in the classic course's style: each piece written whole.
 
 ``KeyValueCache.new_empty`` without the given checks (a Config, a batch of at least 1: given
-code, graded by tests without an exercise marker), ``cached_forward`` adding the positions in
-place onto its own embeddings, and part 2's and 3's classic ``sample`` and ``Beams.generate``
+code, graded by tests without an exercise marker), ``cached_forward`` (the cache branch of the one forward) adding
+the positions in place onto its own embeddings, and part 2's and 3's classic ``sample`` and ``Beams.generate``
 written whole, which carry the cache through the loop. Every test of the exercise must pass.
 """
 
@@ -41,15 +41,11 @@ _CACHE_METHODS = (
     '        return self.shape[3]\n'
 )
 _CACHED_FORWARD = (
-    '        past = kv_cache.seq_len\n'
-    '        new_tokens = tokens[:, past:]\n'
-    '        # The offset matters: without it every new token would be embedded at position 0.\n'
-    '        residual = self.embed(new_tokens) + self.pos_embed(new_tokens, offset=past)\n'
-    '        layers = []\n'
-    '        for block, past_kv in zip(self.blocks, kv_cache.unbind(0)):\n'
-    '            residual, kv = block(residual, past_kv)\n'
-    '            layers.append(kv)\n'
-    '        return self.unembed(self.ln_final(residual)), KeyValueCache(torch.stack(layers))\n'
+    "        step = cache.prepare(tokens, attention_mask)\n"
+    "        residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
+    "        for layer, block in enumerate(self.blocks):\n"
+    "            residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
+    "        logits = self.unembed(self.ln_final(residual))\n"
 )
 
 
@@ -80,18 +76,14 @@ CLASSIC_VARIANTS: list[Variant] = [
                 "        return int(self.shape[2])",
                 "        return int(self.shape[3])",
             )),
-    Variant(4, "cached_forward", "classic: positions added in place, layers stacked once at the end",
+    Variant(4, "cached_forward", "classic: positions added in place, blocks indexed",
             "transformer.py", _CACHED_FORWARD,
-            "        n_cached = kv_cache.seq_len\n"
-            "        new_tokens = tokens[:, n_cached:]\n"
-            "        residual = self.embed(new_tokens)\n"
-            "        residual += self.pos_embed(new_tokens, offset=n_cached)\n"
-            "        new_kvs = []\n"
-            "        for i, block in enumerate(self.blocks):\n"
-            "            residual, layer_kv = block(residual, kv_cache[i])\n"
-            "            new_kvs.append(layer_kv)\n"
-            "        logits = self.unembed(self.ln_final(residual))\n"
-            "        return logits, KeyValueCache(torch.stack(new_kvs, dim=0))\n"),
+            "        step = cache.prepare(tokens, attention_mask)\n"
+            "        residual = self.embed(step.new_tokens)\n"
+            "        residual += self.pos_embed.W_pos[step.positions]\n"
+            "        for i in range(len(self.blocks)):\n"
+            "            residual, _ = self.blocks[i](residual, LayerCache(cache, i, step.mask))\n"
+            "        logits = self.unembed(self.ln_final(residual))\n"),
     Variant(4, "cached_sample", "classic, whole: part 2's classic sample, the cache carried through", "sampling.py",
             SAMPLE_WHOLE, CLASSIC_SAMPLE),
     Variant(4, "cached_beam_search", "classic, whole: part 3's classic generate, cache rows copied", "beams.py",
