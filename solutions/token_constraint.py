@@ -111,7 +111,7 @@ class TokenConstraint:
 
 
 def regex_constraint(pattern: str, tokenizer, d_vocab: int | None = None) -> TokenConstraint:
-    """A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
+    r"""A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
 
     Every text ``generate(..., constraint=...)`` completes (ends with the end-of-text
     token) matches ``pattern`` as a whole: ``re.fullmatch(pattern, text, re.ASCII)``, so ``\d``
