@@ -1,6 +1,6 @@
 # GENERATED from solutions/token_constraint.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 8277f3cde109676a5902a2492d7fe217304963bf12487b4068e4b840f2cba62f
+# stub-checksum: 6c22960bd26311e0962be9c45cbf796a983f82009880f6185c6b0503fcc710c5
 """Part 8: a constraint for part 5's ``generate``: each row of a batch in one state of a token index.
 
 Before sampling, ``mask_logits`` sets the logit of every token a row's state forbids to
@@ -101,7 +101,7 @@ class TokenConstraint:
 
 
 def regex_constraint(pattern: str, tokenizer, d_vocab: int | None = None) -> TokenConstraint:
-    """A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
+    r"""A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
 
     Every text ``generate(..., constraint=...)`` completes (ends with the end-of-text
     token) matches ``pattern`` as a whole: ``re.fullmatch(pattern, text, re.ASCII)``, so ``\d``

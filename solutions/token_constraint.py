@@ -72,7 +72,8 @@ class TokenConstraint:
         allowed = self.allowed.to(logits.device)
         ### BEGIN SOLUTION
         # Hint: allowed[states] is one row of the table per row of the batch.
-        return logits.masked_fill(~allowed[states], float("-inf"))
+        # torch.where reads the rows as they are: no negated copy of them is made first.
+        return torch.where(allowed[states], logits, float("-inf"))
         ### END SOLUTION
 
     def advance(self, states: Int[Tensor, "batch"], tokens: Int[Tensor, "batch"]) -> Int[Tensor, "batch"]:
@@ -111,7 +112,7 @@ class TokenConstraint:
 
 
 def regex_constraint(pattern: str, tokenizer, d_vocab: int | None = None) -> TokenConstraint:
-    """A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
+    r"""A ``TokenConstraint`` for the regular expression ``pattern`` over ``tokenizer``'s vocabulary.
 
     Every text ``generate(..., constraint=...)`` completes (ends with the end-of-text
     token) matches ``pattern`` as a whole: ``re.fullmatch(pattern, text, re.ASCII)``, so ``\d``

@@ -25,9 +25,11 @@ Two measurements, for every expression, on one byte-level vocabulary:
   unpacked and applied here with plain torch (its own torch kernel goes through
   ``torch.compile``, which takes minutes to compile on a CPU); xgrammar fills a bitmask and
   applies it to the logits with its own kernel; ours gathers a row of a boolean table and
-  fills the logits, and advances through the index row's dict (the fast index makes a row's
-  dict the first time it is read, so the first of the repeats pays for the rows on the path).
-  Each peer is timed with its own package alone.
+  keeps the logits it allows (``torch.where``), and advances through the index row's dict (the
+  fast index makes a row's dict the first time it is read, so the first round pays for the
+  rows on the path). Each peer is timed with its own package alone, in interleaved rounds
+  (every library once per round, so that a change of load hits all alike); the last column
+  is ours over outlines-core.
 
 The vocabulary: GPT-2's own 50,257 tokens when GPT-2 is in the local Hugging Face cache.
 Otherwise a 50,257-token byte-level BPE built here with the ``tokenizers`` library from the
@@ -74,6 +76,7 @@ SCHEMA = {
     },
 }
 QUICK_EXPRESSIONS = ("date", "sentence")
+PASSES_PER_ROUND = 5  # passes along the token path in each round of the masking race
 INSTALL_BENCH = "pip install -c constraints.txt -e '.[bench]'"
 
 
@@ -92,6 +95,7 @@ class Row:
     per_token: dict[str, float] = field(default_factory=dict)  # library -> seconds per token
     notes: list[str] = field(default_factory=list)
     build_runs: dict[str, list[float]] = field(default_factory=dict)  # library -> seconds of each round
+    per_token_runs: dict[str, list[float]] = field(default_factory=dict)  # library -> seconds per token, each round
     notes_by_library: dict[str, str] = field(default_factory=dict)  # library -> why it has no figure
     agreement: str | None = None  # whether outlines-core's index allows the same tokens (None: not installed)
 
@@ -383,14 +387,23 @@ def _measure(impl: str, quick: bool, repeats: int, seed: int) -> dict:
         row.build = {library: statistics.median(runs) for library, runs in row.build_runs.items()}
         constraint = built["ours"]
         path = token_path(constraint, seed)
-        row.per_token["ours"] = per_token(OursStepper, constraint, d_vocab, path, repeats)
-        for peer, (_, stepper_class) in found.items():
-            if peer not in built:
-                continue
-            try:
-                row.per_token[peer] = per_token(stepper_class, built[peer], d_vocab, path, repeats)
-            except Exception as exc:  # a path the peer refuses
-                row.notes_by_library[peer] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        steppers = {"ours": (OursStepper, constraint)}
+        steppers.update({peer: (stepper_class, built[peer]) for peer, (_, stepper_class) in found.items() if peer in built})
+        # Interleaved as the builds are: each round masks along the path once with every library.
+        for _ in range(repeats):
+            for library, (stepper_class, index) in steppers.items():
+                if library in row.notes_by_library:
+                    continue
+                try:
+                    # A path is a few tokens: the median of several passes, so that one preemption is not a round's figure.
+                    row.per_token_runs.setdefault(library, []).append(
+                        per_token(stepper_class, index, d_vocab, path, PASSES_PER_ROUND))
+                except Exception as exc:  # a path the peer refuses
+                    if library == "ours":
+                        raise
+                    row.notes_by_library[library] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        row.per_token = {library: statistics.median(runs) for library, runs in row.per_token_runs.items()
+                         if library not in row.notes_by_library}
         if "outlines-core" in built:
             row.agreement = agreement(constraint.index, built["outlines-core"], eos)
         row.notes = [f"{library}: {note}" for library, note in row.notes_by_library.items()]
@@ -400,14 +413,16 @@ def _measure(impl: str, quick: bool, repeats: int, seed: int) -> dict:
             "peers": list(found), "trie_seconds": trie_seconds, "repeats": repeats}
 
 
-def ratio_text(row: Row, peers: list[str]) -> str:
-    """Ours over the fastest of ``peers``: the ratio of the medians, and the spread of the per-round ratios."""
-    present = [p for p in peers if p in row.build]
-    if not present or "ours" not in row.build:
+def ratio_text(row: Row, peers: list[str], masking: bool = False) -> str:
+    """Ours over the fastest of ``peers`` (in index build time, or with ``masking`` in masking time per token):
+    the ratio of the medians, and the spread of the per-round ratios."""
+    medians, runs = (row.per_token, row.per_token_runs) if masking else (row.build, row.build_runs)
+    present = [p for p in peers if p in medians]
+    if not present or "ours" not in medians:
         return "n/a"
-    fastest = min(present, key=row.build.__getitem__)
-    per_round = sorted(o / f for o, f in zip(row.build_runs["ours"], row.build_runs[fastest]))
-    text = f"{row.build['ours'] / row.build[fastest]:.2f}x"
+    fastest = min(present, key=medians.__getitem__)
+    per_round = sorted(o / f for o, f in zip(runs.get("ours", []), runs.get(fastest, [])))
+    text = f"{medians['ours'] / medians[fastest]:.2f}x"
     return text if len(per_round) < 2 else f"{text} ({per_round[0]:.2f}-{per_round[-1]:.2f})"
 
 
@@ -430,13 +445,17 @@ def report(results: dict, console) -> None:
                       *([ratio_text(row, ["outlines-core"]), row.agreement or "n/a"] if outlines else []))
     console.print(build)
     step = results["step"]
+    masking_ratios = ["ours / outlines-core"] if "outlines-core" in results["peers"] else []
     masking = Table("expression", *[f"{lib} (µs/token)" for lib in libraries], *[f"{lib} / step" for lib in libraries],
-                    title=f"Masking overhead per token vs one decode step ({results['step_label']}: {step * 1e3:.1f} ms)")
+                    *masking_ratios,
+                    title=f"Masking overhead per token vs one decode step ({results['step_label']}: {step * 1e3:.1f} ms; "
+                    f"medians of {results['repeats']} interleaved rounds, per-round ratios in brackets)")
     for row in results["rows"]:
         masking.add_row(
             row.name,
             *[f"{row.per_token[lib] * 1e6:.0f}" if lib in row.per_token else "n/a" for lib in libraries],
             *[f"{row.per_token[lib] / step:.2%}" if lib in row.per_token else "n/a" for lib in libraries],
+            *([ratio_text(row, ["outlines-core"], masking=True)] if masking_ratios else []),
         )
     console.print(masking)
     for row in results["rows"]:
@@ -449,7 +468,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace | int:
     parser.add_argument("--quick", action="store_true", help="a smoke run on the story model's vocabulary (timings meaningless)")
     add_impl_option(parser, "solutions", "whose part-8 files to race")
     parser.add_argument("--repeats", type=integer("--repeats", 1), default=3,
-                        help="interleaved rounds of every library's build, and repeats of each masking run (median)")
+                        help="interleaved rounds of every library's build and of every library's masking run (median)")
     add_threads_option(parser)
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the token paths")
     try:

@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("sampling_course.apps.demo:main", "run the finished solutions next to the reference model"),
     "check": ("sampling_course.apps.course_commands:check_main", "check one exercise (or all) in exercises/"),
     "progress": ("sampling_course.apps.course_commands:progress_main", "list every exercise with done / not yet / failing"),
+    "watch": ("sampling_course.apps.watch:watch_main", "check an exercise again each time you save its file (Ctrl-C stops)"),
     "hint": ("sampling_course.apps.course_commands:hint_main", "print a graded hint for an exercise"),
     "make-exercises": ("sampling_course.apps.course_commands:make_exercises_main", "regenerate exercises/ from solutions/ (instructors)"),
     "start-at": ("sampling_course.apps.course_commands:start_at_main", "start at part N: the course's code for every earlier exercise, yours kept"),

@@ -88,3 +88,21 @@ def test_the_install_line_prints_the_extra(capsys):
     bench.report(results, Console(width=300))
     out = capsys.readouterr().out
     assert "pip install -c constraints.txt -e '.[bench]'" in out and "a [test] vocabulary" in out
+
+
+def test_the_masking_ratio_is_ours_over_outlines_core_with_its_per_round_spread(capsys):
+    """The masking table's last column: ours over outlines-core per token, the ratio of the medians and
+    the spread of the ratios of the interleaved rounds."""
+    from rich.console import Console
+
+    row = bench.Row("date", bench.EXPRESSIONS["date"], build={"ours": 0.1, "outlines-core": 0.2},
+                    per_token={"ours": 2e-5, "outlines-core": 4e-5},
+                    build_runs={"ours": [0.1, 0.1, 0.1], "outlines-core": [0.2, 0.2, 0.2]},
+                    per_token_runs={"ours": [1e-5, 2e-5, 3e-5], "outlines-core": [5e-5, 4e-5, 3e-5]})
+    assert bench.ratio_text(row, ["outlines-core"], masking=True) == "0.50x (0.20-1.00)"
+    assert bench.ratio_text(row, ["outlines-core"]) == "0.50x (0.50-0.50)"
+    results = {"vocabulary": "v", "rows": [row], "peers": ["outlines-core"], "step": 1e-3, "step_label": "a step",
+               "trie_seconds": 0.01, "repeats": 3, "missing": []}
+    bench.report(results, Console(width=300))
+    out = capsys.readouterr().out
+    assert "ours / outlines-core" in out and "0.50x (0.20-1.00)" in out

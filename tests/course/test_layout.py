@@ -128,3 +128,21 @@ def test_the_grader_never_imports_the_programs():
                    if name.startswith("sampling_course.grading") for target in targets
                    if target.startswith("sampling_course.apps"))
     assert not wrong, "\n".join(wrong)
+
+
+def test_every_module_compiles_without_warnings():
+    """Every .py file of the package, solutions/ and exercises/ compiles with warnings as errors:
+    an invalid escape sequence such as ``"\\d"`` in a docstring is a SyntaxWarning now and a
+    SyntaxError in a later Python."""
+    import warnings
+
+    warned = []
+    for folder in READ_WHOLE:
+        for path in sorted(folder.rglob("*.py")):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                try:
+                    compile(path.read_text(encoding="utf-8"), str(path), "exec", dont_inherit=True)
+                except (SyntaxError, Warning) as exc:
+                    warned.append(f"{path.relative_to(ROOT).as_posix()}: {exc}")
+    assert not warned, "modules that do not compile cleanly:\n" + "\n".join(warned)

@@ -4,6 +4,7 @@ small byte vocabularies with languages written out member by member, partial mat
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import regex
@@ -37,6 +38,13 @@ def byte_prefixes(members: list[str]) -> tuple[set[bytes], set[bytes]]:
     return {m[:i] for m in full for i in range(len(m) + 1)}, full
 
 
+@functools.cache
+def _compiled(pattern: str):
+    """``pattern`` compiled once: ``regex.fullmatch(pattern, ...)`` looks it up in the module's cache on every
+    call, which costs more than the match itself for the thousands of calls a brute-force walk makes."""
+    return regex.compile(pattern)
+
+
 def partial_ok(pattern: str, text: bytes) -> bool:
     """Whether ``text`` (bytes, perhaps ending inside a character) can be completed into a match of ``pattern``."""
     for cut in range(len(text), max(len(text) - 4, -1), -1):
@@ -46,7 +54,7 @@ def partial_ok(pattern: str, text: bytes) -> bool:
             continue
         tail = text[cut:]
         if not tail:
-            return regex.fullmatch(pattern, head, partial=True) is not None
+            return _compiled(pattern).fullmatch(head, partial=True) is not None
         # An unfinished character: try every character it could become (the vocabularies here
         # split 2- and 3-byte characters only).
         length = 2 if 0xC2 <= tail[0] <= 0xDF else 3 if 0xE0 <= tail[0] <= 0xEF else 0
@@ -57,7 +65,7 @@ def partial_ok(pattern: str, text: bytes) -> bool:
                 char = (tail + bytes(rest)).decode()
             except UnicodeDecodeError:
                 continue
-            if regex.fullmatch(pattern, head + char, partial=True):
+            if _compiled(pattern).fullmatch(head + char, partial=True):
                 return True
         return False
     return False

@@ -21,6 +21,7 @@ How the tests judge:
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -29,6 +30,20 @@ from interegular import parse_pattern
 
 from part8_oracles import (FINITE_LANGUAGES, INFINITE_PATTERNS, SMALL_EOS, SMALL_VOCAB, allowed_by_oracle, byte_prefixes,
                            check_index_by_brute_force, oracle_vocabulary, partial_ok)
+
+
+@functools.cache
+def allowed_after_partial(pattern: str, text: bytes) -> frozenset[int]:
+    """The oracle of the infinite languages: the tokens of SMALL_VOCAB after which ``text`` can still be
+    completed into a match of ``pattern`` (the ``regex`` module's partial matching), and the end-of-text
+    token when ``text`` is a whole match. Cached: several token sequences reach the same text, and both
+    indexes are walked with the same questions."""
+    allowed = {i for i, t in enumerate(SMALL_VOCAB) if t is not None and partial_ok(pattern, text + t)}
+    try:
+        complete = regex.fullmatch(pattern, text.decode()) is not None
+    except UnicodeDecodeError:
+        complete = False
+    return frozenset(allowed | ({SMALL_EOS} if complete else set()))
 
 
 @pytest.fixture(scope="module")
@@ -162,17 +177,8 @@ def test_index_matches_a_brute_force_walk_on_finite_languages(st, language, auto
 @pytest.mark.parametrize("pattern", INFINITE_PATTERNS)
 def test_index_matches_a_brute_force_walk_on_infinite_languages(st, pattern, automaton_of):
     """Languages without an end: the oracle is partial matching with the ``regex`` module."""
-
-    def allowed_after(text: bytes) -> set[int]:
-        allowed = {i for i, t in enumerate(SMALL_VOCAB) if t is not None and partial_ok(pattern, text + t)}
-        try:
-            complete = regex.fullmatch(pattern, text.decode()) is not None
-        except UnicodeDecodeError:
-            complete = False
-        return allowed | ({SMALL_EOS} if complete else set())
-
     index = st.build_index(automaton_of(pattern), SMALL_VOCAB, SMALL_EOS)
-    check_index_by_brute_force(index, SMALL_VOCAB, SMALL_EOS, allowed_after, 2, pattern)
+    check_index_by_brute_force(index, SMALL_VOCAB, SMALL_EOS, lambda text: allowed_after_partial(pattern, text), 2, pattern)
 
 
 @pytest.mark.exercise("build_index")
@@ -260,16 +266,8 @@ def test_fast_index_matches_a_brute_force_walk_on_finite_languages(fast, automat
 @pytest.mark.exercise("build_index")
 @pytest.mark.parametrize("pattern", INFINITE_PATTERNS)
 def test_fast_index_matches_a_brute_force_walk_on_infinite_languages(fast, automaton_of, pattern):
-    def allowed_after(text: bytes) -> set[int]:
-        allowed = {i for i, t in enumerate(SMALL_VOCAB) if t is not None and partial_ok(pattern, text + t)}
-        try:
-            complete = regex.fullmatch(pattern, text.decode()) is not None
-        except UnicodeDecodeError:
-            complete = False
-        return allowed | ({SMALL_EOS} if complete else set())
-
     index = fast.build_index_fast(automaton_of(pattern), SMALL_VOCAB, SMALL_EOS)
-    check_index_by_brute_force(index, SMALL_VOCAB, SMALL_EOS, allowed_after, 2, pattern)
+    check_index_by_brute_force(index, SMALL_VOCAB, SMALL_EOS, lambda text: allowed_after_partial(pattern, text), 2, pattern)
 
 
 

@@ -33,15 +33,24 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, what: str) -> Non
     torch.testing.assert_close(actual, expected, **TOL, msg=lambda m: f"{what} differs from Hugging Face's.\n{m}")
 
 
+def hf_logits(name: str, digest: str, tokens: torch.Tensor) -> torch.Tensor:
+    """The oracle: Hugging Face's LlamaForCausalLM on the shipped model ``name`` (whose weights' SHA-256,
+    ``digest``, keys the stored output) on ``tokens``."""
+    ref = load_reference(name, "cpu")
+    if ref.digest != digest:
+        raise ValueError(f"{name}'s weights changed while the oracle was asked for their logits")
+    return ref.hf_model(tokens).logits
+
+
 @pytest.fixture(scope="module")
-def trained(impl, device):
-    """The shipped model in the implementation under test, Hugging Face's on the same folder, and two texts."""
+def trained(impl, device, oracle):
+    """The shipped model in the implementation under test, Hugging Face's logits on the same folder, and two texts."""
     ref = load_reference("story-llama", "cpu")
     model = load_weights(impl.llama.LlamaTransformer(ref.cfg), ref.weights).to(device).eval()
     # On the CPU with Hugging Face's model, whatever device the session grades on (pytest --device).
     tokens = story_texts(ref.tokenizer, n_texts=2, length=160).cpu()
-    with torch.no_grad():
-        expected = ref.hf_model(tokens).logits
+    # Stored after the first run: a check of LlamaTransformer need not import transformers (seconds of CPU).
+    expected = oracle(hf_logits, ref.name, ref.digest, tokens)
     return dict(ref=ref, model=model, tokens=tokens, expected=expected, device=device)
 
 

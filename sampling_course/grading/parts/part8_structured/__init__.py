@@ -169,7 +169,7 @@ MISTAKES: list[Mistake] = [
             "                number[target] = len(queue)\n",
             why="states reached from the start are numbered but never explored, so they get no row."),
     Mistake(8, "forbidden tokens multiplied by zero instead of set to -inf", _C,
-            "        return logits.masked_fill(~allowed[states], float(\"-inf\"))",
+            "        return torch.where(allowed[states], logits, float(\"-inf\"))",
             "        return logits * allowed[states]",
             why="forbidden logits set to 0, which leaves them a probability of their own."),
     Mistake(8, "finished rows' state not advanced (a row that read EOS keeps its state)", _C,
@@ -320,7 +320,7 @@ VARIANTS: list[Variant] = [
             "                if row[token_id] == len(queue):\n"
             "                    queue.append(target)\n"),
     Variant(8, "TokenConstraint", "torch.where with a -1e10 mask", _C,
-            "        return logits.masked_fill(~allowed[states], float(\"-inf\"))",
+            "        return torch.where(allowed[states], logits, float(\"-inf\"))",
             "        return torch.where(allowed[states], logits, torch.full_like(logits, -1e10))"),
     Variant(8, "TokenConstraint", "advance written with a list comprehension and a checked lookup", _C,
             "        next_states = []\n"
