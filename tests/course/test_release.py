@@ -100,3 +100,13 @@ def test_the_release_s_suite_passes_with_correct_code(release):
     tail = done.stdout[-4000:]
     assert done.returncode == 0, tail + done.stderr[-2000:]
     assert " passed" in tail and "failed" not in tail and "error" not in tail.lower(), tail
+
+
+def test_notebook_two_s_compare_shows_the_learner_s_side_alone(release):
+    """``compare`` (notebooks 02 and 03) runs the learner's sampler; the course's is not in the release."""
+    code = ("from sampling_course import compare; "
+            "c = compare('Once', reference='tiny', max_tokens_generated=3, impl='exercises', display=False); "
+            "assert c.learner.status == 'ok' and c.match is None, c; "
+            "assert 'not in the student release' in c.solution.message, c")
+    done = run(release, "-c", code)
+    assert done.returncode == 0, done.stderr[-3000:]
