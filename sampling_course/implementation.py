@@ -12,7 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # torch stays unloaded for commands that never build a model (`sampling-course hint`)
     from collections.abc import Iterable
@@ -24,8 +24,19 @@ if TYPE_CHECKING:  # torch stays unloaded for commands that never build a model 
 IMPLS = ("solutions", "exercises")
 
 
+def has_solutions() -> bool:
+    """Whether the ``solutions`` package can be imported: in the course's checkout, not in the student release."""
+    try:
+        return importlib.util.find_spec("solutions") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def resolve_impl(impl: str | None = None, default: str = "exercises") -> str:
-    """The implementation to use: ``impl``, else $SAMPLING_COURSE_IMPL, else ``default``."""
+    """The implementation to use: ``impl``, else $SAMPLING_COURSE_IMPL, else ``default``; a default of
+    ``"solutions"`` where they cannot be imported (the student release) is the learner's ``exercises``."""
+    if default == "solutions" and not has_solutions():
+        default = "exercises"
     impl = impl or os.environ.get("SAMPLING_COURSE_IMPL") or default
     if impl not in IMPLS:
         raise ValueError(f"impl (or SAMPLING_COURSE_IMPL) must be one of {', '.join(IMPLS)}, got {impl!r}")
@@ -35,6 +46,13 @@ def resolve_impl(impl: str | None = None, default: str = "exercises") -> str:
 def impl_module(module: str, impl: str | None = None, default: str = "solutions") -> ModuleType:
     """``module`` (``"transformer"``, ``"sampling"``, ...) of the chosen implementation."""
     return importlib.import_module(f"{resolve_impl(impl, default)}.{module}")
+
+
+def solved_earlier(impl: Any) -> Any:
+    """The implementation that runs the course's earlier parts around the code under test (part 9's model in
+    the engine of parts 3 to 6, say): the solutions where they can be imported (the course's checkout, a
+    grader), else ``impl`` itself (the student release has no solutions: the learner's own earlier parts)."""
+    return Impl("solutions") if has_solutions() else impl
 
 
 def use_earlier(impl: str, earlier_impl: str, modules: "Iterable[str]") -> tuple[str, ...]:
@@ -123,7 +141,8 @@ def load_demo(
     device: "str | torch.device | None" = None,
     dtype: "torch.dtype | None" = None,
 ) -> "torch.nn.Module":
-    """A DemoTransformer (from ``transformer_module``, the solutions by default) with the reference's weights.
+    """A DemoTransformer (from ``transformer_module``, the solutions by default, the learner's own in the student
+    release) with the reference's weights.
 
     It lives on ``device`` in ``dtype``: the reference's own when None (``load_reference``
     chose them), else where it is told (``"auto"`` is the course's device rule).
@@ -133,7 +152,7 @@ def load_demo(
     from sampling_course.weights import demo_state_dict, load_weights
 
     if transformer_module is None:
-        transformer_module = impl_module("transformer", "solutions")
+        transformer_module = impl_module("transformer", "solutions" if has_solutions() else "exercises")
     device = reference.device if device is None else pick_device(device)
     dtype = reference.dtype if dtype is None else dtype
     model = transformer_module.DemoTransformer(reference.cfg)

@@ -1,39 +1,52 @@
-"""The positions of every forward pass through a model, written down where the model runs.
+"""The positions of every forward pass a serving engine asks of its model, kept where the engine cannot write.
 
-A serving engine may run its model piece by piece rather than through the model's ``forward``,
-so a test that bounds how many positions one forward pass runs (chunked prefill's cap) watches
-the one module every pass must still call once on all its positions: the token embedding
-(``model.embed``), which turns the pass's token ids into the residual stream.
-``PassCounter(module)`` puts a forward pre-hook on it and keeps, in ``passes``, the positions of
-each call: the number of token ids it was given, whatever their shape ((batch, positions) for
-the model's own forward, (1, positions) for an engine's packed row).
+A test that bounds how many positions one forward pass runs (chunked prefill's cap) hands the
+engine ``PassCounter(model)`` in place of ``model``: called as the model is, it records the
+number of token ids of each call in ``passes`` ((batch, positions) for a batch of decoding rows,
+(1, positions) for an engine's packed row) and passes the call on. ``cfg`` and ``embed`` are the
+model's, so the engine reads its configuration, device and dtype as from the model itself.
 
-It lives in the course's runtime so that it can be made beside the code under test
-(``sampling_course.beside.made_beside``): graded in another process, the module runs there, and
-a hook registered on the grader's copy of it would never run.
+Graded in a sandbox, the counter is made in the double host (``sampling_course.beside.made_apart``,
+``sampling_course.grading.classroom.host``), around a handle to the model made beside the code under
+test: the engine's calls reach the host, are counted there and go on to the model in the engine's
+process. Nothing in that process can change the count (a hook or a counter of its own could be
+patched, from ``exercises/__init__.py`` say), and a forward pass that skips part of the model
+(its token embedding) is still counted whole. What the count does not see is a pass run on another
+object than the one the engine was handed.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch import nn
 
 __all__ = ["PassCounter"]
 
 
-class PassCounter:
-    """A forward pre-hook on a token embedding ``module``: ``passes`` holds the number of token ids of each call;
-    ``remove()`` takes it off."""
+class PassCounter(nn.Module):
+    """Wraps ``model``; ``passes`` holds the number of token ids of each call, in order.
 
-    def __init__(self, module: nn.Module):
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"PassCounter watches a torch.nn.Module, not a {type(module).__name__}")
+    The wrapped model is not a child module and has no public name (as ``CountedModel``'s), so code
+    handed this object cannot reach past the count to call it uncounted."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self._wrapped = (model,)
         self.passes: list[int] = []
-        self._handle = module.register_forward_pre_hook(self._seen)
 
-    def _seen(self, module: nn.Module, args: tuple[Any, ...]) -> None:
-        self.passes.append(int(args[0].numel()))
+    @property
+    def cfg(self) -> Any:
+        # Read when asked, not when made: in the double host, the wrapped model answers only while the
+        # code under test is calling (its process reads the host's messages only then).
+        return self._wrapped[0].cfg
 
-    def remove(self) -> None:
-        self._handle.remove()
+    @property
+    def embed(self) -> Any:
+        """The model's token embedding (an engine reads its weight's device and dtype)."""
+        return self._wrapped[0].embed
+
+    def forward(self, tokens: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        self.passes.append(int(torch.as_tensor(tokens).numel()))
+        return self._wrapped[0](tokens, *args, **kwargs)

@@ -159,11 +159,13 @@ BEFORE_05B = ("warp_logits", "batched_sample", "generate", "StopStringCriteria",
 def with_05b_solved(request, impl, monkeypatch) -> None:
     """For a test of one of notebook 05's exercises (``BEFORE_05B``), put the solutions' 05b functions
     (``LATER_HELPERS``) where ``impl``'s 05 code calls them: a learner working in course order has not
-    written them yet, and each is graded by its own exercise's tests. Other tests are left as they are."""
+    written them yet, and each is graded by its own exercise's tests. Other tests are left as they are. In the
+    student release, which has no solutions, the learner's own 05b functions stay in place."""
+    from sampling_course.implementation import Impl, has_solutions
+
     graded = {m.args[0] for m in request.node.iter_markers("exercise") if m.args}
-    if not graded or not graded <= set(BEFORE_05B):
+    if not graded or not graded <= set(BEFORE_05B) or not has_solutions():
         return
-    from sampling_course.implementation import Impl
 
     solutions = Impl("solutions")
     for module, names in LATER_HELPERS.items():

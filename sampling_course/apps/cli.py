@@ -31,7 +31,7 @@ def download_gpt2_main(argv: list[str]) -> int:
 # command -> ("module:function" taking argv and returning an exit code, one-line description).
 # Imported only when the command runs, so `sampling-course hint` does not load torch.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("sampling_course.apps.demo:main", "run the finished solutions next to the reference model"),
+    "demo": ("sampling_course.apps.demo:main", "run the decoders (the solutions, or your code in the student release) next to the reference model"),
     "check": ("sampling_course.apps.course_commands:check_main", "check one exercise (or all) in exercises/"),
     "progress": ("sampling_course.apps.course_commands:progress_main", "list every exercise with done / not yet / failing"),
     "watch": ("sampling_course.apps.watch:watch_main", "check an exercise again each time you save its file (Ctrl-C stops)"),

@@ -1,4 +1,8 @@
-"""`sampling-course demo`: the finished solutions at work on one prompt, next to the reference."""
+"""`sampling-course demo`: the course's decoders at work on one prompt, next to the reference.
+
+It runs the solutions where they can be imported (the course's checkout) and the learner's own
+code in `exercises/` otherwise (the student release) or when asked (`--impl exercises`).
+"""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ from sampling_course.apps.options import (
     OneLineParser,
     UsageError,
     add_device_option,
+    add_impl_option,
     add_threads_option,
     command,
     device_from,
@@ -120,10 +125,8 @@ def beam_table(sampler, prompt: str, max_tokens: int) -> Table:
     return table
 
 
-def cache_table(sampler, model, prompt: str, max_tokens: int) -> Table:
-    """Part 4: the same greedy continuation with and without the KV cache, timed once each."""
-    from solutions.kv_cache import KeyValueCache
-
+def cache_table(sampler, model, prompt: str, max_tokens: int, KeyValueCache) -> Table:
+    """Part 4: the same greedy continuation with and without ``KeyValueCache`` (part 4's), timed once each."""
     table = Table("variant", "seconds", "same text", title=f"Part 4 · KV cache ({max_tokens} greedy tokens)")
     timings = {}
     for label, cache in [("uncached", None), ("cached", KeyValueCache.new_empty(model.cfg))]:
@@ -169,6 +172,7 @@ def parse_args(argv: Sequence[str] | None):
     parser.add_argument("--max-tokens", type=integer("--max-tokens", 1), default=24,
                         help="new tokens per continuation (default 24)")
     parser.add_argument("--seed", type=integer("--seed", 0), default=0, help="seed of the sampled rows (default 0)")
+    add_impl_option(parser, "solutions", "whose code runs (parts 1 to 4)")
     add_device_option(parser)
     add_threads_option(parser)
     return parser, parse(parser, argv)
@@ -204,21 +208,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     from sampling_course.reference import load_reference
 
     with torch_threads(course_threads(args.threads, cfg.d_model)):
-        return _run(load_reference(args.reference, device), prompt, args.max_tokens, args.seed, story)
+        try:
+            return _run(load_reference(args.reference, device), prompt, args.max_tokens, args.seed, story, args.impl)
+        except NotImplementedError:
+            print(f"not implemented yet: the demo runs {args.impl}/ (parts 1 to 4: the transformer, sampling, beam "
+                  "search and the KV cache); `sampling-course progress` shows what is left", file=sys.stderr)
+            return 1
 
 
-def _run(reference: "Reference", prompt: str, max_tokens: int, seed: int, story: bool) -> int:
+def _run(reference: "Reference", prompt: str, max_tokens: int, seed: int, story: bool, impl: str = "solutions") -> int:
     from sampling_course.implementation import impl_module, load_demo
 
-    sampling = impl_module("sampling", "solutions")
+    sampling = impl_module("sampling", impl)
+    kv_cache = impl_module("kv_cache", impl)
     console = Console()
     with progress_bars_on_a_terminal_only(sampling):
         console.print(f"Reference: [bold]{reference.name}[/] ({reference.cfg.n_layers} layers, "
                       f"d_model {reference.cfg.d_model}, vocabulary {reference.cfg.d_vocab}), on {reference.device}")
-        model = load_demo(reference)
+        model = load_demo(reference, impl_module("transformer", impl))
         sampler = sampling.TransformerSampler(model, reference.tokenizer)
         console.print(next_token_table(reference, model, prompt))
         console.print(decoding_table(sampler, prompt, max_tokens, seed, measure=story))
         console.print(beam_table(sampler, prompt, max_tokens))
-        console.print(cache_table(sampler, model, prompt, max_tokens))
+        console.print(cache_table(sampler, model, prompt, max_tokens, kv_cache.KeyValueCache))
     return 0

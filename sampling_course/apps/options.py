@@ -143,7 +143,12 @@ def add_threads_option(parser: argparse.ArgumentParser) -> None:
 
 
 def add_impl_option(parser: argparse.ArgumentParser, default: str | None = "solutions", what: str = "whose code runs") -> None:
-    """``--impl solutions|exercises``."""
+    """``--impl solutions|exercises``; a default of solutions where they cannot be imported (the student
+    release) is the learner's exercises."""
+    from sampling_course.implementation import has_solutions
+
+    if default == "solutions" and not has_solutions():
+        default = "exercises"
     parser.add_argument(
         "--impl", choices=["solutions", "exercises"], default=default,
         help=f"{what}: solutions or exercises (default: {default or 'exercises'}; also $SAMPLING_COURSE_IMPL)",

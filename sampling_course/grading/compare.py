@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from sampling_course.implementation import IMPLS, load_demo, resolve_impl
+from sampling_course.implementation import IMPLS, has_solutions, load_demo, resolve_impl
 from sampling_course.grading.sandbox import isolated_package
 
 
@@ -35,7 +35,7 @@ class Comparison:
     seed: int
     learner: Side
     solution: Side
-    match: bool | None  # None when the learner's side did not run
+    match: bool | None  # None when the learner's side did not run (or, in the student release, there is no other)
     first_difference: str | None = None  # e.g. "generated token 3" or "sequence 2, generated token 5"
 
     def __bool__(self) -> bool:
@@ -44,6 +44,10 @@ class Comparison:
     def __repr__(self) -> str:
         verdict = {True: "match", False: f"differ at {self.first_difference}", None: self.learner.status}[self.match]
         return f"<Comparison {self.method} on {self.reference}: {verdict}>"
+
+
+# The student release has no solutions: there, ``compare`` shows the learner's side alone.
+ABSENT = Side("solutions/", "error", message="not in the student release: your output is shown alone")
 
 
 def _run_sampler(package: str, transformer_package: str, reference: Any, method: str, prompt: str,
@@ -125,13 +129,13 @@ def compare(
     # models' device); the caller's random state is the same before and after compare().
     with fork_rng(ref.device):
         learner = _run_sampler(impl, transformer or impl, *args)
-        solution = _run_sampler("solutions", "solutions", *args)
-    if solution.status != "ok":
+        solution = _run_sampler("solutions", "solutions", *args) if has_solutions() else ABSENT
+    if solution.status != "ok" and solution is not ABSENT:
         raise RuntimeError(f"the solutions themselves failed to run: {solution.message}")
 
     match: bool | None = None
     first_difference = None
-    if learner.status == "ok":
+    if learner.status == "ok" and solution is not ABSENT:
         prompt_len = len(ref.tokenizer.encode(prompt))
         if method == "sample":
             match = learner.output == solution.output

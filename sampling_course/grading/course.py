@@ -84,7 +84,8 @@ def get_exercise(name: str | Exercise) -> Exercise:
     )
     modules = {e.module for e in EXERCISES}
     given = name.strip().lower()
-    if given not in modules and (Path(__file__).resolve().parents[2] / "solutions" / f"{given}.py").is_file():
+    root = Path(__file__).resolve().parents[2]  # the checkout, or the student release (no solutions/ there)
+    if given not in modules and any((root / folder / f"{given}.py").is_file() for folder in ("solutions", "exercises")):
         # A file of the course whose code is all given (part 5b's batched beam search, part 10's engine).
         suggestion = (f" exercises/{given}.py is given code with nothing to fill in: it runs on the exercises of "
                       f"the other files, which its tests check through them.{suggestion}")

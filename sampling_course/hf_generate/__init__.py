@@ -10,7 +10,8 @@
   (``past_key_values=StaticKeyValueCache(model.config, batch, max_len)``), with Hugging Face's
   own ``generate`` or the course's loop.
 
-Each runs the implementation you choose (``impl="solutions"``, the default, or ``"exercises"``).
+Each runs the implementation you choose (``impl="solutions"``, the default, or ``"exercises"``; in the
+student release, which has no solutions, the default is ``"exercises"``).
 """
 
 from pathlib import Path

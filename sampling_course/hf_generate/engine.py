@@ -198,7 +198,7 @@ def course_decoding(
     Hugging Face has expanded the prompts for ``num_return_sequences`` and made the cache
     (``past_key_values=`` replaces it: ``SinkCache`` for a Llama or Qwen3 model, ``StaticKeyValueCache``
     for any). ``impl`` picks
-    whose part 5 runs (``"solutions"``, the default, or ``"exercises"``); ``settings`` replaces
+    whose part 5 runs (``"solutions"``, the default where they exist, or ``"exercises"``); ``settings`` replaces
     the config's sampler settings; ``seed`` seeds part 5's private generator (without it the
     draws come from torch's global one, as Hugging Face's do); ``logprobs=k`` adds each step's k
     best raw log-probabilities; ``stop_strings`` are part 5's (a row stops when its text ends

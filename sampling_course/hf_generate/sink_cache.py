@@ -130,7 +130,7 @@ class SinkCache(Cache):
     """Attention sinks and a sliding window for a Llama or Qwen3 model, kept keys re-rotated.
 
     ``config`` is the model's (``model.config``); ``impl`` chooses whose ``rerotate`` and
-    ``Rotary`` turn the keys (``"solutions"`` by default, ``"exercises"`` for your own part 9).
+    ``Rotary`` turn the keys (``"solutions"`` by default where they exist, ``"exercises"`` for your own part 9).
     Pass it as ``model.generate(..., past_key_values=SinkCache(model.config, 4, 60))``.
     """
 

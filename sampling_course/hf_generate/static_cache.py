@@ -68,7 +68,7 @@ class StaticKeyValueCache(Cache):
     """Part 6's ``StaticKeyValueCache`` behind Hugging Face's ``Cache``: ``batch`` rows of ``max_len`` positions.
 
     ``config`` is the model's (``model.config``; only its layer count is read); ``impl`` picks
-    whose part 6 stores the keys (``"solutions"`` by default, ``"exercises"`` for yours).
+    whose part 6 stores the keys (``"solutions"`` by default where they exist, ``"exercises"`` for yours).
     ``course`` is the course's cache once the first step has allocated it (None before).
     """
 

@@ -290,3 +290,56 @@ def write_race_corpus(root: Path) -> dict[str, Case]:
                 source = _replace(source, "race_sample", body)
             (package / name).write_text(source)
     return {student: case for student, (case, _) in cases.items()}
+
+
+# Engine.step (part 10), graded on its own: every file is the solutions'. A submission that runs an extra pass of a
+# whole prompt, past any cap on the positions of a step, and patches the course's pass counter as its own process
+# loads it (from exercises/__init__.py, imported first): the counter that judges the cap is kept in the double
+# host, so the patch changes nothing that is read.
+ENGINE_GRADED = ("Engine.step",)
+EXTRA_PASS = """
+for request in work.prefill:
+    if request.n_computed == 0:
+        self.model(torch.tensor([request.tokens]))  # the whole prompt in one pass, past any cap
+tokens = self.run_step(work) if work.requests else []
+self.n_steps += 1
+return self.postprocess(work, tokens)
+"""
+PATCHED_COUNTER = """
+try:  # the course's pass counter, as this process loads it, never records more than 4 positions a pass
+    import sampling_course.pass_counter as _pc
+
+    def _seen(self, module, args):  # a hook on the token embedding (the counter kept in this process before)
+        self.passes.append(min(int(args[0].numel()), 4))
+
+    def _forward(self, tokens, *args, **kwargs):  # the counter that wraps the model
+        self.passes.append(min(int(tokens.numel()), 4))
+        return self._wrapped[0](tokens, *args, **kwargs)
+
+    if hasattr(_pc.PassCounter, "_seen"):
+        _pc.PassCounter._seen = _seen
+    _pc.PassCounter.forward = _forward
+except Exception:
+    pass
+"""
+
+
+def write_engine_corpus(root: Path) -> dict[str, Case]:
+    """Write the Engine.step submissions into ``root``: the solutions', and one running an extra pass of each
+    prompt with the pass counter patched in its own process."""
+    cases = {
+        "engine_control": Case("3", "nothing: the solutions' Engine.step", ENGINE_GRADED),
+        "engine_extra_pass": Case("3", "an extra pass of each whole prompt past the cap, with the pass counter "
+                                       "patched from exercises/__init__.py", ()),
+    }
+    for student in cases:
+        package = root / student / "exercises"
+        package.mkdir(parents=True)
+        for path in sorted((REPO / "solutions").glob("*.py")):
+            source = path.read_text()
+            if student == "engine_extra_pass" and path.name == "engine.py":
+                source = _replace(source, "step", EXTRA_PASS)
+            elif student == "engine_extra_pass" and path.name == "__init__.py":
+                source += PATCHED_COUNTER
+            (package / path.name).write_text(source)
+    return cases

@@ -324,23 +324,49 @@ def test_feedback_lists_only_what_was_graded(tmp_path):
     assert "<b>0</b>flagged" in page and "<h2>Not graded</h2>\n<table>" in page
 
 
-def test_a_pass_on_the_submission_s_own_record_is_reported_unverified():
-    """An exercise whose checks held on operations recorded in the submission's process says so, in the feedback
-    and in Gradescope's output; one with none says nothing of it."""
+def test_a_check_on_the_submission_s_own_record_is_said_to_earn_nothing():
+    """An exercise with tests checked on operations recorded in the submission's process says that such a pass
+    earns nothing, in the feedback, in Gradescope's output and in the class report; one with none says nothing of
+    it. Part 10's bounds kept in the submission's process are named in the class report when part 10 is graded."""
     entry = {"exercise": "race_sample", "part": 6, "status": "done", "points": 1.0, "max_points": 1.0, "partial": False,
              "passed": 4, "ran": 4, "failed": 0, "not_implemented": 0, "message": None, "hidden_failure": False,
              "mistake": None, "hint": None, "stubs": [], "unverified": 2, "hidden_tests": 0}
     result = {"student": "ada", "score": 1.0, "max_score": 1.0, "flags": [], "notes": [], "error": None,
               "sandbox": {"sandbox": "bubblewrap"}, "exercises": [entry]}
-    assert "- race_sample: 2 checked on the tensor operations your code ran as your own process recorded" in \
+    assert "- race_sample: 2 test(s) checked on the tensor operations your code ran as your own process recorded" in \
         feedback_text(result)
-    assert "a pass is unverified" in gradescope_results(result)["tests"][0]["output"]
+    assert "a pass earns nothing" in gradescope_results(result)["tests"][0]["output"]
     from sampling_course.grading.classroom.reports import class_report_html
 
     page = class_report_html([result], load_settings(None, exercises=["race_sample"]))
-    assert "Graded without a record the submission could change</h2><p>race_sample: checked on" in page
+    assert "Graded without a record the submission could change</h2><ul><li>race_sample: tests checked on" in page
+    assert "a pass earns nothing" in page and "PlannedSteps" not in page
     entry["unverified"] = 0
-    assert "unverified" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
+    assert "earns nothing" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
+    assert "Graded without a record" not in class_report_html([result], load_settings(None, exercises=["race_sample"]))
+    entry["exercise"] = "Engine.step"
+    page = class_report_html([result], load_settings(None, exercises=["Engine.step"]))
+    assert "<li>Engine.step: the calls of BlockTable.slots (MethodCalls) and the blocks held" in page
+
+
+def test_a_pass_on_the_submission_s_own_record_earns_nothing():
+    """A test whose verdict held on operations the submission's process recorded is left out of the count: the
+    exercise is earned on its other tests, and with no other passed test it earns nothing (the grading rule)."""
+    from types import SimpleNamespace
+
+    from sampling_course.grading.classroom.grade import OWN_RECORD_ONLY, _exercise_entry
+    from sampling_course.grading.course import get_exercise
+
+    settings = load_settings(None, exercises=["race_sample"])
+    for counted, own, earned in ((3, 1, 1.0), (1, 1, 0.0), (2, 2, 0.0), (2, 0, 1.0)):
+        judge = SimpleNamespace(hidden=set(), exercises={f"t{i}": ("race_sample",) for i in range(counted)},
+                                unverified={f"t{i}": 1 for i in range(own)})
+        result = SimpleNamespace(name="race_sample", exercise=get_exercise("race_sample"), status="done", passed=counted,
+                                 counted=counted, done=True, failing_test=None, message=None, ran=counted, not_run=0,
+                                 failed=0, not_implemented=0, mistake=None, stubs=())
+        entry = _exercise_entry(result, judge, settings)
+        assert entry["points"] == earned and entry["unverified"] == own, (counted, own, entry)
+        assert (entry["status"], entry["message"]) == (("done", None) if earned else ("failing", OWN_RECORD_ONLY))
 
 
 def _entry(name: str, **changes) -> dict:

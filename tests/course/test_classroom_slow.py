@@ -33,7 +33,7 @@ from sampling_course.grading.classroom.settings import load_settings
 from sampling_course.grading.classroom.submission import STUBS, find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
 
-from hostile_corpus import CANARY_ENV, ESCAPE_NAME, RACE_GRADED, write_corpus, write_race_corpus
+from hostile_corpus import CANARY_ENV, ENGINE_GRADED, ESCAPE_NAME, RACE_GRADED, write_corpus, write_engine_corpus, write_race_corpus
 from hostile_corpus import GRADED as CORPUS_GRADED
 from sampling_course.grading.classroom.reports import escaped, safe_name, write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
@@ -140,7 +140,7 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     """A race_sample that draws with torch.multinomial follows softmax's law and its generator, but reads values
     back to the host: it earns nothing, and the operations recorded in its process (the one check of this that
     runs on the CPU; the CUDA sync check needs a GPU) are why: a record kept in its own process convicts it. The
-    solutions' race_sample earns it, unflagged, its check on that record reported as unverified."""
+    solutions' race_sample earns it, unflagged, on its other tests: its check on that record earns nothing."""
     cases = write_race_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(RACE_GRADED), seconds_per_test=30, seconds_per_exercise=120,
                              seconds_per_submission=300, memory_mb=1536)
@@ -152,9 +152,27 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
         assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
     (entry,) = results["race_multinomial"]["exercises"]
     assert entry["failed"] == 1 and "multinomial" in entry["message"], entry  # only the host reads: the law is right
-    # A failure on the record its own process kept counts; the control's pass on its record is reported unverified.
+    # A failure on the record its own process kept counts; the control's pass on its record is left out of the count.
     assert results["race_control"]["exercises"][0]["unverified"] == 1 and entry["unverified"] == 0
 
+
+
+def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_patched(tmp_path):
+    """An engine that runs an extra pass of each whole prompt, past any cap on the positions of a step, and patches
+    the course's pass counter as its own process loads it (from exercises/__init__.py): the positions are counted
+    in the double host, where the engine's calls of the model it was handed go, so it earns nothing for
+    Engine.step; the solutions' engine earns it, unflagged."""
+    cases = write_engine_corpus(tmp_path / "class")
+    settings = load_settings(None, exercises=list(ENGINE_GRADED), seconds_per_test=120, seconds_per_exercise=600,
+                             seconds_per_submission=900, memory_mb=3072)
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    for student, case in cases.items():
+        (entry,) = results[student]["exercises"]
+        earned = (entry["exercise"],) if entry["status"] == "done" else ()
+        assert earned == case.passes, f"{student}: earned {earned}, solves {case.passes}: {entry}"
+        assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
+    (entry,) = results["engine_extra_pass"]["exercises"]
+    assert "a forward pass ran" in entry["message"] and entry["points"] == 0, entry
 
 PROBE = """
 import os

@@ -1,8 +1,9 @@
 """Part 10: chunked prefill, a cap on the positions one step of the engine runs (``max_step_tokens``).
 
-The cap is checked by brute force: a hook on the model's token embedding sees every position
-each forward pass runs, whatever the scheduler says it planned (``sampling_course.pass_counter``,
-made where the model runs). Under every cap tried, each
+The cap is checked by brute force: the engine is handed the model wrapped in a counter that records
+the positions of every forward pass it is asked for, whatever the scheduler says it planned
+(``sampling_course.pass_counter``); graded in a sandbox, the counter is kept in the double host,
+where the code under test cannot change it. Under every cap tried, each
 request gets the tokens part 5's ``generate`` gives it alone (greedy, and seeded sampling with
 the request's own generator), also with prefix caching, where a shared prompt's blocks are
 filled over several steps. A prompt longer than the cap is prefilled over several steps while
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from sampling_course.beside import made_beside
+from sampling_course.beside import made_apart
 from sampling_course.pass_counter import PassCounter
 from sampling_course.sampling_settings import SamplerSettings
 
@@ -30,16 +31,16 @@ PROMPTS = [
 NEW = 8
 
 
-def count_positions(impl, model) -> PassCounter:
-    """The positions of every forward pass of ``model`` from now on, one entry per pass in ``passes`` (a pre-hook
-    on its token embedding, ``model.embed``, which every position of a pass goes through once, made where the
-    model runs)."""
-    return made_beside(impl.engine, PassCounter, model.embed)
+def count_positions(model) -> PassCounter:
+    """``model`` wrapped in a counter that records the positions of each forward pass asked of it (``passes``),
+    kept where the code under test cannot change it (in the double host when ``model`` lives in a submission's
+    process, ``made_apart``). The engine is handed the counter in place of the model."""
+    return made_apart(model, PassCounter)
 
 
 def ran(passes: list[int]) -> list[int]:
-    """``passes``, checked not to be empty: an engine that never calls ``model.embed`` leaves nothing to count."""
-    assert passes, "no forward pass went through model.embed: the engine must embed each step's tokens with it"
+    """``passes``, checked not to be empty: an engine that never calls the model it was given leaves nothing."""
+    assert passes, "no forward pass of the model the engine was given: the engine must run each step through it"
     return passes
 
 
@@ -61,18 +62,15 @@ def serve(impl, model, jobs, cap, eos, max_running=4, arrive_every=0, prefix_cac
     """``jobs`` through an engine with ``max_step_tokens=cap``, each ending at ``eos`` or after NEW tokens; with
     ``arrive_every`` > 0 one job arrives every that many steps. Returns the requests and the positions of every
     forward pass."""
-    engine = impl.engine.Engine(model, 96, block_size, max_running, prefix_caching=prefix_caching, max_step_tokens=cap)
-    counter = count_positions(impl, model)
+    counter = count_positions(model)
+    engine = impl.engine.Engine(counter, 96, block_size, max_running, prefix_caching=prefix_caching, max_step_tokens=cap)
     requests, pending = [], list(jobs)
-    try:
-        while pending or not engine.scheduler.done:
-            if pending and (arrive_every == 0 or engine.n_steps % arrive_every == 0):
-                for prompt, settings, seed in pending if arrive_every == 0 else pending[:1]:
-                    requests.append(engine.add_request(prompt, NEW, settings, seed, eos))
-                pending = [] if arrive_every == 0 else pending[1:]
-            engine.step()
-    finally:
-        counter.remove()
+    while pending or not engine.scheduler.done:
+        if pending and (arrive_every == 0 or engine.n_steps % arrive_every == 0):
+            for prompt, settings, seed in pending if arrive_every == 0 else pending[:1]:
+                requests.append(engine.add_request(prompt, NEW, settings, seed, eos))
+            pending = [] if arrive_every == 0 else pending[1:]
+        engine.step()
     assert engine.pool.n_free == engine.pool.n_blocks, "blocks left held at the end"
     return requests, ran(counter.passes)
 
@@ -104,23 +102,20 @@ def test_a_prompt_longer_than_the_cap_is_prefilled_over_steps_while_the_others_d
     long_prompt = tok.encode(PROMPTS[0] + PROMPTS[2] + PROMPTS[3])
     cap, max_running = 6, 3
     assert len(long_prompt) > 4 * cap
-    engine = impl.engine.Engine(tiny_demo, 96, 4, max_running, max_step_tokens=cap)
-    counter = count_positions(impl, tiny_demo)
-    try:
-        decoding = [engine.add_request(p, 40, GREEDY) for p in short]
+    counter = count_positions(tiny_demo)
+    engine = impl.engine.Engine(counter, 96, 4, max_running, max_step_tokens=cap)
+    decoding = [engine.add_request(p, 40, GREEDY) for p in short]
+    engine.step()
+    engine.step()
+    long_request = engine.add_request(long_prompt, NEW, GREEDY, None, tok.eos_token_id)
+    steps = 0
+    while not long_request.output:
+        before = [len(r.output) for r in decoding]
         engine.step()
-        engine.step()
-        long_request = engine.add_request(long_prompt, NEW, GREEDY, None, tok.eos_token_id)
-        steps = 0
-        while not long_request.output:
-            before = [len(r.output) for r in decoding]
-            engine.step()
-            steps += 1
-            assert [len(r.output) for r in decoding] == [n + 1 for n in before], (
-                "a request being decoded got no token in a step that prefilled a chunk of the long prompt")
-        engine.run()
-    finally:
-        counter.remove()
+        steps += 1
+        assert [len(r.output) for r in decoding] == [n + 1 for n in before], (
+            "a request being decoded got no token in a step that prefilled a chunk of the long prompt")
+    engine.run()
     passes = ran(counter.passes)
     assert max(passes) <= cap, f"a forward pass ran {max(passes)} positions, more than max_step_tokens={cap}"
     # Each step leaves one position to each decoding request: the prompt takes the rest, cap - 2 a step.

@@ -14,7 +14,8 @@ with a one-line reason elsewhere):
   code runs): at two positions the same operations on the same shapes, and no operation that
   reads a value back to the host. Graded in a sandbox, that record is made in the submission's
   process, which could change it: a verdict on it (these, and the host reads of ``race_sample`` and
-  ``decode_loop``) that fails counts, one that holds is reported as unverified (``OpRecorder.verdict``).
+  ``decode_loop``) that fails counts; in class grading a test in which one holds earns nothing
+  (``OpRecorder.verdict``).
 * ``race_sample`` is statistical: one call on many rows of the same logits, each token's
   count within its exact binomial interval (Bonferroni over tokens and tails), so a correct
   sampler fails with probability at most ``ALPHA`` = 1e-6. The law it must follow is

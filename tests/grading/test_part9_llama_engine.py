@@ -3,8 +3,8 @@ the model with the engine's ``cfg``; the model's own forward pass meets the engi
 
 The model under test is the implementation's ``LlamaTransformer`` holding story-llama's weights;
 the engine is the solutions' (part 5's ``generate``, part 3's ``Beams``, the caches of parts 4
-and 6). The oracle is Hugging Face's ``LlamaForCausalLM`` on the same folder: its
-``generate(num_beams=..., do_sample=False)`` sequences and ``sequences_scores``, its greedy and
+and 6; in the student release, which has no solutions, the learner's own). The oracle is Hugging
+Face's ``LlamaForCausalLM`` on the same folder: its ``generate(num_beams=..., do_sample=False)`` sequences and ``sequences_scores``, its greedy and
 seeded sampled tokens, and the log-probabilities its forward pass gives each beam's tokens.
 Everything runs on the CPU, where Hugging Face's model runs, also in a grading session on a GPU
 (the plugin's ``cpu_session``).
@@ -16,14 +16,15 @@ import pytest
 import torch
 
 from sampling_course.grading.tolerances import parity
-from sampling_course.implementation import Impl
+from sampling_course.implementation import Impl, solved_earlier
 from sampling_course.llama_engine import LlamaForEngine
 from sampling_course.reference import load_reference
 from sampling_course.weights import load_weights
 
 pytestmark = pytest.mark.usefixtures("cpu_session")
 TOL = parity("cpu")
-SOLUTIONS = Impl("solutions")
+# The course's earlier parts: the solutions', or in the student release (no solutions) the learner's own.
+EARLIER = solved_earlier(Impl("exercises"))
 # Two prompts of one length (9 tokens); the padded test has its own.
 PROMPTS = ["One day, Max and Sunny went to the", "One day, Nora and Coco went to the"]
 BEAM_SETTINGS = [(lp, es) for lp in (0.0, 1.0, 2.0, -1.0) for es in (True, False, "never")]
@@ -58,7 +59,7 @@ def check_beam_settings(story_llama, settings) -> set:
     ids = prompt_ids(tokenizer, PROMPTS)
     answers = set()
     for lp, es in settings:
-        out = SOLUTIONS.generate.generate(engine, tokenizer, PROMPTS, 10, temperature=0.0, num_beams=3,
+        out = EARLIER.generate.generate(engine, tokenizer, PROMPTS, 10, temperature=0.0, num_beams=3,
                                           num_return_sequences=2, length_penalty=lp, early_stopping=es,
                                           eos_token_id=dot, return_dict_in_generate=True)
         sequences, scores = hf_beams(hf_model, ids, 10, lp, es, dot)
@@ -90,8 +91,8 @@ def test_engine_greedy_on_story_llama_is_hugging_faces(story_llama, cache):
     ids = prompt_ids(tokenizer, PROMPTS)
     kv_cache = None
     if cache == "StaticKeyValueCache":
-        kv_cache = SOLUTIONS.caches.StaticKeyValueCache.new_empty(engine.cfg, batch=2, max_len=ids.shape[1] + 20)
-    got = SOLUTIONS.generate.generate(engine, tokenizer, PROMPTS, 20, temperature=0.0, kv_cache=kv_cache)
+        kv_cache = EARLIER.caches.StaticKeyValueCache.new_empty(engine.cfg, batch=2, max_len=ids.shape[1] + 20)
+    got = EARLIER.generate.generate(engine, tokenizer, PROMPTS, 20, temperature=0.0, kv_cache=kv_cache)
     eos = tokenizer.eos_token_id
     expected = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=20, do_sample=False,
                                  eos_token_id=eos, pad_token_id=eos)
@@ -109,7 +110,7 @@ def test_engine_seeded_sampling_on_story_llama_draws_what_hugging_face_draws(sto
     dot = tokenizer.encode(".")[0]
     ends = set()
     for seed in (1, 2):
-        got = SOLUTIONS.generate.generate(engine, tokenizer, PROMPTS, 16, temperature=1.3, top_k=0, top_p=0.95,
+        got = EARLIER.generate.generate(engine, tokenizer, PROMPTS, 16, temperature=1.3, top_k=0, top_p=0.95,
                                           seed=seed, eos_token_id=dot)
         torch.manual_seed(seed)
         expected = hf_model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=16, do_sample=True,
@@ -123,7 +124,7 @@ def test_engine_seeded_sampling_on_story_llama_draws_what_hugging_face_draws(sto
 def part3_beam_search(engine, tokenizer, prompt: str, kv_cache, steps: int = 6, k: int = 3):
     """Part 3's loop: every step each beam proposes its k best tokens and the k best of all go on."""
     tokens = torch.tensor([tokenizer.encode(prompt)])
-    beams = SOLUTIONS.beams.Beams(engine, tokenizer, torch.zeros(1), tokens, kv_cache)
+    beams = EARLIER.beams.Beams(engine, tokenizer, torch.zeros(1), tokens, kv_cache)
     for _ in range(steps):
         beams, _ = beams.generate(k).filter(k)
     return beams
@@ -137,9 +138,9 @@ def test_part3_beams_on_story_llama_sum_hugging_faces_log_probabilities(story_ll
     prompt = PROMPTS[0]
     kv_cache = None
     if cache == "KeyValueCache":
-        kv_cache = SOLUTIONS.kv_cache.KeyValueCache.new_empty(engine.cfg)
+        kv_cache = EARLIER.kv_cache.KeyValueCache.new_empty(engine.cfg)
     elif cache == "StaticKeyValueCache":
-        kv_cache = SOLUTIONS.caches.StaticKeyValueCache.new_empty(engine.cfg, max_len=32)
+        kv_cache = EARLIER.caches.StaticKeyValueCache.new_empty(engine.cfg, max_len=32)
     beams = part3_beam_search(engine, tokenizer, prompt, kv_cache)
     width = len(tokenizer.encode(prompt))
     with torch.no_grad():
@@ -158,7 +159,7 @@ def test_engine_greedy_on_left_padded_prompts_is_hugging_faces(story_llama):
     Face's tokens, from its generate on the same left-padded batch and attention mask."""
     hf_model, tokenizer, engine = story_llama
     prompts = ["Once", "One day, Max and Sunny went to the"]
-    got = SOLUTIONS.generate.generate(engine, tokenizer, prompts, 12, temperature=0.0)
+    got = EARLIER.generate.generate(engine, tokenizer, prompts, 12, temperature=0.0)
     rows = [tokenizer.encode(p) for p in prompts]
     width, eos = max(map(len, rows)), tokenizer.eos_token_id
     ids = torch.tensor([[eos] * (width - len(row)) + row for row in rows])
@@ -183,7 +184,7 @@ def test_one_cache_protocol_for_both_families(impl):
 
     cfg = Config(d_model=32, d_vocab=50, n_ctx=16, d_head=8, d_mlp=64, n_heads=4, n_layers=2)
     torch.manual_seed(0)
-    gpt2 = SOLUTIONS.transformer.DemoTransformer(cfg).eval()
+    gpt2 = EARLIER.transformer.DemoTransformer(cfg).eval()
     for parameter in gpt2.parameters():  # biases and LayerNorm away from their 0 and 1
         parameter.data.add_(0.1 * torch.randn_like(parameter))
     tokens = torch.randint(0, cfg.d_vocab, (2, 7), generator=torch.Generator().manual_seed(1))

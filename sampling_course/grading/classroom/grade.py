@@ -430,24 +430,35 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
         message = "a hidden test failed"  # never its message: it could show the test's inputs
     elif result.status == TOOK_TOO_LONG:
         message = message or "took too long"
+    # A test whose pass held on a record the submission's own process kept (OpRecorder.verdict) may convict, never
+    # earn: its pass is left out of the count, and an exercise with no other passed test earns nothing.
+    own = _unverified_tests(result.name, judge)
+    done = result.done and result.counted > own
+    status = result.status if done or not result.done else "failing"
+    if status != result.status:
+        message = OWN_RECORD_ONLY
     return {
-        "exercise": result.name, "part": result.exercise.part, "status": result.status,
+        "exercise": result.name, "part": result.exercise.part, "status": status,
         # Over every test of the exercise in this run: one the grader did not run (time) counts as not passed.
-        "points": round(points.score(result.passed, result.counted, result.done), 6), "max_points": points.points,
+        "points": round(points.score(result.passed - own, result.counted - own, done), 6), "max_points": points.points,
         "partial": points.partial, "passed": result.passed, "ran": result.ran, "not_run": result.not_run,
         "failed": result.failed,
         "not_implemented": result.not_implemented, "message": message, "hidden_failure": hidden_failure,
-        "mistake": result.mistake, "hint": result.exercise.hints[0] if not result.done else None,
-        "stubs": list(result.stubs), "unverified": _unverified_of(result.name, judge),
+        "mistake": result.mistake, "hint": result.exercise.hints[0] if not done else None,
+        "stubs": list(result.stubs), "unverified": own,
         "hidden_tests": sum(1 for nodeid, names in judge.exercises.items()
                             if nodeid in judge.hidden and result.name.lower() in {n.lower() for n in names}),
     }
 
 
-def _unverified_of(name: str, judge: _Judge) -> int:
-    """How many of the exercise's passed checks held only on operations recorded in the submission's process
-    (which it could change: a failure there counts, a pass is unverified)."""
-    return sum(n for nodeid, n in judge.unverified.items()
+OWN_RECORD_ONLY = ("every test that passed held on a record the submission's own process kept (the tensor "
+                   "operations it recorded), and such a pass earns nothing")
+
+
+def _unverified_tests(name: str, judge: _Judge) -> int:
+    """How many of the exercise's passed tests held a verdict on operations recorded in the submission's process
+    (which it could change: a failure there counts, a pass earns nothing)."""
+    return sum(1 for nodeid in judge.unverified
                if name.lower() in {e.lower() for e in judge.exercises.get(nodeid, ())})
 
 

@@ -92,12 +92,39 @@ def cleaned(value: Any) -> Any:
     return value
 
 
+def graded_without_a_record_html(results: list[dict[str, Any]]) -> str:
+    """The class report's list of the exercises graded without a record the submission could change: where a
+    test's verdict rests on a record kept in the submission's own process, and what that verdict may do."""
+    graded = {e["exercise"] for r in results for e in r["exercises"]}
+    own = sorted({e["exercise"] for r in results for e in r["exercises"] if e.get("unverified")})
+    items = []
+    if own:
+        items.append(f"<li>{html.escape(', '.join(own))}: tests checked on the tensor operations the code ran, as its own "
+                     "process recorded them (OpRecorder). A failure there counts; a pass earns nothing: the "
+                     "exercise is earned on its other tests.</li>")
+    for name, what in OWN_PROCESS_BOUNDS.items():
+        if name in graded:
+            items.append(f"<li>{html.escape(name)}: {html.escape(what)}, recorded in the submission's own process, which could "
+                         "change it: a failure there counts, and a submission that rewrites the record passes that "
+                         "bound unseen (its outputs and the positions of each forward pass, counted in the double "
+                         "host, are checked apart from it).</li>")
+    if not items:
+        return ""
+    return f"<h2>Graded without a record the submission could change</h2><ul>{''.join(items)}</ul>"
+
+
 def _points(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
-UNVERIFIED = ("checked on the tensor operations your code ran as your own process recorded them: a failure there "
-              "counts, a pass is unverified (your code could change that record)")
+UNVERIFIED = ("test(s) checked on the tensor operations your code ran as your own process recorded them (your code "
+              "could change that record): a failure there counts, a pass earns nothing, so the exercise is earned on "
+              "its other tests")
+# Part 10's exercises whose tests also read a record kept in the submission's process, and what it records.
+OWN_PROCESS_BOUNDS = {
+    "Engine.step": "the calls of BlockTable.slots (MethodCalls) and the blocks held at each step (PlannedSteps)",
+    "block_hashes": "the blocks held at each step (PlannedSteps)",
+}
 UNSAFE = "Graded WITHOUT a sandbox (--unsafe-no-sandbox): the submissions' code ran unconfined."
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]#|~])")  # marks that act anywhere in a line
 _LINE_START = re.compile(r"^(\s*\d*)([-+>=.)])", re.MULTILINE)  # marks that act at a line's start (1. is a list)
@@ -154,7 +181,7 @@ def feedback_text(result: dict[str, Any]) -> str:
             lines += [f"Hint: {md_escape(e['hint'])}", ""]
     unverified = [e for e in result["exercises"] if e.get("unverified")]
     if unverified:
-        lines += ["## Passed on your own record", ""]
+        lines += ["## Checked on your own record", ""]
         lines += [f"- {e['exercise']}: {e['unverified']} {md_escape(UNVERIFIED)}" for e in unverified] + [""]
     if result.get("flags"):
         lines += ["## Noticed while grading", ""] + [f"- {md_escape(f['reason'])}" for f in result["flags"]] + [""]
@@ -274,10 +301,7 @@ def class_report_html(results: list[dict[str, Any]], settings: GradeSettings, ti
     flag_rows = "".join(
         f"<tr><td>{esc(r['student'])}</td><td>{_points(r['score'])}</td><td class='flag'>"
         + esc("; ".join(f["reason"] for f in r.get("flags", []))) + "</td></tr>" for r in flagged)
-    apart = sorted({e["exercise"] for r in results for e in r["exercises"] if e.get("unverified")})
-    apart_text = (f"<h2>Graded without a record the submission could change</h2><p>{esc(', '.join(apart))}: "
-                  "checked on the tensor operations the code ran as its own process recorded them. A failure there "
-                  "counts; a pass earns nothing (the exercise is earned on its other checks).</p>" if apart else "")
+    apart_text = graded_without_a_record_html(results)
     refused_rows = "".join(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['error'])}</td></tr>" for r in refused)
     sandbox = next((r["sandbox"] for r in results if r.get("sandbox")), {})
     sandbox_rows = "".join(f"<tr><td>{esc(k)}</td><td>{esc(v)}</td></tr>" for k, v in sandbox.items())
