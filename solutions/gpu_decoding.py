@@ -1,7 +1,9 @@
 """Part 6b: fast decoding on a GPU.
 
-On a CPU, part 6 found the decode step bound by memory bandwidth: every weight is read once
-per step. A GPU reads GPT-2 small's weights many times faster, and then another cost shows:
+Part 6 worked out a floor for a decode step: every weight is read once per step, so a step
+cannot take less than the weights' bytes over the memory bandwidth (on the CPU, the story
+model's step was dominated instead by the fixed cost of each operation: its weights fit in the CPU's
+caches). A GPU reads GPT-2 small's weights many times faster, and then another cost shows:
 the host (Python, and torch's dispatch under it) must *launch* every kernel of the step, a
 few hundred of them, each taking the host some microseconds; and whenever Python reads a value
 back from the GPU (``if finished.all()``, ``int(token)``, ``.item()``), the host waits until
