@@ -97,9 +97,11 @@ class TextPositionCache:
 
         evict = max(self.seq_len + n_new - (self.n_sink + self.window), 0)
         if evict:
-            for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-                self.keys[layer] = torch.cat([k[:, : self.n_sink], k[:, self.n_sink + evict :]], dim=1)
-                self.values[layer] = torch.cat([v[:, : self.n_sink], v[:, self.n_sink + evict :]], dim=1)
+            # The sinks and the newest keys stay, the oldest after the sinks go: the slots kept, by index.
+            kept = torch.cat([torch.arange(self.n_sink), torch.arange(self.n_sink + evict, self.seq_len)])
+            kept = kept.to(self.keys[0].device)
+            self.keys = [k.index_select(1, kept) for k in self.keys]
+            self.values = [v.index_select(1, kept) for v in self.values]
         return evict
 
 
