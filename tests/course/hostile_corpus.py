@@ -170,6 +170,8 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         "huge_answer": (Case("5", "answers apply_frequency_penalty with a 1 GiB tensor",
                              ("greedy_search", "apply_temperature", "sample")),
                         {"apply_frequency_penalty": "return torch.zeros(1 << 28)"}, ""),
+        # sample prints through greedy_search: once the grader's 64 KiB are used, the rest is left out, but a line
+        # says so, so sample's test of verbose=False still sees output (before, it saw none and earned sample).
         "print_flood": (Case("5", "prints 50 MB in greedy_search, then answers", GRADED[:3]),
                         {"greedy_search": "print('x' * (50 << 20))\nreturn int(logits.argmax())"}, ""),
         "grader_busy": (Case("5", "keeps the grader tokenizing in sample", GRADED[:3]), {
@@ -197,7 +199,9 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
                                    "that would fail come after the clock runs out)", ("apply_frequency_penalty",)),
                          {"greedy_search": "while True:\n    pass",
                           "apply_temperature": "return logits / temperature ** 2"}, ""),
-        "not_utf8_file": (Case("7", "writes a file whose name is not UTF-8 into its copy", GRADED, flags=("files",)), {
+        # Its copy is a file system of the sandbox's own: the file never reaches the grader, so it is neither flagged
+        # nor quoted (without the sandbox it is both: test_classroom_sandbox.py).
+        "not_utf8_file": (Case("7", "writes a file whose name is not UTF-8 into its copy", GRADED), {
             "greedy_search": ("import os\ntry:\n    open(os.path.join(os.fsencode(os.path.dirname(__file__)), "
                               "b'\\xff\\xfe-not-utf8.txt'), 'wb').close()\nexcept OSError:\n    pass\n"
                               "return int(logits.argmax())")}, ""),

@@ -10,7 +10,8 @@ grading boundary"):
   one of its attributes (a ``Path``, a module, a backend object), never a private name;
 * an object of the submission's never judges itself: ``==`` is identity, it has no truth
   value, and a torch function given it runs here on its data (rebuilt from bytes);
-* what the submission's process says about itself is never a flag.
+* what the submission's process says about itself is never a flag;
+* what it prints past the 64 KiB the grader keeps is left out, never the fact that it printed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import pytest
 import torch
 
 from sampling_course.grading.classroom import host
-from sampling_course.grading.classroom.bridge import Endpoint
+from sampling_course.grading.classroom.bridge import PRINT_BUDGET, PRINT_LEFT_OUT, Endpoint
 from sampling_course.grading.classroom.grade import Connection, supervisor_flags
 from sampling_course.grading.classroom.proxies import RemoteObject
 from sampling_course.grading.classroom.settings import GradeSettings
@@ -125,6 +126,7 @@ def _submission_module() -> types.ModuleType:
         print("a warning", file=sys.stderr)
 
     module.speak = speak
+    module.flood = lambda n: print("x" * n)
     module.reads_back = lambda x: int((x * 2).sum().item())  # one operation, then a read back to the host
     module.records = lambda *records: [type(r).__name__ for r in records]
     module.draw = lambda logits: torch.multinomial(logits.softmax(-1), 1)[0]
@@ -247,6 +249,18 @@ def test_what_the_submission_prints_keeps_its_stream(grader, capsys):
     module.speak()
     captured = capsys.readouterr()
     assert (captured.out, captured.err) == ("the text\n", "a warning\n")
+
+
+def test_what_the_submission_prints_past_the_budget_is_still_seen_printed(grader, capsys):
+    """Once its printed text has used the 64 KiB the grader keeps, what it prints is left out, but a line says so:
+    a test that asks for no output (``verbose=False``) is never passed by printing a flood first."""
+    module = grader.request("import", None, name=MODULE)
+    module.flood(PRINT_BUDGET + 10)
+    flooded = capsys.readouterr().out
+    assert len(flooded) < PRINT_BUDGET + 100 and flooded.endswith(PRINT_LEFT_OUT)
+    module.speak()
+    captured = capsys.readouterr()
+    assert (captured.out, captured.err) == (PRINT_LEFT_OUT, PRINT_LEFT_OUT)
 
 
 def test_operations_are_recorded_where_the_submission_runs(grader):

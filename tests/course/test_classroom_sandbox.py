@@ -22,6 +22,7 @@ import pytest
 
 from sampling_course.grading.classroom import jail
 from sampling_course.grading.classroom.grade import Connection, grade_submission
+from sampling_course.grading.classroom.reports import write_reports
 from sampling_course.grading.classroom.settings import GradeSettings, load_settings
 from sampling_course.grading.classroom.submission import STUBS
 
@@ -138,12 +139,21 @@ def test_the_seccomp_filter_names_the_kernel_s_numbers():
     assert not wrong, wrong
 
 
-GOOD_GREEDY = "        return int(logits.argmax())\n"
+# An honest greedy_search that also writes a file whose name is not UTF-8 beside itself, in its copy.
+GOOD_GREEDY = ("        import os\n"
+               "        name = os.path.join(os.fsencode(os.path.dirname(__file__)), b'\\xff\\xfe-not-utf8.txt')\n"
+               "        try:\n"
+               "            open(name, 'wb').close()\n"
+               "        except OSError:\n"
+               "            pass\n"
+               "        return int(logits.argmax())\n")
 
 
 def test_unsafe_no_sandbox_grades_the_submission_not_the_stubs(tmp_path):
     """Without the sandbox, the submission's exercises/ comes before the course's folder (which holds the stubs in
-    exercises/ too): an honest greedy_search earns its point."""
+    exercises/ too): an honest greedy_search earns its point. Its copy is then the grader's folder, so the file it
+    writes there (a name that is not UTF-8) is seen and flagged, and every report shows that name escaped. (In the
+    sandbox the copy is a file system of the sandbox's own: nothing written there reaches the grader.)"""
     source = (STUBS / "sampling.py").read_text()
     marker = "        raise NotImplementedError()\n"
     at = source.index(marker, source.index("def greedy_search"))
@@ -154,3 +164,8 @@ def test_unsafe_no_sandbox_grades_the_submission_not_the_stubs(tmp_path):
     result = grade_submission(tmp_path / "alice", settings, student="alice")
     (entry,) = result["exercises"]
     assert entry["status"] == "done" and result["score"] == 1, entry
+    assert [f["kind"] for f in result["flags"]] == ["files"], result["flags"]
+    write_reports([result], settings, tmp_path / "report")
+    feedback = (tmp_path / "report" / "feedback" / "alice.md").read_text(encoding="utf-8")
+    assert "\\\\xff\\\\xfe-not-utf8.txt" in feedback, feedback  # Markdown's \\xff reads \xff
+    assert os.listdir(submission) == ["sampling.py"]  # it wrote in the grader's copy, never in what was handed in

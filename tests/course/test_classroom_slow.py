@@ -106,7 +106,7 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     for path in (p for p in report.rglob("*") if p.is_file()):  # every report written, none with a raw escape
         assert not {"\x1b", "\x07"} & set(path.read_bytes().decode("utf-8")), path.name
     assert "\\\\x1b\\]0;owned" in (report / "feedback" / f"{safe_name(ESCAPE_NAME)}.md").read_text()
-    assert "\\\\xff\\\\xfe-not-utf8.txt" in (report / "feedback" / "not_utf8_file.md").read_text()
+    assert not any(f["kind"] == "files" for f in results["not_utf8_file"]["flags"])  # written in the sandbox's own
     assert "zz control2" in (report / "feedback" / f"{safe_name('zz control2')}.md").read_text()
     assert "zz\\_control2" in (report / "feedback" / "zz_control2.md").read_text()
     meta = next(e for e in results["meta_answer"]["exercises"] if e["exercise"] == "apply_frequency_penalty")

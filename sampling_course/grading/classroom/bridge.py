@@ -69,9 +69,10 @@ from sampling_course.grading.classroom.wire import (
 from sampling_course.grading.time_limit import TookTooLong
 from sampling_course.op_recorder import OpRecorder
 
-__all__ = ["PRINT_BUDGET", "Endpoint", "RemoteError", "SubmissionLost", "perform"]
+__all__ = ["PRINT_BUDGET", "PRINT_LEFT_OUT", "Endpoint", "RemoteError", "SubmissionLost", "perform"]
 
 PRINT_BUDGET = 1 << 16  # characters of a submission's printed output kept, in all
+PRINT_LEFT_OUT = "[printed text left out: past the 64 KiB kept]\n"  # what stands for the rest
 
 
 class Endpoint(Codec):
@@ -234,10 +235,12 @@ class Endpoint(Codec):
                 if kind in ("ok", "err"):
                     self._write_back(reply, reply_blobs, sent)
                     for key, stream in (("print", sys.stdout), ("eprint", sys.stderr)):
-                        if isinstance(reply.get(key), str) and self.printed < PRINT_BUDGET:
-                            text = reply[key][:PRINT_BUDGET - self.printed]  # what it printed, as if printed here
-                            self.printed += len(text)
-                            stream.write(text)
+                        text = reply.get(key)
+                        if isinstance(text, str) and text:  # what it printed, as if printed here
+                            kept = text[:max(PRINT_BUDGET - self.printed, 0)]
+                            self.printed += len(kept)
+                            # Past the budget the text is left out, never the fact that it printed (verbose=False)
+                            stream.write(kept if len(kept) == len(text) else kept + PRINT_LEFT_OUT)
                     break
                 self._serve(reply, reply_blobs)
             value = None if kind == "err" else self.decode(reply.get("v"), reply_blobs, [])
@@ -329,11 +332,12 @@ class Endpoint(Codec):
     @contextlib.contextmanager
     def _captured(self) -> Any:
         """On the submission's side, what its code prints during a request goes back with the answer:
-        its standard output and its standard error apart, each to the same stream on the grader's side."""
+        its standard output and its standard error apart, each to the same stream on the grader's side, kept
+        to one character past the budget (so the grader knows when more was printed than it keeps)."""
         if not self.peer_trusted:
             yield None
             return
-        out, err = _CappedText(PRINT_BUDGET), _CappedText(PRINT_BUDGET)
+        out, err = _CappedText(PRINT_BUDGET + 1), _CappedText(PRINT_BUDGET + 1)
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             yield out, err
 
@@ -377,7 +381,7 @@ class Endpoint(Codec):
         if self.peer_trusted and printed:
             for key, buffer in zip(("print", "eprint"), printed):
                 if buffer.getvalue():
-                    reply[key] = buffer.getvalue()[:PRINT_BUDGET]
+                    reply[key] = buffer.getvalue()[:PRINT_BUDGET + 1]
         mutated = []
         for index, original, version in received:
             if index is None:
