@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: f0f2d9ec241d20f27d00d17c30cf9f49a40e0fd19fbe0648a48ee6e70d5a2ea8
+# stub-checksum: 01fd560f84226eb50fcf1dc8b121a09f6840ed0d62fd391dd6e27e361c938f53
 """Part 6: caches for long and fast generation; first, the static cache.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -34,7 +34,8 @@ from .kv_cache import CacheStep, check_cache_fits, step_after
 
 
 class StaticKeyValueCache:
-    """Keys and values in one preallocated buffer ``(n_layers, 2, batch, max_len, n_heads, d_head)``.
+    """Keys and values in one preallocated buffer ``(n_layers, 2, batch, max_len, n_heads, d_head)``
+    (stored head-major: ``empty_buffer``).
 
     ``seq_len`` counts the positions filled so far; slots past it hold nothing meaningful
     and are never read. Accepted wherever a ``KeyValueCache`` is: ``model(tokens, cache)``
@@ -147,7 +148,6 @@ class StaticKeyValueCache:
         if not ((rows >= 0) & (rows < self.batch)).all():
             raise ValueError(f"rows must index the cache's {self.batch} rows (0 to {self.batch - 1}), got {rows.tolist()}")
         if len(rows) > self.buffer.shape[2]:  # more rows than ever before: grow once
-            extra = len(rows) - self.buffer.shape[2]
             grown = empty_buffer(self.buffer.shape[:2] + (len(rows),) + self.buffer.shape[3:], self.buffer.device, self.buffer.dtype)
             grown[:, :, : self.buffer.shape[2]] = self.buffer
             self.buffer = grown
@@ -203,8 +203,8 @@ def empty_buffer(shape: tuple[int, ...], device: torch.device | str, dtype: torc
     other in memory (it is a transposed view of a ``(n_layers, 2, batch, n_heads, slots,
     d_head)`` tensor). Attention's matmuls run one head at a time: with this layout they read
     the filled slots where they are, while with the slots outermost every layer would first
-    copy all of its keys and values into a head-major tensor (at batch 8, the main cost of a
-    decode step after the weights themselves).
+    copy all of its keys and values into a head-major tensor (at batch 8 on a CPU, about a
+    tenth of a decode step).
     """
     n_layers, two, batch, slots, n_heads, d_head = shape
     return torch.empty(n_layers, two, batch, n_heads, slots, d_head, device=device, dtype=dtype).transpose(3, 4)
