@@ -1,6 +1,6 @@
 # GENERATED from solutions/block_pool.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 1978bfe980b46c87213bd299bebd96aca9b3492d8fdf52e885a59be02bdecae0
+# stub-checksum: f9f4107be918eaad8036d937c5424d2f9401090013b529692b5b7abf7dfce7bd
 """Part 10: a KV cache in fixed-size blocks, addressed through block tables.
 
 Part 4's cache gives every sequence one contiguous stretch of memory, as long as the longest
@@ -291,9 +291,11 @@ class PagedKVCache:
         if not isinstance(cfg, Config):
             raise TypeError(f"PagedKVCache takes the model's Config, got {type(cfg).__name__}")
         self.cfg, self.block_size = cfg, block_size
+        # Stored head by head (a transposed view of (n_layers, 2, n_heads, n_slots, d_head)), indexed slot by slot:
+        # update reads each head's keys into one block, the layout attention's per-head matmuls read without a copy.
         self.data: Float[Tensor, "n_layers 2 n_slots n_heads d_head"] = torch.zeros(
-            cfg.n_layers, 2, n_blocks * block_size, cfg.n_heads, cfg.d_head, device=device, dtype=dtype
-        )
+            cfg.n_layers, 2, cfg.n_heads, n_blocks * block_size, cfg.d_head, device=device, dtype=dtype
+        ).transpose(2, 3)
         self.step: PagedStep | None = None
 
     def flat(self, layer: int) -> Float[Tensor, "2 n_slots n_heads d_head"]:

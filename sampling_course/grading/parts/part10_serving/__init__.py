@@ -143,7 +143,14 @@ _WRITE = (
     "        kv[0].index_copy_(0, step.write_slots, keys[step.valid])\n"
     "        kv[1].index_copy_(0, step.write_slots, values[step.valid])\n"
 )
-_READ = "        return kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)\n"
+_READ_SETUP = (
+    "        n_slots, n_heads, d_head = kv.shape[1:]\n"
+    "        heads = kv.transpose(1, 2).reshape(2, n_heads * n_slots, d_head)\n"
+    "        read = (torch.arange(n_heads, device=kv.device)[:, None] * n_slots + step.read_slots[:, None, :]).flatten()\n"
+    "        shape = (step.read_slots.shape[0], n_heads, step.read_slots.shape[1], d_head)\n"
+)
+_READ_BOTH = "tuple(half.index_select(0, read).view(shape).transpose(1, 2) for half in heads)\n"
+_READ = _READ_SETUP + "        return " + _READ_BOTH
 _POST = (
     "        for request, token in zip(work.requests, tokens):\n"
     "            request.n_computed += work.n_new(request)\n"
@@ -200,10 +207,8 @@ MISTAKES: list[Mistake] = [
             why="an admitted request joins the running queue but not the step's prefill list, so the step's "
                 "forward pass never runs it: it holds its blocks and gets no work"),
     Mistake(10, "keys read before the new ones are written", "block_pool.py",
-            _WRITE + "        read, shape = step.read_slots.flatten(), (*step.read_slots.shape, *kv.shape[2:])\n" + _READ,
-            "        read, shape = step.read_slots.flatten(), (*step.read_slots.shape, *kv.shape[2:])\n"
-            "        old = kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)\n"
-            + _WRITE + "        return old\n",
+            _WRITE + _READ,
+            _READ_SETUP + "        old = " + _READ_BOTH + _WRITE + "        return old\n",
             why="the keys and values are read from the slots before this step's new ones are written there, so "
                 "every query misses the keys of the positions this step runs, its own included"),
     Mistake(10, "values written over the keys", "block_pool.py", _WRITE,
@@ -293,12 +298,12 @@ VARIANTS: list[Variant] = [
             "            if blocks_needed(len(request.tokens), self.pool.block_size) > self.pool.n_free:\n"),
     # PagedKVCache.update
     Variant(10, "PagedKVCache.update", "index assignment and indexing by the slot tensors", "block_pool.py",
-            _WRITE + "        read, shape = step.read_slots.flatten(), (*step.read_slots.shape, *kv.shape[2:])\n" + _READ,
+            _WRITE + _READ,
             "        kv[0][step.write_slots] = keys[step.valid]\n"
             "        kv[1][step.write_slots] = values[step.valid]\n"
             "        return kv[0][step.read_slots], kv[1][step.read_slots]\n"),
     Variant(10, "PagedKVCache.update", "one row at a time, stacked", "block_pool.py",
-            "        read, shape = step.read_slots.flatten(), (*step.read_slots.shape, *kv.shape[2:])\n" + _READ,
+            _READ,
             "        rows = [kv[:, slots] for slots in step.read_slots]  # each (2, key_pos, n_heads, d_head)\n"
             "        both = torch.stack(rows, dim=1)\n"
             "        return both[0], both[1]\n"),

@@ -109,22 +109,33 @@ EXERCISES: tuple[Exercise, ...] = (
     ),
 )
 
+# The solution's LayerNorm is one F.layer_norm call; its mistakes replace it with the formula written out, wrong.
+_LAYER_NORM_CALL = "        return F.layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)\n"
+
+
+def _layer_norm_by_hand(
+    scale: str = "(residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()",
+    returns: str = "residual / scale * self.w + self.b",
+) -> str:
+    return ("        residual = residual - residual.mean(dim=-1, keepdim=True)\n"
+            f"        scale = {scale}\n"
+            f"        return {returns}\n")
+
+
 # Each mistake rewrites one piece of the solutions the way a learner might get it wrong;
 # `sampling-course plant-mistakes` checks that the tests of its exercise catch it.
 MISTAKES: list[Mistake] = [
-    Mistake(1, "LayerNorm with unbiased variance", "transformer.py",
-            "residual.pow(2).mean(dim=-1, keepdim=True)",
-            "residual.var(dim=-1, keepdim=True, unbiased=True)",
+    Mistake(1, "LayerNorm with unbiased variance", "transformer.py", _LAYER_NORM_CALL,
+            _layer_norm_by_hand("(residual.var(dim=-1, keepdim=True, unbiased=True) + self.cfg.layer_norm_eps).sqrt()"),
             why="the unbiased variance (dividing by d_model - 1 instead of d_model), where GPT-2's LayerNorm divides by d_model"),
-    Mistake(1, "LayerNorm eps outside the sqrt", "transformer.py",
-            "(residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()",
-            "residual.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.cfg.layer_norm_eps",
+    Mistake(1, "LayerNorm eps outside the sqrt", "transformer.py", _LAYER_NORM_CALL,
+            _layer_norm_by_hand("residual.pow(2).mean(dim=-1, keepdim=True).sqrt() + self.cfg.layer_norm_eps"),
             why="eps added after the square root, sqrt(var) + eps, instead of inside it, sqrt(var + eps)"),
-    Mistake(1, "LayerNorm without w", "transformer.py",
-            "return residual / scale * self.w + self.b", "return residual / scale + self.b",
+    Mistake(1, "LayerNorm without w", "transformer.py", _LAYER_NORM_CALL,
+            _layer_norm_by_hand(returns="residual / scale + self.b"),
             why="the learned scale w is never applied to the normalised vector"),
-    Mistake(1, "LayerNorm without b", "transformer.py",
-            "return residual / scale * self.w + self.b", "return residual / scale * self.w",
+    Mistake(1, "LayerNorm without b", "transformer.py", _LAYER_NORM_CALL,
+            _layer_norm_by_hand(returns="residual / scale * self.w"),
             why="the learned shift b is never added to the normalised vector"),
     Mistake(1, "attention scaled by d_model", "transformer.py",
             '"b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)',
@@ -178,10 +189,10 @@ MISTAKES: list[Mistake] = [
 # Correct implementations in other styles than the solutions' (the way learners write them);
 # `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
 _LAYER_NORM = (
-    "        residual = residual - residual.mean(dim=-1, keepdim=True)\n"
-    "        # The biased variance (divide by d_model, not d_model - 1), as in GPT-2.\n"
-    "        scale = (residual.pow(2).mean(dim=-1, keepdim=True) + self.cfg.layer_norm_eps).sqrt()\n"
-    "        return residual / scale * self.w + self.b\n"
+    "        # (residual - mean) / sqrt(variance + eps) * w + b, with the biased variance (divide by d_model, not\n"
+    "        # d_model - 1), as in GPT-2: exactly what F.layer_norm computes, in one kernel where the formula\n"
+    "        # written out takes nine, at every LayerNorm of every decode step.\n"
+    "        return F.layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)\n"
 )
 _POS_EMBED = (
     "        batch, seq_len = tokens.shape\n"
