@@ -31,7 +31,7 @@ def _save(path: Path, text: str) -> None:
 
 def _edit_layernorm(source: str, mark: str = "an edit") -> str:
     """The source with a comment inside ``LayerNorm.forward`` changed."""
-    line = "# The biased variance (divide by d_model, not d_model - 1), as in GPT-2."
+    line = "# Hint: use the biased variance (unbiased=False), and put eps inside the square root."
     assert source.count(line) == 1
     return source.replace(line, f"{line} ({mark})")
 
