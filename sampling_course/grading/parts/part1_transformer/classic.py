@@ -11,49 +11,12 @@ them: these variants are also the model those parts run on (``mistakes.downstrea
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Variant
+from sampling_course.grading.parts.part1_transformer.texts import (
+    LAYER_NORM as _LAYER_NORM, POS_EMBED as _POS_EMBED, CAUSAL_MASK as _CAUSAL_MASK, QKV as _QKV,
+    CACHE_HIDES as _PADDING_LINE, SCORES_START as _SCORES_START, SCORES_END as _SCORES_END, MLP as _MLP,
+    BLOCK as _BLOCK, UNEMBED as _UNEMBED, DEMO as _DEMO,
+)
 
-# The solutions' own text that each variant replaces (as the part's other variants read it).
-_BLOCK = (
-    '        resid_mid = resid_pre + self.attn(self.ln1(resid_pre))\n'
-    '        return resid_mid + self.mlp(self.ln2(resid_mid))\n'
-)
-_CAUSAL_MASK = (
-    '        query_pos, key_pos = attn_scores.shape[-2:]\n'
-    '        # diagonal=key_pos - query_pos + 1 shifts the mask right by the number of cached keys.\n'
-    '        future = torch.triu(\n'
-    '            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n'
-    '            diagonal=key_pos - query_pos + 1,\n'
-    '        )\n'
-    '        return attn_scores.masked_fill(future, self.IGNORE)\n'
-)
-_DEMO = (
-    "            residual = self.embed(tokens) + self.pos_embed(tokens)\n"
-    "            for block in self.blocks:\n"
-    "                residual = block(residual)\n"
-    "            return self.unembed(self.ln_final(residual))\n"
-)
-_LAYER_NORM = (
-    "        # (residual - mean) / sqrt(variance + eps) * w + b, with the biased variance (divide by d_model, not\n"
-    "        # d_model - 1), as in GPT-2: exactly what F.layer_norm computes, in one kernel where the formula\n"
-    "        # written out takes nine, at every LayerNorm of every decode step.\n"
-    "        return F.layer_norm(residual, (self.cfg.d_model,), self.w, self.b, self.cfg.layer_norm_eps)\n"
-)
-_MLP = (
-    "        pre = normalized_resid_mid @ self.W_in + self.b_in\n"
-    "        return gelu_new(pre) @ self.W_out + self.b_out\n"
-)
-_POS_EMBED = (
-    '        batch, seq_len = tokens.shape\n'
-    '        positions = self.W_pos[offset : offset + seq_len]\n'
-    '        return einops.repeat(positions, "pos d_model -> batch pos d_model", batch=batch)\n'
-)
-_QKV = (
-    '            x = einops.repeat(normalized_resid_pre, "b s d -> b s n d", n=self.cfg.n_heads)\n'
-    '            q = einops.einsum(x, self.W_Q, "b s n d, n d h -> b s n h") + self.b_Q\n'
-    '            k = einops.einsum(x, self.W_K, "b s n d, n d h -> b s n h") + self.b_K\n'
-    '            v = einops.einsum(x, self.W_V, "b s n d, n d h -> b s n h") + self.b_V\n'
-)
-_UNEMBED = "        return normalized_resid_final @ self.W_U + self.b_U\n"
 
 # Attention.forward's solution lines, from the queries to the output: part 4's cache line and
 # part 5's padding line between them stay as they are (they are those parts' exercises).
@@ -68,25 +31,12 @@ _CACHE_LINE = (
     "        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.\n"
     "        # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.\n"
 )
-_PADDING_LINE = (
-    "        ### END SOLUTION\n"
-    "        if cache is not None and cache.mask is not None:\n"
-    "            ### BEGIN SOLUTION\n"
-    "            # Hint: a key the cache hides (padding, part 5) is masked like a future key.\n"
-    "            attn_scores = attn_scores.masked_fill(~cache.mask, self.IGNORE)\n"
-    "            ### END SOLUTION\n"
-    "        ### BEGIN SOLUTION\n"
-)
 _ATTENTION_BODY = (
     _QKV
     + _CACHE_LINE
-    + '        attn_scores = einops.einsum(q, k, "b q n h, b k n h -> b n q k") / math.sqrt(self.cfg.d_head)\n'
-    "        attn_scores = self.apply_causal_mask(attn_scores)\n"
+    + _SCORES_START
     + _PADDING_LINE
-    + "        pattern = attn_scores.softmax(dim=-1)\n"
-    '        z = einops.einsum(pattern, v, "b n q k, b k n h -> b q n h")\n'
-    "        # Each head writes into the residual stream through its own slice of W_O; sum the heads.\n"
-    '        out = einops.einsum(z, self.W_O, "b q n h, n h d -> b q d") + self.b_O\n'
+    + _SCORES_END
 )
 
 CLASSIC_VARIANTS: list[Variant] = [

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Exercise, Mistake, Variant, exercise, with_fixes
+from sampling_course.grading.parts.part4_kv_cache.texts import (
+    CACHE_METHODS as _CACHE_METHODS, CACHED_FORWARD as _CACHED_FORWARD,
+)
 
 PART = 4
 TITLE = "KV cache"
@@ -116,33 +119,6 @@ MISTAKES: list[Mistake] = [
 
 # Correct implementations in other styles than the solutions' (the way learners write them);
 # `sampling-course plant-mistakes --variants` checks that every test of the exercise accepts each.
-_CACHE_METHODS = (
-    "        return cls(torch.empty(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, device=device, dtype=dtype))\n"
-    "        ### END SOLUTION\n"
-    "\n"
-    "    @property\n"
-    "    def k(self) -> Float[Tensor, \"n_layers batch seq_len n_heads d_head\"]:\n"
-    "        ### BEGIN SOLUTION\n"
-    "        return self.as_subclass(torch.Tensor)[:, 0]\n"
-    "        ### END SOLUTION\n"
-    "\n"
-    "    @property\n"
-    "    def v(self) -> Float[Tensor, \"n_layers batch seq_len n_heads d_head\"]:\n"
-    "        ### BEGIN SOLUTION\n"
-    "        return self.as_subclass(torch.Tensor)[:, 1]\n"
-    "        ### END SOLUTION\n"
-    "\n"
-    "    @property\n"
-    "    def batch(self) -> int:\n"
-    "        ### BEGIN SOLUTION\n"
-    "        return self.shape[2]\n"
-    "        ### END SOLUTION\n"
-    "\n"
-    "    @property\n"
-    "    def seq_len(self) -> int:\n"
-    "        ### BEGIN SOLUTION\n"
-    "        return self.shape[3]\n"
-)
 
 
 def _cache_methods(new_empty: str, k: str, v: str, batch: str, seq_len: str) -> str:
@@ -155,13 +131,6 @@ def _cache_methods(new_empty: str, k: str, v: str, batch: str, seq_len: str) -> 
     )
 
 
-_CACHED_FORWARD = (
-    "        step = cache.prepare(tokens, attention_mask)\n"
-    "        residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
-    "        for layer, block in enumerate(self.blocks):\n"
-    "            residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
-    "        logits = self.unembed(self.ln_final(residual))\n"
-)
 _CAUSAL_MASK = (
     "        future = torch.triu(\n"
     "            torch.ones(query_pos, key_pos, dtype=torch.bool, device=attn_scores.device),\n"

@@ -9,44 +9,12 @@ written whole, which carry the cache through the loop. Every test of the exercis
 from __future__ import annotations
 
 from sampling_course.grading.catalogue import Variant
+from sampling_course.grading.parts.part4_kv_cache.texts import (
+    CACHE_METHODS as _CACHE_METHODS, CACHED_FORWARD as _CACHED_FORWARD,
+)
 from sampling_course.grading.parts.part2_sampling.classic import CLASSIC_SAMPLE, SAMPLE_WHOLE
 from sampling_course.grading.parts.part3_beams.classic import CLASSIC_GENERATE, GENERATE_BODY
 
-# The solutions' own text that each variant replaces (as the part's other variants read it).
-_CACHE_METHODS = (
-    '        return cls(torch.empty(cfg.n_layers, 2, batch, 0, cfg.n_heads, cfg.d_head, device=device, dtype=dtype))\n'
-    '        ### END SOLUTION\n'
-    '\n'
-    '    @property\n'
-    '    def k(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:\n'
-    '        ### BEGIN SOLUTION\n'
-    '        return self.as_subclass(torch.Tensor)[:, 0]\n'
-    '        ### END SOLUTION\n'
-    '\n'
-    '    @property\n'
-    '    def v(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:\n'
-    '        ### BEGIN SOLUTION\n'
-    '        return self.as_subclass(torch.Tensor)[:, 1]\n'
-    '        ### END SOLUTION\n'
-    '\n'
-    '    @property\n'
-    '    def batch(self) -> int:\n'
-    '        ### BEGIN SOLUTION\n'
-    '        return self.shape[2]\n'
-    '        ### END SOLUTION\n'
-    '\n'
-    '    @property\n'
-    '    def seq_len(self) -> int:\n'
-    '        ### BEGIN SOLUTION\n'
-    '        return self.shape[3]\n'
-)
-_CACHED_FORWARD = (
-    "        step = cache.prepare(tokens, attention_mask)\n"
-    "        residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
-    "        for layer, block in enumerate(self.blocks):\n"
-    "            residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
-    "        logits = self.unembed(self.ln_final(residual))\n"
-)
 
 
 
