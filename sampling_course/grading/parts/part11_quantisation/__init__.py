@@ -219,6 +219,10 @@ MISTAKES: list[Mistake] = [
             "    padded = torch.cat([flat, flat.new_zeros(n_blocks * block_size - flat.numel())])\n",
             why="the absmaxes are quantised as they are while the stored offset says their mean was subtracted, "
                 "so every absmax comes back too large by that mean"),
+    Mistake(11, "4-bit codes stored one per byte", _M, "        return pack_int4(q), scale, zero_point.to(torch.uint8)\n",
+            "        return q, scale, zero_point.to(torch.uint8)\n",
+            why="the int4 codes are stored one per uint8 instead of packed two per byte, so 4-bit weights take "
+                "as many bytes as int8 ones"),
     Mistake(11, "GPTQ error added instead of subtracted", "gptq.py",
             "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
             "        weight[:, j + 1 :] += error[:, None] * factor[j, j + 1 :][None, :]\n",
@@ -286,6 +290,25 @@ VARIANTS: list[Variant] = [
     Variant(11, "quantise_model", "register_parametrization with unsafe=True", _M,
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape))\n",
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape), unsafe=True)\n"),
+    Variant(11, "quantise_matrix", "a match statement on the kind", _M,
+            '    if scheme.kind == "int8":\n'
+            "        return quantise_int8(matrix)\n"
+            '    if scheme.kind == "int4":\n'
+            "        q, scale, zero_point = quantise_groups(matrix, scheme.group_size, bits=4)\n"
+            "        # Zero points are whole numbers in [0, 15]: one byte each, not a float's four.\n"
+            "        return pack_int4(q), scale, zero_point.to(torch.uint8)\n",
+            "    match scheme.kind:\n"
+            '        case "int8":\n'
+            "            q, scale = quantise_int8(matrix)\n"
+            "            return q, scale\n"
+            '        case "int4":\n'
+            "            q, scale, zero_point = quantise_groups(matrix, scheme.group_size)\n"
+            "            return pack_int4(q), scale, zero_point.to(torch.uint8)\n"),
+    Variant(11, "dequantise_matrix", "the absmaxes rebuilt by hand", _M,
+            "        absmax = DoubleQuantised(codes, scales, offset, groups, len(codes) // len(scales)).dequantise()\n",
+            "        block = codes.numel() // scales.numel()\n"
+            "        centred = codes.reshape(-1, block).float() * scales.float()[:, None]\n"
+            "        absmax = (centred.flatten()[: groups[0] * groups[1]] + offset.float()).reshape(groups)\n"),
     Variant(11, "gptq_quantise", "the dequantised column first, the update with addr_", "gptq.py",
             "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
             "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
