@@ -97,8 +97,9 @@ def check_quantised(impl, make_model, scheme: str, tokens: torch.Tensor) -> torc
 
 
 @pytest.fixture(scope="module")
-def tokens(tiny):
-    return torch.randint(0, tiny.cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(31))
+def tokens(tiny, device):
+    """Tokens on the session's device, where load_demo puts the model."""
+    return torch.randint(0, tiny.cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(31)).to(device)
 
 
 # ---------------------------------------------------------------------------------------
