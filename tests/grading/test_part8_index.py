@@ -29,7 +29,7 @@ import regex
 from interegular import parse_pattern
 
 from part8_oracles import (FINITE_LANGUAGES, INFINITE_PATTERNS, SMALL_EOS, SMALL_VOCAB, allowed_by_oracle, byte_prefixes,
-                           check_index_by_brute_force, oracle_vocabulary, partial_ok)
+                           check_index_by_brute_force, completions, oracle_vocabulary, partial_ok)
 
 
 @functools.cache
@@ -75,6 +75,25 @@ def test_finite_languages_are_written_out_right():
         strings = {"".join(chars) for chars in parse_pattern(pattern).to_fsm().strings()}
         assert strings == set(members), name
 
+
+# Patterns whose literals and ranges cut the runs of 2- and 3-byte characters (and \w, which the shortcut leaves alone).
+SHORTCUT_PATTERNS = INFINITE_PATTERNS + [r"[à-ÿ]+|x€", r"[^é€]b", r".\u2040?", r"\w€"]
+
+
+@pytest.mark.parametrize("pattern", SHORTCUT_PATTERNS)
+def test_partial_matching_tries_enough_characters(pattern):
+    """The oracle's shortcut (the test's own machinery): after an unfinished character, trying one character
+    per stretch of code points the pattern cannot tell apart answers as trying every one of its completions."""
+    answers = set()
+    for head in [b"", b"a", b"ab", b'"', b"x"]:
+        for tail in [b"\xc3", b"\xe2", b"\xe2\x82", b"\xe2\x81", b"\xed"]:
+            quick = partial_ok(pattern, head + tail)
+            assert quick == partial_ok(pattern, head + tail, every=True), (pattern, head + tail)
+            answers.add(quick)
+    if pattern != "(ab|c)*d":  # (its language has no character past ASCII)
+        assert answers == {True, False}, "test design: both answers should occur"
+    # A 3-byte character's lead has 4,096 completions: all are tried only where the shortcut does not apply.
+    assert (len(completions(pattern, b"\xe2")) == 4096) == (pattern == r"\w€")
 
 
 # ---------------------------------------------------------------------------------------
