@@ -303,14 +303,22 @@ REAL_PATTERNS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def real_indexes(st, fast, automaton_of, tiny_vocab, tiny):
+    """``build_index``'s index of a pattern over the stand-in's vocabulary, built once for the two tests below
+    that read it, and a fast index built afresh (each from its own automaton): its rows become dicts as they
+    are read, and the second test reads them from the arrays."""
+    eos = tiny.tokenizer.eos_token_id
+    built = functools.cache(lambda pattern: st.build_index(automaton_of(pattern), tiny_vocab, eos))
+    return lambda pattern: (built(pattern), fast.build_index_fast(automaton_of(pattern), tiny_vocab, eos))
+
+
 @pytest.mark.exercise("build_index")
 @pytest.mark.parametrize("pattern", REAL_PATTERNS)
-def test_build_index_equals_the_fast_index_on_real_vocabularies(st, fast, automaton_of, tiny_vocab, tiny, pattern):
+def test_build_index_equals_the_fast_index_on_real_vocabularies(real_indexes, pattern):
     """Same states, numbered the same way (breadth-first, tokens in id order), same rows, on the stand-in's
     vocabulary (the fast index is checked against brute force above and against outlines-core below)."""
-    eos = tiny.tokenizer.eos_token_id
-    got = st.build_index(automaton_of(pattern), tiny_vocab, eos)
-    expected = fast.build_index_fast(automaton_of(pattern), tiny_vocab, eos)
+    got, expected = real_indexes(pattern)
     assert got.n_states == expected.n_states, f"{got.n_states} states, the fast index has {expected.n_states}"
     for state, (row, want) in enumerate(zip(got.transitions, expected.transitions[:])):
         assert row == want, f"state {state}: tokens {sorted(set(row) ^ set(want))[:6]} differ, or lead elsewhere"
@@ -366,14 +374,13 @@ def test_fast_index_on_degenerate_vocabularies(st, fast, automaton_of):
 
 @pytest.mark.exercise("build_index")
 @pytest.mark.parametrize("pattern", REAL_PATTERNS[4:])
-def test_the_fast_index_rows_read_as_a_list_of_dicts(st, fast, automaton_of, tiny_vocab, tiny, impl, pattern):
+def test_the_fast_index_rows_read_as_a_list_of_dicts(st, real_indexes, tiny_vocab, tiny, impl, pattern):
     """``IndexRows``: each row a dict equal to build_index's (also by negative index and slice); and the mask table
     filled from its arrays equals the one filled from plain dicts. (The first pattern has accepting states that
     allow more than EOS; the order of a row's entries is free.) tests/course/test_index_rows.py checks the rest
     of the sequence's behaviour: equality, the IndexError past the end."""
     eos = tiny.tokenizer.eos_token_id
-    plain = st.build_index(automaton_of(pattern), tiny_vocab, eos)
-    index = fast.build_index_fast(automaton_of(pattern), tiny_vocab, eos)
+    plain, index = real_indexes(pattern)
     rows = index.transitions
     assert len(rows) == len(plain.transitions) and rows[-1] == plain.transitions[-1] and rows[1:3] == plain.transitions[1:3]
     assert rows[:] == plain.transitions
