@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_index.py by `sampling-course make-exercises`.
 # Given code: nothing to fill in here; it runs on the exercises of the other files.
-# stub-checksum: a9f0180e74d78722094bc96f855c3df79500ee9ffbe3c618f990c4071ef9d0c7
+# stub-checksum: b3afa1c7ca43e88d32c279ae018842c07c46c07ed5675fbe217b2816d8c4d07c
 """Part 8: the same token index, built at the speed of compiled code. Written for you.
 
 ``build_index`` calls ``walk_token`` once per (state, token) pair: for GPT-2's 50,257 tokens
@@ -183,14 +183,16 @@ def walk_all(trie: TokenTrie, moves: MoveTable, starts: np.ndarray) -> tuple[np.
                 found_who.append(who[more])
                 found_token.append(trie.ends[trie.end_start[node[more]] + extra].astype(np.int32))
                 found_state.append(state[more])
-        # Step into the children, which are contiguous: child k of a pair's node is child_start + k.
+        # Step into the children, which are contiguous: child k of a pair's node is child_start + k. A pair
+        # whose node has none repeats zero times, which drops it.
         counts = trie.child_count32[node]
-        keep = counts > 0
-        who, node, state, counts = who[keep], node[keep], state[keep], counts[keep]
-        if not len(node):
+        first_of_pair = np.cumsum(counts, dtype=np.int32)
+        total = int(first_of_pair[-1]) if len(first_of_pair) else 0
+        if not total:
             break
-        first_of_pair = np.cumsum(counts, dtype=np.int64) - counts
-        node = np.repeat(trie.child_start32[node] - first_of_pair.astype(np.int32), counts) + np.arange(int(first_of_pair[-1] + counts[-1]), dtype=np.int32)
+        first_of_pair -= counts
+        node = np.repeat(trie.child_start32[node] - first_of_pair, counts)
+        node += np.arange(total, dtype=np.int32)
         who, state = np.repeat(who, counts), np.repeat(state, counts)
         state = moves.step(state, trie.byte32[node])
     return np.concatenate(found_who), np.concatenate(found_token), np.concatenate(found_state)
@@ -199,9 +201,16 @@ def walk_all(trie: TokenTrie, moves: MoveTable, starts: np.ndarray) -> tuple[np.
 def by_start_and_token(who, token, target, n_starts: int, n_tokens: int, n_states: int):
     """The three arrays sorted by start, then by token id: the order ``build_index`` meets them.
 
-    The three numbers of an entry are packed into one 64-bit key and the keys sorted as plain
-    numbers, several times faster than sorting by two keys (``np.lexsort``).
+    Where starts and tokens both fit in 16 bits (GPT-2's 50,257 tokens do), two stable sorts of
+    16-bit keys, by token and then by start: numpy sorts those by radix, in linear time, some
+    twice as fast as the general sort below. Otherwise the three numbers of an entry are packed
+    into one 64-bit key and the keys sorted as plain numbers, several times faster than sorting
+    by two keys (``np.lexsort``).
     """
+    if n_starts <= 2**16 and n_tokens <= 2**16:
+        order = np.argsort(token.astype(np.uint16), kind="stable")
+        order = order[np.argsort(who[order].astype(np.uint16), kind="stable")]
+        return who[order], token[order], target[order]
     if n_starts * n_tokens * n_states >= 2**62:  # too large to pack
         order = np.lexsort((token, who))
         return who[order], token[order], target[order]

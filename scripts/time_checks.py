@@ -8,7 +8,11 @@ Three numbers, each measured in fresh processes so that nothing is already impor
   notebook after the first cell (target under 1 s);
 * ``sampling-course progress``: every exercise, its stored verdicts reused where nothing they
   depend on changed (target under 15 s), and with ``--rerun-progress`` also ``progress --rerun``
-  (every test run again; no target).
+  (every test run again; no target);
+* ``progress`` after an edit: in a copy of the course (made once, in a temporary folder), each
+  file named by ``--edit`` gets one more comment line before every timed run, so that the
+  exercises whose verdicts depend on it run again, as after a learner saves that file
+  (target under 10 s, also with one core busy).
 
 Each is measured on the machine as it is and with ``--busy N`` extra processes that each keep
 a core busy (default: 0, then 1), as a learner's laptop runs a browser and an IDE beside the
@@ -38,17 +42,23 @@ targets are for the median wall-clock time; the last columns say which target wa
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from timing import load_average, median_and_spread
 
 # Targets in seconds, on the machine as it is (0 busy cores) and with one core kept busy.
-TARGETS = {"first check": (5.0, 8.0), "later check": (1.0, 1.0), "progress": (15.0, 25.0)}
+TARGETS = {"first check": (5.0, 8.0), "later check": (1.0, 1.0), "progress": (15.0, 25.0),
+           "progress after an edit": (10.0, 10.0)}
 # CPU-second targets: a first check at most this much beyond starting Python and importing torch
 # (the baseline, measured beside it), a later check at most this much in all.
 CPU_TARGETS = {"first check": 1.0, "later check": 0.5}
@@ -94,10 +104,12 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _timed(command: list[str]) -> tuple[float, float, str]:
-    """(wall-clock seconds, CPU seconds, oracle libraries imported) of running ``command`` to its end."""
+def _timed(command: list[str], cwd: Path | None = None) -> tuple[float, float, str]:
+    """(wall-clock seconds, CPU seconds, oracle libraries imported) of running ``command`` to its end (in the
+    course at ``cwd``, imported from there, when given)."""
+    env = None if cwd is None else {**os.environ, "PYTHONPATH": str(cwd)}
     start, cpu = time.perf_counter(), _children_cpu()
-    proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=cwd, env=env)
     wall, cpu = time.perf_counter() - start, _children_cpu() - cpu
     lines = proc.stderr.strip().splitlines()
     try:
@@ -115,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="skip timing `sampling-course progress`")
     parser.add_argument("--rerun-progress", action="store_true",
                         help="also time `sampling-course progress --rerun` (every test run again)")
+    parser.add_argument("--edit", nargs="*", default=["token_index.py"], metavar="FILE",
+                        help="files of the implementation's package to edit before timing `progress` again, one "
+                             "measurement each (default: token_index.py, part 8's; none: skip)")
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1],
                         help="extra processes keeping a core busy, in turn (default 0 1)")
     args = parser.parse_args(argv)
@@ -129,17 +144,51 @@ def main(argv: list[str] | None = None) -> int:
         wall, _, _ = _timed(_cli("progress", "--impl", args.impl))
         print(f"storing every exercise's verdict (one progress, untimed): {wall:.1f} s")
     missed = 0
-    for busy in args.busy:
-        hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
-        try:
-            time.sleep(1.0 if busy else 0.0)
-            missed += _measure(args, busy)
-        finally:
-            for hog in hogs:
-                hog.kill()
-                hog.wait()
+    copy = args.copy = None
+    if args.edit and not args.no_progress:
+        copy = args.copy = _course_copy()
+        for name in args.edit:
+            if not (copy / args.impl / name).is_file():
+                parser.error(f"--edit: {args.impl}/{name} is not a file of the course")
+    try:
+        for busy in args.busy:
+            missed += _with_busy_cores(args, busy)
+    finally:
+        if copy is not None:
+            shutil.rmtree(copy.parent, ignore_errors=True)
     print(f"after: {load_average()}")
     return 1 if missed else 0
+
+
+_EDITS = itertools.count()
+
+
+def _course_copy() -> Path:
+    """The course (its package, implementations, tests and settings) copied into a temporary folder."""
+    root = Path(__file__).resolve().parents[1]
+    copy = Path(tempfile.mkdtemp(prefix="time-checks-")) / "course"
+    shutil.copytree(root, copy, ignore=shutil.ignore_patterns(".git", "notebooks", "__pycache__", ".venv", "*.egg-info"))
+    return copy
+
+
+def _progress_after_edit(args: argparse.Namespace, name: str) -> tuple[float, float, str]:
+    """``progress`` in the copy of the course, after one more comment line in ``name``: a new state of that file."""
+    path = args.copy / args.impl / name
+    with path.open("a") as file:
+        file.write(f"# edited before timing progress ({next(_EDITS)})\n")
+    return _timed(_cli("progress", "--impl", args.impl), cwd=args.copy)
+
+
+def _with_busy_cores(args: argparse.Namespace, busy: int) -> int:
+    """``_measure`` with ``busy`` extra processes each keeping a core busy; the targets missed."""
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    try:
+        time.sleep(1.0 if busy else 0.0)
+        return _measure(args, busy)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
 
 
 def _measure(args: argparse.Namespace, busy: int) -> int:
@@ -162,6 +211,9 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
         if not args.no_progress:
             runs.setdefault(("progress", "sampling-course progress"), []).append(
                 _timed(_cli("progress", "--impl", args.impl)))
+            for name in args.edit:
+                runs.setdefault(("progress after an edit", f"progress after editing {name}"), []).append(
+                    _progress_after_edit(args, name))
             if args.rerun_progress:
                 runs.setdefault(("", "sampling-course progress --rerun"), []).append(
                     _timed(_cli("progress", "--rerun", "--impl", args.impl)))

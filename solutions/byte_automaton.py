@@ -180,6 +180,7 @@ class ByteAutomaton:
         self._rows: list[list[int | None] | None] = []  # number -> next state for each of the 256 bytes
         self._live_moves: dict[int, set] = {}
         self._prefixes: dict[bytes, tuple | None] = {}
+        self._continuation_lists: dict[bytes, list] = {}
         self.initial = self._number((fsm.initial, b""))
 
     @staticmethod
@@ -225,9 +226,16 @@ class ByteAutomaton:
             char_state, pending = self._states[state]
             row = [None] * 256
             if pending:  # only a continuation byte can come next
-                low, high = first_continuation(pending)
-                for b in range(low, high + 1):
-                    row[b] = self._next(char_state, pending + bytes([b]))
+                # The bytes that complete a character move as its symbol does: looked up once per symbol.
+                moves, seen = self.fsm.map[char_state], {}
+                for b, longer, symbol in self._continuations(pending):
+                    if symbol is None:
+                        row[b] = self._next(char_state, longer)
+                        continue
+                    if symbol not in seen:
+                        target = moves.get(symbol)
+                        seen[symbol] = None if target is None or target not in self.live else self._number((target, b""))
+                    row[b] = seen[symbol]
             else:  # an ASCII character, or the lead byte of a longer one (0xC2-0xF4)
                 # ASCII bytes of one symbol (such as the 10 digits of [0-9]) move alike: looked up once.
                 moves, seen = self.fsm.map[char_state], {}
@@ -240,6 +248,20 @@ class ByteAutomaton:
                     row[b] = self._next(char_state, bytes([b]))
             self._rows[state] = row
         return row
+
+    def _continuations(self, pending: bytes) -> list[tuple[int, bytes, object]]:
+        """(byte, ``pending`` + byte, the symbol of the character they complete or None) for each byte that may
+        come after ``pending``: the same for every state, so worked out once per ``pending``."""
+        found = self._continuation_lists.get(pending)
+        if found is None:
+            low, high = first_continuation(pending)
+            found = []
+            for b in range(low, high + 1):
+                longer = pending + bytes((b,))
+                prefix = self._prefix(longer)
+                found.append((b, longer, self._symbol[chr(prefix[0])] if prefix is not None and prefix[1] else None))
+            self._continuation_lists[pending] = found
+        return found
 
     def _char_step(self, char_state: int, char: str):
         target = self.fsm.map[char_state].get(self._symbol[char])

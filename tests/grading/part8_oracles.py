@@ -4,11 +4,19 @@ small byte vocabularies with languages written out member by member, partial mat
 
 from __future__ import annotations
 
+import bisect
 import functools
 import itertools
+import re
 
 import regex
 import torch
+
+try:  # Python's own regular-expression parser (named sre_parse before 3.11)
+    from re import _constants as _c, _parser
+except ImportError:  # pragma: no cover
+    import sre_constants as _c
+    import sre_parse as _parser
 
 
 def gpt2_byte_table() -> dict[str, int]:
@@ -45,8 +53,9 @@ def _compiled(pattern: str):
     return regex.compile(pattern)
 
 
-def partial_ok(pattern: str, text: bytes) -> bool:
-    """Whether ``text`` (bytes, perhaps ending inside a character) can be completed into a match of ``pattern``."""
+def partial_ok(pattern: str, text: bytes, every: bool = False) -> bool:
+    """Whether ``text`` (bytes, perhaps ending inside a character) can be completed into a match of ``pattern``
+    (``every``: try every character an unfinished one could become, not one per stretch; see ``completions``)."""
     for cut in range(len(text), max(len(text) - 4, -1), -1):
         try:
             head = text[:cut].decode()
@@ -55,20 +64,75 @@ def partial_ok(pattern: str, text: bytes) -> bool:
         tail = text[cut:]
         if not tail:
             return _compiled(pattern).fullmatch(head, partial=True) is not None
-        # An unfinished character: try every character it could become (the vocabularies here
+        # An unfinished character: try the characters it could become (the vocabularies here
         # split 2- and 3-byte characters only).
-        length = 2 if 0xC2 <= tail[0] <= 0xDF else 3 if 0xE0 <= tail[0] <= 0xEF else 0
-        if len(tail) >= length:
-            return False
-        for rest in itertools.product(range(0x80, 0xC0), repeat=length - len(tail)):
-            try:
-                char = (tail + bytes(rest)).decode()
-            except UnicodeDecodeError:
-                continue
-            if _compiled(pattern).fullmatch(head + char, partial=True):
-                return True
-        return False
+        return any(_compiled(pattern).fullmatch(head + char, partial=True) for char in completions(pattern, tail, every))
     return False
+
+
+@functools.cache
+def completions(pattern: str, tail: bytes, every: bool = False) -> tuple[str, ...]:
+    """The characters whose UTF-8 bytes begin with ``tail`` (an unfinished 2- or 3-byte character), as far as
+    ``pattern`` can tell them apart: one per stretch of code points that no literal or range of the pattern
+    begins or ends inside (see ``_cuts``), or all of them with ``every`` or when the pattern has constructs
+    that ``_cuts`` does not read. A lead byte of a 3-byte character has 4,096 completions, and the regex
+    call for each was most of a brute-force walk's time; a stretch's characters all match alike."""
+    length = 2 if 0xC2 <= tail[0] <= 0xDF else 3 if 0xE0 <= tail[0] <= 0xEF else 0
+    if len(tail) >= length:
+        return ()
+    every_char = []
+    for rest in itertools.product(range(0x80, 0xC0), repeat=length - len(tail)):
+        try:
+            every_char.append((tail + bytes(rest)).decode())
+        except UnicodeDecodeError:
+            continue
+    cuts = None if every else _cuts(pattern)
+    if cuts is None or not every_char:
+        return tuple(every_char)
+    codes = sorted(ord(char) for char in every_char)
+    bounds = sorted({codes[0]} | {cut for cut in cuts if codes[0] < cut <= codes[-1]})
+    picked = []
+    for start, end in zip(bounds, bounds[1:] + [codes[-1] + 1]):
+        first = bisect.bisect_left(codes, start)  # the stretch's first valid character, if it has one
+        if first < len(codes) and codes[first] < end:
+            picked.append(chr(codes[first]))
+    return tuple(picked)
+
+
+@functools.cache
+def _cuts(pattern: str) -> tuple[int, ...] | None:
+    """The code points at which ``pattern`` may start treating characters differently: each literal's own
+    code point and the one after it, each range's ends, and the newline around ``.``. Two characters
+    between the same neighbouring cuts are in exactly the same literals, ranges and classes, so the
+    pattern matches a text with one where and only where it matches it with the other. None when the
+    pattern uses what this reading does not cover (\\w-style categories, case folding, backreferences,
+    lookarounds): then every character is tried. Read with Python's own regular-expression parser."""
+    try:
+        parsed = _parser.parse(pattern)
+    except Exception:  # noqa: BLE001 - anything this parser refuses is simply tried character by character
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.LOCALE):
+        return None
+    cuts = {10, 11}
+    todo = list(parsed)
+    while todo:
+        op, arg = todo.pop()
+        if op in (_c.LITERAL, _c.NOT_LITERAL):
+            cuts.update((arg, arg + 1))
+        elif op is _c.RANGE:
+            cuts.update((arg[0], arg[1] + 1))
+        elif op is _c.IN:
+            todo.extend(arg)
+        elif op is _c.SUBPATTERN:
+            todo.extend(arg[-1])
+        elif op in (_c.MAX_REPEAT, _c.MIN_REPEAT):
+            todo.extend(arg[2])
+        elif op is _c.BRANCH:
+            for branch in arg[1]:
+                todo.extend(branch)
+        elif op not in (_c.ANY, _c.AT, _c.NEGATE):
+            return None
+    return tuple(sorted(cuts))
 
 
 # A vocabulary of byte tokens: whole words, single bytes, and halves of "é" (c3 a9) and "€" (e2 82 ac).
