@@ -76,10 +76,12 @@ if [ -n "${PIP_CERT:-}" ]; then  # a machine whose proxy signs with its own auth
     setenv+=(--setenv PIP_CERT /etc/ssl/host-ca.crt --setenv SSL_CERT_FILE /etc/ssl/host-ca.crt)
 fi
 if [ -n "${TORCH_INDEX_URL:-}" ]; then setenv+=(--setenv TORCH_INDEX_URL "$TORCH_INDEX_URL"); fi
-# The image: its own root, /proc and /dev, the host's network (setup.sh downloads), a clean environment.
+# The image: its own root and /dev, this machine's /proc as a container's (a fresh one, mounted here, would make
+# the kernel refuse the sandbox's own /proc in a container whose /proc has masked paths, as docker's has), the
+# host's network (setup.sh downloads), a clean environment.
 in_image() {
     env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 \
-        bwrap --bind "$image" / --proc /proc --dev /dev "$@"
+        bwrap --bind "$image" / --bind /proc /proc --dev /dev "$@"
 }
 started=$SECONDS
 in_image "${binds[@]}" "${setenv[@]}" --chdir /autograder/source bash /autograder/source/setup.sh

@@ -10,7 +10,10 @@ with its grading extra and run ``sampling-course grade`` on the one submission.
 
 ``run_autograder`` reads ``AUTOGRADER_ROOT`` (default ``/autograder``) and ``AUTOGRADER_PYTHON``
 (default the environment ``setup.sh`` made), so the same script runs in a local folder laid
-out like Gradescope's: that is how the tests check it.
+out like Gradescope's: that is how the tests check it. ``setup.sh`` reads ``AUTOGRADER_ROOT`` too,
+``COURSE_PYTHON`` (an interpreter of the pinned version, instead of uv's download) and
+``TORCH_INDEX_URL``, so that ``scripts/check_gradescope_setup.sh`` runs it where GitHub or PyTorch's
+index is out of reach.
 """
 
 from __future__ import annotations
