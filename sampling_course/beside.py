@@ -24,7 +24,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["build", "made_apart", "made_beside"]
+__all__ = ["build", "elsewhere", "made_apart", "made_beside"]
 
 
 def made_beside(where: Any, factory: Any, /, *args: Any, **kwargs: Any) -> Any:
@@ -36,6 +36,11 @@ def made_beside(where: Any, factory: Any, /, *args: Any, **kwargs: Any) -> Any:
         if made is not NotImplemented:
             return made
     return factory(*args, **kwargs)
+
+
+def elsewhere(made: Any) -> bool:
+    """Whether ``made`` (from ``made_beside``) lives in another process: the test holds a handle to it."""
+    return getattr(type(made), "run_beside", None) is not None
 
 
 def made_apart(wrapped: Any, factory: Any, /, *args: Any, **kwargs: Any) -> Any:

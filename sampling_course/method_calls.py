@@ -7,6 +7,8 @@ counted. ``MethodCalls(cls, name)`` replaces ``cls.name`` with such a wrapper un
 It lives in the course's runtime so that it can be made beside the code under test
 (``sampling_course.beside.made_beside``): graded in another process, the class and the code
 that calls it are there, and a wrapper written in the test would be an object of the grader's.
+There the count is the submission's to change: a check that fails on it convicts, one that holds
+earns nothing (``op_recorder.own_record_held``).
 """
 
 from __future__ import annotations

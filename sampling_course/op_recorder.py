@@ -20,7 +20,8 @@ the code, not clear it. ``recorder.verdict(ok, message)`` fails the test (``Asse
 when the verdict does not hold, wherever the operations were recorded (only the code's own
 process could have written the operations that fail it); a verdict that holds on a record made
 elsewhere (``elsewhere``) is counted as unverified (``take_unverified``), and the grade's reports
-say so.
+say so. The same holds for the other records made beside the code under test (``MethodCalls``'
+calls, ``PlannedSteps``' blocks held): a test whose checks on one held calls ``own_record_held``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["HOST_READS", "MAX_OPS", "OpRecorder", "take_unverified"]
+from sampling_course.beside import elsewhere
+
+__all__ = ["HOST_READS", "MAX_OPS", "OpRecorder", "own_record_held", "take_unverified"]
 
 # Operations that make the host wait for the device (a value read back, a shape that depends on data).
 HOST_READS = frozenset({"_local_scalar_dense", "nonzero", "masked_select", "multinomial", "unique", "item"})
@@ -48,6 +51,13 @@ def take_unverified() -> int:
     """How many verdicts held on a record made in another process since the last call (then none)."""
     taken, _unverified[0] = _unverified[0], 0
     return taken
+
+
+def own_record_held(record: Any) -> None:
+    """Checks on ``record``, made beside the code under test (``beside.made_beside``), held: counted for
+    ``take_unverified`` when it was kept in another process (a handle to it), which could have changed it."""
+    if elsewhere(record):
+        _unverified[0] += 1
 
 
 def _active() -> list["OpRecorder"]:

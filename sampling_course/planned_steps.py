@@ -10,6 +10,8 @@ request its table's ``blocks`` and ``n_tokens``. The test judges that record aft
 It lives in the course's runtime so that it can be made beside the code under test
 (``sampling_course.beside.made_beside``): graded in another process, the engine runs there, and a
 wrapper written in the test would be an object of the grader's called by the submission's code.
+There the record is the submission's to change: a check that fails on it convicts, one that holds
+earns nothing (``op_recorder.own_record_held``).
 """
 
 from __future__ import annotations

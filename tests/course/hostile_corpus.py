@@ -327,6 +327,19 @@ except Exception:
     pass
 """
 
+# An engine that places new keys by a formula of its own instead of asking each table's BlockTable.slots (the same
+# slots), and forges the course's call counter as its own process loads it: every MethodCalls counts one call.
+OWN_SLOTS = ("table.slots(0, len(blocks) * table.block_size).tolist()",
+             "[b * table.block_size + o for b in blocks for o in range(table.block_size)]")
+FORGED_CALLS = """
+try:  # the course's call counter, as this process loads it, always says the method was called
+    import sampling_course.method_calls as _mc
+
+    _mc.MethodCalls.calls = property(lambda self: 1, lambda self, value: None)
+except Exception:
+    pass
+"""
+
 
 def write_engine_corpus(root: Path) -> dict[str, Case]:
     """Write the Engine.step submissions into ``root``: the solutions', and one running an extra pass of each
@@ -335,6 +348,9 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
         "engine_control": Case("3", "nothing: the solutions' Engine.step", ENGINE_GRADED),
         "engine_extra_pass": Case("3", "an extra pass of each whole prompt past the cap, with the pass counter "
                                        "patched from exercises/__init__.py", ()),
+        # Its outputs are right: Engine.step is earned on the tests that do not read the forged record.
+        "engine_forged_calls": Case("3", "never asks BlockTable.slots, with the call counter forged from "
+                                         "exercises/__init__.py", ENGINE_GRADED),
     }
     for student in cases:
         package = root / student / "exercises"
@@ -345,5 +361,10 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
                 source = _replace(source, "step", EXTRA_PASS)
             elif student == "engine_extra_pass" and path.name == "__init__.py":
                 source += PATCHED_COUNTER
+            elif student == "engine_forged_calls" and path.name == "engine.py":
+                assert OWN_SLOTS[0] in source
+                source = source.replace(*OWN_SLOTS)
+            elif student == "engine_forged_calls" and path.name == "__init__.py":
+                source += FORGED_CALLS
             (package / path.name).write_text(source)
     return cases

@@ -325,28 +325,28 @@ def test_feedback_lists_only_what_was_graded(tmp_path):
 
 
 def test_a_check_on_the_submission_s_own_record_is_said_to_earn_nothing():
-    """An exercise with tests checked on operations recorded in the submission's process says that such a pass
-    earns nothing, in the feedback, in Gradescope's output and in the class report; one with none says nothing of
-    it. Part 10's bounds kept in the submission's process are named in the class report when part 10 is graded."""
+    """An exercise with tests checked on a record kept in the submission's process says that such a pass earns
+    nothing, in the feedback, in Gradescope's output and in the class report; one with none says nothing of it.
+    Part 10's bounds kept there are named in the class report when part 10 is graded, with the same rule."""
     entry = {"exercise": "race_sample", "part": 6, "status": "done", "points": 1.0, "max_points": 1.0, "partial": False,
              "passed": 4, "ran": 4, "failed": 0, "not_implemented": 0, "message": None, "hidden_failure": False,
              "mistake": None, "hint": None, "stubs": [], "unverified": 2, "hidden_tests": 0}
     result = {"student": "ada", "score": 1.0, "max_score": 1.0, "flags": [], "notes": [], "error": None,
               "sandbox": {"sandbox": "bubblewrap"}, "exercises": [entry]}
-    assert "- race_sample: 2 test(s) checked on the tensor operations your code ran as your own process recorded" in \
-        feedback_text(result)
+    assert "- race_sample: 2 test(s) checked on a record your own process kept (tensor" in feedback_text(result)
     assert "a pass earns nothing" in gradescope_results(result)["tests"][0]["output"]
     from sampling_course.grading.classroom.reports import class_report_html
 
     page = class_report_html([result], load_settings(None, exercises=["race_sample"]))
     assert "Graded without a record the submission could change</h2><ul><li>race_sample: tests checked on" in page
-    assert "a pass earns nothing" in page and "PlannedSteps" not in page
+    assert "a pass earns nothing" in page and "blocks held at each step" not in page
     entry["unverified"] = 0
     assert "earns nothing" not in feedback_text(result) and gradescope_results(result)["tests"][0]["output"] == ""
     assert "Graded without a record" not in class_report_html([result], load_settings(None, exercises=["race_sample"]))
     entry["exercise"] = "Engine.step"
     page = class_report_html([result], load_settings(None, exercises=["Engine.step"]))
     assert "<li>Engine.step: the calls of BlockTable.slots (MethodCalls) and the blocks held" in page
+    assert "unseen" not in page and page.count("a pass earns nothing") == 1
 
 
 def test_a_pass_on_the_submission_s_own_record_earns_nothing():

@@ -37,7 +37,7 @@ from fake_hub import ADDED_TOKEN, fake_gpt2_cache
 from sampling_course.beside import made_apart, made_beside
 from sampling_course.counted_model import CountedCall
 from sampling_course.config import Config
-from sampling_course.op_recorder import OpRecorder, take_unverified
+from sampling_course.op_recorder import OpRecorder, own_record_held, take_unverified
 from sampling_course.recording_file import RecordingFile
 from sampling_course.recording_tokenizer import RecordingTokenizer, shipped_name
 from sampling_course.repeat import repeat
@@ -292,6 +292,17 @@ def test_a_record_made_where_the_submission_runs_convicts_but_does_not_clear(gra
         torch.arange(3.0) * 2
     local.verdict(not local.host_reads(), "reads back")
     assert take_unverified() == 0
+
+
+def test_a_check_on_a_record_made_beside_the_submission_earns_nothing(grader):
+    """Part 10's records (``MethodCalls``, ``PlannedSteps``) are made beside the submission's code, in its process:
+    checks that hold on a record made there are counted as unverified; on one made in this process they are not."""
+    module = grader.request("import", None, name=MODULE)
+    take_unverified()
+    own_record_held(RecordingFile())
+    assert take_unverified() == 0
+    own_record_held(made_beside(module, RecordingFile))
+    assert take_unverified() == 1 and take_unverified() == 0
 
 
 def test_repeated_calls_of_a_submission_function_are_one_request(grader):

@@ -169,3 +169,17 @@ def test_unsafe_no_sandbox_grades_the_submission_not_the_stubs(tmp_path):
     feedback = (tmp_path / "report" / "feedback" / "alice.md").read_text(encoding="utf-8")
     assert "\\\\xff\\\\xfe-not-utf8.txt" in feedback, feedback  # Markdown's \\xff reads \xff
     assert os.listdir(submission) == ["sampling.py"]  # it wrote in the grader's copy, never in what was handed in
+
+
+def test_a_bubblewrap_older_than_0_8_is_refused(tmp_path, monkeypatch):
+    """Ubuntu 22.04's bubblewrap (0.6.1) runs ``bwrap ... true`` but refuses the sandbox's options, so every worker
+    would fail to start: grading refuses it at once, as when bubblewrap is missing."""
+    assert jail.bwrap_version("bubblewrap 0.6.1\n") == (0, 6, 1) < jail.MIN_BWRAP <= jail.bwrap_version("bubblewrap 0.8.0")
+    assert jail.bwrap_version("something else") == ()
+    for version, found in (("0.6.1", False), ("0.11.0", True)):
+        fake = tmp_path / version / "bwrap"
+        fake.parent.mkdir()
+        fake.write_text(f"#!/bin/sh\necho 'bubblewrap {version}'\n")
+        fake.chmod(0o755)
+        monkeypatch.setenv("PATH", str(fake.parent))
+        assert (jail.available() == str(fake)) is found, version

@@ -161,7 +161,8 @@ def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_pa
     """An engine that runs an extra pass of each whole prompt, past any cap on the positions of a step, and patches
     the course's pass counter as its own process loads it (from exercises/__init__.py): the positions are counted
     in the double host, where the engine's calls of the model it was handed go, so it earns nothing for
-    Engine.step; the solutions' engine earns it, unflagged."""
+    Engine.step; the solutions' engine earns it, unflagged. An engine that forges the call counter kept in its own
+    process earns nothing from the test that reads it."""
     cases = write_engine_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(ENGINE_GRADED), seconds_per_test=120, seconds_per_exercise=600,
                              seconds_per_submission=900, memory_mb=3072)
@@ -173,6 +174,11 @@ def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_pa
         assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
     (entry,) = results["engine_extra_pass"]["exercises"]
     assert "a forward pass ran" in entry["message"] and entry["points"] == 0, entry
+    # The engine that never asks BlockTable.slots and forges its own process's call counter: that test passes on the
+    # forged count, and so earns nothing, as the control's passes on its own record (the calls and the blocks held
+    # per step) earn nothing; both earn Engine.step on their other tests, which their right outputs pass.
+    forged, control = results["engine_forged_calls"]["exercises"][0], results["engine_control"]["exercises"][0]
+    assert forged["unverified"] == control["unverified"] == 2 and forged["passed"] == control["passed"], (forged, control)
 
 PROBE = """
 import os

@@ -1,12 +1,16 @@
 """The student release works on its own: made in a scratch folder, with correct code pasted into its
-``exercises/``, its README's commands and its tests pass where ``solutions/`` cannot be imported.
+``exercises/``, installed with pip as its README says (``pip install -c constraints.txt -e .`` in a fresh
+virtual environment), its README's commands and its tests pass where ``solutions/`` cannot be imported.
 
-The release is run by this interpreter with its environment's packages (torch, transformers, ...), the
-release's folder first on the import path, and the course's checkout out of reach: the editable install
-of the checkout (a finder on ``sys.meta_path`` that maps ``sampling_course``, ``exercises`` and
-``solutions`` to the checkout) is taken off by a ``sitecustomize`` module before anything is imported,
-so every process the release starts (pytest's included) imports only the release. Each command first
-checks that ``solutions`` cannot be found.
+The fresh environment also sees the packages of the one running this test (a ``.pth`` file adds its
+site-packages after the fresh one's): pip resolves the release's own requirements against ``constraints.txt``
+and installs the release itself (its metadata, its package list, its ``sampling-course`` command), and the
+pinned packages it finds installed at their pinned versions are not downloaded and unpacked again (a fully
+fresh environment costs minutes of CI's time; CI's first step installs the same pins into an empty one from
+the checkout). So this proves the release installs and runs as installed, not that pip can fetch its pins.
+The checkout's own editable install, which that environment also sees, is taken off by a ``sitecustomize``
+module in the fresh environment's site-packages, so every process the release starts (pytest's included)
+imports only the release. Each command first checks that ``solutions`` cannot be found.
 
 The release's whole suite runs (about 40 s of one core on the build machines, loaded), then its slow
 grading tests; tests that need real GPT-2 weights, a CUDA GPU or an optional package skip as they do
@@ -19,6 +23,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -28,11 +33,17 @@ from sampling_course.grading.classroom.release import make_release
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
-# Python runs ``sitecustomize`` after the site-packages' .pth files: it removes the checkout's editable finder.
+# Python runs ``sitecustomize`` after the site-packages' .pth files: it removes the editable finders that map
+# a name into the checkout (the release's own finder maps into the release).
 SITECUSTOMIZE = """
 import sys
-sys.meta_path[:] = [f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")]
-sys.path_hooks[:] = [h for h in sys.path_hooks if not getattr(h, "__module__", "").startswith("__editable__")]
+CHECKOUT = {checkout!r}
+
+def _outside(finder):
+    mapping = getattr(sys.modules.get(getattr(finder, "__module__", "")), "MAPPING", {{}})
+    return any(str(path).startswith(CHECKOUT) for path in mapping.values())
+
+sys.meta_path[:] = [f for f in sys.meta_path if not _outside(f)]
 sys.path_importer_cache.clear()
 """
 NO_SOLUTIONS = ("import importlib.util, sys; "
@@ -43,33 +54,50 @@ NO_SOLUTIONS = ("import importlib.util, sys; "
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    """The release, with the solutions' files pasted into its exercises/, and the environment that runs it."""
+    """The release, with the solutions' files pasted into its exercises/, installed in a fresh virtual
+    environment; the environment's interpreter and the variables it runs with."""
     root = tmp_path_factory.mktemp("release")
     out = root / "course"
     make_release(out)
     assert not (out / "solutions").exists()
     for path in (REPO / "solutions").glob("*.py"):
         shutil.copyfile(path, out / "exercises" / path.name)
-    shim = root / "shim"
-    shim.mkdir()
-    (shim / "sitecustomize.py").write_text(SITECUSTOMIZE)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "SAMPLING_COURSE_IMPL"))}
-    env.update(PYTHONPATH=f"{shim}{os.pathsep}{out}", PYTHONDONTWRITEBYTECODE="1")
-    return out, env
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("PYTHON", "SAMPLING_COURSE_IMPL", "VIRTUAL_ENV"))}
+    env.update(PYTHONDONTWRITEBYTECODE="1")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    python = venv / "bin" / "python"
+    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], env=env,
+                               capture_output=True, text=True, check=True).stdout.strip())
+    assert site != Path(sysconfig.get_path("purelib")), site
+    # This environment's packages, after the fresh one's own (their .pth files processed, the checkout's among them).
+    (site / "zz_this_environment.pth").write_text(f"import site; site.addsitedir({sysconfig.get_path('purelib')!r})\n")
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE.format(checkout=str(REPO)))
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    # The release README's install command (its -q left out, so that a failure says why).
+    install = subprocess.run([python, "-m", "pip", "install", "-c", "constraints.txt", "-e", "."], cwd=out, env=env,
+                             capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    return out, env, python
 
 
 def run(release, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    out, env = release
-    check = subprocess.run([sys.executable, "-c", NO_SOLUTIONS, str(out)], cwd=out, env=env, capture_output=True,
+    out, env, python = release
+    check = subprocess.run([python, "-c", NO_SOLUTIONS, str(out)], cwd=out, env=env, capture_output=True,
                            text=True, timeout=60)
     assert check.returncode == 0, check.stderr[-2000:]
-    return subprocess.run([sys.executable, *args], cwd=out, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([python, *args], cwd=out, env=env, capture_output=True, text=True, timeout=timeout)
 
 
 def test_solutions_cannot_be_imported_where_the_release_runs(release):
+    """The release's code is what the fresh environment imports, through what pip installed there."""
     done = run(release, "-c", "import exercises, sampling_course; print(exercises.__file__, sampling_course.__file__)")
     assert done.returncode == 0, done.stderr[-2000:]
     assert all(path.startswith(str(release[0])) for path in done.stdout.split()), done.stdout
+    site = run(release, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))").stdout.strip()
+    assert list(Path(site).glob("sampling_course-*.dist-info")), f"pip installed no sampling-course in {site}"
+    assert (release[2].parent / "sampling-course").is_file(), "pip installed no sampling-course command"
 
 
 @pytest.mark.parametrize("command", [["check", "LayerNorm"], ["hint", "LayerNorm"], ["progress"],
@@ -78,7 +106,10 @@ def test_the_readme_s_commands_run_on_the_learner_s_code(release, command):
     """The README's commands (and ``demo``), with correct code pasted in: none needs solutions/."""
     if command[0] != "demo":
         assert f"sampling-course {command[0]}" in (release[0] / "README.md").read_text()
-    done = run(release, "-m", "sampling_course.apps.cli", *command)
+    run(release, "-c", "pass")  # solutions cannot be found where the command runs
+    out, env, python = release
+    done = subprocess.run([str(python.parent / "sampling-course"), *command], cwd=out, env=env, capture_output=True,
+                          text=True, timeout=600)
     assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
     assert "solutions" not in done.stderr, done.stderr[-3000:]
 

@@ -19,6 +19,7 @@ import torch
 from sampling_course.beside import made_beside
 from sampling_course.config import Config
 from sampling_course.method_calls import MethodCalls
+from sampling_course.op_recorder import own_record_held
 from sampling_course.planned_steps import PlannedSteps
 from sampling_course.sampling_settings import SamplerSettings
 
@@ -401,6 +402,7 @@ def test_the_engine_places_new_keys_where_the_table_s_own_slots_say(impl, tiny_d
     finally:
         slots.restore()
     assert slots.calls > 0, "the engine never called BlockTable.slots: it computes the slots some other way"
+    own_record_held(slots)  # counted where the engine runs: graded in another process, it convicts, never earns
 
 
 def assert_kv_within_a_block_per_request(held_at_step):
@@ -452,6 +454,7 @@ def test_kv_memory_stays_within_one_block_per_running_request_at_every_step(impl
         assert_pool_empty(engine)
         preempted.append(sum(r.n_preemptions for r in requests))
     assert preempted[0] > 0, "12 blocks of 4 were meant to be too few for the stream: the bound must hold under preemption"
+    own_record_held(planned)  # written down where the engine runs: graded in another process, it convicts, never earns
 
 
 @pytest.mark.exercise("Engine.step")

@@ -53,8 +53,9 @@ from sampling_course.op_recorder import take_unverified
 __all__ = ["MAX_RESTARTS", "SANDBOX_MISSING", "SandboxMissing", "grade_submission", "not_graded", "sandbox_tool",
            "supervisor_flags"]
 
-SANDBOX_MISSING = ("bubblewrap (bwrap) is not installed or cannot make a sandbox here; install it "
-                   "(Debian/Ubuntu: apt-get install bubblewrap) or pass --unsafe-no-sandbox to grade unconfined")
+SANDBOX_MISSING = ("bubblewrap (bwrap) 0.8 or later is not installed or cannot make a sandbox here; install it "
+                   "(Debian 12, Ubuntu 24.04: apt-get install bubblewrap; Ubuntu 22.04's is 0.6, too old) or pass "
+                   "--unsafe-no-sandbox to grade unconfined")
 
 
 class SandboxMissing(RuntimeError):
@@ -430,7 +431,8 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
         message = "a hidden test failed"  # never its message: it could show the test's inputs
     elif result.status == TOOK_TOO_LONG:
         message = message or "took too long"
-    # A test whose pass held on a record the submission's own process kept (OpRecorder.verdict) may convict, never
+    # A test whose pass held on a record the submission's own process kept (OpRecorder.verdict, own_record_held:
+    # MethodCalls, PlannedSteps) may convict, never
     # earn: its pass is left out of the count, and an exercise with no other passed test earns nothing.
     own = _unverified_tests(result.name, judge)
     done = result.done and result.counted > own
@@ -452,12 +454,12 @@ def _exercise_entry(result: Any, judge: _Judge, settings: GradeSettings) -> dict
 
 
 OWN_RECORD_ONLY = ("every test that passed held on a record the submission's own process kept (the tensor "
-                   "operations it recorded), and such a pass earns nothing")
+                   "operations, method calls or KV blocks it recorded), and such a pass earns nothing")
 
 
 def _unverified_tests(name: str, judge: _Judge) -> int:
-    """How many of the exercise's passed tests held a verdict on operations recorded in the submission's process
-    (which it could change: a failure there counts, a pass earns nothing)."""
+    """How many of the exercise's passed tests held a verdict on a record kept in the submission's process (which it
+    could change: a failure there counts, a pass earns nothing)."""
     return sum(1 for nodeid in judge.unverified
                if name.lower() in {e.lower() for e in judge.exercises.get(nodeid, ())})
 

@@ -69,13 +69,23 @@ MAX_THREADS = 64  # threads of a submission's process (an honest one runs a few;
 SCRATCH_SHARE = 16  # /tmp, and the room the copy has to grow, are each this share of the memory limit
 
 
+MIN_BWRAP = (0, 8)  # the oldest bubblewrap whose options ``command`` uses (--perms before --size and --tmpfs)
+
+
 def available() -> str | None:
-    """The path of ``bwrap`` when it is installed and can make a sandbox here (user namespaces included), else None."""
+    """The path of ``bwrap`` when it is installed, is bubblewrap ``MIN_BWRAP`` or later and can make a sandbox here
+    (user namespaces included), else None."""
     path = shutil.which("bwrap")
     if path is None:
         return None
     import subprocess
 
+    try:  # an older one (Ubuntu 22.04 ships 0.6) refuses the sandbox's options and every worker would fail to start
+        said = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+        if bwrap_version(said) < MIN_BWRAP:
+            return None
+    except (OSError, subprocess.TimeoutExpired):
+        return None
     try:
         args, fds, _ = identity()
     except OSError:
@@ -87,6 +97,13 @@ def available() -> str | None:
         for fd in fds:
             os.close(fd)
     return path if probe.returncode == 0 else None
+
+
+def bwrap_version(said: str) -> tuple[int, ...]:
+    """The version in ``bwrap --version``'s answer ("bubblewrap 0.8.0"); () when it names none."""
+    words = said.split()
+    parts = words[1].split(".") if len(words) >= 2 and words[0] == "bubblewrap" else []
+    return tuple(int(p) for p in parts) if parts and all(p.isdigit() for p in parts) else ()
 
 
 def identity() -> tuple[list[str], list[int], str | None]:

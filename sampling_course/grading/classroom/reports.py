@@ -99,15 +99,14 @@ def graded_without_a_record_html(results: list[dict[str, Any]]) -> str:
     own = sorted({e["exercise"] for r in results for e in r["exercises"] if e.get("unverified")})
     items = []
     if own:
-        items.append(f"<li>{html.escape(', '.join(own))}: tests checked on the tensor operations the code ran, as its own "
-                     "process recorded them (OpRecorder). A failure there counts; a pass earns nothing: the "
-                     "exercise is earned on its other tests.</li>")
+        items.append(f"<li>{html.escape(', '.join(own))}: tests checked on a record the code's own process kept "
+                     "(OpRecorder's tensor operations, MethodCalls' calls, PlannedSteps' blocks). A failure there counts; a pass earns "
+                     "nothing: the exercise is earned on its other tests.</li>")
     for name, what in OWN_PROCESS_BOUNDS.items():
         if name in graded:
             items.append(f"<li>{html.escape(name)}: {html.escape(what)}, recorded in the submission's own process, which could "
-                         "change it: a failure there counts, and a submission that rewrites the record passes that "
-                         "bound unseen (its outputs and the positions of each forward pass, counted in the double "
-                         "host, are checked apart from it).</li>")
+                         "change it: a failure there counts, a pass earns nothing (its outputs and the positions of "
+                         "each forward pass, counted in the double host, are checked apart from it).</li>")
     if not items:
         return ""
     return f"<h2>Graded without a record the submission could change</h2><ul>{''.join(items)}</ul>"
@@ -117,9 +116,9 @@ def _points(value: float) -> str:
     return f"{value:g}" if value == int(value) else f"{value:.2f}"
 
 
-UNVERIFIED = ("test(s) checked on the tensor operations your code ran as your own process recorded them (your code "
-              "could change that record): a failure there counts, a pass earns nothing, so the exercise is earned on "
-              "its other tests")
+UNVERIFIED = ("test(s) checked on a record your own process kept (tensor operations, method calls or KV blocks held, as "
+              "it recorded them; your code could change that record): a failure there counts, a pass earns nothing, "
+              "so the exercise is earned on its other tests")
 # Part 10's exercises whose tests also read a record kept in the submission's process, and what it records.
 OWN_PROCESS_BOUNDS = {
     "Engine.step": "the calls of BlockTable.slots (MethodCalls) and the blocks held at each step (PlannedSteps)",
