@@ -74,9 +74,12 @@ def quality_table(run, title: str, weight_bytes: dict[str, int] | None = None):
             extra = ["-", "-"] if b is None else [f"{b / 2**20:.2f} MiB", f"{weight_bytes['fp32'] / b:.2f}x"]
         out.add_row(row["name"], f"{row['nll']:.4f}", interval(row["gap"]), interval(row["delta"]),
                     interval(row["kl"], 5), *extra)
-    for name, why in run.skipped.items():
-        out.add_row(name, "skipped", why, "", "", *(["", ""] if weight_bytes else []))
     return out
+
+
+def skipped_lines(run) -> list[str]:
+    """One line per configuration that did not run, with the reason its code gave."""
+    return [f"{name}: skipped ({why})" for name, why in run.skipped.items()]
 
 
 def target_lines(run, matches: dict[str, str]) -> list[str]:
@@ -107,13 +110,14 @@ def memory_rows(fp32, quantised: dict, weight_bytes_fn) -> list[dict]:
     from sampling_course.apps.quant_peers import block_matrices
 
     matrices = {id(p) for _, _, p in block_matrices(fp32)}
-    rest = sum(p.numel() * p.element_size() for p in fp32.parameters() if id(p) not in matrices)
+    rest = (sum(p.numel() for p in fp32.parameters() if id(p) not in matrices)
+            + sum(b.numel() for b in fp32.buffers()))  # numbers outside the block matrices: never quantised
     rows = []
     for name, model in quantised.items():
         formula = formula_bytes(fp32, name)
         stored = stored_bytes(model)
         rows.append(dict(name=name, formula=formula, stored=stored, reported=weight_bytes_fn(model),
-                         matrices=stored - (rest if name != "bf16" else rest // 2)))
+                         matrices=stored - rest * (2 if name == "bf16" else 4)))
     return rows
 
 
@@ -128,6 +132,28 @@ def memory_table(rows: list[dict], title: str):
         out.add_row(r["name"], f"{r['formula']:,}", f"{r['stored']:,}", f"{r['reported']:,}", "yes" if same else "NO",
                     f"{r['matrices']:,}", f"{base['matrices'] / r['matrices']:.2f}x", f"{base['stored'] / r['stored']:.2f}x")
     return out
+
+
+def kv_line(cfg) -> str:
+    """The KV cache of one sequence at the model's n_ctx: weight-only quantisation leaves it as it was."""
+    import torch
+
+    from sampling_course.apps.quant_memory import kv_bytes
+    from sampling_course.kv_memory import format_bytes
+
+    return (f"KV cache of one sequence at n_ctx = {cfg.n_ctx}: {format_bytes(kv_bytes(cfg, cfg.n_ctx, torch.float32))} "
+            f"in fp32, {format_bytes(kv_bytes(cfg, cfg.n_ctx, torch.bfloat16))} in bf16, whatever the weights' scheme "
+            "(the quantised models compute, and cache, in fp32)")
+
+
+def speed_verdict(matmuls: list[dict], step: dict[str, float]) -> str:
+    """What the speed ratios of this run say, read from them."""
+    ratios = [r for row in matmuls for r in row["ratios"].values()] + [v for k, v in step.items() if k != "fp32"]
+    if ratios and max(ratios) < 1:
+        return (f"In this run every quantised path was slower than fp32 on this CPU (ratios {min(ratios):.2f}x to "
+                f"{max(ratios):.2f}x): what quantisation buys here is memory, at the cost in quality above.")
+    return (f"In this run the quantised paths ran at {min(ratios):.2f}x to {max(ratios):.2f}x of fp32's speed on this "
+            "CPU." if ratios else "No speed ratios were measured.")
 
 
 def fits_table(rows: list[dict], budgets: dict[str, tuple[int, int]]):
@@ -222,9 +248,10 @@ def _run(args: argparse.Namespace) -> int:
         console.print(quality_table(run, f"{name}: {len(heldout.lengths)} held-out stories, "
                                          f"{int(heldout.counts.sum()):,} tokens; entropy floor {heldout.floor:.4f} "
                                          "nats/token", {r["name"]: r["stored"] for r in rows}))
-        for line in target_lines(run, matches):
+        for line in skipped_lines(run) + target_lines(run, matches):
             console.print("  " + line)
         console.print(memory_table(rows, f"{name}: weight bytes (formula = stored = weight_bytes)"))
+        console.print("  " + kv_line(reference.cfg))
         kept[name] = (reference, fp32, ours, module)
     # Memory of larger models, by formula, on the meta device.
     from sampling_course.config import Config
@@ -244,17 +271,17 @@ def _run(args: argparse.Namespace) -> int:
     shapes = quant_speed.GPT2_SMALL_SHAPES[:1] if args.quick else quant_speed.GPT2_SMALL_SHAPES
     repeats = 2 if args.quick else 7
     with console.status("timing matmuls"):
-        console.print(matmul_table(quant_speed.matmul_rows(quantise, shapes, repeats=repeats)))
-    name = "story" if "story" in kept else None
-    if name is not None:
-        _, _, ours, _ = kept[name]
+        matmuls = quant_speed.matmul_rows(quantise, shapes, repeats=repeats)
+    console.print(matmul_table(matmuls))
+    step: dict[str, float] = {}
+    if "story" in kept:
+        _, _, ours, _ = kept["story"]
         kv = impl_module("kv_cache", args.impl).KeyValueCache
-        step = quant_speed.decode_rows({k: m for k, m in ours.items() if k != "bf16"}, kv, repeats=repeats)
+        with console.status("timing decode steps"):
+            step = quant_speed.decode_rows({k: m for k, m in ours.items() if k != "bf16"}, kv, repeats=repeats)
         console.print("story, one cached decode step after 64 tokens, speed relative to fp32: "
                       + ", ".join(f"{k} {v:.2f}x" for k, v in step.items()))
-    console.print("On this CPU the int8 kernel and dequantising before the matmul are slower than fp32 at these "
-                  "sizes (ratios below 1): what quantisation buys here is memory, at the cost in quality above. "
-                  "Times are CPU seconds of one thread, best of interleaved repeats.")
+    console.print(speed_verdict(matmuls, step) + " Times are CPU seconds of one thread, best of interleaved repeats.")
     rows, notes = quant_speed.gpu_rows()
     if rows:
         from rich.table import Table

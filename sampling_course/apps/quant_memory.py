@@ -9,12 +9,14 @@ the embeddings, the unembedding, the norms and the biases keep their dtype. For 
   x (a scale of ``S`` bytes + a zero point of ``Z`` bytes);
 * ``nf4-gG``: ``out x in / 2`` bytes + ``out x in / G`` absmax scales of ``S`` bytes;
 * ``nf4-gG-dq`` (double quantisation, QLoRA's section 3): the absmax scales themselves as
-  one-byte codes, with one ``S``-byte scale per block of ``DQ_BLOCK`` of them and one
-  ``S``-byte offset per matrix (their mean, subtracted before they are quantised).
+  one-byte codes in blocks of ``DQ_BLOCK`` (the last block padded to full size), one ``S``-byte
+  scale per block and one ``S``-byte offset per matrix (their mean, subtracted before they are
+  quantised): ``ceil(g / DQ_BLOCK) x (DQ_BLOCK + S) + S`` bytes for ``g = out x in / G`` absmaxes.
 
 ``S`` and ``Z`` are the bytes of the scale and zero-point dtypes (``SCALE_BYTES``,
-``ZERO_BYTES``). The model's bytes are the matrices' by this formula plus every other
-parameter's ``numel x element_size``. The bench checks the formula against the bytes of the
+``ZERO_BYTES``: fp32 scales, and zero points as one byte each, since they are whole numbers
+from 0 to 15). The model's bytes are the matrices' by this formula plus every other
+parameter's and buffer's ``numel x element_size``. The bench checks the formula against the bytes of the
 tensors the quantised model actually stores (``stored_bytes``, every distinct storage among
 its parameters, buffers and tensor attributes) and against part 11's own ``weight_bytes``.
 
@@ -32,7 +34,7 @@ from sampling_course.apps.quant_peers import block_matrices, to_matrix
 from sampling_course.kv_memory import kv_cache_bytes, storage_bytes
 
 SCALE_BYTES = 4  # fp32 scales and absmax values
-ZERO_BYTES = 4  # zero points kept in the scales' dtype
+ZERO_BYTES = 1  # zero points are whole numbers from 0 to 15: one byte each
 DQ_BLOCK = 256  # absmax values per second-level scale (QLoRA's choice)
 
 
@@ -60,18 +62,20 @@ def matrix_bytes(scheme: str, out: int, inputs: int) -> int:
         return codes + groups * (SCALE_BYTES + ZERO_BYTES)
     if not double:
         return codes + groups * SCALE_BYTES
-    return codes + groups + math.ceil(groups / DQ_BLOCK) * SCALE_BYTES + SCALE_BYTES
+    return codes + math.ceil(groups / DQ_BLOCK) * (DQ_BLOCK + SCALE_BYTES) + SCALE_BYTES
 
 
 def formula_bytes(model: torch.nn.Module, scheme: str) -> int:
     """The model's weight bytes by the formula: ``scheme`` "fp32" or "bf16" for the whole model at that
     dtype, else the block matrices by ``matrix_bytes`` and every other parameter at its own dtype.
     ``model`` may live on the meta device (shapes only)."""
-    if scheme in ("fp32", "bf16"):
-        return sum(p.numel() for p in model.parameters()) * (4 if scheme == "fp32" else 2)
+    buffers = sum(b.numel() * b.element_size() for b in model.buffers())
+    if scheme in ("fp32", "bf16"):  # the whole model cast: its (floating-point) buffers too
+        numbers = sum(p.numel() for p in model.parameters()) + sum(b.numel() for b in model.buffers())
+        return numbers * (4 if scheme == "fp32" else 2)
     matrices = {id(p): to_matrix(name, p).shape for _, name, p in block_matrices(model)}
     total = sum(matrix_bytes(scheme, out, inputs) for out, inputs in matrices.values())
-    return total + sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in matrices)
+    return total + sum(p.numel() * p.element_size() for p in model.parameters() if id(p) not in matrices) + buffers
 
 
 def stored_bytes(model: torch.nn.Module) -> int:
