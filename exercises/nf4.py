@@ -1,6 +1,6 @@
 # GENERATED from solutions/nf4.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 25550cff151a1d85356311e772ea34355178d292742e4d7ff1d45b8a8665e977
+# stub-checksum: e00efdf81080d6a96d5013bd847362bab4b9b1a9d9bf86b90f9ec4164dd37c8f
 """Part 11: the 4-bit normal-float codebook (NF4, from QLoRA: Dettmers et al., 2023).
 
 Uniform 4-bit codes (quantise.py) spend their 16 levels evenly over a group's range. Trained
@@ -91,8 +91,9 @@ class DoubleQuantised:
     block_size: int
 
     def dequantise(self) -> Float[Tensor, "out groups"]:
-        """The absmaxes back, in float32, in their own shape."""
-        raise NotImplementedError()
+        """The absmaxes back, in float32, in their own shape (the padding of the last block dropped)."""
+        centred = dequantise_int8(self.codes.reshape(-1, self.block_size), self.scales)
+        return (centred + self.offset.float()).flatten()[: _numel(self.shape)].reshape(self.shape)
 
     @property
     def nbytes(self) -> int:

@@ -29,6 +29,7 @@ from sampling_course.grading.parts import (
     part8_structured,
     part9_modern,
     part10_serving,
+    part11_quantisation,
 )
 
 __all__ = [
@@ -38,7 +39,7 @@ __all__ = [
 
 # The parts in course order; each module lists its exercises, hints and planted mistakes.
 PART_MODULES = (part1_transformer, part2_sampling, part3_beams, part4_kv_cache, part5_generation, part6_caches,
-                part7_speculative, part8_structured, part9_modern, part10_serving)
+                part7_speculative, part8_structured, part9_modern, part10_serving, part11_quantisation)
 
 PARTS: dict[int, str] = {module.PART: module.TITLE for module in PART_MODULES}
 # The parts as the notebooks number them ("6b" is part 6's second notebook), with their titles.
