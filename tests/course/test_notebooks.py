@@ -40,6 +40,7 @@ NOTEBOOKS = {
     8: "08_structured_generation.ipynb",
     9: "09_modern_decoders.ipynb",
     10: "10_serving.ipynb",
+    11: "11_quantisation.ipynb",
 }
 # A part's exercises of one module may have a notebook of their own, after the part's:
 # notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
