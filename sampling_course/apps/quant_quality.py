@@ -31,7 +31,9 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 # The configurations the bench scores, in the order of its table. "fp32" is the baseline
-# every KL and difference is taken against.
+# every KL and difference is taken against. "bf16" is the whole model cast to bfloat16: its
+# weights and its computation (activations, attention, logits), unlike the weight-only schemes,
+# which dequantise to fp32 and compute in fp32.
 BASELINES = ("fp32", "bf16")
 SCHEMES = ("int8", "int4-g32", "int4-g64", "int4-g128", "nf4-g64", "nf4-g64-dq")
 
