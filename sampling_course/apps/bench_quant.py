@@ -242,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
             reference, fp32, module = load_fp32(name, args.impl)
             heldout = quant_quality.heldout_set(name, reference.tokenizer, reference.cfg.n_ctx, args.tokens)
             peers, matches, skipped = quant_peers.peer_models(fp32, libraries)
+            peers.update(quant_peers.bf16_weights(fp32))
             run, built = quant_quality.run_quality(fp32, heldout, quant.quantise_model, extra=peers)
             run.skipped.update(skipped)
         ours = {k: m for k, m in built.items() if k not in peers}

@@ -76,6 +76,15 @@ def with_dequantised_weights(fp32: torch.nn.Module, roundtrip: Callable[[Tensor]
     return model.eval()
 
 
+BF16_WEIGHTS = "bf16 matrices, fp32 compute"
+
+
+def bf16_weights(fp32: torch.nn.Module) -> dict[str, torch.nn.Module]:
+    """The block matrices rounded to bf16 and computed with in fp32, like the quantised schemes: the weight
+    format alone, where the "bf16" configuration also computes in bf16."""
+    return {BF16_WEIGHTS: with_dequantised_weights(fp32, lambda matrix: matrix.to(torch.bfloat16).float())}
+
+
 def installed(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None
