@@ -1,6 +1,6 @@
 # GENERATED from solutions/quantised_model.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: fe28fc5d2bc669f9b70507cb4b7ff56cd63b8f04af22d844cbd710c953ec7aa7
+# stub-checksum: 982937a3597b93410f880e726c583b32b0f83e2227f401b5c148856b1451bbeb
 """Part 11: the learner's own models run on quantised weights, through their one forward pass.
 
 ``quantise_model(model, "int4-g64")`` stores every weight matrix inside the blocks (attention's
@@ -168,10 +168,10 @@ def quantise_model(model: nn.Module, scheme: "Scheme | str") -> nn.Module:
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.Module):
         raise TypeError(f"quantise_model takes a model with blocks (DemoTransformer, LlamaTransformer), got {type(model).__name__}")
+    if any(parametrize.is_parametrized(module, name) for module in blocks.modules() for name in LAYOUTS):
+        raise ValueError("this model is quantised already: quantise a fresh copy of the float model")
     targets = [(module, name) for module in blocks.modules() for name in LAYOUTS
                if isinstance(module._parameters.get(name), Tensor)]
-    if any(parametrize.is_parametrized(module) for module, _ in targets):
-        raise ValueError("this model is quantised already: quantise a fresh copy of the float model")
     if not targets:
         raise ValueError(f"no weight named {', '.join(LAYOUTS)} in the model's blocks: nothing to quantise")
     if scheme.group_size:  # say so before any weight has changed

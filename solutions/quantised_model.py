@@ -191,10 +191,10 @@ def quantise_model(model: nn.Module, scheme: "Scheme | str") -> nn.Module:
     blocks = getattr(model, "blocks", None)
     if not isinstance(blocks, nn.Module):
         raise TypeError(f"quantise_model takes a model with blocks (DemoTransformer, LlamaTransformer), got {type(model).__name__}")
+    if any(parametrize.is_parametrized(module, name) for module in blocks.modules() for name in LAYOUTS):
+        raise ValueError("this model is quantised already: quantise a fresh copy of the float model")
     targets = [(module, name) for module in blocks.modules() for name in LAYOUTS
                if isinstance(module._parameters.get(name), Tensor)]
-    if any(parametrize.is_parametrized(module) for module, _ in targets):
-        raise ValueError("this model is quantised already: quantise a fresh copy of the float model")
     if not targets:
         raise ValueError(f"no weight named {', '.join(LAYOUTS)} in the model's blocks: nothing to quantise")
     if scheme.group_size:  # say so before any weight has changed

@@ -1,0 +1,247 @@
+"""Part 11: the learner's own models (part 1's GPT-2, part 9's Llama-style decoder) run on quantised weights.
+
+* ``quantise_matrix`` / ``dequantise_matrix``: the stored tensors are the earlier exercises' (checked
+  against torchao and brute force in ``test_part11_quantise.py`` and ``test_part11_nf4.py``), 4-bit
+  codes packed two per byte; reading them back gives exactly what those exercises give.
+* ``quantise_model``: every weight matrix of the blocks, as the forward pass reads it, equals the
+  dequantised quantisation of the float weight, converted to an (out, in) matrix here by the test's own
+  permutes (so the layout conversion is checked too); the model's logits are bit for bit those of the
+  float model holding those dequantised weights; the float weights are gone; a cached decode (part 4's
+  KeyValueCache, part 9's LlamaCache) equals the uncached forward; part 6's fused QKV reads the same
+  weights; and ``weight_bytes`` is the formula for codes, scales and zero points.
+
+The tests marked ``downstream`` also run on every correct variant of parts 1 and 4 (the learner's own model).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from sampling_course.grading.tolerances import parity
+from sampling_course.implementation import load_demo
+from sampling_course.llama_config import LlamaConfig
+from sampling_course.llama_weights import random_llama_weights
+
+from part11_oracles import random_matrix
+
+TOL = parity()
+SCHEMES = ["int8", "int4-g32", "nf4-g32", "nf4-g16-dq"]
+LLAMA = LlamaConfig(d_model=32, d_vocab=64, n_ctx=32, d_head=8, d_mlp=64, n_heads=4, n_key_value_heads=2,
+                    n_layers=2, qk_norm=True)
+
+
+def reference_matrix(impl, matrix: torch.Tensor, scheme: str) -> torch.Tensor:
+    """``matrix`` (out, in) quantised and dequantised with the earlier exercises' functions, in float32."""
+    q, nf4 = impl.quantise, impl.nf4
+    if scheme == "int8":
+        return q.dequantise_int8(*q.quantise_int8(matrix))
+    kind, group = scheme.split("-")[0], int(scheme.split("-")[1][1:])
+    if kind == "int4":
+        codes, scale, zero_point = q.quantise_groups(matrix, group)
+        return q.dequantise_groups(codes, scale, zero_point, group)
+    codes, absmax = nf4.quantise_nf4(matrix, group)
+    if scheme.endswith("-dq"):
+        absmax = nf4.double_quantise(absmax).dequantise()
+    return nf4.dequantise_nf4(codes, absmax, group)
+
+
+# The test's own layout conversion: each weight name -> (to (out, in), back to the model's layout).
+def _to_matrix(name: str, w: torch.Tensor) -> torch.Tensor:
+    if w.ndim == 2:  # (in, out), used as x @ W
+        return w.T.contiguous()
+    n, a, b = w.shape
+    if name == "W_O":  # (n_heads, d_head, d_model): inputs are the heads' outputs side by side
+        return w.reshape(n * a, b).T.contiguous()
+    return w.permute(0, 2, 1).reshape(n * b, a).contiguous()  # (n_heads, d_model, d_head)
+
+
+def _from_matrix(name: str, m: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    if len(shape) == 2:
+        return m.T
+    n, a, b = shape
+    if name == "W_O":
+        return m.T.reshape(n, a, b)
+    return m.reshape(n, b, a).permute(0, 2, 1)
+
+
+NAMES = ("W_Q", "W_K", "W_V", "W_O", "W_in", "W_out", "W_gate")
+
+
+def targets(model: torch.nn.Module) -> list[tuple[str, str]]:
+    """(module path, weight name) of every weight matrix in the float model's blocks."""
+    return [(path, name) for path, module in model.named_modules() if path.startswith("blocks.")
+            for name in NAMES if isinstance(module._parameters.get(name), torch.nn.Parameter)]
+
+
+def check_quantised(impl, make_model, scheme: str, tokens: torch.Tensor) -> torch.nn.Module:
+    """Quantise a fresh model; check its weights as read, its logits against the float model holding them, and
+    that the float weights are gone. Returns the quantised model."""
+    model, plain = make_model(), make_model()
+    where = targets(plain)
+    assert len(where) >= 6, f"expected the blocks' weight matrices, found {where}"
+    with torch.no_grad():
+        originals = {(path, name): getattr(plain.get_submodule(path), name).detach().clone() for path, name in where}
+        assert impl.quantised_model.quantise_model(model, scheme) is model, "quantise_model returns the model"
+        for (path, name), original in originals.items():
+            read = getattr(model.get_submodule(path), name)
+            expected = _from_matrix(name, reference_matrix(impl, _to_matrix(name, original), scheme), original.shape)
+            assert read.shape == original.shape and read.dtype == original.dtype, (path, name, read.shape, read.dtype)
+            assert torch.equal(read, expected), f"{path}.{name} as the forward pass reads it is not its dequantised weight"
+            getattr(plain.get_submodule(path), name).copy_(read)
+        held = {n: p for n, p in model.named_parameters()}
+        for path, name in where:
+            assert f"{path}.{name}" not in held, f"{path}.{name} is still stored as a float parameter"
+        assert torch.equal(model(tokens), plain(tokens)), "the quantised model's logits are not the dequantised model's"
+    return model
+
+
+@pytest.fixture(scope="module")
+def tokens(tiny):
+    return torch.randint(0, tiny.cfg.d_vocab, (2, 12), generator=torch.Generator().manual_seed(31))
+
+
+# ---------------------------------------------------------------------------------------
+# Storing a matrix and reading it back
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("quantise_matrix")
+def test_stored_tensors_are_the_quantisers_with_4_bit_codes_packed(impl):
+    weight = random_matrix(32, 8, 64)
+    Scheme, store = impl.quantised_model.Scheme, impl.quantised_model.quantise_matrix
+    q, scale = store(weight.clone(), Scheme.parse("int8"))
+    ref_q, ref_scale = impl.quantise.quantise_int8(weight)
+    assert torch.equal(q, ref_q) and torch.equal(scale, ref_scale)
+    packed, scale, zero_point = store(weight.clone(), Scheme.parse("int4-g32"))
+    ref = impl.quantise.quantise_groups(weight, 32)
+    assert packed.dtype == torch.uint8 and packed.shape == (8, 32), ("4-bit codes must be packed", packed.shape)
+    assert torch.equal(impl.quantise.unpack_int4(packed), ref[0]) and torch.equal(scale, ref[1])
+    assert zero_point.dtype == torch.uint8 and torch.equal(zero_point.float(), ref[2]), "zero points: whole numbers, one byte"
+    packed, absmax = store(weight.clone(), Scheme.parse("nf4-g32"))
+    codes, ref_absmax = impl.nf4.quantise_nf4(weight, 32)
+    assert torch.equal(impl.quantise.unpack_int4(packed), codes) and torch.equal(absmax, ref_absmax)
+    packed, dq_codes, dq_scales, offset = store(weight.clone(), Scheme.parse("nf4-g32-dq"))
+    dq = impl.nf4.double_quantise(ref_absmax)
+    assert torch.equal(impl.quantise.unpack_int4(packed), codes)
+    assert torch.equal(dq_codes, dq.codes) and torch.equal(dq_scales, dq.scales) and torch.equal(offset, dq.offset)
+
+
+@pytest.mark.exercise("dequantise_matrix")
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_reading_back_gives_the_dequantisers_result(impl, scheme):
+    weight = random_matrix(33, 8, 64)
+    parsed = impl.quantised_model.Scheme.parse(scheme)
+    stored = impl.quantised_model.quantise_matrix(weight.clone(), parsed)
+    back = impl.quantised_model.dequantise_matrix(stored, parsed, tuple(weight.shape), torch.float32)
+    assert back.dtype == torch.float32 and torch.equal(back, reference_matrix(impl, weight, scheme))
+    half = impl.quantised_model.dequantise_matrix(stored, parsed, tuple(weight.shape), torch.bfloat16)
+    assert half.dtype == torch.bfloat16 and torch.equal(half, back.to(torch.bfloat16))
+
+
+# ---------------------------------------------------------------------------------------
+# The models, through their one forward pass
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.exercise("quantise_model")
+@pytest.mark.downstream  # also run on every correct part-1/4 variant planted (the learner's own model)
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_gpt2_runs_on_its_quantised_weights_with_and_without_a_cache(impl, tiny, tokens, scheme):
+    model = check_quantised(impl, lambda: load_demo(tiny, impl.transformer), scheme, tokens)
+    with torch.no_grad():
+        full = model(tokens)
+        cache = impl.kv_cache.KeyValueCache.new_empty(tiny.cfg, tokens.shape[0], tokens.device, torch.float32)
+        first, cache = model(tokens[:, :7], cache)
+        rest, cache = model(tokens, cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, **TOL)
+
+
+@pytest.mark.exercise("quantise_model")
+@pytest.mark.downstream  # the fused path reads the quantised weights: also on every part-1/4 variant
+def test_the_fused_qkv_fast_path_reads_the_quantised_weights(impl, tiny, tokens):
+    quantised = impl.quantised_model.quantise_model(load_demo(tiny, impl.transformer), "int4-g32")
+    fused_before = impl.quantised_model.quantise_model(impl.fast_path.fuse_at_load(load_demo(tiny, impl.transformer)),
+                                                       "int4-g32")
+    fused_after = impl.fast_path.fuse_at_load(impl.quantised_model.quantise_model(load_demo(tiny, impl.transformer),
+                                                                                  "int4-g32"))
+    with torch.no_grad():
+        expected = quantised(tokens)
+        torch.testing.assert_close(fused_before(tokens), expected, **TOL)
+        torch.testing.assert_close(fused_after(tokens), expected, **TOL)
+
+
+@pytest.mark.exercise("quantise_model")
+@pytest.mark.parametrize("scheme", ["int8", "nf4-g16-dq"])
+def test_the_llama_style_model_runs_on_its_quantised_weights(impl, scheme):
+    def make():
+        model = impl.llama.LlamaTransformer(LLAMA)
+        model.load_state_dict(random_llama_weights(LLAMA, seed=34))
+        return model.eval()
+
+    tokens = torch.randint(0, LLAMA.d_vocab, (2, 9), generator=torch.Generator().manual_seed(35))
+    model = check_quantised(impl, make, scheme, tokens)
+    with torch.no_grad():
+        full = model(tokens)
+        cache = impl.llama.LlamaCache(LLAMA.n_layers)
+        first, cache = model(tokens[:, :5], cache)
+        rest, cache = model(tokens, cache)
+    torch.testing.assert_close(torch.cat([first, rest], dim=1), full, **TOL)
+
+
+@pytest.mark.exercise("quantise_model")
+def test_weight_bytes_is_the_formula_for_codes_scales_and_zero_points(impl, tiny):
+    cfg = tiny.cfg
+    model = load_demo(tiny, impl.transformer)
+    float_bytes = impl.quantised_model.weight_bytes(model)
+    assert float_bytes == sum(p.numel() * 4 for p in model.parameters()) + sum(b.numel() * b.element_size() for b in model.buffers())
+    # (out, in) of each matrix in a block: W_Q, W_K, W_V, W_O, W_in, W_out.
+    d, hd, mlp = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.d_mlp
+    shapes = [(hd, d)] * 3 + [(d, hd), (mlp, d), (d, mlp)]
+    matrices = sum(o * i for o, i in shapes) * cfg.n_layers
+    rows = sum(o for o, _ in shapes) * cfg.n_layers
+    groups = sum(o * i // 32 for o, i in shapes) * cfg.n_layers  # groups of 32
+    per_scheme = {
+        "int8": matrices * 1 + rows * 4,  # a byte a weight, a float32 scale a row
+        "int4-g32": matrices // 2 + groups * (4 + 1),  # half a byte a weight; a float32 scale and a uint8 zero point a group
+        "nf4-g32": matrices // 2 + groups * 4,  # half a byte a weight, a float32 absmax a group
+    }
+    for scheme, stored in per_scheme.items():
+        quantised = impl.quantised_model.quantise_model(load_demo(tiny, impl.transformer), scheme)
+        assert impl.quantised_model.weight_bytes(quantised) == float_bytes - matrices * 4 + stored, scheme
+
+
+@pytest.mark.exercise("quantise_model")
+def test_a_bfloat16_model_quantises_and_runs_in_bfloat16(impl, tiny, tokens):
+    model = impl.quantised_model.quantise_model(load_demo(tiny, impl.transformer, dtype=torch.bfloat16), "nf4-g32")
+    with torch.no_grad():
+        assert model.blocks[0].attn.W_Q.dtype == torch.bfloat16 and model(tokens).dtype == torch.bfloat16
+
+
+# ---------------------------------------------------------------------------------------
+# Given code (not graded as the learner's): schemes and refusals
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["int8", "int4-g64", "int4-g128", "nf4-g64", "nf4-g64-dq"])
+def test_a_scheme_reads_back_as_its_text(impl, text):
+    assert str(impl.quantised_model.Scheme.parse(text)) == text
+
+
+@pytest.mark.parametrize("text", ["int4", "int8-g64", "int8-dq", "int4-g64-dq", "fp8", "nf4-g0", "nf4-g33"])
+def test_a_bad_scheme_says_what_is_allowed(impl, text):
+    with pytest.raises(ValueError, match="int8|int4|nf4|group_size|double"):
+        impl.quantised_model.Scheme.parse(text)
+
+
+def test_quantise_model_refuses_what_it_cannot_do_and_leaves_the_model_alone(impl, tiny):
+    model = load_demo(tiny, impl.transformer)
+    before = {name: p.clone() for name, p in model.state_dict().items()}
+    with pytest.raises(ValueError, match="group_size 128 does not divide"):
+        impl.quantised_model.quantise_model(model, "int4-g128")  # d_model is 64
+    assert all(torch.equal(before[name], p) for name, p in model.state_dict().items())
+    impl.quantised_model.quantise_model(model, "int8")
+    with pytest.raises(ValueError, match="quantised already"):
+        impl.quantised_model.quantise_model(model, "int8")
+    with pytest.raises(TypeError, match="blocks"):
+        impl.quantised_model.quantise_model(torch.nn.Linear(2, 2), "int8")
