@@ -26,8 +26,10 @@ A library that is not installed gives a row that says so.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import importlib.util
+import logging
 from collections.abc import Callable, Iterator
 
 import torch
@@ -85,6 +87,21 @@ def bf16_weights(fp32: torch.nn.Module) -> dict[str, torch.nn.Module]:
     return {BF16_WEIGHTS: with_dequantised_weights(fp32, lambda matrix: matrix.to(torch.bfloat16).float())}
 
 
+@contextlib.contextmanager
+def quiet_peer_imports():
+    """Importing torchao logs a warning for each optional native library this build lacks (its CUDA
+    kernels on a CPU machine) and torch one for each enum it registers: noise in a bench's output."""
+    loggers = [logging.getLogger(name) for name in ("torchao", "torch.utils._pytree")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def installed(package: str) -> bool:
     try:
         return importlib.util.find_spec(package) is not None
@@ -94,6 +111,8 @@ def installed(package: str) -> bool:
 
 def torchao_roundtrip(scheme: str) -> Callable[[Tensor], Tensor]:
     """torchao's rounding of one ``(out, in)`` matrix at ``scheme`` ("int8" or "int4-gN"), dequantised."""
+    with quiet_peer_imports():
+        import torchao.quantization  # noqa: F401
     if scheme == "int8":
         from torchao.quantization import Int8WeightOnlyConfig, quantize_
 
@@ -125,7 +144,8 @@ def torchao_roundtrip(scheme: str) -> Callable[[Tensor], Tensor]:
 
 def quanto_roundtrip(scheme: str) -> Callable[[Tensor], Tensor]:
     """optimum-quanto's rounding of one ``(out, in)`` matrix at ``scheme`` ("int8" or "int4-gN"), dequantised."""
-    from optimum.quanto import AbsmaxOptimizer, MaxOptimizer, qint4, qint8, quantize_weight
+    with quiet_peer_imports():
+        from optimum.quanto import AbsmaxOptimizer, MaxOptimizer, qint4, qint8, quantize_weight
 
     if scheme == "int8":
         def int8(matrix: Tensor) -> Tensor:

@@ -131,7 +131,10 @@ def gpu_rows(repeats: int = 50) -> tuple[list[dict], list[str]]:
 
     variants: dict[str, Callable[[], list]] = {"bf16": lambda: layers}
     try:
-        from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
+        from sampling_course.apps.quant_peers import quiet_peer_imports
+
+        with quiet_peer_imports():
+            from torchao.quantization import Int4WeightOnlyConfig, Int8WeightOnlyConfig, quantize_
 
         def torchao(config):
             def build():
