@@ -283,7 +283,8 @@ def _run(args: argparse.Namespace) -> int:
             step = quant_speed.decode_rows({k: m for k, m in ours.items() if k != "bf16"}, kv, repeats=repeats)
         console.print("story, one cached decode step after 64 tokens, speed relative to fp32: "
                       + ", ".join(f"{k} {v:.2f}x" for k, v in step.items()))
-    console.print(speed_verdict(matmuls, step) + " Times are CPU seconds of one thread, best of interleaved repeats.")
+    console.print(speed_verdict(matmuls, step) + " Times are CPU seconds of one thread, best of interleaved repeats; "
+                  + quant_speed.machine_line() + ".")
     rows, notes = quant_speed.gpu_rows()
     if rows:
         from rich.table import Table

@@ -37,6 +37,21 @@ import torch
 GPT2_SMALL_SHAPES = ((2304, 768), (768, 768), (3072, 768), (768, 3072))
 
 
+def machine_line() -> str:
+    """The CPU the times were measured on, its cores and its load: ratios from one run on one machine."""
+    import os
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    except OSError:
+        pass
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
+    return f"measured on {model}, {os.cpu_count()} cores{load}, torch on {torch.get_num_threads()} thread(s)"
+
+
 def cpu_seconds(fns: dict[str, Callable[[], object]], repeats: int = 5, inner: int = 20) -> dict[str, float]:
     """The best per-call CPU time of each function (one thread), the functions interleaved in each repeat."""
     best = {name: float("inf") for name in fns}

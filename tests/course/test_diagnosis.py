@@ -82,7 +82,7 @@ def learner_package(tmp_path_factory):
 def test_every_mistake_of_every_part_has_an_exercise_with_a_probe():
     assert not UNNAMED, f"mistakes that cannot be named: {[(m.name, why) for m, why in UNNAMED]}"
     assert {m for m, _ in PROBED} == set(MISTAKES)
-    assert COURSE_PARTS == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
+    assert COURSE_PARTS == (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 
 
 def test_every_exercise_with_planted_mistakes_has_a_probe():

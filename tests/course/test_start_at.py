@@ -41,11 +41,12 @@ def test_the_files_part_n_needs_come_from_the_catalogue():
         assert module in files_before(10)
     assert {e.part for e in exercises_before(10)} == set(range(1, 10))
     assert {e.part_label for e in exercises_before("6b")} == {"1", "2", "3", "4", "5", "6"}
+    assert {e.part for e in exercises_before(11)} == set(range(1, 11))  # part 11 runs the models of parts 1-10
     with pytest.raises(ValueError, match="part must be one of"):
-        exercises_before(11)
+        exercises_before(12)
 
 
-@pytest.mark.parametrize("part", [5, 9, 10])
+@pytest.mark.parametrize("part", [5, 9, 10, 11])
 def test_start_at_fills_every_earlier_exercise_and_leaves_part_n_to_write(fresh_exercises, part):
     """Every region of an earlier exercise is filled in, every region of part N and later is still its stub
     (exercises/transformer.py and kv_cache.py keep part 5's padding stubs when starting at part 5), and every file imports."""

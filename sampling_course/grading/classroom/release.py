@@ -52,8 +52,8 @@ STUDENT_README = """# sampling-course: your copy
 
 You build GPT-2 from scratch, then the ways of turning its logits into text: greedy search,
 temperature, top-k, top-p, beam search, a KV cache, a batched generation engine, caches for
-long text, speculative decoding, structured generation, a Llama-style decoder and a serving
-engine. Every piece starts as a stub in `exercises/`: each `raise NotImplementedError()` marks
+long text, speculative decoding, structured generation, a Llama-style decoder, a serving
+engine and quantised weights. Every piece starts as a stub in `exercises/`: each `raise NotImplementedError()` marks
 code for you to write, and its docstring says what it must do. The tests in `tests/grading/`
 compare your code with independent references on the same weights.
 

@@ -133,6 +133,20 @@ EXERCISES: tuple[Exercise, ...] = (
         "QuantisedWeight(scheme, name, weight.shape)). The float weight is replaced by what right_inverse returns.",
         "parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape))",
     ),
+    exercise(
+        "gptq_quantise", 11, "gptq", "gptq_quantise",
+        "Optional (GPTQ's core): round the columns in order, and after each, move the columns not yet rounded so "
+        "that the layer's output on the calibration inputs loses as little as possible.",
+        "Rounding column j leaves an error e = w_j - dequantised q_j in every row. With U the upper Cholesky factor "
+        "of the inverse Hessian (given: factor), the later columns absorb it: w[:, j+1:] -= e / U[j, j] * U[j, j+1:].",
+        "Round with the group's scale and zero point exactly as quantise_groups does, measure the error against the "
+        "DEQUANTISED code (q - zero_point) * scale, divide it by the pivot factor[j, j], and subtract (not add) "
+        "its outer product with factor[j, j+1:].",
+        "q = (torch.round(weight[:, j] / scale[:, g]) + zero_point[:, g]).clamp(0, top)\n"
+        "error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
+        "weight[:, j + 1:] -= error[:, None] * factor[j, j + 1:][None, :]\n"
+        "codes[:, j] = q.to(torch.uint8)",
+    ),
 )
 
 _Q = "quantise.py"
@@ -205,6 +219,16 @@ MISTAKES: list[Mistake] = [
             "    padded = torch.cat([flat, flat.new_zeros(n_blocks * block_size - flat.numel())])\n",
             why="the absmaxes are quantised as they are while the stored offset says their mean was subtracted, "
                 "so every absmax comes back too large by that mean"),
+    Mistake(11, "GPTQ error added instead of subtracted", "gptq.py",
+            "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
+            "        weight[:, j + 1 :] += error[:, None] * factor[j, j + 1 :][None, :]\n",
+            why="the rounding error is added to the later columns instead of subtracted, which doubles its effect "
+                "on the output instead of cancelling it"),
+    Mistake(11, "GPTQ error not divided by the pivot", "gptq.py",
+            "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n",
+            "        error = weight[:, j] - (q - zero_point[:, g]) * scale[:, g]\n",
+            why="the rounding error is spread without dividing it by the Cholesky factor's pivot U[j, j], so "
+                "the later columns move by the wrong amount"),
 ]
 
 VARIANTS: list[Variant] = [
@@ -262,6 +286,13 @@ VARIANTS: list[Variant] = [
     Variant(11, "quantise_model", "register_parametrization with unsafe=True", _M,
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape))\n",
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape), unsafe=True)\n"),
+    Variant(11, "gptq_quantise", "the dequantised column first, the update with addr_", "gptq.py",
+            "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
+            "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
+            "        dequantised = (q - zero_point[:, g]) * scale[:, g]\n"
+            "        error = (weight[:, j] - dequantised) / factor[j, j]\n"
+            "        rest = weight[:, j + 1 :]\n"
+            "        rest.addr_(error, factor[j, j + 1 :], alpha=-1)\n"),
 ]
 
 from sampling_course.grading.parts.part11_quantisation.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)

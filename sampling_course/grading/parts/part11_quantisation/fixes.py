@@ -23,4 +23,6 @@ FIXES: dict[str, str] = {
     "NF4 dequantised in float16 whatever dtype asks": "cast the float32 result to the dtype argument: .to(dtype)",
     "double quantisation without the mean subtracted":
         "quantise flat - offset (the absmaxes minus their mean), the offset DoubleQuantised adds back",
+    "GPTQ error added instead of subtracted": "subtract it: weight[:, j + 1:] -= error[:, None] * factor[j, j + 1:]",
+    "GPTQ error not divided by the pivot": "divide the error by factor[j, j] before spreading it over the later columns",
 }

@@ -87,3 +87,11 @@ def _probe_double_quantise(impl: Impl) -> Any:
     absmax = torch.rand(5, 6, generator=generator(7)) + 0.5  # 30 absmaxes: blocks of 8, the last one short
     dq = impl.nf4.double_quantise(absmax, 8)
     return [plain(dq.codes), plain(dq.scales), plain(dq.offset), plain(dq.dequantise())]
+
+
+@probe("gptq_quantise")
+def _probe_gptq(impl: Impl) -> Any:
+    g = generator(8)
+    inputs = randn(g, 24, 3) @ randn(g, 3, 8) + randn(g, 24, 8, std=0.2)  # correlated inputs: the updates matter
+    codes, scale, zero_point = impl.gptq.gptq_quantise(_matrix(9, 4, 8), inputs, 4)
+    return [plain(codes), plain(scale), plain(zero_point)]
