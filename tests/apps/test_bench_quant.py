@@ -153,3 +153,10 @@ def test_quick_run_prints_every_table(capsys):
         assert text in out, text
     assert " NO " not in out, "formula, stored tensors and weight_bytes disagree"
     assert "torchao int8" in out or "torchao is not installed" in out
+
+
+def test_bad_arguments_are_one_line_before_anything_loads(capsys):
+    assert bench_quant.main(["--tokens", "5"]) == 2
+    assert bench_quant.main(["--models", "gpt3"]) == 2
+    err = capsys.readouterr().err
+    assert "--tokens must be an integer >= 100" in err and "invalid choice" in err
