@@ -1,6 +1,6 @@
 # GENERATED from solutions/gptq.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: ab2255fcaf46090864822a96222fd0b82687f444b704004e6cd19d6afb1a0b20
+# stub-checksum: 352b41e942b2b8526498df9eec68f8519a41fe97e5d957a7c3cace2bc10c0257
 """Part 11 (optional): rounding that compensates its own error, the core of GPTQ (Frantar et al., 2022).
 
 Rounding each weight to its nearest code (``quantise_groups``) minimises the error of each weight
@@ -47,7 +47,7 @@ def gptq_quantise(
         raise ValueError(f"inputs must have the weight's {weight.shape[1]} input features, got {inputs.shape[1]}")
     top = 2**bits - 1
     hessian = 2 * inputs.double().T @ inputs.double()
-    hessian += DAMPING * hessian.diagonal().mean().clamp(min=1e-12) * torch.eye(weight.shape[1], dtype=torch.float64)
+    hessian += DAMPING * hessian.diagonal().mean().clamp(min=1e-12) * torch.eye(weight.shape[1], dtype=torch.float64, device=hessian.device)
     # The upper Cholesky factor of H^-1: row j is column j's update, with earlier columns eliminated.
     factor = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hessian)), upper=True).float()
     codes = torch.empty_like(weight, dtype=torch.uint8)

@@ -44,7 +44,7 @@ def gptq_quantise(
         raise ValueError(f"inputs must have the weight's {weight.shape[1]} input features, got {inputs.shape[1]}")
     top = 2**bits - 1
     hessian = 2 * inputs.double().T @ inputs.double()
-    hessian += DAMPING * hessian.diagonal().mean().clamp(min=1e-12) * torch.eye(weight.shape[1], dtype=torch.float64)
+    hessian += DAMPING * hessian.diagonal().mean().clamp(min=1e-12) * torch.eye(weight.shape[1], dtype=torch.float64, device=hessian.device)
     # The upper Cholesky factor of H^-1: row j is column j's update, with earlier columns eliminated.
     factor = torch.linalg.cholesky(torch.cholesky_inverse(torch.linalg.cholesky(hessian)), upper=True).float()
     codes = torch.empty_like(weight, dtype=torch.uint8)

@@ -7,10 +7,10 @@ so each level stands for about as many weights: a group is divided by its larges
 (absmax, so it lies in [-1, 1]) and each weight becomes the index of the nearest level.
 
 The levels (QLoRA, section 3 and appendix E): quantiles of N(0, 1), 8 for the positive half
-and 7 for the negative half, at probabilities evenly spaced from 1/2 to an outer
-probability ``p = (1 - 1/30 + 1 - 1/32) / 2 = 0.9677083``, the mean of the outer quantiles a
-15- and a 16-level code would use (the infinite quantile at probability 1 is never taken).
-Together with an exact 0 and scaled so the largest is 1, that is 16 values: -1, ..., 0, ..., 1.
+and 7 for the negative half, at probabilities evenly spaced from 1/2 to an outer probability
+``p = ((1 - 1/30) + (1 - 1/32)) / 2 = 0.9677083``, QLoRA's choice, short of 1 because the
+quantile at probability 1 is infinite. With an exact 0 added and every level divided by the
+largest, that is 16 values from -1 to 1.
 Exact 0 keeps zero weights (and padding) exact; +-1 map the group's absmax back exactly.
 
 Double quantisation (QLoRA's second idea): one float32 absmax per 64 weights is 0.5 bit per
@@ -30,7 +30,7 @@ from torch import Tensor
 
 from .quantise import SMALLEST_SCALE, check_dtype, check_group_size, check_matrix, dequantise_int8, quantise_int8
 
-# The outer probability (QLoRA): halfway between 1 - 1/(2*15) and 1 - 1/(2*16).
+# The outer probability (QLoRA): halfway between 1 - 1/30 and 1 - 1/32.
 NF4_OUTER_PROBABILITY = 0.5 * ((1 - 1 / 30) + (1 - 1 / 32))
 
 

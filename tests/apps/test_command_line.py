@@ -55,7 +55,7 @@ BAD_INPUTS = [
     (["hint"], "name an exercise"),
     (["make-exercises", "--solutions", "/no/such/folder"], "--solutions must be an existing folder"),
     (["make-exercises", "--force", "--check"], "choose one"),
-    (["plant-mistakes", "--part", "11"], "--part must be an integer from 1 to"),
+    (["plant-mistakes", "--part", "12"], "--part must be an integer from 1 to"),
     (["plant-mistakes", "--jobs", "0"], "--jobs must be an integer >= 1"),
     (["bench", "--new-tokens", "0"], "--new-tokens must be an integer >= 1"),
     (["bench", "--budget", "-5"], "--budget must be a finite number > 0"),

@@ -63,6 +63,8 @@ COURSE_ORDER = [
     "RMSNorm", "Rotary", "GroupedQueryAttention", "SwiGLU", "LlamaTransformer", "rerotate",
     "RotatingSinkCache.make_room",
     "BlockPool", "BlockTable", "PagedKVCache.update", "Scheduler.schedule", "Engine.step", "block_hashes",
+    "quantise_int8", "dequantise_int8", "quantise_groups", "dequantise_groups", "nf4_levels", "quantise_nf4",
+    "dequantise_nf4", "double_quantise", "quantise_matrix", "dequantise_matrix", "quantise_model", "gptq_quantise",
 ]
 
 
@@ -105,7 +107,7 @@ def test_registry_is_in_course_order():
     """EXERCISES lists every exercise once, in course order, with the parts in sequence."""
     assert [e.name for e in EXERCISES] == COURSE_ORDER
     parts = [e.part for e in EXERCISES]
-    assert parts == sorted(parts) and set(parts) == set(PARTS) == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10}
+    assert parts == sorted(parts) and set(parts) == set(PARTS) == {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
 
 
 def test_every_marker_names_a_registered_exercise():

@@ -219,6 +219,10 @@ MISTAKES: list[Mistake] = [
             "    padded = torch.cat([flat, flat.new_zeros(n_blocks * block_size - flat.numel())])\n",
             why="the absmaxes are quantised as they are while the stored offset says their mean was subtracted, "
                 "so every absmax comes back too large by that mean"),
+    Mistake(11, "4-bit codes stored one per byte", _M, "        return pack_int4(q), scale, zero_point.to(torch.uint8)\n",
+            "        return q, scale, zero_point.to(torch.uint8)\n",
+            why="the int4 codes are stored one per uint8 instead of packed two per byte, so 4-bit weights take "
+                "as many bytes as int8 ones"),
     Mistake(11, "GPTQ error added instead of subtracted", "gptq.py",
             "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
             "        weight[:, j + 1 :] += error[:, None] * factor[j, j + 1 :][None, :]\n",
@@ -286,6 +290,25 @@ VARIANTS: list[Variant] = [
     Variant(11, "quantise_model", "register_parametrization with unsafe=True", _M,
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape))\n",
             "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape), unsafe=True)\n"),
+    Variant(11, "quantise_matrix", "a match statement on the kind", _M,
+            '    if scheme.kind == "int8":\n'
+            "        return quantise_int8(matrix)\n"
+            '    if scheme.kind == "int4":\n'
+            "        q, scale, zero_point = quantise_groups(matrix, scheme.group_size, bits=4)\n"
+            "        # Zero points are whole numbers in [0, 15]: one byte each, not a float's four.\n"
+            "        return pack_int4(q), scale, zero_point.to(torch.uint8)\n",
+            "    match scheme.kind:\n"
+            '        case "int8":\n'
+            "            q, scale = quantise_int8(matrix)\n"
+            "            return q, scale\n"
+            '        case "int4":\n'
+            "            q, scale, zero_point = quantise_groups(matrix, scheme.group_size)\n"
+            "            return pack_int4(q), scale, zero_point.to(torch.uint8)\n"),
+    Variant(11, "dequantise_matrix", "the absmaxes rebuilt by hand", _M,
+            "        absmax = DoubleQuantised(codes, scales, offset, groups, len(codes) // len(scales)).dequantise()\n",
+            "        block = codes.numel() // scales.numel()\n"
+            "        centred = codes.reshape(-1, block).float() * scales.float()[:, None]\n"
+            "        absmax = (centred.flatten()[: groups[0] * groups[1]] + offset.float()).reshape(groups)\n"),
     Variant(11, "gptq_quantise", "the dequantised column first, the update with addr_", "gptq.py",
             "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
             "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
@@ -293,6 +316,56 @@ VARIANTS: list[Variant] = [
             "        error = (weight[:, j] - dequantised) / factor[j, j]\n"
             "        rest = weight[:, j + 1 :]\n"
             "        rest.addr_(error, factor[j, j + 1 :], alpha=-1)\n"),
+    # Second styles, so that every exercise has at least two.
+    Variant(11, "dequantise_int8", "scale times q, type promotion giving float32", _Q,
+            "    return (q.to(torch.float32) * scale.to(torch.float32)[:, None]).to(dtype)\n",
+            "    product = scale.float().unsqueeze(1) * q\n"
+            "    return product.to(dtype=dtype)\n"),
+    Variant(11, "dequantise_groups", "einops rearrange both ways", _Q, _DEQ_GROUPS,
+            "    import einops\n"
+            "    grouped = einops.rearrange(q.float(), 'o (g s) -> o g s', s=group_size)\n"
+            "    weight = (grouped - zero_point.float().unsqueeze(-1)) * scale.float().unsqueeze(-1)\n"
+            "    return einops.rearrange(weight, 'o g s -> o (g s)').to(dtype)\n"),
+    Variant(11, "nf4_levels", "the standard library's NormalDist", _N,
+            "    positive = torch.special.ndtri(torch.linspace(p, 0.5, 9, dtype=torch.float64)[:-1])  # 8 values, without 0.5\n"
+            "    negative = -torch.special.ndtri(torch.linspace(p, 0.5, 8, dtype=torch.float64)[:-1])  # 7 values\n"
+            "    levels = torch.cat([negative, torch.zeros(1, dtype=torch.float64), positive]).sort().values\n",
+            "    from statistics import NormalDist\n"
+            "    normal = NormalDist()\n"
+            "    positive = [normal.inv_cdf(p + (0.5 - p) * i / 8) for i in range(8)]\n"
+            "    negative = [-normal.inv_cdf(p + (0.5 - p) * i / 7) for i in range(7)]\n"
+            "    levels = torch.tensor(sorted(negative + [0.0] + positive), dtype=torch.float64)\n"),
+    Variant(11, "quantise_nf4", "argmin of squared distances", _N, _NF4_CODES,
+            "    codes = torch.argmin((normalised.unsqueeze(-1) - levels) ** 2, dim=-1)\n"),
+    Variant(11, "dequantise_nf4", "index_select on the flattened codes", _N, _NF4_DEQ,
+            "    values = levels.index_select(0, codes.flatten().long()).view(codes.shape[0], n_groups, group_size)\n"
+            "    values = values * absmax.float().unsqueeze(-1)\n"
+            "    return values.view(codes.shape).to(dtype)\n"),
+    Variant(11, "double_quantise", "the mean subtracted in place, padded with F.pad", _N,
+            "    offset = flat.mean()\n"
+            "    padded = torch.cat([flat - offset, flat.new_zeros(n_blocks * block_size - flat.numel())])\n",
+            "    offset = flat.mean()\n"
+            "    centred = flat.clone()\n"
+            "    centred -= offset\n"
+            "    padded = torch.nn.functional.pad(centred, (0, n_blocks * block_size - flat.numel()))\n"),
+    Variant(11, "quantise_matrix", "NF4 codes packed by hand", _M, "        return pack_int4(codes), absmax\n",
+            "        packed = codes[:, 0::2] | (codes[:, 1::2] << 4)\n"
+            "        return packed, absmax\n"),
+    Variant(11, "dequantise_matrix", "NF4 codes unpacked by hand", _M,
+            "    return dequantise_nf4(unpack_int4(packed), absmax, scheme.group_size, dtype)\n",
+            "    codes = torch.stack([packed & 15, packed >> 4], dim=-1).flatten(1)\n"
+            "    return dequantise_nf4(codes, absmax, scheme.group_size, dtype)\n"),
+    Variant(11, "quantise_model", "keyword arguments, the shape read from the module", _M,
+            "        parametrize.register_parametrization(module, name, QuantisedWeight(scheme, name, weight.shape))\n",
+            "        parametrization = QuantisedWeight(scheme, name, module._parameters[name].shape)\n"
+            "        parametrize.register_parametrization(module=module, tensor_name=name, parametrization=parametrization)\n"),
+    Variant(11, "gptq_quantise", "clamp before rounding, the update with torch.outer", "gptq.py",
+            "        q = (torch.round(weight[:, j] / scale[:, g]) + zero_point[:, g]).clamp(0, top)\n"
+            "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
+            "        weight[:, j + 1 :] -= error[:, None] * factor[j, j + 1 :][None, :]\n",
+            "        q = torch.clamp(weight[:, j] / scale[:, g] + zero_point[:, g], 0, top).round()\n"
+            "        error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
+            "        weight[:, j + 1 :] -= torch.outer(error, factor[j, j + 1 :])\n"),
 ]
 
 from sampling_course.grading.parts.part11_quantisation.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)

@@ -23,6 +23,7 @@ FIXES: dict[str, str] = {
     "NF4 dequantised in float16 whatever dtype asks": "cast the float32 result to the dtype argument: .to(dtype)",
     "double quantisation without the mean subtracted":
         "quantise flat - offset (the absmaxes minus their mean), the offset DoubleQuantised adds back",
+    "4-bit codes stored one per byte": "store pack_int4(q), two codes per byte, and unpack_int4 them when reading",
     "GPTQ error added instead of subtracted": "subtract it: weight[:, j + 1:] -= error[:, None] * factor[j, j + 1:]",
     "GPTQ error not divided by the pivot": "divide the error by factor[j, j] before spreading it over the later columns",
 }

@@ -89,6 +89,12 @@ def _probe_double_quantise(impl: Impl) -> Any:
     return [plain(dq.codes), plain(dq.scales), plain(dq.offset), plain(dq.dequantise())]
 
 
+@probe("quantise_matrix")
+def _probe_quantise_matrix(impl: Impl) -> Any:
+    model, weight = impl.quantised_model, _matrix(10, 4, 16)
+    return [[plain(t) for t in model.quantise_matrix(weight, model.Scheme.parse(s))] for s in ("int8", "int4-g8", "nf4-g8")]
+
+
 @probe("gptq_quantise")
 def _probe_gptq(impl: Impl) -> Any:
     g = generator(8)
