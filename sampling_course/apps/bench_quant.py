@@ -13,6 +13,9 @@ process:
   difference from fp32 and the KL of the next-token distributions to fp32, each with a 95%
   bootstrap interval over the stories; real GPT-2 small too when it is in the local cache.
   The quantised models are part 11's ``quantise_model`` on the implementation of ``--impl``;
+* **stories drawn** from the story model in each configuration with part 5's ``generate`` (pure
+  sampling and top-p 0.9, the same seed for all), and the share of their sentences the grammar can
+  write, with a 95% bootstrap interval over the stories;
 * **the peers** (``sampling_course.apps.quant_peers``): torchao's and optimum-quanto's rounding
   of the same weight matrices, scored the same way;
 * **memory** (``sampling_course.apps.quant_memory``): each configuration's weight bytes by the
@@ -135,6 +138,19 @@ def memory_table(rows: list[dict], title: str):
     return out
 
 
+def validity_table(rows: list[dict], title: str):
+    """Per configuration and sampler: the share of the drawn stories' sentences the grammar can write."""
+    from rich.table import Table
+
+    samplers = list(dict.fromkeys(r["sampler"] for r in rows))
+    out = Table("configuration", *[f"{s}\nvalid sentences [95%]" for s in samplers], title=title)
+    for name in dict.fromkeys(r["name"] for r in rows):
+        cells = {r["sampler"]: r for r in rows if r["name"] == name}
+        out.add_row(name, *[f"{cells[s]['valid'][0]:.1%} [{cells[s]['valid'][1]:.1%}, {cells[s]['valid'][2]:.1%}]"
+                            f" of {cells[s]['sentences']}" for s in samplers])
+    return out
+
+
 def kv_line(cfg) -> str:
     """The KV cache of one sequence at the model's n_ctx: weight-only quantisation leaves it as it was."""
     import torch
@@ -254,6 +270,13 @@ def _run(args: argparse.Namespace) -> int:
             console.print("  " + line)
         console.print(memory_table(rows, f"{name}: weight bytes (formula = stored = weight_bytes)"))
         console.print("  " + kv_line(reference.cfg))
+        if name == "story":  # part 5's generate runs GPT-2's architecture
+            generate = impl_module("generate", args.impl).generate
+            n_stories, new_tokens = (4, 24) if args.quick else (32, 96)
+            with console.status("drawing stories"):
+                drawn = quant_quality.validity_rows(ours, reference.tokenizer, generate, n_stories, new_tokens)
+            console.print(validity_table(drawn, f"{name}: {n_stories} stories of up to {new_tokens} tokens per "
+                                                "configuration and sampler, drawn with the same seed"))
         kept[name] = (reference, fp32, ours, module)
     # Memory of larger models, by formula, on the meta device.
     from sampling_course.config import Config

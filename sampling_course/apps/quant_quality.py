@@ -195,3 +195,41 @@ def quality_rows(run: QualityRun, names: Iterable[str] | None = None) -> list[di
 def difference(run: QualityRun, a: str, b: str) -> tuple[float, float, float]:
     """Configuration ``a``'s mean NLL minus ``b``'s on the same stories, with its paired interval."""
     return bootstrap(run.scores[a].nll, run.heldout.counts, run.scores[b].nll)
+
+
+# ---------------------------------------------------------------------------------------
+# What the distortion does to sampled stories
+# ---------------------------------------------------------------------------------------
+
+# Part 5's samplers the bench draws with: pure sampling, where every distortion of the distribution
+# shows, and top-p 0.9, which cuts the tail where a quantised model's stray mass would go.
+SAMPLERS = {"sampling, T = 1": dict(temperature=1.0), "top-p 0.9": dict(temperature=1.0, top_p=0.9)}
+
+
+def validity_rows(models: dict[str, torch.nn.Module], tokenizer, generate, n_stories: int = 32,
+                  new_tokens: int = 96, seed: int = 0) -> list[dict]:
+    """Per model and sampler: stories drawn from ``<|endoftext|>`` with part 5's ``generate`` (the same seed for
+    every model), and the share of their complete sentences the grammar can write (``stories.sentence_is_valid``),
+    with a 95% bootstrap interval over the stories (widened by the rule of three, ``3 / sentences``, where every
+    sentence is valid or none is and the bootstrap's interval has no width)."""
+    from sampling_course.sampling_settings import SamplerSettings
+    from sampling_course.stories import EOS_TOKEN, sentence_is_valid, split_sentences
+
+    rows = []
+    for sampler, keywords in SAMPLERS.items():
+        for name, model in models.items():
+            with torch.no_grad():
+                out = generate(model, tokenizer, [EOS_TOKEN] * n_stories, new_tokens,
+                               settings=SamplerSettings(**keywords), seed=seed, eos_token_id=tokenizer.eos_token_id)
+            valid, sentences = [], []
+            for row in out[:, 1:].tolist():
+                text = tokenizer.decode(row).split(EOS_TOKEN)[0]
+                said = split_sentences(text)
+                valid.append(sum(map(sentence_is_valid, said)))
+                sentences.append(len(said))
+            share, low, high = bootstrap(torch.tensor(valid, dtype=torch.float64), torch.tensor(sentences))
+            if low == high and share in (0.0, 1.0) and sum(sentences):
+                # Every sentence valid (or none): the bootstrap has no width; the rule of three (3 / n) does.
+                low, high = (1 - 3 / sum(sentences), 1.0) if share == 1.0 else (0.0, 3 / sum(sentences))
+            rows.append(dict(sampler=sampler, name=name, sentences=sum(sentences), valid=(share, low, high)))
+    return rows

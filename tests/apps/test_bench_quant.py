@@ -149,7 +149,7 @@ def test_quick_run_prints_every_table(capsys):
     assert bench_quant.main(["--quick"]) == 0
     out = capsys.readouterr().out
     for text in ("held-out stories", "entropy floor", "int8 within 0.005 nats of fp32", "weight bytes",
-                 "What fits", "CPU, one token", "one cached decode step", "GPU"):
+                 "What fits", "valid sentences", "CPU, one token", "one cached decode step", "GPU"):
         assert text in out, text
     assert " NO " not in out, "formula, stored tensors and weight_bytes disagree"
     assert "torchao int8" in out or "torchao is not installed" in out
@@ -160,3 +160,28 @@ def test_bad_arguments_are_one_line_before_anything_loads(capsys):
     assert bench_quant.main(["--models", "gpt3"]) == 2
     err = capsys.readouterr().err
     assert "--tokens must be an integer >= 100" in err and "invalid choice" in err
+
+
+def test_validity_of_drawn_stories_by_hand(fp32):
+    """A stand-in ``generate`` returning fixed texts: the share of valid sentences is counted as the grammar says,
+    and an all-valid share gets the rule of three's interval, not one of zero width."""
+    from sampling_course.stories import sample_stories
+
+    story = sample_stories(1, seed=3)[0].text
+
+    class Tok:
+        eos_token_id = 0
+        texts = [story, story + " Purple the moon ate seven."]
+
+        def decode(self, row):
+            return self.texts[row[0]]
+
+    def fake_generate(model, tokenizer, prompts, new_tokens, settings, seed, eos_token_id):
+        return torch.tensor([[0, model]] * len(prompts))
+
+    rows = quant_quality.validity_rows({"good": 0, "bad": 1}, Tok(), fake_generate, n_stories=2)
+    good, bad = rows[0], rows[1]
+    from sampling_course.stories import split_sentences
+    n = 2 * len(split_sentences(story))
+    assert good["valid"] == (1.0, 1 - 3 / n, 1.0) and good["sentences"] == n
+    assert bad["valid"][0] == pytest.approx(n / (n + 2)) and bad["sentences"] == n + 2
