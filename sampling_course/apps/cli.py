@@ -44,6 +44,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench-speculative": ("sampling_course.apps.bench_speculative:main", "measure speculative decoding for gamma 1-8 against the theory and HF"),
     "bench-structured": ("sampling_course.apps.bench_structured:main", "race part 8's constrained decoding against outlines-core and xgrammar"),
     "bench-serving": ("sampling_course.apps.bench_serving:main", "serve a request stream: part 10's server, part 5's static batches, HF continuous batching"),
+    "bench-quant": ("sampling_course.apps.bench_quant:main", "quantised weights: quality against the entropy floor, memory, speed, torchao and quanto"),
     "long-text": ("sampling_course.apps.long_text:main", "the long-text experiment: full attention, sliding window, window and sink caches past n_ctx"),
     "release": ("sampling_course.apps.classroom:release_main", "write the student copy: no solutions, no hidden tests (instructors)"),
     "grade": ("sampling_course.apps.classroom:grade_main", "grade a class's submissions, each in a confined process (instructors)"),

@@ -40,6 +40,7 @@ NOTEBOOKS = {
     8: "08_structured_generation.ipynb",
     9: "09_modern_decoders.ipynb",
     10: "10_serving.ipynb",
+    11: "11_quantisation.ipynb",
 }
 # A part's exercises of one module may have a notebook of their own, after the part's:
 # notebook -> (part, module). Part 6's GPU lesson (exercises/gpu_decoding.py).
@@ -113,7 +114,7 @@ def solution_lines() -> dict[str, str]:
 
 
 # Parts whose exercises and tests exist but whose notebook is still to be written.
-NOTEBOOK_PENDING: set[int] = {11}  # 11_quantisation.ipynb
+NOTEBOOK_PENDING: set[int] = set()
 
 
 def test_every_part_has_its_notebook():
