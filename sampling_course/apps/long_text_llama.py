@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 from jaxtyping import Bool, Float, Int
 
 from sampling_course.apps.long_text_results import FULL, REPREFILL, SLIDING, LongTextResults, MethodResult
+from sampling_course.apps.sign_flip import SignFlip, sign_flip
 
 if TYPE_CHECKING:
     from torch import Tensor
@@ -215,26 +216,21 @@ def run_llama_experiment(model, llama: ModuleType, rope_sink: ModuleType, texts:
     return results
 
 
-def paired_difference(results: LongTextResults, a: str, b: str, start: int, end: int, n_resamples: int = 10_000,
-                      seed: int = 0) -> tuple[float, float, float]:
+def paired_difference(results: LongTextResults, a: str, b: str, start: int, end: int,
+                      confidence: float = 0.95) -> SignFlip:
     """Method ``a``'s mean NLL minus method ``b``'s over positions ``start .. end - 1`` (the table's positions),
-    with a 95% bootstrap interval over the texts: texts drawn with replacement, each keeping its own positions
-    for both methods (the two methods read the same texts, so the difference is paired)."""
+    with the exact sign-flip interval and p-value over the texts (``sign_flip``). The two methods read the same
+    texts, so the difference is paired: each text gives its own total difference over its scored positions.
+    The assumption: the texts are independent, and each text's difference is as likely to fall a given amount
+    above the true one as below it."""
     import torch
 
     common = results.common_positions(start, end)
     per_text = []
     for name in (a, b):
         nll = results.methods[name].nll[:, start:end]
-        per_text.append(torch.stack([row[keep].sum() for row, keep in zip(nll, common)]))
-    counts = common.sum(dim=1).double()
-    sums = (per_text[0] - per_text[1]).double()
-    difference = (sums.sum() / counts.sum()).item()
-    g = torch.Generator().manual_seed(seed)
-    draws = torch.randint(0, len(counts), (n_resamples, len(counts)), generator=g)
-    resampled = sums[draws].sum(dim=1) / counts[draws].sum(dim=1)
-    low, high = torch.quantile(resampled, torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
-    return difference, low, high
+        per_text.append(torch.stack([row[keep].double().sum() for row, keep in zip(nll, common)]))
+    return sign_flip(per_text[0] - per_text[1], common.sum(dim=1).double(), confidence)
 
 
 def entropy_floor_of_texts(tokenizer, texts: Int[Tensor, "text pos"]) -> float:

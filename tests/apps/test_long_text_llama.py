@@ -82,15 +82,22 @@ def test_the_text_position_cache_numbers_each_query_by_its_place_in_the_text():
 
 
 def test_the_paired_difference_and_its_interval_over_texts():
-    """The difference is the table's (mean of a minus mean of b); its bootstrap interval over the texts lies
-    between the smallest and the largest per-text difference; a method against itself gives exactly 0."""
+    """The difference is the table's (mean of a minus mean of b), and its interval and p-value are the sign-flip
+    test's on each text's total difference over its scored positions (one NaN position left out of every
+    method's mean); a method against itself gives exactly 0 with a p-value of 1."""
     from sampling_course.apps.long_text_results import LongTextResults, MethodResult
+    from sampling_course.apps.sign_flip import sign_flip
 
-    a = torch.tensor([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0], [3.0, 3.0, 3.0]])
-    b = a - torch.tensor([[0.1], [0.2], [0.6]])
-    results = LongTextResults("m", n_ctx=3, window=3, num_sink_tokens=0, stride=1, tokens=torch.zeros(3, 4, dtype=torch.long))
+    a = torch.arange(8.0)[:, None] + torch.tensor([[1.0, 1.5, 2.0, 2.5]])
+    shift = torch.tensor([0.1, 0.2, 0.6, -0.05, 0.3, 0.25, 0.4, 0.15])
+    b = a - shift[:, None] * torch.tensor([[1.0, 2.0, 1.0, 0.0]])
+    a[:, 3] = float("nan")  # scored by no method at the last position: every method's mean leaves it out
+    results = LongTextResults("m", n_ctx=4, window=4, num_sink_tokens=0, stride=1, tokens=torch.zeros(8, 5, dtype=torch.long))
     results.methods = {"a": MethodResult("a", a, 1.0, 0, ""), "b": MethodResult("b", b, 1.0, 0, "")}
-    difference, low, high = long_text_llama.paired_difference(results, "a", "b", 0, 3)
-    assert math.isclose(difference, results.mean_nll("a", 0, 3) - results.mean_nll("b", 0, 3), rel_tol=1e-6)
-    assert math.isclose(difference, 0.3, rel_tol=1e-6) and 0.1 - 1e-6 <= low < difference < high <= 0.6 + 1e-6
-    assert long_text_llama.paired_difference(results, "a", "a", 0, 3) == (0.0, 0.0, 0.0)
+    found = long_text_llama.paired_difference(results, "a", "b", 0, 4)
+    assert math.isclose(found.estimate, results.mean_nll("a", 0, 4) - results.mean_nll("b", 0, 4), rel_tol=1e-6)
+    expected = sign_flip((4 * shift).tolist(), [3] * 8)  # each text: shift * (1 + 2 + 1) over 3 positions
+    assert found[:3] == pytest.approx(expected[:3], rel=1e-6) and found[3:] == expected[3:]  # float32 NLL
+    assert found.separated() == "higher" and found.below == 1 and found.above == 7
+    itself = long_text_llama.paired_difference(results, "a", "a", 0, 4)
+    assert (itself.estimate, itself.low, itself.high, itself.p_value) == (0.0, 0.0, 0.0, 1.0)
