@@ -1,6 +1,6 @@
 # GENERATED from solutions/quantised_model.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 982937a3597b93410f880e726c583b32b0f83e2227f401b5c148856b1451bbeb
+# stub-checksum: f144db0445c2e0f0e5b89e615f93f990f74aaeeb8a470a8c74e98aca13e683d1
 """Part 11: the learner's own models run on quantised weights, through their one forward pass.
 
 ``quantise_model(model, "int4-g64")`` stores every weight matrix inside the blocks (attention's
@@ -122,15 +122,18 @@ def from_matrix(matrix: Tensor, name: str, shape: torch.Size) -> Tensor:
 def quantise_matrix(matrix: Tensor, scheme: Scheme) -> tuple[Tensor, ...]:
     """The tensors that store ``matrix`` (out, in) in ``scheme``; 4-bit codes packed two per byte.
 
-    int8: ``(q, scale)``; int4: ``(packed, scale, zero_point)``; nf4: ``(packed, absmax)``; nf4 with
-    double quantisation: ``(packed, absmax_codes, absmax_scales, absmax_offset)``.
+    int8: ``(q, scale)``; int4: ``(packed, scale, zero_point)``, the zero points as uint8 (whole numbers
+    in [0, 15], one byte each rather than float32's four); nf4: ``(packed, absmax)``; nf4 with double
+    quantisation (``double_quantise``'s default blocks): ``(packed, absmax_codes, absmax_scales, absmax_offset)``.
     """
     # Hint: call your quantiser for the scheme's kind; pack_int4 the 4-bit codes.
     raise NotImplementedError()
 
 
 def dequantise_matrix(stored: tuple[Tensor, ...], scheme: Scheme, shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
-    """The ``(out, in)`` matrix of shape ``shape`` that ``quantise_matrix`` stored, in ``dtype``."""
+    """The ``(out, in)`` matrix of shape ``shape`` that ``quantise_matrix`` stored, in ``dtype``.
+
+    The block size of double quantisation is not stored: it is the number of absmax codes per scale."""
     # Hint: the inverse of quantise_matrix, step by step: unpack, then your dequantiser.
     raise NotImplementedError()
 

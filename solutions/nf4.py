@@ -6,11 +6,13 @@ the tails. NF4 puts its 16 levels where a normal distribution puts equal shares 
 so each level stands for about as many weights: a group is divided by its largest magnitude
 (absmax, so it lies in [-1, 1]) and each weight becomes the index of the nearest level.
 
-The levels (QLoRA, section 3 and appendix E): quantiles of N(0, 1), 8 for the positive half
-and 7 for the negative half, at probabilities evenly spaced from 1/2 to an outer probability
-``p = ((1 - 1/30) + (1 - 1/32)) / 2 = 0.9677083``, QLoRA's choice, short of 1 because the
-quantile at probability 1 is infinite. With an exact 0 added and every level divided by the
-largest, that is 16 values from -1 to 1.
+The levels (QLoRA, section 3 and appendix E): quantiles of N(0, 1) at probabilities evenly
+spaced from 1/2 to an outer probability ``p = ((1 - 1/30) + (1 - 1/32)) / 2 = 0.9677083``,
+QLoRA's choice, short of 1 because the quantile at probability 1 is infinite. Each half has its
+own spacing: the positive half takes 9 evenly spaced probabilities from 1/2 to p and drops 1/2
+(its quantile is 0), leaving 8 levels; the negative half does the same with 8 probabilities,
+leaving 7, negated. With an exact 0 added and every level divided by the largest, that is 16
+values from -1 to 1 (both halves end at p, so the smallest is exactly -1).
 Exact 0 keeps zero weights (and padding) exact; +-1 map the group's absmax back exactly.
 
 Double quantisation (QLoRA's second idea): one float32 absmax per 64 weights is 0.5 bit per
@@ -97,7 +99,7 @@ def dequantise_nf4(
 class DoubleQuantised:
     """Absmaxes stored in 8 bits: ``absmax ~ codes * scales[block] + offset``."""
 
-    codes: Int8[Tensor, "n"]  # one per absmax
+    codes: Int8[Tensor, "n"]  # one per absmax, then the last block's padding: n = blocks * block_size
     scales: Float[Tensor, "blocks"]  # one float32 per block of block_size absmaxes
     offset: Float[Tensor, ""]  # the absmaxes' mean, subtracted before quantising
     shape: tuple[int, ...]  # the absmaxes' shape, (out, groups)

@@ -119,8 +119,9 @@ def from_matrix(matrix: Tensor, name: str, shape: torch.Size) -> Tensor:
 def quantise_matrix(matrix: Tensor, scheme: Scheme) -> tuple[Tensor, ...]:
     """The tensors that store ``matrix`` (out, in) in ``scheme``; 4-bit codes packed two per byte.
 
-    int8: ``(q, scale)``; int4: ``(packed, scale, zero_point)``; nf4: ``(packed, absmax)``; nf4 with
-    double quantisation: ``(packed, absmax_codes, absmax_scales, absmax_offset)``.
+    int8: ``(q, scale)``; int4: ``(packed, scale, zero_point)``, the zero points as uint8 (whole numbers
+    in [0, 15], one byte each rather than float32's four); nf4: ``(packed, absmax)``; nf4 with double
+    quantisation (``double_quantise``'s default blocks): ``(packed, absmax_codes, absmax_scales, absmax_offset)``.
     """
     ### BEGIN SOLUTION
     # Hint: call your quantiser for the scheme's kind; pack_int4 the 4-bit codes.
@@ -139,7 +140,9 @@ def quantise_matrix(matrix: Tensor, scheme: Scheme) -> tuple[Tensor, ...]:
 
 
 def dequantise_matrix(stored: tuple[Tensor, ...], scheme: Scheme, shape: tuple[int, int], dtype: torch.dtype) -> Tensor:
-    """The ``(out, in)`` matrix of shape ``shape`` that ``quantise_matrix`` stored, in ``dtype``."""
+    """The ``(out, in)`` matrix of shape ``shape`` that ``quantise_matrix`` stored, in ``dtype``.
+
+    The block size of double quantisation is not stored: it is the number of absmax codes per scale."""
     ### BEGIN SOLUTION
     # Hint: the inverse of quantise_matrix, step by step: unpack, then your dequantiser.
     if scheme.kind == "int8":

@@ -43,7 +43,12 @@ def scipy_levels() -> torch.Tensor:
 def test_levels_are_qloras_published_values(impl):
     levels = impl.nf4.nf4_levels()
     assert levels.dtype == torch.float32 and levels.shape == (16,), (levels.dtype, levels.shape)
-    torch.testing.assert_close(levels.double(), PUBLISHED, rtol=0, atol=LEVEL_ATOL)
+    worst = int((levels.double() - PUBLISHED).abs().argmax())
+    torch.testing.assert_close(
+        levels.double(), PUBLISHED, rtol=0, atol=LEVEL_ATOL,
+        msg=f"not QLoRA's published NF4 levels: level {worst} is {levels[worst].item():.6f}, published "
+            f"{PUBLISHED[worst].item():.6f}; yours: {' '.join(f'{v:+.3f}' for v in levels.tolist())}",
+    )
     torch.testing.assert_close(levels.double(), scipy_levels(), rtol=0, atol=LEVEL_ATOL)
     assert levels[0] == -1 and levels[7] == 0 and levels[15] == 1, "-1, 0 and 1 must be levels exactly"
     assert (levels[1:] > levels[:-1]).all(), "the levels must be sorted, smallest first"
@@ -117,7 +122,9 @@ def test_double_quantised_absmaxes_come_back_within_half_a_step(impl, story, blo
         absmax = torch.rand(7, 43, generator=torch.Generator().manual_seed(23)) + 0.2
     dq = impl.nf4.double_quantise(absmax.clone(), block_size)
     n, blocks = absmax.numel(), -(-absmax.numel() // block_size)
-    assert dq.codes.dtype == torch.int8 and dq.codes.numel() == blocks * block_size, (dq.codes.dtype, dq.codes.shape)
+    assert dq.codes.dtype == torch.int8 and dq.codes.numel() == blocks * block_size, (
+        f"codes: int8, one per absmax and the last block's padding ({blocks} blocks of {block_size}, "
+        f"{blocks * block_size} codes for {n} absmaxes), got {dq.codes.dtype} of shape {tuple(dq.codes.shape)}")
     assert dq.scales.shape == (blocks,) and dq.block_size == block_size and tuple(dq.shape) == tuple(absmax.shape)
     assert float(dq.offset) == pytest.approx(float(absmax.double().mean()), rel=1e-6), "the offset is the absmaxes' mean"
     back = dq.dequantise()

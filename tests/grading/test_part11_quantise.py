@@ -112,7 +112,7 @@ def check_groups(impl, weight: torch.Tensor, group_size: int, bits: int, what: s
     low, high = grouped.amin(-1).clamp(max=0), grouped.amax(-1).clamp(min=0)
     # An all-zero group's scale is given code's floor (float32's smallest normal, as torchao's), not 0.
     expected = ((high - low) / top).clamp(min=torch.finfo(torch.float32).smallest_normal)
-    torch.testing.assert_close(scale.double(), expected, rtol=1e-6, atol=0, msg=f"{what}: scales")
+    torch.testing.assert_close(scale.double(), expected, rtol=1e-6, atol=0, msg=f"{what}: scales are not (max - min) / (2**bits - 1) of each group's range widened to include 0")
     assert_codes_allowed(zero_point, -low / scale.double(), 0, top, f"{what}: zero points")
     quotient = grouped / scale.double()[..., None] + zero_point.double()[..., None]
     assert_codes_allowed(q.reshape(grouped.shape), quotient, 0, top, f"{what}: codes")

@@ -120,7 +120,9 @@ def test_stored_tensors_are_the_quantisers_with_4_bit_codes_packed(impl):
     ref = impl.quantise.quantise_groups(weight, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (8, 32), ("4-bit codes must be packed", packed.shape)
     assert torch.equal(impl.quantise.unpack_int4(packed), ref[0]) and torch.equal(scale, ref[1])
-    assert zero_point.dtype == torch.uint8 and torch.equal(zero_point.float(), ref[2]), "zero points: whole numbers, one byte"
+    assert zero_point.dtype == torch.uint8 and torch.equal(zero_point.float(), ref[2]), (
+        f"int4's zero points are stored as uint8 (whole numbers in [0, 15], one byte each), those of your "
+        f"quantise_groups; got {zero_point.dtype}")
     packed, absmax = store(weight.clone(), Scheme.parse("nf4-g32"))
     codes, ref_absmax = impl.nf4.quantise_nf4(weight, 32)
     assert torch.equal(impl.quantise.unpack_int4(packed), codes) and torch.equal(absmax, ref_absmax)
