@@ -368,3 +368,57 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
                 source += FORGED_CALLS
             (package / path.name).write_text(source)
     return cases
+
+
+# quantise_model (part 11), graded on its own: every file is the solutions'. What a quantised model holds is in the
+# submission's process, and so is weight_bytes (given code, but in the submission's file): a model that keeps its
+# float weights and reports fewer bytes, or stores codes but computes from a float copy, earned quantise_model
+# before. The test reads the stored tensors itself, gives them new contents and dequantises them itself.
+QUANT_GRADED = ("quantise_model",)
+FAKE_QUANTISATION = """
+with torch.no_grad():  # the float weight keeps its dequantised values; weight_bytes reports what codes would take
+    matrix = as_matrix(weight.detach(), name).float()
+    stored = quantise_matrix(matrix, scheme)
+    weight.copy_(from_matrix(dequantise_matrix(stored, scheme, tuple(matrix.shape), weight.dtype), name, weight.shape))
+    _SAVED.setdefault(id(model), []).append(
+        weight.numel() * weight.element_size() - sum(t.numel() * t.element_size() for t in stored))
+"""
+LYING_BYTES = (("def weight_bytes(model: nn.Module) -> int:",
+                "_SAVED = {}\n\n\ndef weight_bytes(model: nn.Module) -> int:"),
+               ("    return total\n", "    return total - sum(_SAVED.get(id(model), ()))\n"))
+FLOAT_COPY = """
+class _Kept(QuantisedWeight):  # stores the codes, but its forward returns a float copy made once
+    def right_inverse(self, w):
+        stored = super().right_inverse(w)
+        self.__dict__["kept"] = QuantisedWeight.forward(self, *stored).detach().clone()
+        return stored
+
+    def forward(self, *stored):
+        return self.__dict__["kept"]
+
+parametrize.register_parametrization(module, name, _Kept(scheme, name, weight.shape))
+"""
+
+
+def write_quant_corpus(root: Path) -> dict[str, Case]:
+    """Write the quantise_model submissions into ``root``: the solutions', fake quantisation with a lying
+    ``weight_bytes``, and codes stored beside a float copy the forward pass reads."""
+    cases = {
+        "quant_control": Case("3", "nothing: the solutions' quantise_model", QUANT_GRADED),
+        "quant_fake": Case("3", "float weights kept (fake quantisation), weight_bytes edited to report codes' bytes", ()),
+        "quant_float_copy": Case("3", "codes stored through a parametrisation whose forward returns a float copy", ()),
+    }
+    for student in cases:
+        package = root / student / "exercises"
+        package.mkdir(parents=True)
+        for path in sorted((REPO / "solutions").glob("*.py")):
+            source = path.read_text()
+            if student == "quant_fake" and path.name == "quantised_model.py":
+                source = _replace(source, "quantise_model", FAKE_QUANTISATION)
+                for old, new in LYING_BYTES:
+                    assert old in source
+                    source = source.replace(old, new)
+            elif student == "quant_float_copy" and path.name == "quantised_model.py":
+                source = _replace(source, "quantise_model", FLOAT_COPY)
+            (package / path.name).write_text(source)
+    return cases
