@@ -373,8 +373,9 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
 # quantise_model (part 11), graded on its own: every file is the solutions'. What a quantised model holds is in the
 # submission's process, and so is weight_bytes (given code, but in the submission's file): a model that keeps its
 # float weights and reports fewer bytes, or stores codes but computes from a float copy, earned quantise_model
-# before. The test reads the stored tensors itself, gives them new contents and dequantises them itself.
-QUANT_GRADED = ("quantise_model",)
+# before. The test reads the stored tensors itself, gives them new contents and dequantises them itself. Likewise
+# DoubleQuantised.dequantise (given code): one returning the absmaxes kept aside earned double_quantise with any codes.
+QUANT_GRADED = ("double_quantise", "quantise_model")
 FAKE_QUANTISATION = """
 with torch.no_grad():  # the float weight keeps its dequantised values; weight_bytes reports what codes would take
     matrix = as_matrix(weight.detach(), name).float()
@@ -398,15 +399,29 @@ class _Kept(QuantisedWeight):  # stores the codes, but its forward returns a flo
 
 parametrize.register_parametrization(module, name, _Kept(scheme, name, weight.shape))
 """
+ABSMAX_ASIDE = """
+offset = flat.mean()
+dq = DoubleQuantised(torch.zeros(n_blocks * block_size, dtype=torch.int8), torch.ones(n_blocks), offset,
+                     tuple(absmax.shape), block_size)
+object.__setattr__(dq, "kept", absmax.detach().float().clone())  # the absmaxes themselves, kept aside
+return dq
+"""
+DEQUANTISE_DOC = '        """The absmaxes back, in float32, in their own shape (the padding of the last block dropped)."""\n'
+KEPT_RETURNED = '        if "kept" in self.__dict__:\n            return self.__dict__["kept"]\n'
 
 
 def write_quant_corpus(root: Path) -> dict[str, Case]:
-    """Write the quantise_model submissions into ``root``: the solutions', fake quantisation with a lying
-    ``weight_bytes``, and codes stored beside a float copy the forward pass reads."""
+    """Write the part-11 submissions into ``root``: the solutions', fake quantisation with a lying ``weight_bytes``,
+    codes stored beside a float copy the forward pass reads, and double quantisation that keeps the absmaxes aside."""
     cases = {
         "quant_control": Case("3", "nothing: the solutions' quantise_model", QUANT_GRADED),
-        "quant_fake": Case("3", "float weights kept (fake quantisation), weight_bytes edited to report codes' bytes", ()),
-        "quant_float_copy": Case("3", "codes stored through a parametrisation whose forward returns a float copy", ()),
+        "quant_fake": Case("3", "float weights kept (fake quantisation), weight_bytes edited to report codes' bytes",
+                           ("double_quantise",)),
+        "quant_float_copy": Case("3", "codes stored through a parametrisation whose forward returns a float copy",
+                                 ("double_quantise",)),
+        # quantise_model's nf4-g16-dq case rebuilds the absmaxes from the codes: it fails there too.
+        "quant_absmax_aside": Case("3", "zero codes and unit scales, DoubleQuantised.dequantise returning the absmaxes "
+                                        "kept aside", ()),
     }
     for student in cases:
         package = root / student / "exercises"
@@ -420,5 +435,9 @@ def write_quant_corpus(root: Path) -> dict[str, Case]:
                     source = source.replace(old, new)
             elif student == "quant_float_copy" and path.name == "quantised_model.py":
                 source = _replace(source, "quantise_model", FLOAT_COPY)
+            elif student == "quant_absmax_aside" and path.name == "nf4.py":
+                assert DEQUANTISE_DOC in source
+                source = _replace(source, "double_quantise", ABSMAX_ASIDE).replace(DEQUANTISE_DOC,
+                                                                                   DEQUANTISE_DOC + KEPT_RETURNED)
             (package / path.name).write_text(source)
     return cases

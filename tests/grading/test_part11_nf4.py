@@ -120,13 +120,23 @@ def test_double_quantised_absmaxes_come_back_within_half_a_step(impl, story, blo
     assert dq.codes.dtype == torch.int8 and dq.codes.numel() == blocks * block_size, (dq.codes.dtype, dq.codes.shape)
     assert dq.scales.shape == (blocks,) and dq.block_size == block_size and tuple(dq.shape) == tuple(absmax.shape)
     assert float(dq.offset) == pytest.approx(float(absmax.double().mean()), rel=1e-6), "the offset is the absmaxes' mean"
-    back = dq.dequantise()
-    assert back.shape == absmax.shape
-    step = dq.scales.double().repeat_interleave(block_size)[:n].reshape(absmax.shape)
-    error = (back.double() - absmax.double()).abs()
+    # What the stored codes, scales and offset stand for, computed here: DoubleQuantised.dequantise and nbytes are
+    # given code in the submission's file, which a class grader cannot trust (one returning the absmaxes kept aside
+    # would pass any codes).
+    codes, scales, offset = (t.detach().cpu() for t in (dq.codes, dq.scales, dq.offset))
+    # Each block's scale is its largest centred magnitude over 127 (exercise 1's): a larger one would pass the bound.
+    centred = torch.cat([absmax.double().flatten() - offset.double(), torch.zeros(blocks * block_size - n, dtype=torch.float64)])
+    expected = (centred.reshape(blocks, block_size).abs().amax(-1) / 127).clamp(min=torch.finfo(torch.float32).smallest_normal)
+    torch.testing.assert_close(scales.double(), expected, rtol=1e-5, atol=0, msg="each block's scale is max|absmax - offset| / 127")
+    back = (codes.double().reshape(blocks, block_size) * scales.double()[:, None]).flatten()[:n] + offset.double()
+    back = back.reshape(absmax.shape)
+    step = scales.double().repeat_interleave(block_size)[:n].reshape(absmax.shape)
+    error = (back - absmax.double()).abs()
     bound = step * (0.5 + TIE) + torch.finfo(torch.float32).eps * absmax.double()
     assert (error <= bound).all(), f"absmax off by {(error / step).max().item():.3f} steps (at most 1/2)"
-    assert dq.nbytes < 0.3 * 4 * n, f"{dq.nbytes} bytes for {n} float32 absmaxes ({4 * n} bytes)"
+    nbytes = sum(t.numel() * t.element_size() for t in (codes, scales, offset))
+    assert nbytes < 0.3 * 4 * n, f"{nbytes} bytes for {n} float32 absmaxes ({4 * n} bytes)"
+    torch.testing.assert_close(dq.dequantise().double(), back, rtol=0, atol=float(step.max()) * 1e-3)
 
 
 # ---------------------------------------------------------------------------------------

@@ -150,13 +150,19 @@ def _new_contents(scheme: str, stored: list[torch.Tensor], g: torch.Generator) -
             uniform(stored[3], 0.08, 0.12)]
 
 
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """Two codes per byte, unpacked by the test (input 2j in the low four bits, 2j + 1 in the high four): the
+    submission's unpack_int4 is given code in its file, which a class grader cannot trust."""
+    packed = packed.detach().cpu()
+    return torch.stack([packed & 15, packed >> 4], dim=-1).reshape(packed.shape[0], 2 * packed.shape[1])
+
+
 def _dequantised(scheme: str, stored: list[torch.Tensor], out: int, inp: int) -> torch.Tensor:
     """The (out, in) float32 matrix ``stored`` stands for, computed by the test (not by the submission)."""
     t = [x.detach().cpu() for x in stored]
     if scheme == "int8":
         return t[0].float() * t[1].float()[:, None]
-    packed = t[0].long()
-    q = torch.stack([packed & 15, packed >> 4], dim=-1).reshape(out, inp).float()  # input 2j low, 2j + 1 high
+    q = unpack(t[0]).float()
     group = int(scheme.split("-")[1][1:])
     q = q.reshape(out, inp // group, group)
     if scheme.startswith("int4"):
@@ -219,14 +225,14 @@ def test_stored_tensors_are_the_quantisers_with_4_bit_codes_packed(impl):
     packed, scale, zero_point = store(weight.clone(), Scheme.parse("int4-g32"))
     ref = impl.quantise.quantise_groups(weight, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (8, 32), ("4-bit codes must be packed", packed.shape)
-    assert torch.equal(impl.quantise.unpack_int4(packed), ref[0]) and torch.equal(scale, ref[1])
+    assert torch.equal(unpack(packed), ref[0]) and torch.equal(scale, ref[1])
     assert zero_point.dtype == torch.uint8 and torch.equal(zero_point.float(), ref[2]), "zero points: whole numbers, one byte"
     packed, absmax = store(weight.clone(), Scheme.parse("nf4-g32"))
     codes, ref_absmax = impl.nf4.quantise_nf4(weight, 32)
-    assert torch.equal(impl.quantise.unpack_int4(packed), codes) and torch.equal(absmax, ref_absmax)
+    assert torch.equal(unpack(packed), codes) and torch.equal(absmax, ref_absmax)
     packed, dq_codes, dq_scales, offset = store(weight.clone(), Scheme.parse("nf4-g32-dq"))
     dq = impl.nf4.double_quantise(ref_absmax)
-    assert torch.equal(impl.quantise.unpack_int4(packed), codes)
+    assert torch.equal(unpack(packed), codes)
     assert torch.equal(dq_codes, dq.codes) and torch.equal(dq_scales, dq.scales) and torch.equal(offset, dq.offset)
 
 
