@@ -375,7 +375,9 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
 # float weights and reports fewer bytes, or stores codes but computes from a float copy, earned quantise_model
 # before. The test reads the stored tensors itself, gives them new contents and dequantises them itself. Likewise
 # DoubleQuantised.dequantise (given code): one returning the absmaxes kept aside earned double_quantise with any codes.
-QUANT_GRADED = ("double_quantise", "quantise_model")
+# A quantise_int8 returning a tensor subclass whose dtype says int8 over unrounded float codes, rounding them when
+# asked for double(), passed torchao's comparison (failing only where an element is compared with ==).
+QUANT_GRADED = ("quantise_int8", "double_quantise", "quantise_model")
 FAKE_QUANTISATION = """
 with torch.no_grad():  # the float weight keeps its dequantised values; weight_bytes reports what codes would take
     matrix = as_matrix(weight.detach(), name).float()
@@ -406,6 +408,19 @@ dq = DoubleQuantised(torch.zeros(n_blocks * block_size, dtype=torch.int8), torch
 object.__setattr__(dq, "kept", absmax.detach().float().clone())  # the absmaxes themselves, kept aside
 return dq
 """
+LYING_CODES = """
+class _Codes(torch.Tensor):  # float codes, unrounded, that say they are int8 and round when asked for double()
+    @property
+    def dtype(self):
+        return torch.int8
+
+    def double(self, *args, **kwargs):
+        return torch.Tensor.double(torch.Tensor.round(self.as_subclass(torch.Tensor)))
+
+scale = weight.abs().amax(dim=1).clamp(min=SMALLEST_SCALE) / INT8_MAX
+return (weight / scale[:, None]).as_subclass(_Codes), scale
+"""
+INT8_BODY = ("    weight = check_matrix(weight)\n", "\n\ndef dequantise_int8(")
 DEQUANTISE_DOC = '        """The absmaxes back, in float32, in their own shape (the padding of the last block dropped)."""\n'
 KEPT_RETURNED = '        if "kept" in self.__dict__:\n            return self.__dict__["kept"]\n'
 
@@ -416,12 +431,14 @@ def write_quant_corpus(root: Path) -> dict[str, Case]:
     cases = {
         "quant_control": Case("3", "nothing: the solutions' quantise_model", QUANT_GRADED),
         "quant_fake": Case("3", "float weights kept (fake quantisation), weight_bytes edited to report codes' bytes",
-                           ("double_quantise",)),
+                           QUANT_GRADED[:2]),
         "quant_float_copy": Case("3", "codes stored through a parametrisation whose forward returns a float copy",
-                                 ("double_quantise",)),
+                                 QUANT_GRADED[:2]),
         # quantise_model's nf4-g16-dq case rebuilds the absmaxes from the codes: it fails there too.
         "quant_absmax_aside": Case("3", "zero codes and unit scales, DoubleQuantised.dequantise returning the absmaxes "
-                                        "kept aside", ()),
+                                        "kept aside", QUANT_GRADED[:1]),
+        # double_quantise and quantise_model call quantise_int8: they fail with it.
+        "quant_lying_codes": Case("3", "int8 codes as a tensor subclass that says int8 and rounds on double()", ()),
     }
     for student in cases:
         package = root / student / "exercises"
@@ -435,6 +452,10 @@ def write_quant_corpus(root: Path) -> dict[str, Case]:
                     source = source.replace(old, new)
             elif student == "quant_float_copy" and path.name == "quantised_model.py":
                 source = _replace(source, "quantise_model", FLOAT_COPY)
+            elif student == "quant_lying_codes" and path.name == "quantise.py":
+                start = source.index(INT8_BODY[0], source.index("def quantise_int8(")) + len(INT8_BODY[0])
+                body = "".join(f"    {line}\n" if line else "\n" for line in LYING_CODES.strip("\n").splitlines())
+                source = source[:start] + body + source[source.index(INT8_BODY[1]):]
             elif student == "quant_absmax_aside" and path.name == "nf4.py":
                 assert DEQUANTISE_DOC in source
                 source = _replace(source, "double_quantise", ABSMAX_ASIDE).replace(DEQUANTISE_DOC,

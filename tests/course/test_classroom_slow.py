@@ -187,7 +187,8 @@ def test_part11_weights_kept_aside_in_float_earn_nothing(tmp_path):
     before, the test reading only the model's outputs and weight_bytes; the test now reads the stored tensors as
     data, gives them new contents and dequantises them itself, so both earn nothing and the solutions' earn it.
     Double quantisation with zero codes whose DoubleQuantised.dequantise (given code) returns the absmaxes kept aside
-    earned double_quantise: the test now dequantises the codes itself and checks the scales."""
+    earned double_quantise: the test now dequantises the codes itself and checks the scales. int8 codes returned as a
+    tensor subclass that says int8 over unrounded floats earn nothing (the quantisers' results must be plain tensors)."""
     cases = write_quant_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(QUANT_GRADED), seconds_per_test=120, seconds_per_exercise=400,
                              seconds_per_submission=600, memory_mb=3072)

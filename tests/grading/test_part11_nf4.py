@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from part11_oracles import PUBLISHED_NF4, TIE, random_matrix, weight_matrices
+from part11_oracles import PUBLISHED_NF4, TIE, random_matrix, tensors, weight_matrices
 
 LEVEL_ATOL = 2**-20
 # Two correct ways of computing w / absmax (a division, a multiplication by 1 / absmax) differ by a float32
@@ -41,7 +41,7 @@ def scipy_levels() -> torch.Tensor:
 
 @pytest.mark.exercise("nf4_levels")
 def test_levels_are_qloras_published_values(impl):
-    levels = impl.nf4.nf4_levels()
+    levels = tensors(impl.nf4.nf4_levels())
     assert levels.dtype == torch.float32 and levels.shape == (16,), (levels.dtype, levels.shape)
     torch.testing.assert_close(levels.double(), PUBLISHED, rtol=0, atol=LEVEL_ATOL)
     torch.testing.assert_close(levels.double(), scipy_levels(), rtol=0, atol=LEVEL_ATOL)
@@ -50,7 +50,7 @@ def test_levels_are_qloras_published_values(impl):
 
 
 def check_nearest(impl, weight: torch.Tensor, group_size: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-    codes, absmax = impl.nf4.quantise_nf4(weight.clone(), group_size)
+    codes, absmax = tensors(*impl.nf4.quantise_nf4(weight.clone(), group_size))
     groups = weight.shape[1] // group_size
     assert codes.dtype == torch.uint8 and codes.shape == weight.shape, (what, codes.dtype, codes.shape)
     assert absmax.shape == (weight.shape[0], groups), (what, absmax.shape)
@@ -103,7 +103,7 @@ def test_dequantise_nf4_is_level_times_absmax(impl):
     for dtype in [torch.float32, torch.bfloat16, torch.float16, torch.float64]:
         result = impl.nf4.dequantise_nf4(codes.clone(), absmax.clone(), 8, dtype) if dtype != torch.float32 \
             else impl.nf4.dequantise_nf4(codes.clone(), absmax.clone(), 8)
-        assert result.dtype == dtype and result.shape == codes.shape, f"asked for {dtype}, got {result.dtype}"
+        assert tensors(result).dtype == dtype and result.shape == codes.shape, f"asked for {dtype}, got {result.dtype}"
         rel = max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)  # two roundings in dtype at most
         assert ((result.double() - exact).abs() <= rel * exact.abs() + slack).all(), dtype
 
@@ -116,6 +116,7 @@ def test_double_quantised_absmaxes_come_back_within_half_a_step(impl, story, blo
     else:  # 301 absmaxes: a short last block
         absmax = torch.rand(7, 43, generator=torch.Generator().manual_seed(23)) + 0.2
     dq = impl.nf4.double_quantise(absmax.clone(), block_size)
+    tensors(dq.codes, dq.scales, dq.offset)
     n, blocks = absmax.numel(), -(-absmax.numel() // block_size)
     assert dq.codes.dtype == torch.int8 and dq.codes.numel() == blocks * block_size, (dq.codes.dtype, dq.codes.shape)
     assert dq.scales.shape == (blocks,) and dq.block_size == block_size and tuple(dq.shape) == tuple(absmax.shape)
