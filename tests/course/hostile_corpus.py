@@ -368,3 +368,97 @@ def write_engine_corpus(root: Path) -> dict[str, Case]:
                 source += FORGED_CALLS
             (package / path.name).write_text(source)
     return cases
+
+
+# quantise_model (part 11), graded on its own: every file is the solutions'. What a quantised model holds is in the
+# submission's process, and so is weight_bytes (given code, but in the submission's file): a model that keeps its
+# float weights and reports fewer bytes, or stores codes but computes from a float copy, earned quantise_model
+# before. The test reads the stored tensors itself, gives them new contents and dequantises them itself. Likewise
+# DoubleQuantised.dequantise (given code): one returning the absmaxes kept aside earned double_quantise with any codes.
+# A quantise_int8 returning a tensor subclass whose dtype says int8 over unrounded float codes, rounding them when
+# asked for double(), passed torchao's comparison (failing only where an element is compared with ==).
+QUANT_GRADED = ("quantise_int8", "double_quantise", "quantise_model")
+FAKE_QUANTISATION = """
+with torch.no_grad():  # the float weight keeps its dequantised values; weight_bytes reports what codes would take
+    matrix = as_matrix(weight.detach(), name).float()
+    stored = quantise_matrix(matrix, scheme)
+    weight.copy_(from_matrix(dequantise_matrix(stored, scheme, tuple(matrix.shape), weight.dtype), name, weight.shape))
+    _SAVED.setdefault(id(model), []).append(
+        weight.numel() * weight.element_size() - sum(t.numel() * t.element_size() for t in stored))
+"""
+LYING_BYTES = (("def weight_bytes(model: nn.Module) -> int:",
+                "_SAVED = {}\n\n\ndef weight_bytes(model: nn.Module) -> int:"),
+               ("    return total\n", "    return total - sum(_SAVED.get(id(model), ()))\n"))
+FLOAT_COPY = """
+class _Kept(QuantisedWeight):  # stores the codes, but its forward returns a float copy made once
+    def right_inverse(self, w):
+        stored = super().right_inverse(w)
+        self.__dict__["kept"] = QuantisedWeight.forward(self, *stored).detach().clone()
+        return stored
+
+    def forward(self, *stored):
+        return self.__dict__["kept"]
+
+parametrize.register_parametrization(module, name, _Kept(scheme, name, weight.shape))
+"""
+ABSMAX_ASIDE = """
+offset = flat.mean()
+dq = DoubleQuantised(torch.zeros(n_blocks * block_size, dtype=torch.int8), torch.ones(n_blocks), offset,
+                     tuple(absmax.shape), block_size)
+object.__setattr__(dq, "kept", absmax.detach().float().clone())  # the absmaxes themselves, kept aside
+return dq
+"""
+LYING_CODES = """
+class _Codes(torch.Tensor):  # float codes, unrounded, that say they are int8 and round when asked for double()
+    @property
+    def dtype(self):
+        return torch.int8
+
+    def double(self, *args, **kwargs):
+        return torch.Tensor.double(torch.Tensor.round(self.as_subclass(torch.Tensor)))
+
+scale = weight.abs().amax(dim=1).clamp(min=SMALLEST_SCALE) / INT8_MAX
+return (weight / scale[:, None]).as_subclass(_Codes), scale
+"""
+INT8_BODY = ("    weight = check_matrix(weight)\n", "\n\ndef dequantise_int8(")
+DEQUANTISE_DOC = '        """The absmaxes back, in float32, in their own shape (the padding of the last block dropped)."""\n'
+KEPT_RETURNED = '        if "kept" in self.__dict__:\n            return self.__dict__["kept"]\n'
+
+
+def write_quant_corpus(root: Path) -> dict[str, Case]:
+    """Write the part-11 submissions into ``root``: the solutions', fake quantisation with a lying ``weight_bytes``,
+    codes stored beside a float copy the forward pass reads, and double quantisation that keeps the absmaxes aside."""
+    cases = {
+        "quant_control": Case("3", "nothing: the solutions' quantise_model", QUANT_GRADED),
+        "quant_fake": Case("3", "float weights kept (fake quantisation), weight_bytes edited to report codes' bytes",
+                           QUANT_GRADED[:2]),
+        "quant_float_copy": Case("3", "codes stored through a parametrisation whose forward returns a float copy",
+                                 QUANT_GRADED[:2]),
+        # quantise_model's nf4-g16-dq case rebuilds the absmaxes from the codes: it fails there too.
+        "quant_absmax_aside": Case("3", "zero codes and unit scales, DoubleQuantised.dequantise returning the absmaxes "
+                                        "kept aside", QUANT_GRADED[:1]),
+        # double_quantise and quantise_model call quantise_int8: they fail with it.
+        "quant_lying_codes": Case("3", "int8 codes as a tensor subclass that says int8 and rounds on double()", ()),
+    }
+    for student in cases:
+        package = root / student / "exercises"
+        package.mkdir(parents=True)
+        for path in sorted((REPO / "solutions").glob("*.py")):
+            source = path.read_text()
+            if student == "quant_fake" and path.name == "quantised_model.py":
+                source = _replace(source, "quantise_model", FAKE_QUANTISATION)
+                for old, new in LYING_BYTES:
+                    assert old in source
+                    source = source.replace(old, new)
+            elif student == "quant_float_copy" and path.name == "quantised_model.py":
+                source = _replace(source, "quantise_model", FLOAT_COPY)
+            elif student == "quant_lying_codes" and path.name == "quantise.py":
+                start = source.index(INT8_BODY[0], source.index("def quantise_int8(")) + len(INT8_BODY[0])
+                body = "".join(f"    {line}\n" if line else "\n" for line in LYING_CODES.strip("\n").splitlines())
+                source = source[:start] + body + source[source.index(INT8_BODY[1]):]
+            elif student == "quant_absmax_aside" and path.name == "nf4.py":
+                assert DEQUANTISE_DOC in source
+                source = _replace(source, "double_quantise", ABSMAX_ASIDE).replace(DEQUANTISE_DOC,
+                                                                                   DEQUANTISE_DOC + KEPT_RETURNED)
+            (package / path.name).write_text(source)
+    return cases

@@ -33,7 +33,8 @@ from sampling_course.grading.classroom.settings import load_settings
 from sampling_course.grading.classroom.submission import STUBS, find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
 
-from hostile_corpus import CANARY_ENV, ENGINE_GRADED, ESCAPE_NAME, RACE_GRADED, write_corpus, write_engine_corpus, write_race_corpus
+from hostile_corpus import CANARY_ENV, ENGINE_GRADED, ESCAPE_NAME, QUANT_GRADED, RACE_GRADED, write_corpus, write_engine_corpus, write_race_corpus
+from hostile_corpus import write_quant_corpus
 from hostile_corpus import GRADED as CORPUS_GRADED
 from sampling_course.grading.classroom.reports import escaped, safe_name, write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
@@ -179,6 +180,27 @@ def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_pa
     # per step) earn nothing; both earn Engine.step on their other tests, which their right outputs pass.
     forged, control = results["engine_forged_calls"]["exercises"][0], results["engine_control"]["exercises"][0]
     assert forged["unverified"] == control["unverified"] == 2 and forged["passed"] == control["passed"], (forged, control)
+
+def test_part11_weights_kept_aside_in_float_earn_nothing(tmp_path):
+    """quantise_model graded on its own: fake quantisation (the float weights kept, the submission's own weight_bytes
+    reporting the codes' bytes) and codes stored beside a float copy that the forward pass reads each earned it
+    before, the test reading only the model's outputs and weight_bytes; the test now reads the stored tensors as
+    data, gives them new contents and dequantises them itself, so both earn nothing and the solutions' earn it.
+    Double quantisation with zero codes whose DoubleQuantised.dequantise (given code) returns the absmaxes kept aside
+    earned double_quantise: the test now dequantises the codes itself and checks the scales. int8 codes returned as a
+    tensor subclass that says int8 over unrounded floats earn nothing (the quantisers' results must be plain tensors)."""
+    cases = write_quant_corpus(tmp_path / "class")
+    settings = load_settings(None, exercises=list(QUANT_GRADED), seconds_per_test=120, seconds_per_exercise=400,
+                             seconds_per_submission=600, memory_mb=3072)
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    for student, case in cases.items():
+        entries = {entry["exercise"]: entry for entry in results[student]["exercises"]}
+        earned = tuple(name for name in QUANT_GRADED if entries[name]["status"] == "done")
+        assert earned == case.passes, f"{student}: earned {earned}, solves {case.passes}: {entries}"
+        assert not results[student]["flags"], f"{student}: flagged {results[student]['flags']}"
+    model = {r: {e["exercise"]: e for e in results[r]["exercises"]}["quantise_model"]["message"] for r in results}
+    assert "not parametrised" in model["quant_fake"] and "does not read what it stores" in model["quant_float_copy"]
+
 
 PROBE = """
 import os

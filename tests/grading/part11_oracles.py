@@ -35,6 +35,16 @@ PUBLISHED_NF4 = (
 )
 
 
+def tensors(*values):
+    """``values``, each a plain tensor (or a tuple of them as one): what a quantiser returns must be data. In class
+    grading a tensor subclass crosses as a handle, whose ``dtype``, ``double()`` and indexing its own class answers
+    (one saying int8 over unrounded float codes passed torchao's comparison): it fails here."""
+    for value in values:
+        if type(value) not in (torch.Tensor, torch.nn.Parameter):
+            raise AssertionError(f"expected a plain torch.Tensor, got {type(value).__name__}")
+    return values if len(values) != 1 else values[0]
+
+
 def torchao_version() -> str:
     """The installed torchao's version, read without importing it (an oracle key)."""
     return importlib.metadata.version("torchao")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from part11_oracles import PUBLISHED_NF4, TIE, random_matrix, weight_matrices
+from part11_oracles import PUBLISHED_NF4, TIE, random_matrix, tensors, weight_matrices
 
 LEVEL_ATOL = 2**-20
 # Two correct ways of computing w / absmax (a division, a multiplication by 1 / absmax) differ by a float32
@@ -41,7 +41,7 @@ def scipy_levels() -> torch.Tensor:
 
 @pytest.mark.exercise("nf4_levels")
 def test_levels_are_qloras_published_values(impl):
-    levels = impl.nf4.nf4_levels()
+    levels = tensors(impl.nf4.nf4_levels())
     assert levels.dtype == torch.float32 and levels.shape == (16,), (levels.dtype, levels.shape)
     worst = int((levels.double() - PUBLISHED).abs().argmax())
     torch.testing.assert_close(
@@ -55,7 +55,7 @@ def test_levels_are_qloras_published_values(impl):
 
 
 def check_nearest(impl, weight: torch.Tensor, group_size: int, what: str) -> tuple[torch.Tensor, torch.Tensor]:
-    codes, absmax = impl.nf4.quantise_nf4(weight.clone(), group_size)
+    codes, absmax = tensors(*impl.nf4.quantise_nf4(weight.clone(), group_size))
     groups = weight.shape[1] // group_size
     assert codes.dtype == torch.uint8 and codes.shape == weight.shape, (what, codes.dtype, codes.shape)
     assert absmax.shape == (weight.shape[0], groups), (what, absmax.shape)
@@ -108,7 +108,7 @@ def test_dequantise_nf4_is_level_times_absmax(impl):
     for dtype in [torch.float32, torch.bfloat16, torch.float16, torch.float64]:
         result = impl.nf4.dequantise_nf4(codes.clone(), absmax.clone(), 8, dtype) if dtype != torch.float32 \
             else impl.nf4.dequantise_nf4(codes.clone(), absmax.clone(), 8)
-        assert result.dtype == dtype and result.shape == codes.shape, f"asked for {dtype}, got {result.dtype}"
+        assert tensors(result).dtype == dtype and result.shape == codes.shape, f"asked for {dtype}, got {result.dtype}"
         rel = max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)  # two roundings in dtype at most
         assert ((result.double() - exact).abs() <= rel * exact.abs() + slack).all(), dtype
 
@@ -121,19 +121,30 @@ def test_double_quantised_absmaxes_come_back_within_half_a_step(impl, story, blo
     else:  # 301 absmaxes: a short last block
         absmax = torch.rand(7, 43, generator=torch.Generator().manual_seed(23)) + 0.2
     dq = impl.nf4.double_quantise(absmax.clone(), block_size)
+    tensors(dq.codes, dq.scales, dq.offset)
     n, blocks = absmax.numel(), -(-absmax.numel() // block_size)
     assert dq.codes.dtype == torch.int8 and dq.codes.numel() == blocks * block_size, (
         f"codes: int8, one per absmax and the last block's padding ({blocks} blocks of {block_size}, "
         f"{blocks * block_size} codes for {n} absmaxes), got {dq.codes.dtype} of shape {tuple(dq.codes.shape)}")
     assert dq.scales.shape == (blocks,) and dq.block_size == block_size and tuple(dq.shape) == tuple(absmax.shape)
     assert float(dq.offset) == pytest.approx(float(absmax.double().mean()), rel=1e-6), "the offset is the absmaxes' mean"
-    back = dq.dequantise()
-    assert back.shape == absmax.shape
-    step = dq.scales.double().repeat_interleave(block_size)[:n].reshape(absmax.shape)
-    error = (back.double() - absmax.double()).abs()
+    # What the stored codes, scales and offset stand for, computed here: DoubleQuantised.dequantise and nbytes are
+    # given code in the submission's file, which a class grader cannot trust (one returning the absmaxes kept aside
+    # would pass any codes).
+    codes, scales, offset = (t.detach().cpu() for t in (dq.codes, dq.scales, dq.offset))
+    # Each block's scale is its largest centred magnitude over 127 (exercise 1's): a larger one would pass the bound.
+    centred = torch.cat([absmax.double().flatten() - offset.double(), torch.zeros(blocks * block_size - n, dtype=torch.float64)])
+    expected = (centred.reshape(blocks, block_size).abs().amax(-1) / 127).clamp(min=torch.finfo(torch.float32).smallest_normal)
+    torch.testing.assert_close(scales.double(), expected, rtol=1e-5, atol=0, msg="each block's scale is max|absmax - offset| / 127")
+    back = (codes.double().reshape(blocks, block_size) * scales.double()[:, None]).flatten()[:n] + offset.double()
+    back = back.reshape(absmax.shape)
+    step = scales.double().repeat_interleave(block_size)[:n].reshape(absmax.shape)
+    error = (back - absmax.double()).abs()
     bound = step * (0.5 + TIE) + torch.finfo(torch.float32).eps * absmax.double()
     assert (error <= bound).all(), f"absmax off by {(error / step).max().item():.3f} steps (at most 1/2)"
-    assert dq.nbytes < 0.3 * 4 * n, f"{dq.nbytes} bytes for {n} float32 absmaxes ({4 * n} bytes)"
+    nbytes = sum(t.numel() * t.element_size() for t in (codes, scales, offset))
+    assert nbytes < 0.3 * 4 * n, f"{nbytes} bytes for {n} float32 absmaxes ({4 * n} bytes)"
+    torch.testing.assert_close(dq.dequantise().double(), back, rtol=0, atol=float(step.max()) * 1e-3)
 
 
 # ---------------------------------------------------------------------------------------

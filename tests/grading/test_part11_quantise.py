@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from part11_oracles import TIE, assert_codes_allowed, random_matrix, torchao_groups, torchao_int8, torchao_version, weight_matrices
+from part11_oracles import TIE, assert_codes_allowed, tensors, random_matrix, torchao_groups, torchao_int8, torchao_version, weight_matrices
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float64]
 
@@ -43,7 +43,7 @@ def story_matrices(story):
 @pytest.mark.exercise("quantise_int8")
 def test_int8_matches_torchao_on_trained_weights(impl, story_matrices, oracle):
     for name, weight in story_matrices.items():
-        q, scale = impl.quantise.quantise_int8(weight.clone())
+        q, scale = tensors(*impl.quantise.quantise_int8(weight.clone()))
         ref_q, ref_scale = oracle(torchao_int8, weight, torchao_version())
         assert q.dtype == torch.int8 and q.shape == weight.shape, (name, q.dtype, q.shape)
         assert scale.dtype == torch.float32 and scale.shape == (weight.shape[0],), (name, scale.dtype, scale.shape)
@@ -57,7 +57,7 @@ def test_int8_matches_torchao_on_trained_weights(impl, story_matrices, oracle):
 def test_int8_brute_force_and_round_trip_bound(impl):
     weight = random_matrix(11, 6, 48)
     weight[3, 5] = 0.0
-    q, scale = impl.quantise.quantise_int8(weight.clone())
+    q, scale = tensors(*impl.quantise.quantise_int8(weight.clone()))
     for row in range(weight.shape[0]):
         values = [float(w) for w in weight[row].double()]
         expected_scale = max(abs(w) for w in values) / 127
@@ -87,11 +87,11 @@ def test_dequantise_int8_is_codes_times_row_scales(impl):
     q = torch.randint(-127, 128, (5, 24), generator=g).to(torch.int8)
     scale = torch.rand(5, generator=g) / 30 + 1e-3
     exact = q.double() * scale.double()[:, None]
-    result = impl.quantise.dequantise_int8(q.clone(), scale.clone())
+    result = tensors(impl.quantise.dequantise_int8(q.clone(), scale.clone()))
     assert result.dtype == torch.float32 and result.shape == q.shape
     torch.testing.assert_close(result.double(), exact, rtol=torch.finfo(torch.float32).eps, atol=0)
     for dtype in DTYPES:
-        typed = impl.quantise.dequantise_int8(q, scale, dtype)
+        typed = tensors(impl.quantise.dequantise_int8(q, scale, dtype))
         assert typed.dtype == dtype, f"asked for {dtype}, got {typed.dtype}"
         torch.testing.assert_close(typed.double(), exact, rtol=relative_bound(dtype), atol=0)
 
@@ -104,7 +104,7 @@ def test_dequantise_int8_is_codes_times_row_scales(impl):
 def check_groups(impl, weight: torch.Tensor, group_size: int, bits: int, what: str) -> tuple[torch.Tensor, ...]:
     """The learner's groups of ``weight``, brute-forced here group by group (in float64): scale, zero point, codes, bound."""
     top = 2**bits - 1
-    q, scale, zero_point = impl.quantise.quantise_groups(weight.clone(), group_size, bits)
+    q, scale, zero_point = tensors(*impl.quantise.quantise_groups(weight.clone(), group_size, bits))
     groups = weight.shape[1] // group_size
     assert q.dtype == torch.uint8 and q.shape == weight.shape, (what, q.dtype, q.shape)
     assert scale.shape == zero_point.shape == (weight.shape[0], groups), (what, scale.shape, zero_point.shape)
@@ -163,15 +163,15 @@ def test_dequantise_groups_against_brute_force_and_torchao(impl, story_matrices,
     zero_point = torch.randint(0, 16, (4, 4), generator=g).float()  # codes fall on both sides of it
     scale = torch.rand(4, 4, generator=g) / 20 + 1e-3
     exact = ((q.double().reshape(4, 4, 8) - zero_point.double()[..., None]) * scale.double()[..., None]).reshape(4, 32)
-    result = impl.quantise.dequantise_groups(q.clone(), scale.clone(), zero_point.clone(), 8)
+    result = tensors(impl.quantise.dequantise_groups(q.clone(), scale.clone(), zero_point.clone(), 8))
     assert result.dtype == torch.float32 and result.shape == q.shape
     torch.testing.assert_close(result.double(), exact, rtol=torch.finfo(torch.float32).eps, atol=0)
     for dtype in DTYPES:
-        typed = impl.quantise.dequantise_groups(q, scale, zero_point, 8, dtype)
+        typed = tensors(impl.quantise.dequantise_groups(q, scale, zero_point, 8, dtype))
         assert typed.dtype == dtype, f"asked for {dtype}, got {typed.dtype}"
         torch.testing.assert_close(typed.double(), exact, rtol=relative_bound(dtype), atol=0)
     ref_q, ref_scale, ref_zero_point, ref_deq = oracle(torchao_groups, story_matrices["c_fc"], 32, 4, torchao_version())
-    ours = impl.quantise.dequantise_groups(ref_q, ref_scale, ref_zero_point, 32)
+    ours = tensors(impl.quantise.dequantise_groups(ref_q, ref_scale, ref_zero_point, 32))
     torch.testing.assert_close(ours, ref_deq, rtol=2 * torch.finfo(torch.float32).eps, atol=0)
 
 

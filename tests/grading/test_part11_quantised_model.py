@@ -8,6 +8,8 @@
   and back by the test's own permutes, so the layout conversion is checked too); it holds fewer bytes; a
   cached decode (part 4's KeyValueCache, part 9's LlamaCache) equals the uncached forward; part 6's fused
   QKV reads the same weights; and ``weight_bytes`` is the formula for codes, scales and zero points.
+  The stored tensors are read by the test (dtypes and shapes of the scheme), given new random contents and
+  dequantised by the test's own code: the logits must follow, so a model that computes from a float copy fails.
 
 The tests marked ``downstream`` also run on every correct variant of parts 1 and 4 (the learner's own model).
 """
@@ -23,9 +25,10 @@ from sampling_course.llama_config import LlamaConfig
 from sampling_course.llama_weights import random_llama_weights
 from sampling_course.weights import load_weights
 
-from part11_oracles import random_matrix
+from part11_oracles import PUBLISHED_NF4, random_matrix
 
 TOL = parity()
+PUBLISHED_LEVELS = torch.tensor(PUBLISHED_NF4, dtype=torch.float32)
 SCHEMES = ["int8", "int4-g32", "nf4-g32", "nf4-g16-dq"]
 LLAMA = LlamaConfig(d_model=32, d_vocab=64, n_ctx=32, d_head=8, d_mlp=64, n_heads=4, n_key_value_heads=2,
                     n_layers=2, qk_norm=True)
@@ -80,8 +83,11 @@ def check_quantised(impl, make_model, scheme: str, tokens: torch.Tensor) -> torc
     must be the twin's bit for bit, and the quantised model must hold fewer bytes (the float weights gone).
     Returns the quantised model.
 
-    Only the models' outputs and ``weight_bytes`` are read: a class grader sees a submission's model through a
-    mirror of its parameters, which does not follow the parametrisations quantise_model registers."""
+    ``weight_bytes`` is the submission's (given code in its file), so it decides nothing alone: the stored tensors
+    are read by the test itself (``check_reads_its_stored_tensors``). A class grader sees a submission's model
+    through a mirror made when the model was built, which does not follow the parametrisations quantise_model
+    registers; ``parametrizations`` is asked of the submission's model and crosses as a new mirror, whose tensors
+    are kept in step with the submission's."""
     model, twin = make_model(), make_model()
     where = targets(twin)
     assert len(where) >= 6, f"expected the blocks' weight matrices, found {where}"
@@ -95,7 +101,107 @@ def check_quantised(impl, make_model, scheme: str, tokens: torch.Tensor) -> torc
         assert torch.equal(model(tokens), twin(tokens)), (
             "the quantised model's logits are not those of the model holding its dequantised weights")
         assert impl.quantised_model.weight_bytes(model) < float_bytes, "the quantised model holds as many bytes as before"
+        check_reads_its_stored_tensors(impl, model, make_model, where, scheme, tokens)
     return model
+
+
+def stored_tensors(model: torch.nn.Module, path: str, name: str) -> list[torch.Tensor]:
+    """The tensors the quantised model stores for its weight ``name`` of ``path``, read by the test (not by the
+    submission's ``weight_bytes``, which a class grader cannot trust): the originals of its parametrisation."""
+    plist = getattr(model.get_submodule(path), "parametrizations", None)
+    plist = None if plist is None else getattr(plist, name, None)
+    assert plist is not None, (f"{path}.{name} is not parametrised: its float weight is still what the model stores "
+                               "(register QuantisedWeight with torch.nn.utils.parametrize)")
+    named = dict(plist.named_parameters(recurse=False)) | dict(plist.named_buffers(recurse=False))
+    order = sorted((n for n in named if n.startswith("original")), key=lambda n: int(n[8:] or 0))
+    assert order, f"{path}.{name}'s parametrisation stores nothing"
+    return [named[n] for n in order]
+
+
+def _stored_layout(scheme: str, out: int, inp: int) -> list[tuple[torch.dtype | None, tuple[int, ...]]]:
+    """(dtype, shape) of each tensor ``quantise_matrix`` stores for an (out, in) matrix; None: the model's float dtype."""
+    if scheme == "int8":
+        return [(torch.int8, (out, inp)), (None, (out,))]
+    group = int(scheme.split("-")[1][1:])
+    groups = (out, inp // group)
+    if scheme.startswith("int4"):
+        return [(torch.uint8, (out, inp // 2)), (None, groups), (torch.uint8, groups)]
+    if not scheme.endswith("-dq"):
+        return [(torch.uint8, (out, inp // 2)), (None, groups)]
+    n = groups[0] * groups[1]
+    return [(torch.uint8, (out, inp // 2)), (torch.int8, (-(-n // 256) * 256,)), (None, (-(-n // 256),)), (None, ())]
+
+
+def _new_contents(scheme: str, stored: list[torch.Tensor], g: torch.Generator) -> list[torch.Tensor]:
+    """Random codes and scales for ``stored`` that no quantiser made: weights of about 0.1 (codes of any value)."""
+    def uniform(t, low, high):
+        return (low + (high - low) * torch.rand(t.shape, generator=g)).to(t.dtype)
+
+    def codes(t, low, high):
+        return torch.randint(low, high + 1, t.shape, generator=g, dtype=t.dtype)
+
+    if scheme == "int8":
+        return [codes(stored[0], -127, 127), uniform(stored[1], 0.05 / 127, 0.15 / 127)]
+    if scheme.startswith("int4"):
+        return [codes(stored[0], 0, 255), uniform(stored[1], 0.1 / 15, 0.3 / 15), codes(stored[2], 0, 15)]
+    if not scheme.endswith("-dq"):
+        return [codes(stored[0], 0, 255), uniform(stored[1], 0.05, 0.15)]
+    return [codes(stored[0], 0, 255), codes(stored[1], -127, 127), uniform(stored[2], 0.02 / 127, 0.05 / 127),
+            uniform(stored[3], 0.08, 0.12)]
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """Two codes per byte, unpacked by the test (input 2j in the low four bits, 2j + 1 in the high four): the
+    submission's unpack_int4 is given code in its file, which a class grader cannot trust."""
+    packed = packed.detach().cpu()
+    return torch.stack([packed & 15, packed >> 4], dim=-1).reshape(packed.shape[0], 2 * packed.shape[1])
+
+
+def _dequantised(scheme: str, stored: list[torch.Tensor], out: int, inp: int) -> torch.Tensor:
+    """The (out, in) float32 matrix ``stored`` stands for, computed by the test (not by the submission)."""
+    t = [x.detach().cpu() for x in stored]
+    if scheme == "int8":
+        return t[0].float() * t[1].float()[:, None]
+    q = unpack(t[0]).float()
+    group = int(scheme.split("-")[1][1:])
+    q = q.reshape(out, inp // group, group)
+    if scheme.startswith("int4"):
+        return ((q - t[2].float()[..., None]) * t[1].float()[..., None]).reshape(out, inp)
+    if scheme.endswith("-dq"):
+        n, block = out * (inp // group), t[1].numel() // t[2].numel()
+        absmax = ((t[1].float().reshape(-1, block) * t[2].float()[:, None]).flatten()[:n] + t[3].float())
+        absmax = absmax.reshape(out, inp // group)
+    else:
+        absmax = t[1].float()
+    return (PUBLISHED_LEVELS[q.long()] * absmax[..., None]).reshape(out, inp)
+
+
+def check_reads_its_stored_tensors(impl, model, make_model, where, scheme: str, tokens: torch.Tensor) -> None:
+    """The quantised model stores, for each weight, the tensors of its scheme (dtypes and shapes checked here, on
+    what crossed to the test), and its forward pass reads them: after every stored tensor is given new random
+    contents, its logits are those of a float model holding what they stand for, dequantised by the test itself.
+    A model that kept its float weights (fake quantisation, with ``weight_bytes`` saying otherwise) or that stores
+    codes but computes from a float copy fails; both earned ``quantise_model`` in class grading before."""
+    g = torch.Generator().manual_seed(36)
+    twin = make_model()
+    for path, name in where:
+        stored = stored_tensors(model, path, name)
+        weight = getattr(twin.get_submodule(path), name)
+        out, inp = _to_matrix(name, weight.detach()).shape
+        layout = _stored_layout(scheme, out, inp)
+        got = [(t.dtype, tuple(t.shape)) for t in stored]
+        assert len(got) == len(layout) and all(
+            (d == dtype if d is not None else dtype == weight.dtype) and shape == want
+            for (d, want), (dtype, shape) in zip(layout, got)), (
+            f"{path}.{name} ({scheme}) stores {got}; expected {[(d or weight.dtype, want) for d, want in layout]}")
+        new = _new_contents(scheme, stored, g)
+        for t, value in zip(stored, new):
+            t.copy_(value.to(t.device))
+        weight.copy_(_from_matrix(name, _dequantised(scheme, new, out, inp).to(weight.dtype).to(weight.device),
+                                  weight.shape))
+    torch.testing.assert_close(model(tokens), twin(tokens), **TOL, msg=(
+        "after new codes and scales were stored, the model's logits are not those of the weights they stand for: "
+        "its forward pass does not read what it stores"))
 
 
 @pytest.fixture(scope="module")
@@ -119,16 +225,16 @@ def test_stored_tensors_are_the_quantisers_with_4_bit_codes_packed(impl):
     packed, scale, zero_point = store(weight.clone(), Scheme.parse("int4-g32"))
     ref = impl.quantise.quantise_groups(weight, 32)
     assert packed.dtype == torch.uint8 and packed.shape == (8, 32), ("4-bit codes must be packed", packed.shape)
-    assert torch.equal(impl.quantise.unpack_int4(packed), ref[0]) and torch.equal(scale, ref[1])
+    assert torch.equal(unpack(packed), ref[0]) and torch.equal(scale, ref[1])
     assert zero_point.dtype == torch.uint8 and torch.equal(zero_point.float(), ref[2]), (
         f"int4's zero points are stored as uint8 (whole numbers in [0, 15], one byte each), those of your "
         f"quantise_groups; got {zero_point.dtype}")
     packed, absmax = store(weight.clone(), Scheme.parse("nf4-g32"))
     codes, ref_absmax = impl.nf4.quantise_nf4(weight, 32)
-    assert torch.equal(impl.quantise.unpack_int4(packed), codes) and torch.equal(absmax, ref_absmax)
+    assert torch.equal(unpack(packed), codes) and torch.equal(absmax, ref_absmax)
     packed, dq_codes, dq_scales, offset = store(weight.clone(), Scheme.parse("nf4-g32-dq"))
     dq = impl.nf4.double_quantise(ref_absmax)
-    assert torch.equal(impl.quantise.unpack_int4(packed), codes)
+    assert torch.equal(unpack(packed), codes)
     assert torch.equal(dq_codes, dq.codes) and torch.equal(dq_scales, dq.scales) and torch.equal(offset, dq.offset)
 
 
