@@ -40,7 +40,7 @@ from collections.abc import Sequence
 from sampling_course.apps.options import OneLineParser, add_impl_option, add_threads_option, command, integer
 
 MODELS = ("story", "story-llama")
-TARGETS = {"int8": 0.005, "int4-g64": 0.05}  # the issue's targets: nats above fp32
+TARGETS = {"int8": 0.005, "int4-g64": 0.05}  # the course's targets: nats above fp32
 PEER_TOLERANCE = 0.002  # the course's rounding within this many nats of the peer's at the same scheme
 
 
@@ -87,7 +87,7 @@ def skipped_lines(run) -> list[str]:
 
 
 def target_lines(run, matches: dict[str, str]) -> list[str]:
-    """The issue's quality targets on one model, each with its interval and whether it is met."""
+    """The course's quality targets on one model, each with its interval and whether it is met."""
     from sampling_course.apps.quant_quality import difference, separated
 
     lines = []
