@@ -11,7 +11,9 @@ process:
   int8, int4 per group of 32/64/128 and NF4 per group of
   64 (with and without double quantisation), its gap above the grammar's entropy floor, its
   difference from fp32 and the KL of the next-token distributions to fp32, each with a 95%
-  bootstrap interval over the stories; real GPT-2 small too when it is in the local cache.
+  bootstrap interval over the stories (a percentile interval: approximate, and too narrow when
+  the stories are few; ``quant_quality``'s docstring says why the exact sign-flip interval is not
+  used); real GPT-2 small too when it is in the local cache.
   The quantised models are part 11's ``quantise_model`` on the implementation of ``--impl``;
 * **stories drawn** from the story model in each configuration with part 5's ``generate`` (pure
   sampling and top-p 0.9, the same seed for all), and the share of their sentences the grammar can
