@@ -1,6 +1,6 @@
 # GENERATED from solutions/quantised_model.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 64620a0767ff9e9f7e671bc088d16cbb6252e942d3ef571632d71584d03173a5
+# stub-checksum: bdd0abe275a09596e93ccb8d489c0629aa71adeb15b7ddc427e47d116ac026ca
 """Part 11: the learner's own models run on quantised weights, through their one forward pass.
 
 ``quantise_model(model, "int4-g64")`` stores every weight matrix inside the blocks (attention's
@@ -113,7 +113,7 @@ def from_matrix(matrix: Tensor, name: str, shape: torch.Size) -> Tensor:
 
     A view of ``matrix`` (a transpose or permutation of it), not a contiguous copy. A copy would match the
     strides of a float model's own weights, so a matmul would take exactly the same route; but it costs a
-    strided pass over every weight at every access, which measured more than twice the CPU time of a
+    strided pass over every weight at every access, which measured about twice the CPU time of a
     one-token forward of an int8 model (d_model 256, one thread). The matmuls read views at the same
     values, and on a CPU the quantised model's logits equal those of a float twin bit for bit (part 11's
     tests); a GPU library may pick another kernel for a transposed operand."""

@@ -110,7 +110,7 @@ def from_matrix(matrix: Tensor, name: str, shape: torch.Size) -> Tensor:
 
     A view of ``matrix`` (a transpose or permutation of it), not a contiguous copy. A copy would match the
     strides of a float model's own weights, so a matmul would take exactly the same route; but it costs a
-    strided pass over every weight at every access, which measured more than twice the CPU time of a
+    strided pass over every weight at every access, which measured about twice the CPU time of a
     one-token forward of an int8 model (d_model 256, one thread). The matmuls read views at the same
     values, and on a CPU the quantised model's logits equal those of a float twin bit for bit (part 11's
     tests); a GPU library may pick another kernel for a transposed operand."""
