@@ -1,6 +1,6 @@
 # GENERATED from solutions/gptq.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 352b41e942b2b8526498df9eec68f8519a41fe97e5d957a7c3cace2bc10c0257
+# stub-checksum: 3153188852db6ea7437826328c01ae36042e863394ea55d0d7b98b37876b83a2
 """Part 11 (optional): rounding that compensates its own error, the core of GPTQ (Frantar et al., 2022).
 
 Rounding each weight to its nearest code (``quantise_groups``) minimises the error of each weight
@@ -40,7 +40,7 @@ def gptq_quantise(
 ) -> tuple[UInt8[Tensor, "out in"], Float[Tensor, "out groups"], Float[Tensor, "out groups"]]:
     """``quantise_groups``'s triple (codes, scale, zero_point), rounding the columns in order and moving the
     columns not yet rounded to cancel each rounding error on the calibration ``inputs``."""
-    weight = check_matrix(weight).clone()  # a copy: the columns not yet rounded are updated in place
+    weight = check_matrix(weight)  # a copy (check_matrix's): the columns not yet rounded are updated in place
     inputs = check_matrix(inputs, "inputs")
     n_groups = check_group_size(weight, group_size)
     if inputs.shape[1] != weight.shape[1]:

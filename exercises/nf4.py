@@ -1,6 +1,6 @@
 # GENERATED from solutions/nf4.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: bd788303ed2c46f921b87766e679d64b7e0192d8d82a48b615f654a7fb150141
+# stub-checksum: 92fa64a981b677e9d7cdf88f62719ab12c6b42317a613ae38893484cd81965f4
 """Part 11: the 4-bit normal-float codebook (NF4, from QLoRA: Dettmers et al., 2023).
 
 Uniform 4-bit codes (quantise.py) spend their 16 levels evenly over a group's range. Trained
@@ -72,6 +72,9 @@ def dequantise_nf4(
     if codes.ndim != 2 or absmax.shape != (codes.shape[0], n_groups):
         raise ValueError(f"for codes of shape {tuple(codes.shape)} and group_size={group_size}, absmax must be "
                          f"{(codes.shape[0], n_groups)}, got {tuple(absmax.shape)}")
+    if codes.numel() and not 0 <= int(codes.min()) <= int(codes.max()) <= 15:
+        raise ValueError(f"NF4 codes index the 16 levels, so they must lie in [0, 15]; got codes from "
+                         f"{int(codes.min())} to {int(codes.max())}")
     levels = nf4_levels().to(codes.device)
     # Hint: index the levels with the codes (as long), then scale each group by its absmax.
     raise NotImplementedError()
@@ -114,7 +117,10 @@ def double_quantise(absmax: Float[Tensor, "out groups"], block_size: int = 256) 
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     if not isinstance(absmax, Tensor) or not absmax.is_floating_point() or absmax.numel() == 0:
         raise ValueError("absmax must be a non-empty floating-point tensor")
-    flat = absmax.detach().float().flatten()
+    if not torch.isfinite(absmax).all():
+        raise ValueError("absmax holds NaN or infinite values: double quantisation takes the finite absmaxes "
+                         "quantise_nf4 returns")
+    flat = absmax.detach().to(torch.float32, copy=True).flatten()  # a copy: in-place work must not reach the caller's
     n_blocks = -(-flat.numel() // block_size)
     # Hint: centre the absmaxes on their mean, pad to whole blocks, and reuse quantise_int8 row by row.
     raise NotImplementedError()

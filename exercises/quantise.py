@@ -1,6 +1,6 @@
 # GENERATED from solutions/quantise.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 00f81f78f057333e648b30d0e213e30b889c19c1d8f4d4c0c4aa26c6f0c8791b
+# stub-checksum: a04f4baeb1caafdc508757c53db2031bcbf841e09b8bf1b576d46a65e5979d2a
 """Part 11: uniform quantisation, the weights of a model in 8 and 4 bits.
 
 A decode step reads every weight once and does little arithmetic with each (part 6), so the
@@ -38,8 +38,11 @@ INT8_MAX = 127
 
 
 def check_matrix(weight: Tensor, name: str = "weight") -> Tensor:
-    """``weight`` as a float32 ``(out, in)`` matrix, after checking that it is one (the quantisers'
-    scales and rounding are computed in float32 whatever the model's dtype)."""
+    """A float32 copy of ``weight``, after checking that it is an ``(out, in)`` matrix (the quantisers'
+    scales and rounding are computed in float32 whatever the model's dtype).
+
+    Always a copy, even of a float32 matrix (``.float()`` would hand back the caller's own tensor): what the
+    quantiser does with it in place (``weight.div_(scale[:, None])``) must not reach the caller's weights."""
     if not isinstance(weight, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(weight).__name__}")
     if weight.ndim != 2:
@@ -48,7 +51,7 @@ def check_matrix(weight: Tensor, name: str = "weight") -> Tensor:
         raise TypeError(f"{name} must hold floating-point weights, got {weight.dtype}")
     if not torch.isfinite(weight).all():
         raise ValueError(f"{name} holds NaN or infinite values: they cannot be quantised")
-    return weight.float()
+    return weight.to(torch.float32, copy=True)
 
 
 def check_group_size(weight: Tensor, group_size: int) -> int:

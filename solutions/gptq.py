@@ -37,7 +37,7 @@ def gptq_quantise(
 ) -> tuple[UInt8[Tensor, "out in"], Float[Tensor, "out groups"], Float[Tensor, "out groups"]]:
     """``quantise_groups``'s triple (codes, scale, zero_point), rounding the columns in order and moving the
     columns not yet rounded to cancel each rounding error on the calibration ``inputs``."""
-    weight = check_matrix(weight).clone()  # a copy: the columns not yet rounded are updated in place
+    weight = check_matrix(weight)  # a copy (check_matrix's): the columns not yet rounded are updated in place
     inputs = check_matrix(inputs, "inputs")
     n_groups = check_group_size(weight, group_size)
     if inputs.shape[1] != weight.shape[1]:

@@ -82,6 +82,9 @@ def dequantise_nf4(
     if codes.ndim != 2 or absmax.shape != (codes.shape[0], n_groups):
         raise ValueError(f"for codes of shape {tuple(codes.shape)} and group_size={group_size}, absmax must be "
                          f"{(codes.shape[0], n_groups)}, got {tuple(absmax.shape)}")
+    if codes.numel() and not 0 <= int(codes.min()) <= int(codes.max()) <= 15:
+        raise ValueError(f"NF4 codes index the 16 levels, so they must lie in [0, 15]; got codes from "
+                         f"{int(codes.min())} to {int(codes.max())}")
     levels = nf4_levels().to(codes.device)
     ### BEGIN SOLUTION
     # Hint: index the levels with the codes (as long), then scale each group by its absmax.
@@ -127,7 +130,10 @@ def double_quantise(absmax: Float[Tensor, "out groups"], block_size: int = 256) 
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     if not isinstance(absmax, Tensor) or not absmax.is_floating_point() or absmax.numel() == 0:
         raise ValueError("absmax must be a non-empty floating-point tensor")
-    flat = absmax.detach().float().flatten()
+    if not torch.isfinite(absmax).all():
+        raise ValueError("absmax holds NaN or infinite values: double quantisation takes the finite absmaxes "
+                         "quantise_nf4 returns")
+    flat = absmax.detach().to(torch.float32, copy=True).flatten()  # a copy: in-place work must not reach the caller's
     n_blocks = -(-flat.numel() // block_size)
     ### BEGIN SOLUTION
     # Hint: centre the absmaxes on their mean, pad to whole blocks, and reuse quantise_int8 row by row.

@@ -35,8 +35,11 @@ INT8_MAX = 127
 
 
 def check_matrix(weight: Tensor, name: str = "weight") -> Tensor:
-    """``weight`` as a float32 ``(out, in)`` matrix, after checking that it is one (the quantisers'
-    scales and rounding are computed in float32 whatever the model's dtype)."""
+    """A float32 copy of ``weight``, after checking that it is an ``(out, in)`` matrix (the quantisers'
+    scales and rounding are computed in float32 whatever the model's dtype).
+
+    Always a copy, even of a float32 matrix (``.float()`` would hand back the caller's own tensor): what the
+    quantiser does with it in place (``weight.div_(scale[:, None])``) must not reach the caller's weights."""
     if not isinstance(weight, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(weight).__name__}")
     if weight.ndim != 2:
@@ -45,7 +48,7 @@ def check_matrix(weight: Tensor, name: str = "weight") -> Tensor:
         raise TypeError(f"{name} must hold floating-point weights, got {weight.dtype}")
     if not torch.isfinite(weight).all():
         raise ValueError(f"{name} holds NaN or infinite values: they cannot be quantised")
-    return weight.float()
+    return weight.to(torch.float32, copy=True)
 
 
 def check_group_size(weight: Tensor, group_size: int) -> int:

@@ -179,9 +179,26 @@ def test_validity_of_drawn_stories_by_hand(fp32):
     def fake_generate(model, tokenizer, prompts, new_tokens, settings, seed, eos_token_id):
         return torch.tensor([[0, model]] * len(prompts))
 
-    rows = quant_quality.validity_rows({"good": 0, "bad": 1}, Tok(), fake_generate, n_stories=2)
+    rows = quant_quality.validity_rows({"good": 0, "bad": 1}, Tok(), fake_generate, n_stories=6)
     good, bad = rows[0], rows[1]
     from sampling_course.stories import split_sentences
-    n = 2 * len(split_sentences(story))
-    assert good["valid"] == (1.0, 1 - 3 / n, 1.0) and good["sentences"] == n
-    assert bad["valid"][0] == pytest.approx(n / (n + 2)) and bad["sentences"] == n + 2
+    per_story = len(split_sentences(story))
+    assert per_story > 1  # so that counting sentences instead of stories would give another interval
+    n = 6 * per_story
+    # The rule of three counts the independent draws, the 6 stories, not the sentences within them.
+    assert good["valid"] == (1.0, 0.5, 1.0) and good["sentences"] == n
+    assert bad["valid"][0] == pytest.approx(n / (n + 6)) and bad["sentences"] == n + 6
+
+
+def test_validity_of_a_model_that_writes_no_sentence_is_a_clear_error():
+    class Tok:
+        eos_token_id = 0
+
+        def decode(self, row):
+            return "no full stop here"
+
+    def fake_generate(model, tokenizer, prompts, new_tokens, settings, seed, eos_token_id):
+        return torch.zeros(len(prompts), 3, dtype=torch.long)
+
+    with pytest.raises(ValueError, match="'silent' wrote no complete sentence in 4 stories"):
+        quant_quality.validity_rows({"silent": 0}, Tok(), fake_generate, n_stories=4)

@@ -94,7 +94,7 @@ def test_nf4_extremes_and_zeros_are_exact(impl):
             assert codes[row, 32 * group + i] == (15 if block[i] > 0 else 0), "a group's absmax must map to +-1"
     before = weight.clone()
     impl.nf4.quantise_nf4(weight, 32)
-    assert torch.equal(weight, before), "quantise_nf4 changed its input"
+    assert torch.equal(weight, before), "quantise_nf4 modified the weight matrix it was given (the caller's own tensor)"
 
 
 @pytest.mark.exercise("dequantise_nf4")
@@ -147,6 +147,14 @@ def test_double_quantised_absmaxes_come_back_within_half_a_step(impl, story, blo
     torch.testing.assert_close(dq.dequantise().double(), back, rtol=0, atol=float(step.max()) * 1e-3)
 
 
+@pytest.mark.exercise("double_quantise")
+def test_double_quantise_leaves_its_input_unchanged(impl):
+    absmax = torch.rand(3, 100, generator=torch.Generator().manual_seed(24)) + 0.2  # 300: exactly 3 blocks of 100
+    before = absmax.clone()
+    impl.nf4.double_quantise(absmax, 100)
+    assert torch.equal(absmax, before), "double_quantise modified the absmaxes it was given (the caller's own tensor)"
+
+
 # ---------------------------------------------------------------------------------------
 # Given code (not graded as the learner's)
 # ---------------------------------------------------------------------------------------
@@ -165,6 +173,9 @@ def test_an_all_zero_group_quantises_to_level_zero(impl):
     (lambda m: m.dequantise_nf4(torch.zeros(2, 8, dtype=torch.uint8), torch.ones(2, 2), 4, torch.int8), TypeError, "dtype"),
     (lambda m: m.double_quantise(torch.ones(4), 0), ValueError, "block_size"),
     (lambda m: m.double_quantise(torch.ones(0)), ValueError, "non-empty"),
+    (lambda m: m.double_quantise(torch.tensor([1.0, float("nan")])), ValueError, "absmax holds NaN"),
+    (lambda m: m.dequantise_nf4(torch.full((2, 8), 16, dtype=torch.uint8), torch.ones(2, 2), 4), ValueError,
+     r"must lie in \[0, 15\]; got codes from 16 to 16"),
 ])
 def test_bad_arguments_are_refused_with_what_is_allowed(impl, call, error, match):
     with pytest.raises(error, match=match):

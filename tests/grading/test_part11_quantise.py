@@ -78,7 +78,7 @@ def test_int8_leaves_its_input_unchanged(impl):
     weight = random_matrix(12, 4, 32)
     before = weight.clone()
     impl.quantise.quantise_int8(weight)
-    assert torch.equal(weight, before)
+    assert torch.equal(weight, before), "quantise_int8 modified the weight matrix it was given (the caller's own tensor)"
 
 
 @pytest.mark.exercise("dequantise_int8")
@@ -153,7 +153,7 @@ def test_groups_leave_their_input_unchanged(impl):
     weight = random_matrix(15, 4, 32)
     before = weight.clone()
     impl.quantise.quantise_groups(weight, 8)
-    assert torch.equal(weight, before)
+    assert torch.equal(weight, before), "quantise_groups modified the weight matrix it was given (the caller's own tensor)"
 
 
 @pytest.mark.exercise("dequantise_groups")
@@ -178,6 +178,16 @@ def test_dequantise_groups_against_brute_force_and_torchao(impl, story_matrices,
 # ---------------------------------------------------------------------------------------
 # Given code (not graded as the learner's): argument checks, all-zero rows, packing
 # ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_check_matrix_hands_the_quantiser_its_own_copy(impl, dtype):
+    """So that a quantiser working in place on ``weight`` (the classic ``weight.div_(scale[:, None])``) is correct."""
+    weight = random_matrix(25, 3, 8).to(dtype)
+    checked = impl.quantise.check_matrix(weight)
+    assert checked.dtype == torch.float32 and torch.equal(checked, weight.float())
+    checked.add_(1)
+    assert torch.equal(weight, random_matrix(25, 3, 8).to(dtype)), "check_matrix returned the caller's own tensor"
 
 
 def test_all_zero_rows_quantise_to_zero_and_back(impl):

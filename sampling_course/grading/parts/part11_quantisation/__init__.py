@@ -247,6 +247,17 @@ VARIANTS: list[Variant] = [
             "    scale = scale.clamp(min=SMALLEST_SCALE)  # an all-zero row: codes 0, not 0 / 0\n",
             "    scale = weight.abs().max(dim=-1).values\n"
             "    scale /= 127\n"),
+    Variant(11, "quantise_int8", "classic, in place on its own intermediates: div_, round_, clamp_", _Q, _INT8_CODES,
+            "    q = weight.div_(scale[:, None]).round_().clamp_(-INT8_MAX, INT8_MAX)\n"),
+    Variant(11, "quantise_groups", "classic, in place on the grouped view: div_, round_, add_, clamp_", _Q,
+            _GROUP_CODES, "    q = grouped.div_(scale[..., None]).round_().add_(zero_point[..., None]).clamp_(0, top)\n"),
+    Variant(11, "quantise_nf4", "classic, the group divided in place", _N,
+            "    normalised = grouped / absmax[..., None]\n",
+            "    normalised = grouped.div_(absmax[..., None])\n"),
+    Variant(11, "double_quantise", "classic, the mean subtracted from flat in place", _N,
+            "    padded = torch.cat([flat - offset, flat.new_zeros(n_blocks * block_size - flat.numel())])\n",
+            "    flat -= offset\n"
+            "    padded = torch.cat([flat, flat.new_zeros(n_blocks * block_size - flat.numel())])\n"),
     Variant(11, "dequantise_int8", "cast each operand to dtype, then multiply (rounded twice in bfloat16)", _Q,
             "    return (q.to(torch.float32) * scale.to(torch.float32)[:, None]).to(dtype)\n",
             "    return q.to(dtype) * scale.to(dtype).unsqueeze(-1)\n"),
