@@ -121,7 +121,8 @@ class FusedQKV:
         (the causal rule, then the cache's ``mask``), in one attention kernel and one matmul for W_O."""
         batch, new_pos, n_heads, d_head = q.shape
         key_pos = k.shape[1]
-        fused = self.refresh(attn)
+        # The weights __call__ refreshed a moment ago, for this same layer's q, k and v: no second look at them.
+        fused = self.fused if self.fused is not None else self.refresh(attn)
         # Heads second, as transposed views: the kernel reads each head's keys where the cache keeps them.
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if mask is None and new_pos in (1, key_pos):
