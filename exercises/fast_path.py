@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 0897374eaf9bbbe583850c59da2afe181c30d904b00c79506c53aed70e246849
+# stub-checksum: bdd71ac78d2145e39ec36cb08e18cf22dae8dd9531e7ddfb96224a37c7a4b5bb
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -14,6 +14,12 @@ matrix gives all three in one matmul, one sweep over the weights and one kernel 
 The fused matrix is made once, when the weights are loaded (``fuse_at_load``, as gpt-fast
 fuses its QKV weights in a load hook), never at each step, and ``Attention.forward`` uses it
 when it is there: the same forward pass, one matmul instead of three.
+
+On the fast path, attention itself runs as one kernel too (``FusedQKV.attend``):
+``F.scaled_dot_product_attention``, as gpt-fast and Hugging Face call it, computes the same
+softmax(q k^T / sqrt(d_head)) v with the same masks, but reads the keys and values where the
+cache keeps them and never writes the scores out; the heads are then summed by one matmul
+with the flattened W_O.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ from dataclasses import dataclass
 import einops
 import torch
 import torch.nn as nn
-from jaxtyping import Float
+import torch.nn.functional as F
+from jaxtyping import Bool, Float
 from torch import Tensor
 
 
@@ -60,10 +67,12 @@ def fuse_at_load(model: nn.Module) -> nn.Module:
     The copies are detached: the fast path is for generation, and no gradient flows through it.
     Returns ``model``.
     """
+    masks = StepMask()  # one for the model: its layers share each step's mask
     for module in model.modules():
         if all(hasattr(module, name) for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "fused_qkv")):
             fused = FusedQKV()
             fused.refresh(module)  # fused now, at load (before the attribute is set, so a failure leaves the model as it was)
+            fused.masks = masks
             module.fused_qkv = fused
     return model
 
@@ -74,6 +83,7 @@ class FusedQKV:
     def __init__(self):
         self.key: tuple = ()
         self.fused: FusedAttention | None = None
+        self.masks = StepMask()
 
     def refresh(self, attn: nn.Module) -> FusedAttention:
         """``attn``'s fused weights, made again only when one of its weights changed since the last call."""
@@ -93,3 +103,78 @@ class FusedQKV:
         # Hint: one torch.addmm(bias, rows, W_QKV) over (batch * pos) rows, then view as (batch, pos, 3, n_heads, d_head).
         raise NotImplementedError()
         return q, k, v
+
+    def attend(
+        self,
+        attn: nn.Module,
+        q: Float[Tensor, "batch new_pos n_heads d_head"],
+        k: Float[Tensor, "batch key_pos n_heads d_head"],
+        v: Float[Tensor, "batch key_pos n_heads d_head"],
+        mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None = None,
+    ) -> Float[Tensor, "batch new_pos d_model"]:
+        """``attn``'s output for queries ``q`` over keys ``k`` and values ``v``: what ``Attention.forward`` computes
+        (the causal rule, then the cache's ``mask``), in one attention kernel and one matmul for W_O."""
+        batch, new_pos, n_heads, d_head = q.shape
+        key_pos = k.shape[1]
+        # The weights __call__ refreshed a moment ago, for this same layer's q, k and v: no second look at them.
+        fused = self.fused if self.fused is not None else self.refresh(attn)
+        # Heads second, as transposed views: the kernel reads each head's keys where the cache keeps them.
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        if mask is None and new_pos in (1, key_pos):
+            # No mask to build: one query sees every key; as many queries as keys is the plain causal triangle.
+            z = F.scaled_dot_product_attention(q, k, v, is_causal=new_pos > 1)
+        else:
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(new_pos, key_pos, mask, q.dtype))
+        # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
+        z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
+        return torch.addmm(fused.b_O, z, fused.W_O).view(batch, new_pos, -1)
+
+
+class StepMask:
+    """The additive mask of the step under way, made once and read by every layer.
+
+    Every layer of a forward pass gets the same ``CacheStep.mask``; building the additive mask
+    is several passes over (rows, new_pos, key_pos) numbers, as much as a decode step's attention
+    itself. The mask made last is kept with the tensor it was made from and that tensor's
+    version, so a mask changed in place gets a fresh one. (Tensors made under
+    ``torch.inference_mode`` keep no version: there the tensor itself is the key, which every
+    cache of the course meets, since its ``prepare`` makes a new mask at every step.) Shared by
+    every layer's ``FusedQKV`` (``fuse_at_load``).
+    """
+
+    def __init__(self):
+        self.made: tuple = ()
+
+    def __call__(self, new_pos: int, key_pos: int, mask: Tensor | None, dtype: torch.dtype) -> Float[Tensor, "..."]:
+        version = None if mask is None or mask.is_inference() else mask._version
+        key = (new_pos, key_pos, dtype, mask, version)
+        if len(self.made) != 2 or not same_key(self.made[0], key):
+            self.made = (key, additive_mask(visible_keys(new_pos, key_pos, mask), dtype))
+        return self.made[1]
+
+
+def same_key(a: tuple, b: tuple) -> bool:
+    """Equal sizes, dtype and version, and the very same mask tensor (``is``: tensors compare element by element)."""
+    return a[:3] == b[:3] and a[3] is b[3] and a[4] == b[4]
+
+
+def visible_keys(
+    new_pos: int, key_pos: int, mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None
+) -> Bool[Tensor, "batch_or_1 1 new_pos key_pos"]:
+    """Where a query may see a key: the model's causal rule (query ``i`` sees key ``j`` when ``j <= key_pos - new_pos
+    + i``, as ``Attention.apply_causal_mask``), and then the cache's ``mask`` where it has one."""
+    if new_pos == 1 and mask is not None:
+        return mask  # one query, the newest position: the causal rule hides nothing
+    device = mask.device if mask is not None else None
+    causal = torch.ones(new_pos, key_pos, dtype=torch.bool, device=device).tril(key_pos - new_pos)
+    return causal if mask is None else causal & mask
+
+
+def additive_mask(visible: Bool[Tensor, "..."], dtype: torch.dtype) -> Float[Tensor, "..."]:
+    """0 where visible, the dtype's most negative finite number elsewhere, to add to the scores.
+
+    Finite, not -inf, for the reason ``transformer.IGNORE`` is: a query that sees no key at all
+    (a pad) then averages every value instead of making NaN, which older PyTorch versions do
+    with a boolean mask, and which would reach every later layer through that position's keys.
+    """
+    return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)

@@ -264,6 +264,21 @@ def test_padded_forward_on_static_cache_equals_each_prompt_alone(reference, orac
             torch.testing.assert_close(logits[i, width - len(row) :], oracle(hf_logits, reference, torch.tensor([row]))[0], **TOL)
 
 
+@pytest.mark.exercise("fast_forward")
+def test_fast_path_keeps_pad_positions_finite(reference, oracle, fast_demo):
+    """The fast path's attention (one kernel, an additive mask) on a left-padded batch without a cache: a pad query
+    at the start of a row sees no real key, and its numbers must stay finite (NaN there would reach the real
+    queries through the pad keys of the next layer, masked or not: 0 * NaN is NaN); real rows match HF."""
+    rows = [random_tokens(s, 1, n, fast_demo.cfg.d_vocab)[0].tolist() for s, n in ((4, 7), (5, 3))]
+    tokens = torch.tensor([[0] * (7 - len(r)) + r for r in rows])
+    mask = torch.tensor([[0] * (7 - len(r)) + [1] * len(r) for r in rows])
+    with torch.no_grad():
+        logits = fast_demo(tokens, attention_mask=mask)
+    assert torch.isfinite(logits).all(), "the fast path made NaN or inf logits at some position of a padded batch"
+    for i, row in enumerate(rows):
+        torch.testing.assert_close(logits[i, 7 - len(row) :], oracle(hf_logits, reference, torch.tensor([row]))[0], **TOL)
+
+
 @pytest.mark.exercise("fuse_qkv")
 def test_fuse_qkv_gives_each_heads_queries_keys_values(demo, fast_path, seed):
     """x @ W_QKV + b_QKV, viewed as (..., 3, n_heads, d_head), holds each head's q, k and v."""

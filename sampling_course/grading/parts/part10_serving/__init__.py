@@ -144,12 +144,10 @@ _WRITE = (
     "        kv[1].index_copy_(0, step.write_slots, values[step.valid])\n"
 )
 _READ_SETUP = (
-    "        n_slots, n_heads, d_head = kv.shape[1:]\n"
-    "        heads = kv.transpose(1, 2).reshape(2, n_heads * n_slots, d_head)\n"
-    "        read = (torch.arange(n_heads, device=kv.device)[:, None] * n_slots + step.read_slots[:, None, :]).flatten()\n"
-    "        shape = (step.read_slots.shape[0], n_heads, step.read_slots.shape[1], d_head)\n"
+    "        read = step.read_slots.flatten()\n"
+    "        shape = (*step.read_slots.shape, *kv.shape[2:])\n"
 )
-_READ_BOTH = "tuple(half.index_select(0, read).view(shape).transpose(1, 2) for half in heads)\n"
+_READ_BOTH = "kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)\n"
 _READ = _READ_SETUP + "        return " + _READ_BOTH
 _POST = (
     "        for request, token in zip(work.requests, tokens):\n"

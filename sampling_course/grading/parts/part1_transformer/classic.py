@@ -19,7 +19,8 @@ from sampling_course.grading.parts.part1_transformer.texts import (
 
 
 # Attention.forward's solution lines, from the queries to the output: part 4's cache line and
-# part 5's padding line between them stay as they are (they are those parts' exercises).
+# part 5's padding line between them stay as they are (they are those parts' exercises), and so
+# does the given fast-path branch (part 6) after the cache line.
 _CACHE_LINE = (
     "            ### END SOLUTION\n"
     "        if cache is not None:\n"
@@ -27,6 +28,9 @@ _CACHE_LINE = (
     "            # Hint: the cache keeps the new keys and values and returns every key and value to attend to.\n"
     "            k, v = cache.update(k, v)\n"
     "            ### END SOLUTION\n"
+    "        if self.fused_qkv is not None:  # part 6's fast path: attention and W_O as fused kernels (fast_path.FusedQKV.attend)\n"
+    "            out = self.fused_qkv.attend(self, q, k, v, None if cache is None else cache.mask)\n"
+    "            return out if cache is None else (out, cache.kv)\n"
     "        ### BEGIN SOLUTION\n"
     "        # Hint: scores are q . k / sqrt(d_head); mask them before the softmax.\n"
     "        # Scale by sqrt(d_head) so the scores' variance does not grow with the head size.\n"
