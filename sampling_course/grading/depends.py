@@ -135,11 +135,14 @@ def file_imports(package: str, module: str, source: bytes) -> set[str] | None:
     return found
 
 
-def import_closure(package: str, roots: set[str], sources: dict[str, bytes]) -> dict[str, bool] | None:
+def import_closure(package: str, roots: set[str], sources: dict[str, bytes],
+                   parsed: dict[str, set[str] | None] | None = None) -> dict[str, bool] | None:
     """``{file: whether it is there}`` for the modules ``roots`` (dotted names) and everything they import,
     with the ``__init__.py`` of each package above: files relative to the package's folder, the keys of
     ``sources``. A module asked for but absent counts too (a new file would change the outcome). None when
-    every file counts."""
+    every file counts. ``parsed`` keeps each file's imports between calls (one parse per file, not one per
+    exercise)."""
+    parsed = {} if parsed is None else parsed
     files = set(sources)
     found: dict[str, bool] = {}
     todo = [package, *roots]
@@ -153,8 +156,10 @@ def import_closure(package: str, roots: set[str], sources: dict[str, bytes]) -> 
                 found[file] = file in sources
                 if not found[file]:
                     continue
-                dotted = ".".join([package, *file.removesuffix(".py").split("/")])
-                imports = file_imports(package, dotted, sources[file])
+                if file not in parsed:
+                    parsed[file] = file_imports(package, ".".join([package, *file.removesuffix(".py").split("/")]),
+                                                sources[file])
+                imports = parsed[file]
                 if imports is EVERY:
                     return EVERY
                 todo += imports

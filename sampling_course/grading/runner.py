@@ -174,9 +174,9 @@ class _Collector:
         for nodeid, names in self.exercises.items():
             for name in names:
                 files_of.setdefault(name.lower(), set()).add(nodeid.split("::")[0])
-        found = {}
+        found, parsed = {}, {}
         for name, test_files in files_of.items():
-            closure = import_closure(self.package, self.roots.roots(test_files), sources)
+            closure = import_closure(self.package, self.roots.roots(test_files), sources, parsed)
             found[name] = frozenset(sources if closure is None else closure)
         return found
 
