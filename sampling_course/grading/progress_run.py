@@ -67,7 +67,7 @@ def progress_report(impl: str, device: str | None = None, threads: int | None = 
     if stale:
         raise StaleInstallError(stale)
     package = tests.parent / impl
-    store = VerdictStore(course_key(impl, tests, device), package_digests(package)) if package.is_dir() else None
+    store = VerdictStore(course_key(impl, tests, device), package_digests(package), package=package) if package.is_dir() else None
     reused: dict[str, Result] = {}
     if store is not None and reuse and not recompute:
         for exercise in EXERCISES:

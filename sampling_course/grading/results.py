@@ -94,7 +94,8 @@ class CheckReport:
     error: str | None = None  # why nothing could be checked (e.g. a stale `pip install .`)
     notices: list[str] = field(default_factory=list)  # caches rebuilt during the run, one line each
     broken: bool = False  # the error is a damaged file of the course itself
-    # Per exercise: the implementation's files (relative to its package) imported by the end of its tests.
+    # Per exercise: the implementation's files (relative to its package) its verdict depends on: those its tests
+    # asked for and everything they import (``grading.depends``), with modules asked for but absent.
     imported: dict[str, frozenset[str]] = field(default_factory=dict)
 
     def __bool__(self) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from sampling_course.grading.depends import RootRecorder, import_closure
 from sampling_course.grading.course import EXERCISES, Exercise, get_exercise
 from sampling_course.implementation import IMPLS, StaleInstallError, find_checkout, stale_install_message
 # The keys the course's pytest plugin puts in report.user_properties when a stub raised
@@ -110,7 +111,8 @@ class _Collector:
 
     def __init__(self, package: str = "") -> None:
         self.package = package
-        self.imported: dict[str, set[str]] = {}  # exercise (lower case) -> files of the package imported by then
+        self.roots = RootRecorder(package)  # the package's modules asked for, per test file
+        self.folder: Path | None = None  # the package's folder, once the run has imported it
         self.exercises: dict[str, tuple[str, ...]] = {}
         self.outcomes: dict[str, TestOutcome] = {}
         self.collection_errors: list[str] = []
@@ -136,24 +138,51 @@ class _Collector:
         if report.failed:
             self.collection_errors.append(f"{report.nodeid or 'collection'}: {_short_message(report)}")
 
-    def _record_imports(self, names: tuple[str, ...]) -> None:
-        """After a test, the package's files imported so far: a superset of what the exercise's tests used."""
+    def pytest_collection_finish(self) -> None:
+        self.roots.enter(None)  # what collection loaded counts for every exercise
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item: Any) -> Any:
+        self.roots.enter(item.nodeid.split("::")[0])  # a test's requests count for its file
+        yield
+        self.roots.enter(None)
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef: Any) -> Any:
+        shared = fixturedef.scope in ("session", "package")  # outlives its file: counts for every exercise
+        bucket = self.roots.bucket
+        if shared:
+            self.roots.look()
+            self.roots.bucket = self.roots.shared
+        yield
+        if shared:
+            self.roots.look()
+            self.roots.bucket = bucket
+
+    def pytest_sessionfinish(self) -> None:
         root = sys.modules.get(self.package)
         folder = getattr(root, "__file__", None)
-        if not names or not folder:
-            return
-        folder = os.path.dirname(folder)
-        prefix = self.package + "."
-        files = {os.path.relpath(module.__file__, folder) for name, module in list(sys.modules.items())
-                 if (name == self.package or name.startswith(prefix)) and getattr(module, "__file__", None)}
-        for name in names:
-            self.imported[name.lower()] = files
+        self.folder = Path(folder).parent if folder else None
+
+    def depends(self) -> dict[str, frozenset[str]]:
+        """Per exercise (lower case), the package's files its verdict depends on (see ``grading.depends``)."""
+        if self.folder is None:
+            return {}
+        sources = {str(p.relative_to(self.folder)): p.read_bytes() for p in sorted(self.folder.rglob("*.py"))
+                   if p.is_file() and "__pycache__" not in p.parts}
+        files_of: dict[str, set[str]] = {}
+        for nodeid, names in self.exercises.items():
+            for name in names:
+                files_of.setdefault(name.lower(), set()).add(nodeid.split("::")[0])
+        found, parsed = {}, {}
+        for name, test_files in files_of.items():
+            closure = import_closure(self.package, self.roots.roots(test_files), sources, parsed)
+            found[name] = frozenset(sources if closure is None else closure)
+        return found
 
     def pytest_runtest_logreport(self, report: Any) -> None:
         previous = self.outcomes.get(report.nodeid)
         names = self.exercises.get(report.nodeid, ())
-        if report.when == "teardown":
-            self._record_imports(names)
         presumed = self.presumed.get(report.nodeid)
         if presumed is not None:
             if previous is None:
@@ -245,7 +274,8 @@ def run_report(
         with substituted(impl, exercises[0], obj) if obj is not None else nullcontext():
             # The terminal reporter writes to sys.stdout as it is at configure time: our buffer.
             with redirect_stdout(output), redirect_stderr(output):
-                exit_code = pytest.main(args, plugins=[collector])
+                with collector.roots.recording():
+                    exit_code = pytest.main(args, plugins=[collector])
 
     notices = NOTICES[first_notice:]  # caches rebuilt during the run: said in the report, since the run's output is kept
     if exit_code == pytest.ExitCode.INTERRUPTED and not collector.collection_errors:
@@ -278,8 +308,8 @@ def run_report(
             if r.name in described else r
             for r in results
         ]
-    imported = {e.name: frozenset(collector.imported[e.name.lower()]) for e in exercises
-                if e.name.lower() in collector.imported}
+    depends = collector.depends()
+    imported = {e.name: depends[e.name.lower()] for e in exercises if e.name.lower() in depends}
     return CheckReport(results, impl=impl, collection_errors=collector.collection_errors, notices=notices,
                        imported=imported)
 

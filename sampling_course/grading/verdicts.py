@@ -9,11 +9,13 @@ depends on, and reused while all of it is as it was:
 * the libraries: every installed distribution's name and version, and Python's version;
 * the run's settings: the implementation, the device, the seeds, the time limit, and whether
   real GPT-2 weights are cached (their tests skip otherwise);
-* the implementation's files the exercise's tests imported: for each exercise, the files of
-  the implementation's package that were imported by the time its last test ended (recorded
-  during the run, so a solution split into several files needs no list kept by hand). A
-  failing verdict depends on every file of the package instead: an import that failed leaves
-  no module behind to record.
+* when the learner's ``exercises`` are graded in the course's checkout, every file of
+  ``solutions`` (the tests run the course's own earlier parts around the code under test);
+* the implementation's files the exercise's tests can reach: the modules of the package its
+  test files asked for during the run, and every module those import, found in their source
+  (``grading.depends`` says why nothing else can change the outcome), so a solution split into
+  several files needs no list kept by hand; a module asked for but absent counts as absent
+  (creating it runs the tests again). A failing verdict depends on every file of the package.
 
 A verdict that depends on the machine's speed (a test stopped for taking too long) is never
 stored. The files live under ``cache_home()/verdicts/``, one per exercise and course state,
@@ -36,7 +38,7 @@ from sampling_course.files import cache_home, read_cached, write_cached
 from sampling_course.grading.course import Exercise, get_exercise
 from sampling_course.grading.results import FAILING, TOOK_TOO_LONG, Result
 
-FORMAT = 2  # bump to ignore every verdict stored by an older version of this module
+FORMAT = 3  # bump to ignore every verdict stored by an older version of this module
 # Settings of a run that can change a verdict; the device is passed explicitly.
 SETTINGS_ENV = ("SAMPLING_COURSE_TEST_SEED", "SAMPLING_COURSE_TEST_TIMEOUT", "SAMPLING_COURSE_DEVICE")
 
@@ -67,6 +69,8 @@ def course_key(impl: str, tests: Path, device: str | None) -> str:
         "assets": hashlib.sha256((package / "assets" / "MANIFEST.json").read_bytes()).hexdigest()
         if (package / "assets" / "MANIFEST.json").is_file() else None,
         "tests": _digest_files(tests, "*.py"),
+        "solutions": _digest_files(tests.parent / "solutions", "*.py")
+        if impl != "solutions" and (tests.parent / "solutions").is_dir() else None,
         "pyproject": hashlib.sha256((tests.parent / "pyproject.toml").read_bytes()).hexdigest()
         if (tests.parent / "pyproject.toml").is_file() else None,
         "libraries": _libraries(),
@@ -98,10 +102,11 @@ def result_from_json(data: dict[str, Any]) -> Result:
 class VerdictStore:
     """Stored verdicts, looked up by exercise under one ``course_key`` and the implementation's file digests."""
 
-    def __init__(self, key: str, digests: dict[str, str], folder: Path | None = None):
+    def __init__(self, key: str, digests: dict[str, str], folder: Path | None = None, package: Path | None = None):
         self.key = key
         self.digests = digests
         self.folder = folder or cache_home() / "verdicts"
+        self.package = package  # the implementation's folder: where a file with no digest is looked for
 
     def _path(self, exercise: Exercise) -> Path:
         name = hashlib.sha256(f"{self.key}/{exercise.name}".encode()).hexdigest()
@@ -122,14 +127,19 @@ class VerdictStore:
             return None
 
     def put(self, result: Result, imported: set[str] | None) -> None:
-        """Keep ``result`` with the files it depends on: ``imported`` (paths relative to the package), or every
-        file of the package for a failing verdict or when the imports are unknown."""
+        """Keep ``result`` with the files it depends on: ``imported`` (paths relative to the package; one that is
+        absent is kept as absent), or every file of the package for a failing verdict or when they are unknown."""
         if result.status == TOOK_TOO_LONG:
             return  # depends on the machine's speed, not only on the code
         if result.status != FAILING and imported is not None:
-            if any(p not in self.digests for p in imported):
-                return  # a file that appeared during the run: no digest to compare with next time
-            depends = {p: self.digests[p] for p in sorted(imported)}
+            depends: dict[str, str | None] = {}
+            for p in sorted(imported):
+                if p in self.digests:
+                    depends[p] = self.digests[p]
+                elif self.package is not None and not (self.package / p).exists():
+                    depends[p] = None  # absent: the verdict holds until it is created
+                else:
+                    return  # a file that appeared during the run: no digest to compare with next time
         else:
             depends = dict(self.digests)
         entry = {"depends": depends, "result": result_to_json(result)}

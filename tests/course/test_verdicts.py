@@ -77,3 +77,13 @@ def test_package_digests_cover_files_in_subpackages(tmp_path):
     (tmp_path / "generate" / "filters.py").write_text("x = 1\n")
     (tmp_path / "sampling.py").write_text("y = 2\n")
     assert sorted(package_digests(tmp_path)) == ["generate/filters.py", "sampling.py"]
+
+
+def test_a_module_asked_for_but_absent_holds_the_verdict_until_it_is_created(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    store = VerdictStore("k", DIGESTS, tmp_path / "verdicts", package=package)
+    store.put(result(DONE), {"sampling.py", "later.py"})  # later.py: imported by sampling.py, not there
+    assert VerdictStore("k", DIGESTS, tmp_path / "verdicts").get(get_exercise("sample_top_p")) == result(DONE)
+    created = {**DIGESTS, "later.py": "d" * 64}
+    assert VerdictStore("k", created, tmp_path / "verdicts").get(get_exercise("sample_top_p")) is None
