@@ -16,7 +16,10 @@ What a copy records, and what ``--check`` compares (no kernel needed, a second o
 
 * the notebook's cells (type and source; ids, metadata and outputs do not count);
 * every file of ``solutions/`` the kernel opened (an import opens the module's source or its
-  cached bytecode, so a module the notebook and its checks never imported does not count);
+  cached bytecode, so a module the notebook and its checks never imported does not count), and
+  every module of the course package ``sampling_course/`` it opened the same way (the benches,
+  labs and tables a cell calls print what that code computes, and the check panels are drawn by
+  the grader's code);
 * the test files whose tests its ``check(...)`` cells ran (the items pytest selected, not every
   module it collected), the ``conftest.py`` files above them, and the helper modules of tests/
   those import (followed through their ``import`` statements);
@@ -159,11 +162,12 @@ def inputs_of(name: str, opened: list[str], selected: list[str], cells: str) -> 
     files: set[Path] = set()
     for raw in opened:
         path = _bytecode_source(Path(raw))
-        if (REPO / "solutions") in path.parents and path.suffix == ".py" and path.is_file():
-            files.add(path)
-        elif ASSETS_DIR in path.parents and path.is_file():
+        if ASSETS_DIR in path.parents and path.is_file():
             top = ASSETS_DIR / path.relative_to(ASSETS_DIR).parts[0]
             files.update(p for p in top.rglob("*") if p.is_file()) if top.is_dir() else files.add(path)
+        elif path.suffix == ".py" and path.is_file() and any(
+                (REPO / code) in path.parents for code in ("solutions", "sampling_course")):
+            files.add(path)
     files |= _test_helpers({Path(s) for s in selected if TESTS_DIR in Path(s).parents})
     inputs = {notebook_key(name): cells}
     inputs.update({str(p.relative_to(REPO)): file_hash(p) for p in sorted(files) if "__pycache__" not in p.parts})

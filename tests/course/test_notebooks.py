@@ -241,6 +241,7 @@ def small_repo(tmp_path, monkeypatch):
         "tests/grading/test_a.py": "from doubles import D\nimport os\n", "tests/grading/test_b.py": "",
         "sampling_course/assets/model/config.json": "{}", "sampling_course/assets/model/weights.bin": "w",
         "sampling_course/assets/other/config.json": "{}",
+        "sampling_course/lab.py": "L = 1\n", "sampling_course/unused.py": "U = 1\n",
     }
     for path, text in files.items():
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
@@ -253,6 +254,7 @@ def small_repo(tmp_path, monkeypatch):
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A"), check_cell])
     nbformat.write(nb, tmp_path / "notebooks" / "a.ipynb")
     opened = [tmp_path / "solutions" / "__pycache__" / "a.cpython-312.pyc", tmp_path / "sampling_course/assets/model/config.json",
+              tmp_path / "sampling_course" / "__pycache__" / "lab.cpython-312.pyc",
               tmp_path / "tests" / "grading" / "test_b.py"]  # collected, never selected: not an input
     inputs = script.inputs_of("a.ipynb", [str(p) for p in opened], [str(tmp_path / "tests/grading/test_a.py")],
                               script.source_hash(nb))
@@ -266,6 +268,7 @@ def test_a_copy_records_what_its_run_read(small_repo):
     script, _, inputs = small_repo
     assert sorted(inputs) == ["notebooks/a.ipynb#cells", "sampling_course/assets/model/config.json",
                               "sampling_course/assets/model/weights.bin",  # its folder was read: native code reads the rest
+                              "sampling_course/lab.py",  # the course's own code a cell ran (a bench, a lab, the grader)
                               "solutions/a.py",  # imported from its cached bytecode
                               "tests/conftest.py", "tests/doubles.py", "tests/grading/test_a.py"]
     assert script.problems("a.ipynb") == []
@@ -276,6 +279,7 @@ def test_a_copy_records_what_its_run_read(small_repo):
     ("sampling_course/assets/model/weights.bin", True),
     ("solutions/unused.py", False), ("tests/grading/test_b.py", False), ("tests/unrelated.py", False),
     ("sampling_course/assets/other/config.json", False),
+    ("sampling_course/lab.py", True), ("sampling_course/unused.py", False),
 ])
 def test_the_check_fails_when_an_input_changed_and_only_then(small_repo, path, stale):
     script, root, _ = small_repo
