@@ -209,8 +209,10 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
         for name, timing in json.loads(proc.stdout.strip().splitlines()[-1]).items():
             runs.setdefault(("later check", f"check({name!r}) again"), []).append(tuple(timing))
         if not args.no_progress:
+            # In the copy when there is one: the copy and this course hold the same files, so they share one
+            # verdict key, and a progress here would find the verdicts the edited copy stored and run again.
             runs.setdefault(("progress", "sampling-course progress"), []).append(
-                _timed(_cli("progress", "--impl", args.impl)))
+                _timed(_cli("progress", "--impl", args.impl), cwd=args.copy))
             for name in args.edit:
                 runs.setdefault(("progress after an edit", f"progress after editing {name}"), []).append(
                     _progress_after_edit(args, name))

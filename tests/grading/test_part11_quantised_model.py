@@ -132,8 +132,9 @@ def _stored_layout(scheme: str, out: int, inp: int) -> list[tuple[torch.dtype | 
     return [(torch.uint8, (out, inp // 2)), (torch.int8, (-(-n // 256) * 256,)), (None, (-(-n // 256),)), (None, ())]
 
 
-def _new_contents(scheme: str, stored: list[torch.Tensor], g: torch.Generator) -> list[torch.Tensor]:
+def _new_contents(scheme: str, stored: list[torch.Tensor], seed: int) -> list[torch.Tensor]:
     """Random codes and scales for ``stored`` that no quantiser made: weights of about 0.1 (codes of any value)."""
+    g = torch.Generator().manual_seed(seed)  # the test's inputs, made on the CPU and moved where they are stored
     def uniform(t, low, high):
         return (low + (high - low) * torch.rand(t.shape, generator=g)).to(t.dtype)
 
@@ -182,9 +183,8 @@ def check_reads_its_stored_tensors(impl, model, make_model, where, scheme: str, 
     contents, its logits are those of a float model holding what they stand for, dequantised by the test itself.
     A model that kept its float weights (fake quantisation, with ``weight_bytes`` saying otherwise) or that stores
     codes but computes from a float copy fails; both earned ``quantise_model`` in class grading before."""
-    g = torch.Generator().manual_seed(36)
     twin = make_model()
-    for path, name in where:
+    for i, (path, name) in enumerate(where):
         stored = stored_tensors(model, path, name)
         weight = getattr(twin.get_submodule(path), name)
         out, inp = _to_matrix(name, weight.detach()).shape
@@ -194,7 +194,7 @@ def check_reads_its_stored_tensors(impl, model, make_model, where, scheme: str, 
             (d == dtype if d is not None else dtype == weight.dtype) and shape == want
             for (d, want), (dtype, shape) in zip(layout, got)), (
             f"{path}.{name} ({scheme}) stores {got}; expected {[(d or weight.dtype, want) for d, want in layout]}")
-        new = _new_contents(scheme, stored, g)
+        new = _new_contents(scheme, stored, 36 + i)
         for t, value in zip(stored, new):
             t.copy_(value.to(t.device))
         weight.copy_(_from_matrix(name, _dequantised(scheme, new, out, inp).to(weight.dtype).to(weight.device),
