@@ -127,9 +127,10 @@ class FusedQKV:
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
         if mask is None and new_pos in (1, key_pos):
             # No mask to build: one query sees every key; as many queries as keys is the plain causal triangle.
+            # (With as many queries as keys, SDPA's top-left triangle is the model's bottom-right one.)
             z = F.scaled_dot_product_attention(q, k, v, is_causal=new_pos > 1)
         else:
-            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(new_pos, key_pos, mask, q.dtype))
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(attn, new_pos, key_pos, mask, q))
         # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
         z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
         return torch.addmm(fused.b_O, z, fused.W_O).view(batch, new_pos, -1)
@@ -150,11 +151,15 @@ class StepMask:
     def __init__(self):
         self.made: tuple = ()
 
-    def __call__(self, new_pos: int, key_pos: int, mask: Tensor | None, dtype: torch.dtype) -> Float[Tensor, "..."]:
+    def __call__(
+        self, attn: nn.Module, new_pos: int, key_pos: int, mask: Tensor | None, q: Tensor
+    ) -> Float[Tensor, "..."]:
+        """The additive mask for ``new_pos`` queries over ``key_pos`` keys, in ``q``'s dtype and on its device."""
+        dtype = q.dtype
         version = None if mask is None or mask.is_inference() else mask._version
-        key = (new_pos, key_pos, dtype, mask, version)
+        key = (new_pos, key_pos, (dtype, q.device), mask, version)
         if len(self.made) != 2 or not same_key(self.made[0], key):
-            self.made = (key, additive_mask(visible_keys(new_pos, key_pos, mask), dtype))
+            self.made = (key, additive_mask(visible_keys(attn, new_pos, key_pos, mask, q.device), dtype))
         return self.made[1]
 
 
@@ -164,14 +169,16 @@ def same_key(a: tuple, b: tuple) -> bool:
 
 
 def visible_keys(
-    new_pos: int, key_pos: int, mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None
+    attn: nn.Module, new_pos: int, key_pos: int, mask: Bool[Tensor, "batch_or_1 1 new_pos key_pos"] | None,
+    device: torch.device,
 ) -> Bool[Tensor, "batch_or_1 1 new_pos key_pos"]:
-    """Where a query may see a key: the model's causal rule (query ``i`` sees key ``j`` when ``j <= key_pos - new_pos
-    + i``, as ``Attention.apply_causal_mask``), and then the cache's ``mask`` where it has one."""
+    """Where a query may see a key: the model's own causal rule, ``attn.apply_causal_mask`` (part 1; the one
+    causal mask of the family), read off a table of zero scores (a key it hides no longer scores 0), and then
+    the cache's ``mask`` where it has one."""
     if new_pos == 1 and mask is not None:
         return mask  # one query, the newest position: the causal rule hides nothing
-    device = mask.device if mask is not None else None
-    causal = torch.ones(new_pos, key_pos, dtype=torch.bool, device=device).tril(key_pos - new_pos)
+    zeros = torch.zeros(1, 1, new_pos, key_pos, device=device)
+    causal = attn.apply_causal_mask(zeros) == 0
     return causal if mask is None else causal & mask
 
 
