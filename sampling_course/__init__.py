@@ -15,6 +15,7 @@ In a notebook::
     hint("LayerNorm")                   # each call reveals the next hint
     progress()                          # every exercise and its status
     compare(temperature=0.7)            # your sampler next to the solution's
+    workload("2")                       # part 2's exercises: lines to write, hints, check times
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from sampling_course.config import Config
 if TYPE_CHECKING:
     from sampling_course.grading.checking import check, hint, progress
     from sampling_course.grading.compare import compare
+    from sampling_course.grading.workload import workload
 
-__all__ = ["Config", "check", "compare", "hint", "progress"]
+__all__ = ["Config", "check", "compare", "hint", "progress", "workload"]
 
 # The checker imports pytest and rich; load it on first use so `import sampling_course` stays light.
 _LAZY = {
@@ -35,6 +37,7 @@ _LAZY = {
     "hint": "sampling_course.grading.checking",
     "progress": "sampling_course.grading.checking",
     "compare": "sampling_course.grading.compare",
+    "workload": "sampling_course.grading.workload",
 }
 
 

@@ -28,6 +28,15 @@ transformers or transformer_lens (it should not).
     python scripts/time_checks.py --impl solutions      # against the finished solutions
     python scripts/time_checks.py --repeat 3 LayerNorm sample_top_p
     python scripts/time_checks.py --impl solutions --repeat 3      # the figures the README quotes
+    python scripts/time_checks.py --record     # each exercise's check in the course walked in order
+
+``--record`` times something else: it walks the course in order (``grading/walk.py``, what
+``pytest -m walk`` checks: each exercise graded on the solutions with every earlier exercise solved
+and every later one a stub, in worker processes that keep Python, torch and the references loaded,
+one thread each) and writes the wall-clock and CPU seconds each exercise's tests took, with the
+machine, its load and the date, to ``sampling_course/assets/check_times.json``, which the
+notebooks' workload tables (``sampling_course.workload``) read. ``--jobs N`` walks with N workers
+(default 1, so that no two checks share the machine's cores).
 
 Timings on a shared machine are noisy: the load average is printed next to them, the
 CPU seconds (user + system) are printed next to the wall-clock seconds (on a busy machine
@@ -45,6 +54,7 @@ import argparse
 import itertools
 import json
 import os
+import platform
 import resource
 import shutil
 import statistics
@@ -52,6 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 from timing import load_average, median_and_spread
@@ -132,9 +143,15 @@ def main(argv: list[str] | None = None) -> int:
                              "measurement each (default: token_index.py, part 8's; none: skip)")
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1],
                         help="extra processes keeping a core busy, in turn (default 0 1)")
+    parser.add_argument("--record", action="store_true",
+                        help="walk the course in order and write each exercise's check seconds to "
+                             "sampling_course/assets/check_times.json (the notebooks' workload tables)")
+    parser.add_argument("--jobs", type=int, default=1, help="with --record: worker processes (default 1)")
     args = parser.parse_args(argv)
-    if args.repeat < 1 or min(args.busy) < 0:
-        parser.error("--repeat must be at least 1 and --busy at least 0")
+    if args.repeat < 1 or min(args.busy) < 0 or args.jobs < 1:
+        parser.error("--repeat and --jobs must be at least 1 and --busy at least 0")
+    if args.record:
+        return record_walk(args.jobs)
 
     print(f"Timing checks against {args.impl}/; {load_average()}")
     wall, _, imported = _timed(_cli("check", *args.exercise, "--impl", args.impl))
@@ -158,6 +175,55 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(copy.parent, ignore_errors=True)
     print(f"after: {load_average()}")
     return 1 if missed else 0
+
+
+def _machine() -> str:
+    """The processor, cores, system and library versions a recording was made with."""
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in (cpuinfo.read_text().splitlines() if cpuinfo.is_file() else [])
+             if line.startswith("model name")]
+    return (f"{names[0] if names else platform.processor() or 'processor unknown'}, {os.cpu_count()} cores, "
+            f"{platform.system()} {platform.machine()}, Python {platform.python_version()}, torch {version('torch')}")
+
+
+def record_walk(jobs: int) -> int:
+    """Walk the course in order and write each exercise's check seconds to the workload tables' file."""
+    from sampling_course.grading.course import EXERCISES
+    from sampling_course.grading.mistakes import walk_course
+    from sampling_course.grading.walk import Step
+    from sampling_course.grading.workload import TIMES_COMMAND, TIMES_FILE, times_json, write_data_file
+
+    before = load_average()
+    print(f"Recording the walk's check times, {jobs} worker{'s' * (jobs != 1)}; {before}")
+    wall, _, _ = _timed(_cli("check", *(e.name for e in EXERCISES), "--impl", "solutions"))
+    print(f"filling the store of reference outputs (one check of every exercise, untimed): {wall:.0f} s")
+    start = time.perf_counter()
+    steps = [Step(i) for i in range(-1, len(EXERCISES))]
+    verdicts = walk_course(steps, jobs=jobs)
+    seconds, failed = {}, []
+    for step, verdict in zip(steps, verdicts):
+        if step.graded is None:
+            continue
+        if verdict.ok and verdict.seconds is not None:
+            seconds[step.graded.name] = {"wall": round(verdict.seconds, 2), "cpu": round(verdict.cpu_seconds or 0.0, 2)}
+        else:
+            failed.append(f"{step.graded.name}: {verdict.detail}")
+    head = {
+        "about": "Seconds each exercise's tests took in the course walked in order (grading/walk.py): on the "
+                 "solutions, every earlier exercise solved and every later one a stub, in worker processes that "
+                 "had Python, torch and the reference models loaded. wall: wall-clock seconds; cpu: CPU seconds of "
+                 "the worker. Not the time a learner needs to write the exercise, which nothing here measures.",
+        "command": TIMES_COMMAND,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "machine": _machine(),
+        "load": f"{before} before, {load_average()} after",
+        "workers": f"{jobs}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '1')} each",
+    }
+    write_data_file(TIMES_FILE, times_json(head, seconds))
+    print(f"walked in {time.perf_counter() - start:.0f} s; wrote {len(seconds)} exercises' times to {TIMES_FILE}")
+    for line in failed:
+        print(f"  not recorded (its step of the walk did not pass): {line}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 _EDITS = itertools.count()

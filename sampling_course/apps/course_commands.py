@@ -207,7 +207,9 @@ def _existing_folder(name: str):
 
 @command("sampling-course make-exercises")
 def make_exercises_main(argv: Sequence[str] | None = None) -> int:
-    """``sampling-course make-exercises [--force | --check]``: regenerate exercises/ from solutions/.
+    """``sampling-course make-exercises [--force | --check]``: regenerate exercises/ from solutions/, and the
+    lines each exercise's solution regions hold (``grading/workload.py``'s ``exercise_lines.json``, which the
+    notebooks' workload tables read in place of the solutions, absent from the student release).
 
     0 on success; 1 when ``--check`` finds stale files, when learner-edited files were
     skipped, or when a solution has malformed markers.
@@ -242,11 +244,20 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
         "--exercises", type=Path, default=DEFAULT_EXERCISES_DIR, metavar="DIR",
         help=f"exercises directory (default: {DEFAULT_EXERCISES_DIR})",
     )
+    parser.add_argument(
+        "--lines", type=Path, default=None, metavar="FILE",
+        help="the file of each exercise's solution lines (default: the course's own, "
+             "sampling_course/assets/exercise_lines.json, when --solutions is the course's; else none)",
+    )
     args = parse(parser, argv)
     if isinstance(args, int):
         return args
     if args.force and args.check:
         raise UsageError("--force writes and --check writes nothing: choose one")
+    if args.lines is None and Path(args.solutions).resolve() == DEFAULT_SOLUTIONS_DIR.resolve():
+        from sampling_course.grading.workload import LINES_FILE
+
+        args.lines = LINES_FILE
     console = Console()
     err = Console(stderr=True)
 
@@ -255,6 +266,11 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
 
     try:
         report = make_exercises(args.solutions, args.exercises, force=args.force, check=args.check)
+        lines = None
+        if args.lines is not None:
+            from sampling_course.grading.workload import sync_lines_file
+
+            lines = sync_lines_file(args.solutions, args.lines, check=args.check)
     except (StubError, FileNotFoundError) as exc:
         err.print(f"[bold red]error:[/] {escape(str(exc))}")
         return 1
@@ -272,6 +288,11 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
     for path in report.orphans:
         console.print(f"[dim]orphan[/]    {show(path)} has no solution (left alone)")
 
+    if lines == "written":
+        console.print(f"[green]wrote[/]     {show(args.lines)} (each exercise's solution lines)")
+    elif lines == "stale":
+        console.print(f"[red]stale[/]     {show(args.lines)} (each exercise's solution lines differ from solutions/)")
+
     summary = f"{len(report.unchanged)} unchanged"
     if not args.check:
         summary = f"{len(report.written)} written, " + summary
@@ -281,7 +302,7 @@ def make_exercises_main(argv: Sequence[str] | None = None) -> int:
         summary += f", {len(report.stale)} stale"
     console.print(f"make-exercises: {summary}")
 
-    if report.stale:
+    if report.stale or lines == "stale":
         err.print(f"[bold red]{escape(OUT_OF_DATE_MESSAGE)}[/]")
         return 1
     if report.skipped_edited:

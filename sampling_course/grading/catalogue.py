@@ -26,6 +26,8 @@ class Exercise:
     hints: tuple[str, str, str]
     # The notebook's label when a part has more than one (part 6's GPU exercises are "6b"); None: str(part).
     section: str | None = None
+    # Marked optional in its notebook: a section a learner may skip.
+    optional: bool = False
 
     @property
     def part_label(self) -> str:
@@ -44,10 +46,11 @@ class Exercise:
         return self.hints[level - 1]
 
 
-def exercise(name: str, part: int, module: str, target: str, task: str, *hints: str, section: str | None = None) -> Exercise:
+def exercise(name: str, part: int, module: str, target: str, task: str, *hints: str, section: str | None = None,
+             optional: bool = False) -> Exercise:
     if len(hints) != 3:
         raise ValueError(f"{name}: expected 3 hints, got {len(hints)}")
-    return Exercise(name, part, module, target, task, tuple(hints), section)  # type: ignore[arg-type]
+    return Exercise(name, part, module, target, task, tuple(hints), section, optional)  # type: ignore[arg-type]
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from itertools import count
 from pathlib import Path
@@ -124,6 +125,9 @@ class Verdict:
     disturbed: bool = False
     # A walk's step only (see ``judge_step``): the stubs the next exercise's first unpassed test ran into.
     stubs: tuple[str, ...] = ()
+    # A walk's step only: the wall-clock and CPU seconds (this worker's process) of the graded exercise's tests.
+    seconds: float | None = None
+    cpu_seconds: float | None = None
 
 
 # ---------------------------------------------------------------------------------------
@@ -283,13 +287,17 @@ def judge_step(step: Step, directory: Path, package: str) -> Verdict:
     exercise up to ``step.graded`` solved and every later one a stub, ``step.graded``'s tests must
     all pass (``ok``), and ``step.next``'s first unpassed test must run into a stub (``stubs``: the
     ones it ran into, for the caller to check they are ``step.next``'s own). One package serves both.
+    ``seconds`` and ``cpu_seconds``: how long ``step.graded``'s tests took (``time_checks.py --record`` keeps them).
     """
     before = _shared_state()
     write_package_sources(directory / package, walk_sources(step.index))
     ok, detail, stubs = True, "", ()
+    seconds = cpu_seconds = None
     try:
         if step.graded is not None:
+            start, cpu = time.perf_counter(), time.process_time()
             code, reports, output = _run_tests(step, package, ["--exercise", step.graded.name])
+            seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - cpu
             ok = code == 0 and bool(reports.passed) and not (reports.failed or reports.stopped or reports.errors)
             detail = (reports.failed + reports.stopped + reports.errors + [reports.summary()])[0]
             if code in (3, 4):
@@ -304,7 +312,7 @@ def judge_step(step: Step, directory: Path, package: str) -> Verdict:
         shutil.rmtree(directory / package, ignore_errors=True)
     after = _shared_state()
     disturbed = any(before[key] != after[key] for key in before.keys() & after.keys())
-    return Verdict(ok, detail, disturbed, stubs)
+    return Verdict(ok, detail, disturbed, stubs, seconds, cpu_seconds)
 
 
 def write_package_sources(package: Path, sources: dict[str, str]) -> None:

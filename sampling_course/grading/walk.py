@@ -25,7 +25,7 @@ from sampling_course.grading.course import EXERCISES, get_exercise
 from sampling_course.grading.planting import solution_sources
 from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER, make_stub_source
 
-__all__ = ["LATER_OWNERS", "Region", "Step", "region_owner", "regions", "walk_sources"]
+__all__ = ["LATER_OWNERS", "Region", "Step", "region_owner", "regions", "regions_in", "walk_sources"]
 
 # Regions that a later exercise sharing its target owns: (module, a line inside the region) -> exercise.
 # The cached branch of TransformerSampler.sample is written in part 4 (cached_sample), not in part 2.
@@ -103,7 +103,11 @@ def region_owner(module: str, holder: str, body: str) -> Exercise | None:
 @lru_cache(maxsize=None)
 def regions(module: str) -> tuple[Region, ...]:
     """Every solution region of ``solutions/<module>.py``, in file order, with its owner."""
-    source = solution_sources()[module]
+    return regions_in(module, solution_sources()[module])
+
+
+def regions_in(module: str, source: str) -> tuple[Region, ...]:
+    """Every solution region of ``source``, read as the course's module ``module``, in file order, with its owner."""
     lines = source.splitlines()
     spans = _holders(source)
     found: list[Region] = []

@@ -97,6 +97,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "padded = torch.cat([flat - offset, flat.new_zeros(n_blocks * block_size - flat.numel())])\n"
         "codes, scales = quantise_int8(padded.reshape(n_blocks, block_size))\n"
         "return DoubleQuantised(codes.flatten(), scales, offset, tuple(absmax.shape), block_size)",
+        optional=True,
     ),
     exercise(
         "quantise_matrix", 11, "quantised_model", "quantise_matrix",
@@ -146,6 +147,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "error = (weight[:, j] - (q - zero_point[:, g]) * scale[:, g]) / factor[j, j]\n"
         "weight[:, j + 1:] -= error[:, None] * factor[j, j + 1:][None, :]\n"
         "codes[:, j] = q.to(torch.uint8)",
+        optional=True,
     ),
 )
 

@@ -7,6 +7,7 @@ from sampling_course.grading.catalogue import Exercise, exercise, with_fixes
 
 PART = 5
 TITLE = "The generation engine"
+SECTIONS = {"5b": "The sampler chain and penalties"}  # notebook 05b's exercises: part 5 in the map, listed as "5b"
 
 # In the notebooks' order: part 5's engine (05), then the sampler chain and the penalties (05b).
 EXERCISES: tuple[Exercise, ...] = (
@@ -176,6 +177,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "sorted_gap, order = gap.sort(dim=-1); sorted_probs = probs.gather(-1, order)\n"
         "remove_sorted = sorted_probs.cumsum(-1) - sorted_probs >= typical_p; remove_sorted[:, 0] = False\n"
         'return logits.masked_fill(remove_sorted.scatter(1, order, remove_sorted), float("-inf"))',
+        section="5b",
     ),
     exercise(
         "epsilon_filter", 5, "modern_filters", "epsilon_filter",
@@ -186,6 +188,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "probs = logits.softmax(dim=-1)\n"
         "top = logits.max(dim=-1, keepdim=True).values\n"
         'return logits.masked_fill((probs < epsilon) & (logits < top), float("-inf"))',
+        section="5b",
     ),
     exercise(
         "eta_filter", 5, "modern_filters", "eta_filter",
@@ -200,6 +203,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "bar = (math.sqrt(eta) * torch.exp(-entropy)).clamp(max=eta)\n"
         "top = logits.max(dim=-1, keepdim=True).values\n"
         'return logits.masked_fill((probs < bar) & (logits < top), float("-inf"))',
+        section="5b",
     ),
     exercise(
         "top_n_sigma_filter", 5, "modern_filters", "top_n_sigma_filter",
@@ -213,6 +217,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "mean = torch.where(finite, logits, 0).sum(-1, keepdim=True) / count\n"
         "std = (torch.where(finite, (logits - mean) ** 2, 0).sum(-1, keepdim=True) / count).sqrt()\n"
         'return logits.masked_fill(logits < logits.max(-1, keepdim=True).values - n * std, float("-inf"))',
+        section="5b", optional=True,
     ),
     exercise(
         "xtc_filter", 5, "modern_filters", "xtc_filter",
@@ -227,6 +232,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "probs = logits.softmax(-1); above = probs >= threshold\n"
         "least = torch.where(above, probs, 2.0).min(-1, keepdim=True).values\n"
         'return logits.masked_fill(above & (probs > least) & applies[:, None], float("-inf"))',
+        section="5b", optional=True,
     ),
     exercise(
         "mirostat_step", 5, "modern_filters", "mirostat_step",
@@ -242,6 +248,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "tokens = torch.multinomial(probs, 1, generator=generator)[:, 0]\n"
         "observed = -torch.log2(probs.gather(-1, tokens[:, None])[:, 0])\n"
         "return tokens, mu - eta * (observed - tau), kept",
+        section="5b", optional=True,
     ),
     exercise(
         "apply_repetition_penalty", 5, "penalties", "apply_repetition_penalty",
@@ -252,6 +259,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "torch.where(logits > 0, logits / penalty, logits * penalty), then keep them only where seen.",
         "penalised = torch.where(logits > 0, logits / penalty, logits * penalty)\n"
         "return torch.where(seen, penalised, logits)",
+        section="5b",
     ),
     exercise(
         "apply_presence_and_frequency_penalty", 5, "penalties", "apply_presence_and_frequency_penalty",
@@ -261,6 +269,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "Both are plain subtractions from the logits; convert counts to the logits' dtype first.",
         "present = (counts > 0).to(logits.dtype)\n"
         "return logits - presence_penalty * present - frequency_penalty * counts.to(logits.dtype)",
+        section="5b",
     ),
     exercise(
         "apply_dry_penalty", 5, "penalties", "apply_dry_penalty",
@@ -278,6 +287,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "lengths = same.long().cumprod(-1).sum(-1).clamp(max=limit)\n"
         "longest.scatter_reduce_(0, ids[n - shifts[ok]], lengths[ok], reduce='amax')\n"
         "logits[row] -= where(penalised, multiplier * base ** (longest - allowed_length), 0)",
+        section="5b", optional=True,
     ),
     exercise(
         "ban_bad_words", 5, "penalties", "ban_bad_words",
@@ -292,6 +302,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "tail = input_ids[:, -len(start):]\n"
         "real = attention_mask[:, -len(start):].bool().all(-1)\n"
         "ban[(tail == torch.tensor(start)).all(-1) & real, last] = True",
+        section="5b",
     ),
 )
 
