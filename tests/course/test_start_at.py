@@ -40,7 +40,7 @@ def test_the_files_part_n_needs_come_from_the_catalogue():
     for module in ("padding", "generate", "batched_sampling", "filters", "outputs", "penalties", "modern_filters", "llama"):
         assert module in files_before(10)
     assert {e.part for e in exercises_before(10)} == set(range(1, 10))
-    assert {e.part_label for e in exercises_before("6b")} == {"1", "2", "3", "4", "5", "6"}
+    assert {e.part_label for e in exercises_before("6b")} == {"1", "2", "3", "4", "5", "5b", "6"}
     assert {e.part for e in exercises_before(11)} == set(range(1, 11))  # part 11 runs the models of parts 1-10
     with pytest.raises(ValueError, match="part must be one of"):
         exercises_before(12)
