@@ -31,6 +31,7 @@ from sampling_course.files import ASSET_MANIFEST, ASSETS_DIR, asset_listing, des
 from sampling_course.grading.classroom.release import LEVEL_THREE
 from sampling_course.grading.course import EXERCISES, SECTIONS
 from sampling_course.grading.stubs import BEGIN_MARKER, END_MARKER
+from sampling_course.grading.walk import regions_in
 
 __all__ = ["LINES_FILE", "TIMES_FILE", "ExerciseWorkload", "count_lines", "lines_json", "part_labels", "sync_lines_file",
            "times_json", "workload", "write_data_file"]
@@ -76,8 +77,6 @@ def count_lines(sources: Mapping[str, str]) -> dict[str, dict]:
     """For every exercise, in course order: ``{"lines": n, "regions": k}`` summed over the regions it owns in
     ``sources`` (module name -> source of ``solutions/<module>.py``); an exercise that owns none also gets
     ``"written_in"``, the owners of the regions inside its target (its code extends theirs)."""
-    from sampling_course.grading.walk import regions_in  # the walk's ownership rule; it imports the solutions' reader
-
     found = {module: regions_in(module, source) for module, source in sorted(sources.items())}
     counts: dict[str, dict] = {}
     for exercise in EXERCISES:
@@ -163,7 +162,7 @@ def _seconds(value: float | None) -> str:
 
 def render_workload(label: str, rows: list[ExerciseWorkload], record: dict) -> Group:
     """The table of ``rows`` for part ``label``, with what its numbers are and are not beneath it."""
-    table = Table(title=f"Part {label}: {SECTIONS[label]}: the exercises in course order", title_justify="left",
+    table = Table(title=f"Workload of part {label}: {SECTIONS[label]}", title_justify="left",
                   show_edge=False, pad_edge=False, box=None)
     for name, justify in (("exercise", "left"), ("lines", "right"), ("hints", "right"), ("optional", "left"),
                           ("check, s", "right"), ("CPU s", "right")):

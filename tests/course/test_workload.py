@@ -21,7 +21,7 @@ from sampling_course.grading.course import EXERCISES
 from sampling_course.grading.lean_imports import import_jsonschema
 from sampling_course.grading.planting import solution_sources
 from sampling_course.grading.stubs import BEGIN_MARKER
-from sampling_course.grading.workload import LINES_FILE, lines_json, workload
+from sampling_course.grading.workload import LINES_FILE, TIMES_FILE, lines_json, workload
 
 import_jsonschema()  # nbformat imports jsonschema: this makes that import lean
 import nbformat  # noqa: E402
@@ -129,6 +129,24 @@ def test_the_course_s_lines_file_is_current_and_goes_stale_when_a_region_changes
     changed = json.loads(lines_json({**sources, "transformer": "".join(lines)}))["exercises"]
     assert changed["LayerNorm"]["lines"] == recorded["LayerNorm"]["lines"] + 1
     assert {k: v for k, v in changed.items() if k != "LayerNorm"} == {k: v for k, v in recorded.items() if k != "LayerNorm"}
+
+
+@pytest.mark.walk
+def test_the_walk_times_each_graded_exercise_s_tests():
+    """What time_checks.py --record keeps: the seconds of the graded exercise's tests in a step of the walk."""
+    from sampling_course.grading.mistakes import walk_course
+    from sampling_course.grading.walk import Step
+
+    untouched, first = walk_course([Step(-1), Step(0)], jobs=1)
+    assert untouched.seconds is None and untouched.cpu_seconds is None  # grades nothing
+    assert first.ok and first.seconds > 0 and first.cpu_seconds > 0, first
+
+
+def test_the_recorded_check_times_say_where_and_when_and_name_only_exercises():
+    record = json.loads(TIMES_FILE.read_text())
+    assert {"command", "date", "machine", "load", "workers", "seconds"} <= set(record)
+    assert set(record["seconds"]) <= {e.name for e in EXERCISES}
+    assert all(entry["wall"] > 0 and entry["cpu"] > 0 for entry in record["seconds"].values())
 
 
 @pytest.mark.parametrize("part", ["12", "5c", "", 0, True, None, 5.0])
