@@ -175,7 +175,7 @@ def render_workload(label: str, rows: list[ExerciseWorkload], record: dict) -> G
                       _seconds(row.check_seconds), _seconds(row.check_cpu_seconds))
     timed = [row for row in rows if row.check_seconds is not None]
     table.add_row(Text(f"all {len(rows)}", style="bold"), str(sum(row.lines or 0 for row in rows)), "", "",
-                  _seconds(sum(row.check_seconds for row in timed) if timed else None),  # type: ignore[misc]
+                  _seconds(sum(row.check_seconds or 0.0 for row in timed) if timed else None),
                   _seconds(sum(row.check_cpu_seconds or 0.0 for row in timed) if timed else None))
     where = (f"{record.get('date', 'date unknown')}, {record.get('machine', 'machine unknown')}, "
              f"{record.get('load', 'load unknown')}") if record else "none recorded yet"
@@ -186,6 +186,8 @@ def render_workload(label: str, rows: list[ExerciseWorkload], record: dict) -> G
         f"(`{TIMES_COMMAND}`): {where}; '-': not measured.",
         "Neither is how long the exercise takes you to write: the course does not measure that.",
     ]
+    if any(row.lines is None for row in rows):
+        notes.insert(1, f"?: not in {LINES_FILE.name}, which `{LINES_COMMAND}` writes from solutions/.")
     return Group(table, *(Text(note, style="dim") for note in notes))
 
 
