@@ -1,6 +1,6 @@
 # GENERATED from solutions/byte_automaton.py by `sampling-course make-exercises`.
 # Given code: nothing to fill in here; it runs on the exercises of the other files.
-# stub-checksum: 0192fa2457422fbf0c259a5cec497f5f2ad8fa4db96767d07d076e3aa7163dfd
+# stub-checksum: a394e58f2704be57dfcd99e591f25cf7344d4ae4210386b1394af2d2dbc8c6cc
 """Part 8: structured generation. First, a regular expression as an automaton over bytes.
 
 "Answer in JSON", "a date as YYYY-MM-DD", "one of these five labels": production engines
@@ -100,8 +100,8 @@ def valid_count(lo: int, hi: int) -> int:
 class ByteAutomaton:
     """A regular expression as a deterministic automaton over bytes.
 
-    interegular compiles the expression into an automaton over *characters*. This class
-    reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
+    ``character_automaton`` (char_automaton.py) compiles the expression into an automaton over
+    *characters*, over the alphabet interegular's parser gives it. This class reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
     multi-byte character are collected until the character is complete, and in between
     the automaton sits in a state "character state + pending bytes". Every state is
     *live*: ``step`` never enters a state from which no accepting state can be reached,
@@ -122,7 +122,7 @@ class ByteAutomaton:
         with collector_paused():  # no garbage cycles are made here (see collector_paused)
             try:
                 fsm = character_automaton(pattern)
-            except Exception as exc:  # interegular raises several kinds for unsupported syntax
+            except Exception as exc:  # interegular's parser raises several kinds for unsupported syntax
                 raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
             self.pattern = pattern
             self.compiled = fsm  # the automaton over characters, as its subset construction left it

@@ -97,8 +97,8 @@ def valid_count(lo: int, hi: int) -> int:
 class ByteAutomaton:
     """A regular expression as a deterministic automaton over bytes.
 
-    interegular compiles the expression into an automaton over *characters*. This class
-    reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
+    ``character_automaton`` (char_automaton.py) compiles the expression into an automaton over
+    *characters*, over the alphabet interegular's parser gives it. This class reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
     multi-byte character are collected until the character is complete, and in between
     the automaton sits in a state "character state + pending bytes". Every state is
     *live*: ``step`` never enters a state from which no accepting state can be reached,
@@ -119,7 +119,7 @@ class ByteAutomaton:
         with collector_paused():  # no garbage cycles are made here (see collector_paused)
             try:
                 fsm = character_automaton(pattern)
-            except Exception as exc:  # interegular raises several kinds for unsupported syntax
+            except Exception as exc:  # interegular's parser raises several kinds for unsupported syntax
                 raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
             self.pattern = pattern
             self.compiled = fsm  # the automaton over characters, as its subset construction left it
