@@ -12,7 +12,12 @@ Three numbers, each measured in fresh processes so that nothing is already impor
 * ``progress`` after an edit: in a copy of the course (made once, in a temporary folder), each
   file named by ``--edit`` gets one more comment line before every timed run, so that the
   exercises whose verdicts depend on it run again, as after a learner saves that file
-  (target under 10 s, also with one core busy).
+  (target under 10 s, also with one core busy);
+* with ``--watch``, ``sampling-course watch`` in the same copy: its start-up (torch and the
+  reference models, once), then each timed exercise's definition saved with one more comment
+  line, once per round: the time from the save to the end of its panel, and the CPU seconds
+  the watch process spent on it (the targets of a later check: it runs in a warm process; the
+  wall time includes up to 0.2 s of waiting for the next look at the files).
 
 Each is measured on the machine as it is and with ``--busy N`` extra processes that each keep
 a core busy (default: 0, then 1), as a learner's laptop runs a browser and an IDE beside the
@@ -29,6 +34,7 @@ transformers or transformer_lens (it should not).
     python scripts/time_checks.py --repeat 3 LayerNorm sample_top_p
     python scripts/time_checks.py --impl solutions --repeat 3      # the figures the README quotes
     python scripts/time_checks.py --record     # each exercise's check in the course walked in order
+    python scripts/time_checks.py --impl solutions --repeat 3 --busy 1 --no-progress --watch   # watch's re-checks
 
 ``--record`` times something else: it walks the course in order (``grading/walk.py``, what
 ``pytest -m walk`` checks: each exercise graded on the solutions with every earlier exercise solved
@@ -55,12 +61,15 @@ import itertools
 import json
 import os
 import platform
+import queue
+import re
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from importlib.metadata import version
 from pathlib import Path
@@ -141,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--edit", nargs="*", default=["token_index.py"], metavar="FILE",
                         help="files of the implementation's package to edit before timing `progress` again, one "
                              "measurement each (default: token_index.py, part 8's; none: skip)")
+    parser.add_argument("--watch", action="store_true",
+                        help="also time `sampling-course watch` in a copy of the course: each exercise's definition saved "
+                             "once per round, re-checked by the warm process")
     parser.add_argument("--busy", type=int, nargs="+", default=[0, 1],
                         help="extra processes keeping a core busy, in turn (default 0 1)")
     parser.add_argument("--record", action="store_true",
@@ -262,6 +274,20 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
     # Interleaved rounds: every measurement once per round, so that a burst of load on the
     # machine spreads over all of them instead of spoiling one.
     runs: dict[tuple[str, str], list[tuple[float, float, str]]] = {}
+    watch = _Watch(args.impl) if args.watch else None
+    try:
+        if not _rounds(args, runs, watch):
+            return 1
+    finally:
+        if watch is not None:
+            watch.stop()
+    return _table(runs, busy)
+
+
+def _rounds(args: argparse.Namespace, runs: dict, watch: _Watch | None) -> bool:
+    """Every measurement once per round, ``args.repeat`` rounds, into ``runs``; False when the later checks failed."""
+    if watch is not None:
+        runs[("", "sampling-course watch: start-up")] = [watch.started]
     for _ in range(args.repeat):
         runs.setdefault(("baseline", "python -c 'import torch'"), []).append(_timed(_BASELINE))
         for name in args.exercise:
@@ -271,9 +297,12 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
                               capture_output=True, text=True)
         if proc.returncode != 0:
             print(proc.stderr[-2000:], file=sys.stderr)
-            return 1
+            return False
         for name, timing in json.loads(proc.stdout.strip().splitlines()[-1]).items():
             runs.setdefault(("later check", f"check({name!r}) again"), []).append(tuple(timing))
+        if watch is not None:
+            for name in args.exercise:
+                runs.setdefault(("later check", f"watch: {name} saved"), []).append(watch.save(name))
         if not args.no_progress:
             # In the copy when there is one: the copy and this course hold the same files, so they share one
             # verdict key, and a progress here would find the verdicts the edited copy stored and run again.
@@ -285,7 +314,11 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
             if args.rerun_progress:
                 runs.setdefault(("", "sampling-course progress --rerun"), []).append(
                     _timed(_cli("progress", "--rerun", "--impl", args.impl)))
+    return True
 
+
+def _table(runs: dict, busy: int) -> int:
+    """Print the medians and spreads of ``runs``, with the targets; the number of targets missed."""
     missed = 0
     width = max(len(what) for _, what in runs)
     baseline = statistics.median(t[1] for t in runs[("baseline", "python -c 'import torch'")])
@@ -309,6 +342,73 @@ def _measure(args: argparse.Namespace, busy: int) -> int:
         print(f"  {what:<{width}}  {wall:5.1f} s  {spread:>11}  {cpu:5.2f} s  {cpu_spread:>11}  {cpu_wanted:<16}  "
               f"{wanted:<12}  {verdict(kind, cpu_ok, wall_ok):<14}  {imported}", flush=True)
     return missed
+
+
+class _Watch:
+    """``sampling-course watch`` running in a copy of the course of its own (the edits before ``progress`` would set it
+    checking), its output read line by line."""
+
+    END = "watching for the next save"  # the line that closes each check's panel
+
+    def __init__(self, impl: str):
+        self.copy = _course_copy()
+        self.folder, self.saves = self.copy / impl, itertools.count()
+        env = {**os.environ, "PYTHONPATH": str(self.copy), "COLUMNS": "120"}
+        start = time.perf_counter()
+        self.proc = subprocess.Popen(_cli("watch", "--impl", impl, "--interval", "0.2"), cwd=self.copy, env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [self.lines.put(line) for line in self.proc.stdout], daemon=True).start()
+        self._wait_for("save a file to check")
+        self.started = (time.perf_counter() - start, self.cpu(), "?")
+
+    def cpu(self) -> float:
+        """CPU seconds (user + system) the watch process has used so far (Linux's /proc; NaN elsewhere)."""
+        try:
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return float("nan")
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _wait_for(self, text: str, timeout: float = 600.0) -> None:
+        end, seen = time.monotonic() + timeout, []
+        while time.monotonic() < end:
+            try:
+                line = self.lines.get(timeout=1.0)
+            except queue.Empty:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            seen.append(line)
+            if text in line:
+                return
+        raise RuntimeError("sampling-course watch did not print " + repr(text) + "; its last lines:\n" + "".join(seen[-20:]))
+
+    def save(self, name: str) -> tuple[float, float, str]:
+        """One more comment line in exercise ``name``'s definition (so that only it is checked again): the wall-clock
+        and CPU seconds until its panel ends."""
+        from sampling_course.grading.course import get_exercise
+
+        exercise = get_exercise(name)
+        path = self.folder / f"{exercise.module}.py"
+        text, start = path.read_text(), 0
+        for part in exercise.target.split("."):  # the class, then the method in it
+            found = re.compile(rf"^\s*(class|def) {re.escape(part)}\b", re.MULTILINE).search(text, start)
+            if found is None:
+                raise RuntimeError(f"--watch: no definition of {exercise.target} in {path}")
+            start = found.end()
+        line_end = text.index("\n", start) + 1
+        while not self.lines.empty():  # what it printed since the last save
+            self.lines.get()
+        path.write_text(f"{text[:line_end]}    # edited before timing watch ({next(self.saves)})\n{text[line_end:]}")
+        wall, cpu = time.perf_counter(), self.cpu()
+        self._wait_for(self.END)
+        return time.perf_counter() - wall, self.cpu() - cpu, "?"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait()
+        shutil.rmtree(self.copy.parent, ignore_errors=True)
 
 
 def verdict(kind: str, cpu_ok: bool, wall_ok: bool) -> str:

@@ -5,7 +5,8 @@
 by *constrained decoding*. At every step, the tokens that would break the format get a
 logit of -inf, and the model samples from what is left:
 
-    regular expression -> automaton over characters (the interegular library)
+    regular expression -> automaton over characters (parsed by the interegular library,
+                          compiled and minimised in ``char_automaton.py``, written for you)
                        -> automaton over bytes (``ByteAutomaton``, this file, written for you)
                        -> token index: for each state, the tokens that may follow and
                           where each leads (``token_index.py``: ``walk_token``, ``build_index``;
@@ -29,12 +30,12 @@ flag, ``re`` would also count the other scripts' digits, letters and spaces.
 from __future__ import annotations
 
 import bisect
-import contextlib
 from collections import defaultdict
 
-import interegular
-import interegular.fsm
-from interegular.fsm import FSM, OblivionError, anything_else
+from interegular.fsm import anything_else
+
+# The automaton over characters and its minimisation; crawl_by_hash and hashed_crawl are read here by tests.
+from .char_automaton import character_automaton, collector_paused, crawl_by_hash, hashed_crawl, minimise  # noqa: F401
 
 # The code points a UTF-8 sequence of n bytes may encode (shorter encodings are invalid).
 _UTF8_RANGES = {2: (0x80, 0x7FF), 3: (0x800, 0xFFFF), 4: (0x10000, 0x10FFFF)}
@@ -93,115 +94,11 @@ def valid_count(lo: int, hi: int) -> int:
     return hi - lo + 1 - overlap
 
 
-def crawl_by_hash(alphabet, initial, final, follow):
-    """interegular's ``crawl`` (the subset construction behind its ``+``, ``|``, ``*`` and ``{m,n}``), the same
-    automaton state for state, with each new state found through a dict instead of a list.
-
-    interegular looks every state it reaches up with ``list.index``: the time grows with the square
-    of the number of states, and a JSON schema with strings of up to 20 characters spends most of its
-    compile time there. Its states are frozensets, sets or dicts; the key says when two are equal.
-    """
-    states, numbers, finals, moves = [initial], {}, set(), {}
-
-    def key(state):
-        if isinstance(state, dict):
-            return ("dict", frozenset(state.items()))
-        return frozenset(state) if isinstance(state, (set, frozenset)) else state
-
-    numbers[key(initial)] = 0
-    for i, state in enumerate(states):  # the list grows while it is read
-        if final(state):
-            finals.add(i)
-        moves[i] = {}
-        for transition in alphabet.by_transition:
-            try:
-                target = follow(state, transition)
-            except OblivionError:  # the dead state: interegular leaves it out
-                continue
-            j = numbers.setdefault(key(target), len(states))
-            if j == len(states):
-                states.append(target)
-            moves[i][transition] = j
-    return FSM(alphabet=alphabet, states=range(len(states)), initial=0, finals=finals, map=moves, __no_validation__=True)
-
-
-@contextlib.contextmanager
-def hashed_crawl():
-    """Within the block, interegular's automata are built by ``crawl_by_hash`` (its FSM methods call the
-    module's ``crawl``); outside it, interegular is left as it was."""
-    saved, interegular.fsm.crawl = interegular.fsm.crawl, crawl_by_hash
-    try:
-        yield
-    finally:
-        interegular.fsm.crawl = saved
-
-
-def minimise(fsm: FSM, live: set) -> FSM:
-    """The smallest automaton with the language of ``fsm``'s live states (Hopcroft's partition refinement).
-
-    interegular's subset construction leaves equivalent states apart: a JSON schema's 1,337
-    character states are 851 once merged, and every later stage (the byte states, the token
-    walk, the index rows, the mask table) costs in proportion. Moves into a state that is not
-    live go to an implicit dead state, which the result leaves out as interegular does. The
-    states are numbered breadth-first from the initial one, moves taken in symbol order.
-    """
-    symbols = sorted(fsm.alphabet.by_transition)
-    states = sorted(live)
-    dead = -1
-    # sources[symbol][target]: the states that move to target on symbol (the dead state collects the rest).
-    sources = {symbol: defaultdict(list) for symbol in symbols}
-    for state in [*states, dead]:
-        moves = fsm.map.get(state, {}) if state != dead else {}
-        for symbol in symbols:
-            target = moves.get(symbol, dead)
-            sources[symbol][target if target in live else dead].append(state)
-    finals = {state for state in states if state in fsm.finals}
-    blocks = [set(block) for block in (finals, set(states) - finals | {dead}) if block]  # copies: split in place
-    block_of = {state: i for i, block in enumerate(blocks) for state in block}
-    waiting = set(range(len(blocks)))
-    while waiting:
-        splitter = list(blocks[waiting.pop()])  # a copy: the block itself may be split below
-        for symbol in symbols:
-            by_target = sources[symbol]
-            hit = defaultdict(set)  # block -> its states that move into the splitter on symbol
-            for target in splitter:
-                for source in by_target.get(target, ()):
-                    hit[block_of[source]].add(source)
-            for i, inside in hit.items():
-                block = blocks[i]
-                if len(inside) == len(block):
-                    continue
-                block -= inside  # block i keeps the states outside the splitter's preimage
-                blocks.append(inside)
-                new = len(blocks) - 1
-                for state in inside:
-                    block_of[state] = new
-                # Hopcroft: if block i still waits, both halves must; otherwise the smaller half suffices.
-                waiting.add(new if i in waiting or len(inside) <= len(block) else i)
-    # Number the merged states breadth-first from the initial state.
-    number, order = {block_of[fsm.initial]: 0}, [fsm.initial]
-    new_map = {}
-    for representative in order:
-        row = {}
-        for symbol in symbols:
-            target = fsm.map[representative].get(symbol)
-            if target is None or target not in live:
-                continue
-            b = block_of[target]
-            if b not in number:
-                number[b] = len(order)
-                order.append(target)
-            row[symbol] = number[b]
-        new_map[number[block_of[representative]]] = row
-    new_finals = {number[block_of[s]] for s in finals if block_of[s] in number}
-    return FSM(alphabet=fsm.alphabet, states=range(len(order)), initial=0, finals=new_finals, map=new_map, __no_validation__=True)
-
-
 class ByteAutomaton:
     """A regular expression as a deterministic automaton over bytes.
 
-    interegular compiles the expression into an automaton over *characters*. This class
-    reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
+    ``character_automaton`` (char_automaton.py) compiles the expression into an automaton over
+    *characters*, over the alphabet interegular's parser gives it. This class reads UTF-8 bytes instead: an ASCII byte is a character of its own; the bytes of a
     multi-byte character are collected until the character is complete, and in between
     the automaton sits in a state "character state + pending bytes". Every state is
     *live*: ``step`` never enters a state from which no accepting state can be reached,
@@ -219,18 +116,18 @@ class ByteAutomaton:
     def __init__(self, pattern: str):
         if not isinstance(pattern, str):
             raise TypeError(f"pattern must be a regular expression as a str, got {type(pattern).__name__}")
-        try:
-            with hashed_crawl():
-                fsm = interegular.parse_pattern(pattern).to_fsm()
-        except Exception as exc:  # interegular raises several kinds for unsupported syntax
-            raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
-        self.pattern = pattern
-        self.compiled = fsm  # interegular's automaton, as its subset construction left it
-        live = self._live_states(fsm)
-        if fsm.initial not in live:
-            raise ValueError(f"the regular expression {pattern!r} matches no text at all")
-        # Equivalent states merged: the same language with fewer states, and every state live.
-        self.fsm = fsm = minimise(fsm, live)
+        with collector_paused():  # no garbage cycles are made here (see collector_paused)
+            try:
+                fsm = character_automaton(pattern)
+            except Exception as exc:  # interegular's parser raises several kinds for unsupported syntax
+                raise ValueError(f"cannot compile the regular expression {pattern!r}: {exc}") from None
+            self.pattern = pattern
+            self.compiled = fsm  # the automaton over characters, as its subset construction left it
+            live = self._live_states(fsm)
+            if fsm.initial not in live:
+                raise ValueError(f"the regular expression {pattern!r} matches no text at all")
+            # Equivalent states merged: the same language with fewer states, and every state live.
+            self.fsm = fsm = minimise(fsm, live)
         self.live = set(fsm.states)
         self._symbol = fsm.alphabet  # character -> symbol (anything_else for unlisted characters)
         self._anything_else = fsm.alphabet[anything_else]

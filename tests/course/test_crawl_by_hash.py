@@ -1,5 +1,6 @@
-"""Part 8's given byte automaton compiles expressions through ``crawl_by_hash`` (``hashed_crawl``), a
-dict-based stand-in for interegular's list search. Given code, the same in solutions/ and exercises/, so it
+"""Part 8's given automaton over characters compiles the expressions its position construction does not cover
+(lookarounds, inline flags) with interegular, through ``crawl_by_hash`` (``hashed_crawl``), a dict-based
+stand-in for interegular's list search. Given code, the same in solutions/ and exercises/, so it
 is tested here once, in one process: interegular numbers an expression's transitions in the order of a set
 of characters, which changes with the process's string hashing, so automata built in two processes cannot
 be compared entry for entry."""
@@ -36,10 +37,15 @@ PATTERNS = [r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])", r"[a-z0-9._]{1
             r"(a|b)*abb(a|b){0,3}", r"(x|y|xy)*z{2,4}|q"]
 
 
-@pytest.mark.parametrize("pattern", PATTERNS)
+# Expressions the position construction leaves to interegular: a lookahead, a negative one, inline flags.
+NOT_COVERED = [r"a(?=bc)b.", r"x(?!y)[a-z]{1,3}", r"(?i:ab)c"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS + NOT_COVERED)
 def test_crawl_by_hash_builds_interegular_automata_state_for_state(monkeypatch, pattern):
     """The same states, numbers, moves and finals as the list search it replaces, for concatenations, unions
-    (states that are dicts), stars and repeats (sets); and the byte automaton is compiled through it."""
+    (states that are dicts), stars and repeats (sets); and the byte automaton is compiled through it where the
+    position construction does not apply (tests/course/test_char_automaton.py checks the others)."""
     import interegular.fsm
 
     built = {}
@@ -48,6 +54,8 @@ def test_crawl_by_hash_builds_interegular_automata_state_for_state(monkeypatch, 
         fsm = parse_pattern(pattern).to_fsm()
         built[name] = (fsm.initial, fsm.finals, fsm.map)
     assert built["hash"] == built["list"], f"{pattern}: crawl_by_hash numbers or links the states differently"
+    if pattern not in NOT_COVERED:
+        return
     monkeypatch.setattr(interegular.fsm, "crawl", list_crawl)
     fsm = byte_automaton.ByteAutomaton(pattern).compiled  # interegular's automaton, before merging states
     assert (fsm.initial, fsm.finals, fsm.map) == built["list"]
