@@ -21,6 +21,9 @@ each of them was ready, the positions the model ran, and the KV memory held.
   fed request by request with ``add_request`` while its loop runs in its own thread.
 
 Times are seconds from the moment the engine was ready (its cache allocated, the model warm).
+Each run also counts the CPU seconds the process spent from that moment until its last token
+(``time.process_time``: every thread of the process, Hugging Face's loop thread included), a
+measure that other programs on a busy machine disturb far less than the wall clock.
 """
 
 from __future__ import annotations
@@ -90,6 +93,7 @@ class Served:
     # positions count once (``kv_in_use``), so this is at most 1.
     kv_utilisation: float | None = None
     n_preemptions: int = 0
+    cpu_seconds: float | None = None  # CPU time of the whole process (every thread) from the start to the last token
 
 
 class PositionCounter:
@@ -164,7 +168,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
     n = len(stream)
     requests, first, finish, times = [None] * n, [None] * n, [None] * n, [[] for _ in range(n)]
     pending, active = deque(range(n)), []
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         while pending or active:
             now = time.perf_counter() - t0
@@ -184,13 +188,14 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
                 if requests[i].finished:
                     finish[i] = now
                     active.remove(i)
+        cpu = time.process_time() - cpu0
     finally:
         counter.remove()
     outputs = [list(request.output) for request in requests]
     decoded = sum(len(out) - 1 for out in outputs)  # every token but the last is run once as a decode position
     return Served("course", outputs, first, finish, times, counter.positions, counter.positions - decoded,
                   peak * block_size * per_position, held_sum / room_sum if room_sum else None,
-                  sum(request.n_preemptions for request in requests))
+                  sum(request.n_preemptions for request in requests), cpu)
 
 
 class RowBudgets:
@@ -218,7 +223,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
     peak, held_sum, room_sum = 0, 0, 0
     counter = PositionCounter(model.embed)
     pending = deque(range(n))
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     try:
         while pending:
             sleep_until(t0, stream[pending[0]].arrival)
@@ -240,10 +245,11 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
                 times[i] = budgets.times[: stream[i].new_tokens]  # a row's token k is ready at the batch's step k
                 first[i], finish[i] = times[i][0], times[i][-1]
                 held_sum += len(stream[i].prompt) + stream[i].new_tokens
+        cpu = time.process_time() - cpu0
     finally:
         counter.remove()
     return Served("static", outputs, first, finish, times, counter.positions, counter.prefill_positions,
-                  peak * per_position, held_sum / room_sum)
+                  peak * per_position, held_sum / room_sum, cpu_seconds=cpu)
 
 
 @contextmanager
@@ -287,7 +293,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     results: dict[str, object] = {}
     manager.start()
     try:
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         for i, request in enumerate(stream):
             sleep_until(t0, request.arrival)
             manager.add_request(request.prompt, request_id=f"r{i}", max_new_tokens=request.new_tokens,
@@ -303,6 +309,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
                     raise RuntimeError(f"Hugging Face's continuous batching failed request {result.request_id}: "
                                        f"{result.error}")
                 results[result.request_id] = result
+        cpu = time.process_time() - cpu0  # this thread waits on a queue; the time is the loop thread's
     finally:
         with frozen_gc():
             manager.stop(block=True, timeout=10)
@@ -313,7 +320,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     decoded = sum(len(out) - 1 for out in outputs)
     times = [[t - t0 for t in result.timestamps] for result in ordered]
     return Served("hf", outputs, [t[0] for t in times], [t[-1] for t in times], times, counter.positions,
-                  counter.positions - decoded, peak_used[0] or None, None)
+                  counter.positions - decoded, peak_used[0] or None, None, cpu_seconds=cpu)
 
 
 @dataclass
@@ -328,6 +335,7 @@ class Summary:
     makespan: float
     gap_p99: float | None  # over every gap between two consecutive tokens of a request (None: times not recorded)
     served: Served = field(repr=False)
+    tokens_per_cpu_s: float | None = None  # new tokens / the process's CPU seconds (None: not measured)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -350,5 +358,6 @@ def summarise(served: Served, stream: list[StreamRequest]) -> Summary:
     tpot = tpot or [0.0]
     tokens = sum(len(out) for out in served.outputs)
     gaps = None if served.token_times is None else token_gaps(served.token_times) or [0.0]
+    per_cpu = None if not served.cpu_seconds else tokens / served.cpu_seconds
     return Summary(tokens / makespan, quantile(ttft, 0.5), quantile(ttft, 0.99), quantile(tpot, 0.5),
-                   quantile(tpot, 0.99), makespan, None if gaps is None else quantile(gaps, 0.99), served)
+                   quantile(tpot, 0.99), makespan, None if gaps is None else quantile(gaps, 0.99), served, per_cpu)
