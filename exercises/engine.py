@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 0c297c599da7f2cfbaff83cf61e693b48e29f39e2b1b294621e3cfd6d3b21efa
+# stub-checksum: 08c31551a55378b6b43056365a2a25dcbcbeaf492a6459f60d99dad24b4740b9
 """Part 10: the serving loop: schedule, run, postprocess, with the learner's own model over the paged cache.
 
 Every step, ``Engine.step`` does three things in order, as nano-vllm's engine loop does:
@@ -46,20 +46,21 @@ class TableSlots:
 
     A decoding request needs one new slot per step, and its table changes only when it gains a
     block (every ``block_size`` steps) or is rebuilt after a preemption. So the slots of all the
-    table's blocks are asked for once and kept, as plain integers, until the table's block list
-    changes. (A ``slots`` call per step and request costs about 40 us on a CPU: 3% of the engine's
-    time on 32 story-model requests, against under 1% this way.) Tables are held weakly: a
-    retired request's entry goes with its table.
+    table's blocks are asked for once and kept, as one tensor, until the table's block list changes;
+    each step takes a view of it. (A ``slots`` call per step and request costs about 40 us on a CPU,
+    and turning a step's slots into a tensor again one Python int at a time more than the step's
+    gather; a view costs about 1 us.) Tables are held weakly: a retired request's entry goes with its table.
     """
 
     def __init__(self):
         self.known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def __call__(self, table: BlockTable, start: int, end: int) -> list[int]:
+    def __call__(self, table: BlockTable, start: int, end: int) -> Int[Tensor, "n"]:
         blocks = tuple(table.blocks)
         known = self.known.get(table)
         if known is None or known[0] != blocks:
-            known = self.known[table] = (blocks, table.slots(0, len(blocks) * table.block_size).tolist())
+            slots = torch.as_tensor(table.slots(0, len(blocks) * table.block_size), dtype=torch.long)
+            known = self.known[table] = (blocks, slots)
         if end > len(known[1]):
             raise ValueError(f"positions [{start}, {end}) are outside the table's {len(blocks)} blocks")
         return known[1][start:end]
@@ -174,8 +175,19 @@ class Engine:
             # Where its positions live, as its table says (BlockTable.slots): the new ones are written there.
             segments.append(Segment(request.tokens[start:end], start, self.slot_reader(request.table, 0, end)))
         step = self.cache.plan([segments] if packed else [[segment] for segment in segments])
-        logits, _ = self.model(step.tokens, self.cache)
-        return logits.flatten(0, 1)[step.last]
+        unembed = getattr(self.model, "unembed", None)
+        if step.tokens.shape[1] == 1 or not isinstance(unembed, torch.nn.Module):
+            logits, _ = self.model(step.tokens, self.cache)
+            return logits.flatten(0, 1)[step.last]
+        # Only a segment's last position draws a token: the unembedding (a d_model x d_vocab matmul per position)
+        # runs on those alone, as Hugging Face's logits_to_keep does. The final residual is cut down just before it
+        # (a hook on the model's own unembed for this one pass), so the model's forward pass is the same one.
+        handle = unembed.register_forward_pre_hook(lambda module, args: (args[0].flatten(0, 1)[step.last][None],))
+        try:
+            logits, _ = self.model(step.tokens, self.cache)
+        finally:
+            handle.remove()
+        return logits[0]
 
     def run_step(self, work: Step) -> list[int | None]:
         """Run the step's work: one token for each request whose prompt is done, None for a chunk of a prompt that is

@@ -359,8 +359,9 @@ class PagedKVCache:
         ### BEGIN SOLUTION
         # Hint: write first (a prefill reads its own new keys); keys[step.valid] lines up with step.write_slots.
         # Then read every row's slots at once: index_select along the slot dimension with the slots flattened, viewed
-        # back as (rows, key_pos, n_heads, d_head). (kv[0][step.read_slots] gives the same numbers through the general
-        # indexing kernel, several times slower at a decode step's sizes on a CPU.)
+        # back as (rows, key_pos, n_heads, d_head). Each slot flattened to one row of n_heads * d_head numbers is one
+        # copy per slot (a 3-D index_select copies head by head, about twice as slow on a CPU; kv[0][step.read_slots]
+        # gives the same numbers through the general indexing kernel, several times slower still).
         kv = self.flat(layer)
         kv[0].index_copy_(0, step.write_slots, keys[step.valid])
         kv[1].index_copy_(0, step.write_slots, values[step.valid])
