@@ -1,6 +1,6 @@
 # GENERATED from solutions/engine.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 08c31551a55378b6b43056365a2a25dcbcbeaf492a6459f60d99dad24b4740b9
+# stub-checksum: 4601b09add02abde7f353a822cfbefcb3bd9cfff8b3ad65cf1a99dd6045f1ae7
 """Part 10: the serving loop: schedule, run, postprocess, with the learner's own model over the paged cache.
 
 Every step, ``Engine.step`` does three things in order, as nano-vllm's engine loop does:
@@ -198,18 +198,19 @@ class Engine:
         n_new = [work.n_new(request) for request in work.requests]
         self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
         logits: list[Tensor | None] = [None] * len(work.requests)
+        best: list[int] = [0] * len(work.requests)  # each row's argmax, all of a pass's rows in one call
         for packed in (False, True):
             picked = [i for i, n in enumerate(n_new) if (n > 1) == packed]
             if picked:
                 rows = self.forward([work.requests[i] for i in picked], [n_new[i] for i in picked], packed)
-                for i, row in zip(picked, rows):
-                    logits[i] = row
+                for i, row, top in zip(picked, rows, rows.argmax(-1).tolist()):
+                    logits[i], best[i] = row, top
         tokens: list[int | None] = []
-        for request, n, row in zip(work.requests, n_new, logits):
-            if request.n_computed + n < len(request.tokens):
+        for request, n, row, top in zip(work.requests, n_new, logits, best):
+            if request.n_computed + n < request.n_tokens:
                 tokens.append(None)  # a chunk of its prompt, not the last
             elif plain_greedy(request):
-                tokens.append(int(row.argmax()))
+                tokens.append(top)
             else:
                 tokens.append(self.next_token(request, row))
         return tokens
