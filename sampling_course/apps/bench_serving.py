@@ -34,8 +34,9 @@ positions run through the model (padding and finished rows included) and the pre
 share of them, the most KV memory held at once and, where the engine says, how much of
 the held memory held real positions. Runs are interleaved (every engine once per round,
 ``--repeat`` rounds); the table gives medians and, for throughput, the spread, and a line
-gives each round's throughput ratios. A second table gives the same runs in CPU seconds of the process
-(every thread, Hugging Face's loop thread included), and the throughput ratios per CPU second, round by
+gives each round's throughput ratios. A second table gives the same runs in CPU seconds (of the threads
+that ran each engine, Hugging Face's loop thread included; ``serving_stream.CpuClock``), and the throughput
+ratios per CPU second, round by
 round: on a busy machine those are the figures to compare.
 """
 
@@ -213,15 +214,15 @@ def round_ratios(summaries: dict[str, list], key: str = "tokens_per_s") -> str:
 
 
 def cpu_table(summaries: dict[str, list]):
-    """The same runs in CPU seconds of the process (``Served.cpu_seconds``), one row per engine: the CPU seconds
-    (median, min-max), new tokens per CPU second, and its ratio to the static engine's and Hugging Face's (medians
-    of the rounds' ratios, min-max). On a machine other programs also use, the wall clock counts their time too;
-    CPU seconds count this process's own (they still grow a little when others share the caches and the memory
-    bus), so these ratios are the steadier ones there."""
+    """The same runs in CPU seconds (``Served.cpu_seconds``: of the threads that ran the engine), one row per
+    engine: the CPU seconds (median, min-max), new tokens per CPU second, and its ratio to the static engine's and
+    Hugging Face's (medians of the rounds' ratios, min-max). On a machine other programs also use, the wall clock
+    counts their time too; CPU seconds count the engine's own (they still grow a little when others share the
+    caches and the memory bus), so these ratios are the steadier ones there."""
     from rich.table import Table
 
     out = Table("engine", "CPU s", "spread", "tok/CPU-s", "x static\n(CPU)", "spread", "x HF\n(CPU)", "spread",
-                title="The same runs in CPU seconds (every thread of the process)")
+                title="The same runs in CPU seconds (of the threads that ran each engine)")
     for engine in summaries:
         cpu = [s.served.cpu_seconds for s in summaries[engine]]
         cells = [f"{statistics.median(cpu):.2f}", f"{min(cpu):.2f}-{max(cpu):.2f}",

@@ -21,15 +21,16 @@ each of them was ready, the positions the model ran, and the KV memory held.
   fed request by request with ``add_request`` while its loop runs in its own thread.
 
 Times are seconds from the moment the engine was ready (its cache allocated, the model warm).
-Each run also counts the CPU seconds the process spent from that moment until its last token
-(``time.process_time``: every thread of the process, Hugging Face's loop thread included), a
-measure that other programs on a busy machine disturb far less than the wall clock.
+Each run also counts the CPU seconds its engine spent from that moment until its last token
+(``CpuClock``: the threads that run it), a measure that other programs on a busy machine disturb
+far less than the wall clock.
 """
 
 from __future__ import annotations
 
 import gc
 import random
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -94,6 +95,46 @@ class Served:
     kv_utilisation: float | None = None
     n_preemptions: int = 0
     cpu_seconds: float | None = None  # CPU time of the whole process (every thread) from the start to the last token
+
+
+class CpuClock:
+    """The CPU seconds the threads that run an engine have spent since ``start``: this thread, and the
+    Python threads started after the clock (``threads_started_since``: Hugging Face's loop thread).
+
+    Counted per thread, not for the whole process: a thread another engine left behind (a loop that
+    was slow to stop) would otherwise be billed to the next engine. Torch's own worker threads are
+    not Python threads; with more than one torch thread, or where a thread's CPU clock cannot be read,
+    the clock counts the whole process (``time.process_time``) instead.
+    """
+
+    def __init__(self):
+        self.per_thread = torch.get_num_threads() == 1 and hasattr(time, "pthread_getcpuclockid")
+        self.before = {thread.ident for thread in threading.enumerate()}
+        self.others: dict[int, float] = {}
+        self.started = time.thread_time() if self.per_thread else time.process_time()
+
+    def threads_started_since(self) -> None:
+        """Start counting the threads started since the clock was made (call once they have started)."""
+        if not self.per_thread:
+            return
+        for thread in threading.enumerate():
+            if thread.ident not in self.before and thread.ident not in self.others and thread.is_alive():
+                try:
+                    self.others[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                except (OSError, ValueError):
+                    pass  # it has just ended
+
+    def seconds(self) -> float:
+        """CPU seconds so far; read it while the counted threads still run."""
+        if not self.per_thread:
+            return time.process_time() - self.started
+        total = time.thread_time() - self.started
+        for ident, start in self.others.items():
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(ident)) - start
+            except (OSError, ValueError):
+                pass  # it ended before the clock was read: its time is lost, so read while it runs
+        return total
 
 
 class PositionCounter:
@@ -168,7 +209,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
     n = len(stream)
     requests, first, finish, times = [None] * n, [None] * n, [None] * n, [[] for _ in range(n)]
     pending, active = deque(range(n)), []
-    t0, cpu0 = time.perf_counter(), time.process_time()
+    t0, clock = time.perf_counter(), CpuClock()
     try:
         while pending or active:
             now = time.perf_counter() - t0
@@ -188,7 +229,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
                 if requests[i].finished:
                     finish[i] = now
                     active.remove(i)
-        cpu = time.process_time() - cpu0
+        cpu = clock.seconds()
     finally:
         counter.remove()
     outputs = [list(request.output) for request in requests]
@@ -223,7 +264,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
     peak, held_sum, room_sum = 0, 0, 0
     counter = PositionCounter(model.embed)
     pending = deque(range(n))
-    t0, cpu0 = time.perf_counter(), time.process_time()
+    t0, clock = time.perf_counter(), CpuClock()
     try:
         while pending:
             sleep_until(t0, stream[pending[0]].arrival)
@@ -245,7 +286,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
                 times[i] = budgets.times[: stream[i].new_tokens]  # a row's token k is ready at the batch's step k
                 first[i], finish[i] = times[i][0], times[i][-1]
                 held_sum += len(stream[i].prompt) + stream[i].new_tokens
-        cpu = time.process_time() - cpu0
+        cpu = clock.seconds()
     finally:
         counter.remove()
     return Served("static", outputs, first, finish, times, counter.positions, counter.prefill_positions,
@@ -291,9 +332,11 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     counter = PositionCounter(hf_model.transformer.h[0].ln_1, during_forward)
     n = len(stream)
     results: dict[str, object] = {}
+    clock = CpuClock()
     manager.start()
     try:
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0 = time.perf_counter()
+        clock.threads_started_since()  # the manager's loop thread
         for i, request in enumerate(stream):
             sleep_until(t0, request.arrival)
             manager.add_request(request.prompt, request_id=f"r{i}", max_new_tokens=request.new_tokens,
@@ -309,7 +352,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
                     raise RuntimeError(f"Hugging Face's continuous batching failed request {result.request_id}: "
                                        f"{result.error}")
                 results[result.request_id] = result
-        cpu = time.process_time() - cpu0  # this thread waits on a queue; the time is the loop thread's
+        cpu = clock.seconds()  # this thread mostly waits on a queue; the time is the loop thread's
     finally:
         with frozen_gc():
             manager.stop(block=True, timeout=10)

@@ -257,6 +257,49 @@ def test_summarise_computes_the_figures_from_the_times():
     assert serving.summarise(served, stream).tokens_per_cpu_s == pytest.approx(9 / 3.0)
 
 
+@pytest.mark.skipif(not hasattr(__import__("time"), "pthread_getcpuclockid"), reason="no per-thread CPU clocks here")
+def test_the_cpu_clock_counts_its_thread_and_the_threads_started_after_it():
+    """Two threads each spin a stated CPU time once released: one started before the clock (another engine's loop
+    left behind), 0.4 s, and one started after it (an engine's own loop thread), 0.2 s; this thread spins 0.1 s.
+    The clock counts 0.3 s: not the earlier thread's (the whole process's time would be 0.7 s)."""
+    import threading
+    import time
+
+    def spin(seconds):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    go, finish = threading.Event(), threading.Event()
+
+    def worker(seconds):
+        go.wait()
+        spin(seconds)
+        finish.wait()  # alive until the clock is read, as an engine's loop is
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = threading.Thread(target=worker, args=(0.4,), daemon=True)
+        before.start()
+        clock = serving.CpuClock()
+        after = threading.Thread(target=worker, args=(0.2,), daemon=True)
+        after.start()
+        clock.threads_started_since()
+        go.set()
+        spin(0.1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(
+            time.clock_gettime(time.pthread_getcpuclockid(t.ident)) for t in (before, after)) < 0.6:
+            time.sleep(0.01)
+        seconds = clock.seconds()
+    finally:
+        finish.set()
+        torch.set_num_threads(threads)
+    assert clock.per_thread
+    assert 0.3 <= seconds < 0.45
+
+
 def test_the_cpu_table_gives_each_round_s_ratios_per_cpu_second(capsys):
     """Two rounds, 90 tokens each: course 1 s and 2 s of CPU, static 3 s and 3 s, HF 2 s and 2 s. Per CPU second the
     course is 3x and 1.5x the static engine (median 2.25x, spread 1.50-3.00) and 2x and 1x Hugging Face."""
