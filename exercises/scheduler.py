@@ -1,6 +1,6 @@
 # GENERATED from solutions/scheduler.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: ca39eb1c21a9f1b73d01d21e1f6c9b1224613a5c356c7602130594112e74e435
+# stub-checksum: 2a4046ab33ff79e30cd15aeb3f9f6d08d86c53fafd660538e87b4dbc1491a2cb
 """Part 10: requests and the scheduler that decides, at every step, which of them run.
 
 Part 5's engine is static batching: a batch starts together and every row keeps its place
@@ -97,6 +97,11 @@ class Request:
         return self.prompt + self.output
 
     @property
+    def n_tokens(self) -> int:
+        """``len(self.tokens)`` without building the list (the scheduler asks several times a step per request)."""
+        return len(self.prompt) + len(self.output)
+
+    @property
     def finished(self) -> bool:
         return self.state == FINISHED
 
@@ -125,7 +130,7 @@ class Step:
 
     def n_new(self, request: Request) -> int:
         """The positions ``request`` runs this step."""
-        return self.chunks.get(request, len(request.tokens) - request.n_computed)
+        return self.chunks.get(request, request.n_tokens - request.n_computed)
 
     @property
     def requests(self) -> list[Request]:
@@ -228,7 +233,7 @@ class Scheduler:
     def take_chunk(self, request: Request, left: int | float, chunks: dict) -> None:
         """Give a prefill as many of its positions as ``left`` allows; note it if some are left for later.
         The full blocks those positions fill are registered now (``register_full_blocks``)."""
-        remaining = len(request.tokens) - request.n_computed
+        remaining = request.n_tokens - request.n_computed
         chunks[request] = min(left, remaining)
         if chunks[request] < remaining:
             self.partial.add(request)
@@ -244,20 +249,20 @@ class Scheduler:
         for request in list(self.running):
             if request.state != RUNNING:
                 continue  # preempted earlier in this loop
-            while request.table.blocks_to_grow(len(request.tokens)) > self.pool.n_free:
+            while request.table.blocks_to_grow(request.n_tokens) > self.pool.n_free:
                 victim = self.running[-1]
                 self.preempt(victim)
                 preempted.append(victim)
                 if victim is request:
                     break
             if request.state == RUNNING:
-                request.table.grow(self.pool, len(request.tokens))
+                request.table.grow(self.pool, request.n_tokens)
                 decode.append(request)
         # Prompts a budget cut short go on being prefilled; the others run their one new token.
         unfinished = [request for request in decode if request in self.partial]
         decode = [request for request in decode if request not in self.partial]
         for request in decode:
-            self.register_full_blocks(request, len(request.tokens))  # its one new position may fill a block
+            self.register_full_blocks(request, request.n_tokens)  # its one new position may fill a block
         left = math.inf if self.max_step_tokens is None else self.max_step_tokens
         left -= len(decode)  # never below 0: at most max_running decode, and the budget is at least that
         prefill, chunks = [], {}

@@ -172,11 +172,16 @@ class BlockTable:
 class Segment:
     """One request's share of a forward pass: its new ``tokens``, at positions ``start``, ``start + 1``, ...,
     and ``slots``, the slot of each of its positions ``0 .. start + len(tokens) - 1`` (``BlockTable.slots``):
-    where the new ones are written and where all of them are read from."""
+    where the new ones are written and where all of them are read from. ``slots`` may be a list of ints or
+    a 1-D integer tensor (the engine keeps each table's slots as a tensor and hands out views of it)."""
 
     tokens: list[int]
     start: int
-    slots: list[int]
+    slots: list[int] | Int[Tensor, "n_positions"]
+
+
+def slot_list(slots: list[int] | Tensor) -> list[int]:
+    return slots.tolist() if isinstance(slots, Tensor) else list(slots)
 
 
 @dataclass
@@ -232,9 +237,10 @@ def paged_step(rows: list[list[Segment]], device: torch.device | str | None = No
             if not s.tokens or len(s.slots) != end:
                 raise ValueError(f"a segment runs positions {s.start}..{end - 1} and needs the slots of positions "
                                  f"0..{end - 1}, got {len(s.slots)} slots for {len(s.tokens)} new tokens")
+            slots = slot_list(s.slots)
             tokens += s.tokens
-            write_slots += s.slots[s.start:]
-            read_slots += s.slots
+            write_slots += slots[s.start:]
+            read_slots += slots
             query_pieces.append((segment, len(s.tokens)))
             key_pieces.append((segment, end))
             first_position.append(s.start)
@@ -265,19 +271,25 @@ def paged_step(rows: list[list[Segment]], device: torch.device | str | None = No
 def one_segment_a_row(segments: list[Segment], device: torch.device | str | None = None) -> PagedStep:
     """``paged_step`` for rows of one segment each (a step's decodes: one new token a row), the same layout
     computed per row at once: row ``r``'s query ``i`` sits at position ``start + i - pad``, its key ``j`` at
-    ``j - key_pad``, and a query sees the row's real keys up to its own position."""
-    for s in segments:
-        if not s.tokens or len(s.slots) != s.start + len(s.tokens):
-            raise ValueError(f"a segment runs positions {s.start}..{s.start + len(s.tokens) - 1} and needs the slots of "
-                             f"positions 0..{s.start + len(s.tokens) - 1}, got {len(s.slots)} slots")
-    n_new = torch.tensor([len(s.tokens) for s in segments])
-    n_held = torch.tensor([len(s.slots) for s in segments])
-    width, n_keys = int(n_new.max()), int(n_held.max())
-    tokens, write_slots, read_slots = [], [], []
-    for s in segments:
-        tokens += [0] * (width - len(s.tokens)) + s.tokens
-        write_slots += s.slots[s.start:]
-        read_slots += [0] * (n_keys - len(s.slots)) + s.slots  # padding reads any slot: the mask hides it
+    ``j - key_pad``, and a query sees the row's real keys up to its own position.
+
+    Built from the segments' slot tensors (one ``cat``) rather than from lists of Python ints: turning a
+    decode step's few thousand slots into a tensor one int at a time costs about 0.2 ms on a CPU."""
+    slots = [torch.as_tensor(s.slots, dtype=torch.long) for s in segments]
+    n_new_list = [len(s.tokens) for s in segments]
+    n_held_list = [row.shape[0] for row in slots]  # (len() of a tensor is a Python call: several times slower)
+    for s, n, held in zip(segments, n_new_list, n_held_list):
+        if not n or held != s.start + n:
+            raise ValueError(f"a segment runs positions {s.start}..{s.start + n - 1} and needs the slots of "
+                             f"positions 0..{s.start + n - 1}, got {held} slots")
+    width, n_keys = max(n_new_list), max(n_held_list)
+    tokens = []
+    for s, n in zip(segments, n_new_list):
+        tokens += [0] * (width - n) + s.tokens
+    write_slots = torch.cat([row[s.start:] for row, s in zip(slots, segments)])
+    pad = torch.zeros(n_keys, dtype=torch.long)  # padding reads any slot (0): the mask hides it
+    read_slots = torch.cat([piece for row, n in zip(slots, n_held_list) for piece in (pad[: n_keys - n], row)])
+    n_new, n_held = torch.tensor(n_new_list), torch.tensor(n_held_list)
     query = torch.arange(width)[None] - (width - n_new)[:, None]  # index among the row's new tokens (< 0: padding)
     valid = query >= 0
     positions = torch.where(valid, query + (n_held - n_new)[:, None], 0)
@@ -286,8 +298,7 @@ def one_segment_a_row(segments: list[Segment], device: torch.device | str | None
     last = torch.arange(len(segments)) * width + width - 1
     shape = (len(segments), width)
     return PagedStep(torch.tensor(tokens, device=device).view(shape), positions.to(device), valid.to(device),
-                     torch.tensor(write_slots, dtype=torch.long, device=device),
-                     torch.tensor(read_slots, dtype=torch.long, device=device).view(len(segments), n_keys),
+                     write_slots.to(device), read_slots.view(len(segments), n_keys).to(device),
                      mask[:, None].to(device), last.to(device))
 
 
@@ -348,14 +359,15 @@ class PagedKVCache:
         ### BEGIN SOLUTION
         # Hint: write first (a prefill reads its own new keys); keys[step.valid] lines up with step.write_slots.
         # Then read every row's slots at once: index_select along the slot dimension with the slots flattened, viewed
-        # back as (rows, key_pos, n_heads, d_head). (kv[0][step.read_slots] gives the same numbers through the general
-        # indexing kernel, several times slower at a decode step's sizes on a CPU.)
+        # back as (rows, key_pos, n_heads, d_head). Each slot flattened to one row of n_heads * d_head numbers is one
+        # copy per slot (a 3-D index_select copies head by head, about twice as slow on a CPU when the slots are in
+        # cache; kv[0][step.read_slots] gives the same numbers through the general indexing kernel, slower still).
         kv = self.flat(layer)
         kv[0].index_copy_(0, step.write_slots, keys[step.valid])
         kv[1].index_copy_(0, step.write_slots, values[step.valid])
         read = step.read_slots.flatten()
         shape = (*step.read_slots.shape, *kv.shape[2:])
-        return kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)
+        return kv[0].flatten(1).index_select(0, read).view(shape), kv[1].flatten(1).index_select(0, read).view(shape)
         ### END SOLUTION
 
     def commit(self) -> "PagedKVCache":

@@ -43,20 +43,21 @@ class TableSlots:
 
     A decoding request needs one new slot per step, and its table changes only when it gains a
     block (every ``block_size`` steps) or is rebuilt after a preemption. So the slots of all the
-    table's blocks are asked for once and kept, as plain integers, until the table's block list
-    changes. (A ``slots`` call per step and request costs about 40 us on a CPU: 3% of the engine's
-    time on 32 story-model requests, against under 1% this way.) Tables are held weakly: a
-    retired request's entry goes with its table.
+    table's blocks are asked for once and kept, as one tensor, until the table's block list changes;
+    each step takes a view of it. (A ``slots`` call per step and request costs about 40 us on a CPU,
+    and turning a decode step's few thousand slots into a tensor again from Python ints about 0.2 ms;
+    a view costs about 1 us.) Tables are held weakly: a retired request's entry goes with its table.
     """
 
     def __init__(self):
         self.known: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
-    def __call__(self, table: BlockTable, start: int, end: int) -> list[int]:
+    def __call__(self, table: BlockTable, start: int, end: int) -> Int[Tensor, "n"]:
         blocks = tuple(table.blocks)
         known = self.known.get(table)
         if known is None or known[0] != blocks:
-            known = self.known[table] = (blocks, table.slots(0, len(blocks) * table.block_size).tolist())
+            slots = torch.as_tensor(table.slots(0, len(blocks) * table.block_size), dtype=torch.long)
+            known = self.known[table] = (blocks, slots)
         if end > len(known[1]):
             raise ValueError(f"positions [{start}, {end}) are outside the table's {len(blocks)} blocks")
         return known[1][start:end]
@@ -171,8 +172,19 @@ class Engine:
             # Where its positions live, as its table says (BlockTable.slots): the new ones are written there.
             segments.append(Segment(request.tokens[start:end], start, self.slot_reader(request.table, 0, end)))
         step = self.cache.plan([segments] if packed else [[segment] for segment in segments])
-        logits, _ = self.model(step.tokens, self.cache)
-        return logits.flatten(0, 1)[step.last]
+        unembed = getattr(self.model, "unembed", None)
+        if step.tokens.shape[1] == 1 or not isinstance(unembed, torch.nn.Module):
+            logits, _ = self.model(step.tokens, self.cache)
+            return logits.flatten(0, 1)[step.last]
+        # Only a segment's last position draws a token: the unembedding (a d_model x d_vocab matmul per position)
+        # runs on those alone, as Hugging Face's logits_to_keep does. The final residual is cut down just before it
+        # (a hook on the model's own unembed for this one pass), so the model's forward pass is the same one.
+        handle = unembed.register_forward_pre_hook(lambda module, args: (args[0].flatten(0, 1)[step.last][None],))
+        try:
+            logits, _ = self.model(step.tokens, self.cache)
+        finally:
+            handle.remove()
+        return logits[0]
 
     def run_step(self, work: Step) -> list[int | None]:
         """Run the step's work: one token for each request whose prompt is done, None for a chunk of a prompt that is
@@ -183,18 +195,19 @@ class Engine:
         n_new = [work.n_new(request) for request in work.requests]
         self.n_prefill_tokens += sum(n_new[: len(work.prefill)])
         logits: list[Tensor | None] = [None] * len(work.requests)
+        best: list[int] = [0] * len(work.requests)  # each row's argmax, all of a pass's rows in one call
         for packed in (False, True):
             picked = [i for i, n in enumerate(n_new) if (n > 1) == packed]
             if picked:
                 rows = self.forward([work.requests[i] for i in picked], [n_new[i] for i in picked], packed)
-                for i, row in zip(picked, rows):
-                    logits[i] = row
+                for i, row, top in zip(picked, rows, rows.argmax(-1).tolist()):
+                    logits[i], best[i] = row, top
         tokens: list[int | None] = []
-        for request, n, row in zip(work.requests, n_new, logits):
-            if request.n_computed + n < len(request.tokens):
+        for request, n, row, top in zip(work.requests, n_new, logits, best):
+            if request.n_computed + n < request.n_tokens:
                 tokens.append(None)  # a chunk of its prompt, not the last
             elif plain_greedy(request):
-                tokens.append(int(row.argmax()))
+                tokens.append(top)
             else:
                 tokens.append(self.next_token(request, row))
         return tokens

@@ -34,7 +34,10 @@ positions run through the model (padding and finished rows included) and the pre
 share of them, the most KV memory held at once and, where the engine says, how much of
 the held memory held real positions. Runs are interleaved (every engine once per round,
 ``--repeat`` rounds); the table gives medians and, for throughput, the spread, and a line
-gives each round's throughput ratios.
+gives each round's throughput ratios. A second table gives the same runs in CPU seconds (of the threads
+that ran each engine, Hugging Face's loop thread included; ``serving_stream.CpuClock``), and the throughput
+ratios per CPU second, round by
+round: on a busy machine those are the figures to compare.
 """
 
 from __future__ import annotations
@@ -195,18 +198,44 @@ def table(summaries: dict[str, list], title: str):
     return out
 
 
-def round_ratios(summaries: dict[str, list]) -> str:
-    """Each round's throughput of every engine over the static engine's and Hugging Face's, round by round."""
+def round_ratios(summaries: dict[str, list], key: str = "tokens_per_s") -> str:
+    """Each round's throughput (``key``: per wall second, or ``tokens_per_cpu_s``) of every engine over the static
+    engine's and Hugging Face's, round by round."""
     lines = []
     for other in ("static", "hf"):
         if other not in summaries:
             continue
         for engine in summaries:
             if engine not in (other, "static"):
-                ratios = [ours.tokens_per_s / theirs.tokens_per_s
+                ratios = [getattr(ours, key) / getattr(theirs, key)
                           for ours, theirs in zip(summaries[engine], summaries[other])]
                 lines.append(f"{SHORT[engine]} / {SHORT[other]}: " + " ".join(f"{r:.2f}x" for r in ratios))
     return "per round: " + "; ".join(lines)
+
+
+def cpu_table(summaries: dict[str, list]):
+    """The same runs in CPU seconds (``Served.cpu_seconds``: of the threads that ran the engine), one row per
+    engine: the CPU seconds (median, min-max), new tokens per CPU second, and its ratio to the static engine's and
+    Hugging Face's (medians of the rounds' ratios, min-max). On a machine other programs also use, the wall clock
+    counts their time too; CPU seconds count the engine's own (they still grow a little when others share the
+    caches and the memory bus), so these ratios are the steadier ones there."""
+    from rich.table import Table
+
+    out = Table("engine", "CPU s", "spread", "tok/CPU-s", "x static\n(CPU)", "spread", "x HF\n(CPU)", "spread",
+                title="The same runs in CPU seconds (of the threads that ran each engine)")
+    for engine in summaries:
+        cpu = [s.served.cpu_seconds for s in summaries[engine]]
+        cells = [f"{statistics.median(cpu):.2f}", f"{min(cpu):.2f}-{max(cpu):.2f}",
+                 f"{statistics.median(s.tokens_per_cpu_s for s in summaries[engine]):.1f}"]
+        for other in ("static", "hf"):
+            if other not in summaries or other == engine:
+                cells += ["-", "-"]
+                continue
+            ratios = [ours.tokens_per_cpu_s / theirs.tokens_per_cpu_s
+                      for ours, theirs in zip(summaries[engine], summaries[other])]
+            cells += [f"{statistics.median(ratios):.2f}x", f"{min(ratios):.2f}-{max(ratios):.2f}"]
+        out.add_row(SHORT[engine], *cells)
+    return out
 
 
 def memory_table(summaries: dict[str, list], prompt_positions: int):
@@ -362,6 +391,8 @@ def _run(args: argparse.Namespace) -> int:
     total = sum(r.new_tokens for r in stream)
     console.print(table(summaries, f"Serving {args.requests} requests ({total} new tokens), {label}"))
     console.print(round_ratios(summaries))
+    console.print(cpu_table(summaries))
+    console.print(round_ratios(summaries, "tokens_per_cpu_s").replace("per round:", "per round, CPU seconds:"))
     console.print(memory_table(summaries, sum(len(r.prompt) for r in stream)))
     console.print(
         "course: part 10's server; chunked: the same with --max-step-tokens; static: part 5's generate on fixed "

@@ -21,12 +21,16 @@ each of them was ready, the positions the model ran, and the KV memory held.
   fed request by request with ``add_request`` while its loop runs in its own thread.
 
 Times are seconds from the moment the engine was ready (its cache allocated, the model warm).
+Each run also counts the CPU seconds its engine spent from that moment until its last token
+(``CpuClock``: the threads that run it), a measure that other programs on a busy machine disturb
+far less than the wall clock.
 """
 
 from __future__ import annotations
 
 import gc
 import random
+import threading
 import time
 from collections import deque
 from contextlib import contextmanager
@@ -90,6 +94,47 @@ class Served:
     # positions count once (``kv_in_use``), so this is at most 1.
     kv_utilisation: float | None = None
     n_preemptions: int = 0
+    cpu_seconds: float | None = None  # CPU time of the whole process (every thread) from the start to the last token
+
+
+class CpuClock:
+    """The CPU seconds the threads that run an engine have spent since ``start``: this thread, and the
+    Python threads started after the clock (``threads_started_since``: Hugging Face's loop thread).
+
+    Counted per thread, not for the whole process: a thread another engine left behind (a loop that
+    was slow to stop) would otherwise be billed to the next engine. Torch's own worker threads are
+    not Python threads; with more than one torch thread, or where a thread's CPU clock cannot be read,
+    the clock counts the whole process (``time.process_time``) instead.
+    """
+
+    def __init__(self):
+        self.per_thread = torch.get_num_threads() == 1 and hasattr(time, "pthread_getcpuclockid")
+        self.before = {thread.ident for thread in threading.enumerate()}
+        self.others: dict[int, float] = {}
+        self.started = time.thread_time() if self.per_thread else time.process_time()
+
+    def threads_started_since(self) -> None:
+        """Start counting the threads started since the clock was made (call once they have started)."""
+        if not self.per_thread:
+            return
+        for thread in threading.enumerate():
+            if thread.ident not in self.before and thread.ident not in self.others and thread.is_alive():
+                try:
+                    self.others[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+                except (OSError, ValueError):
+                    pass  # it has just ended
+
+    def seconds(self) -> float:
+        """CPU seconds so far; read it while the counted threads still run."""
+        if not self.per_thread:
+            return time.process_time() - self.started
+        total = time.thread_time() - self.started
+        for ident, start in self.others.items():
+            try:
+                total += time.clock_gettime(time.pthread_getcpuclockid(ident)) - start
+            except (OSError, ValueError):
+                pass  # it ended before the clock was read: its time is lost, so read while it runs
+        return total
 
 
 class PositionCounter:
@@ -164,7 +209,7 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
     n = len(stream)
     requests, first, finish, times = [None] * n, [None] * n, [None] * n, [[] for _ in range(n)]
     pending, active = deque(range(n)), []
-    t0 = time.perf_counter()
+    t0, clock = time.perf_counter(), CpuClock()
     try:
         while pending or active:
             now = time.perf_counter() - t0
@@ -184,13 +229,14 @@ def run_course(engine_module, model, stream: list[StreamRequest], n_blocks: int,
                 if requests[i].finished:
                     finish[i] = now
                     active.remove(i)
+        cpu = clock.seconds()
     finally:
         counter.remove()
     outputs = [list(request.output) for request in requests]
     decoded = sum(len(out) - 1 for out in outputs)  # every token but the last is run once as a decode position
     return Served("course", outputs, first, finish, times, counter.positions, counter.positions - decoded,
                   peak * block_size * per_position, held_sum / room_sum if room_sum else None,
-                  sum(request.n_preemptions for request in requests))
+                  sum(request.n_preemptions for request in requests), cpu)
 
 
 class RowBudgets:
@@ -218,7 +264,7 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
     peak, held_sum, room_sum = 0, 0, 0
     counter = PositionCounter(model.embed)
     pending = deque(range(n))
-    t0 = time.perf_counter()
+    t0, clock = time.perf_counter(), CpuClock()
     try:
         while pending:
             sleep_until(t0, stream[pending[0]].arrival)
@@ -240,10 +286,11 @@ def run_static(generate, model, stream: list[StreamRequest], max_batch: int) -> 
                 times[i] = budgets.times[: stream[i].new_tokens]  # a row's token k is ready at the batch's step k
                 first[i], finish[i] = times[i][0], times[i][-1]
                 held_sum += len(stream[i].prompt) + stream[i].new_tokens
+        cpu = clock.seconds()
     finally:
         counter.remove()
     return Served("static", outputs, first, finish, times, counter.positions, counter.prefill_positions,
-                  peak * per_position, held_sum / room_sum)
+                  peak * per_position, held_sum / room_sum, cpu_seconds=cpu)
 
 
 @contextmanager
@@ -285,9 +332,11 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     counter = PositionCounter(hf_model.transformer.h[0].ln_1, during_forward)
     n = len(stream)
     results: dict[str, object] = {}
+    clock = CpuClock()
     manager.start()
     try:
         t0 = time.perf_counter()
+        clock.threads_started_since()  # the manager's loop thread
         for i, request in enumerate(stream):
             sleep_until(t0, request.arrival)
             manager.add_request(request.prompt, request_id=f"r{i}", max_new_tokens=request.new_tokens,
@@ -303,6 +352,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
                     raise RuntimeError(f"Hugging Face's continuous batching failed request {result.request_id}: "
                                        f"{result.error}")
                 results[result.request_id] = result
+        cpu = clock.seconds()  # this thread mostly waits on a queue; the time is the loop thread's
     finally:
         with frozen_gc():
             manager.stop(block=True, timeout=10)
@@ -313,7 +363,7 @@ def run_hf(hf_model, stream: list[StreamRequest], n_blocks: int, block_size: int
     decoded = sum(len(out) - 1 for out in outputs)
     times = [[t - t0 for t in result.timestamps] for result in ordered]
     return Served("hf", outputs, [t[0] for t in times], [t[-1] for t in times], times, counter.positions,
-                  counter.positions - decoded, peak_used[0] or None, None)
+                  counter.positions - decoded, peak_used[0] or None, None, cpu_seconds=cpu)
 
 
 @dataclass
@@ -328,6 +378,7 @@ class Summary:
     makespan: float
     gap_p99: float | None  # over every gap between two consecutive tokens of a request (None: times not recorded)
     served: Served = field(repr=False)
+    tokens_per_cpu_s: float | None = None  # new tokens / the process's CPU seconds (None: not measured)
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -350,5 +401,6 @@ def summarise(served: Served, stream: list[StreamRequest]) -> Summary:
     tpot = tpot or [0.0]
     tokens = sum(len(out) for out in served.outputs)
     gaps = None if served.token_times is None else token_gaps(served.token_times) or [0.0]
+    per_cpu = None if not served.cpu_seconds else tokens / served.cpu_seconds
     return Summary(tokens / makespan, quantile(ttft, 0.5), quantile(ttft, 0.99), quantile(tpot, 0.5),
-                   quantile(tpot, 0.99), makespan, None if gaps is None else quantile(gaps, 0.99), served)
+                   quantile(tpot, 0.99), makespan, None if gaps is None else quantile(gaps, 0.99), served, per_cpu)

@@ -92,6 +92,7 @@ def test_each_bench_driver_gives_every_request_hf_generate_s_tokens(pairs, model
     assert static.outputs == alone
     assert hf.outputs == alone
     for served in (course, static, hf):
+        assert served.cpu_seconds is not None and served.cpu_seconds > 0
         assert all(0 <= served.first[i] <= served.finish[i] for i in range(len(stream)))
         # A time for every token, in order, from the first token's to the last one's.
         for times, out, first, finish in zip(served.token_times, served.outputs, served.first, served.finish):
@@ -251,6 +252,74 @@ def test_summarise_computes_the_figures_from_the_times():
     # Per later token: request 0 took 1.0 s for 2, request 2 took 3.0 s for 4; request 1 has none.
     assert summary.tpot_p50 == pytest.approx(0.625)
     assert summary.tpot_p99 == pytest.approx(0.5 + 0.99 * 0.25)
+    assert summary.tokens_per_cpu_s is None  # no CPU time measured
+    served.cpu_seconds = 3.0
+    assert serving.summarise(served, stream).tokens_per_cpu_s == pytest.approx(9 / 3.0)
+
+
+@pytest.mark.skipif(not hasattr(__import__("time"), "pthread_getcpuclockid"), reason="no per-thread CPU clocks here")
+def test_the_cpu_clock_counts_its_thread_and_the_threads_started_after_it():
+    """Two threads each spin a stated CPU time once released: one started before the clock (another engine's loop
+    left behind), 0.4 s, and one started after it (an engine's own loop thread), 0.2 s; this thread spins 0.1 s.
+    The clock counts 0.3 s: not the earlier thread's (the whole process's time would be 0.7 s)."""
+    import threading
+    import time
+
+    def spin(seconds):
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    go, finish = threading.Event(), threading.Event()
+
+    def worker(seconds):
+        go.wait()
+        spin(seconds)
+        finish.wait()  # alive until the clock is read, as an engine's loop is
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        before = threading.Thread(target=worker, args=(0.4,), daemon=True)
+        before.start()
+        clock = serving.CpuClock()
+        after = threading.Thread(target=worker, args=(0.2,), daemon=True)
+        after.start()
+        clock.threads_started_since()
+        go.set()
+        spin(0.1)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and sum(
+            time.clock_gettime(time.pthread_getcpuclockid(t.ident)) for t in (before, after)) < 0.6:
+            time.sleep(0.01)
+        seconds = clock.seconds()
+    finally:
+        finish.set()
+        torch.set_num_threads(threads)
+    assert clock.per_thread
+    assert 0.3 <= seconds < 0.45
+
+
+def test_the_cpu_table_gives_each_round_s_ratios_per_cpu_second(capsys):
+    """Two rounds, 90 tokens each: course 1 s and 2 s of CPU, static 3 s and 3 s, HF 2 s and 2 s. Per CPU second the
+    course is 3x and 1.5x the static engine (median 2.25x, spread 1.50-3.00) and 2x and 1x Hugging Face."""
+    from rich.console import Console
+
+    stream = [serving.StreamRequest([1], 90, 0.0, False)]
+
+    def summary(cpu):
+        served = serving.Served("x", [[0] * 90], first=[0.5], finish=[1.0], cpu_seconds=cpu)
+        return serving.summarise(served, stream)
+
+    summaries = {"course": [summary(1.0), summary(2.0)], "static": [summary(3.0), summary(3.0)],
+                 "hf": [summary(2.0), summary(2.0)]}
+    Console(width=200).print(bench_serving.cpu_table(summaries))
+    out = capsys.readouterr().out
+    course = next(line for line in out.splitlines() if "course" in line)
+    for cell in ("1.50", "1.00-2.00", "2.25x", "1.50-3.00", "1.50x", "1.00-2.00"):
+        assert cell in course
+    line = bench_serving.round_ratios(summaries, "tokens_per_cpu_s")
+    assert "course / static: 3.00x 1.50x" in line and "course / HF: 2.00x 1.00x" in line
 
 
 def test_the_check_names_an_engine_that_differs():
@@ -290,7 +359,8 @@ def test_main_quick_prints_the_tables(capsys, monkeypatch):
     assert bench_serving.main(["--quick"]) == 0
     out = capsys.readouterr().out
     assert "checked:" in out and "Serving 6 requests" in out and "Work and KV memory" in out
-    for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average"):
+    for cell in ("course", "static", "HF", "x static", "x HF", "TTFT p99", "KV peak MiB", "load average",
+                 "tok/CPU-s", "per round, CPU seconds"):
         assert cell in out
     assert "chunked" not in out.split("course: part 10's server")[0], "no chunked row without --max-step-tokens"
     assert bench_serving.main(["--quick", "--no-hf", "--max-step-tokens", "16"]) == 0

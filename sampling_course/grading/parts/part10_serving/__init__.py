@@ -147,7 +147,7 @@ _READ_SETUP = (
     "        read = step.read_slots.flatten()\n"
     "        shape = (*step.read_slots.shape, *kv.shape[2:])\n"
 )
-_READ_BOTH = "kv[0].index_select(0, read).view(shape), kv[1].index_select(0, read).view(shape)\n"
+_READ_BOTH = "kv[0].flatten(1).index_select(0, read).view(shape), kv[1].flatten(1).index_select(0, read).view(shape)\n"
 _READ = _READ_SETUP + "        return " + _READ_BOTH
 _POST = (
     "        for request, token in zip(work.requests, tokens):\n"
