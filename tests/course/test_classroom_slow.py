@@ -8,7 +8,10 @@
   (part 6b) is graded apart, on that exercise alone.
 * The executors: Dask on a LocalCluster of two workers, and the Gradescope bundle run in a
   folder laid out like Gradescope's (one submission, one at a time). A process pool of two
-  grades the corpus and the six students of ``test_classroom.py``.
+  grades the corpus and the six students of ``test_classroom.py``; the race_sample, Engine.step
+  and part-11 submissions (two to five each) are graded one after another, each in a fork of
+  this process, as ``grade --jobs 1`` does (a pool would start two more interpreters, each
+  importing torch, for them).
 * A synthetic class of 200 whose true grades are known in advance.
 """
 
@@ -134,7 +137,7 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     cases = write_race_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(RACE_GRADED), seconds_per_test=30, seconds_per_exercise=120,
                              seconds_per_submission=300, memory_mb=1536)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         (entry,) = results[student]["exercises"]
         earned = (entry["exercise"],) if entry["status"] == "done" else ()
@@ -156,7 +159,7 @@ def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_pa
     cases = write_engine_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(ENGINE_GRADED), seconds_per_test=120, seconds_per_exercise=600,
                              seconds_per_submission=900, memory_mb=3072)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         (entry,) = results[student]["exercises"]
         earned = (entry["exercise"],) if entry["status"] == "done" else ()
@@ -181,7 +184,7 @@ def test_part11_weights_kept_aside_in_float_earn_nothing(tmp_path):
     cases = write_quant_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(QUANT_GRADED), seconds_per_test=120, seconds_per_exercise=400,
                              seconds_per_submission=600, memory_mb=3072)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         entries = {entry["exercise"]: entry for entry in results[student]["exercises"]}
         earned = tuple(name for name in QUANT_GRADED if entries[name]["status"] == "done")
