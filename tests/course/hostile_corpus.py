@@ -42,6 +42,17 @@ def _replace(source: str, function: str, body: str) -> str:
     return source[:begin] + "### BEGIN SOLUTION\n" + lines + indent + source[end:]
 
 
+def stubbed_sampling(**bodies: str) -> str:
+    """The stubs' ``sampling.py`` with the named functions filled in: each function's ``raise NotImplementedError()``
+    replaced by its body (text indented as a method's)."""
+    source = (REPO / "exercises" / "sampling.py").read_text()
+    marker = "        raise NotImplementedError()\n"
+    for function, body in bodies.items():
+        at = source.index(marker, source.index(f"def {function}("))
+        source = source[:at] + body + source[at + len(marker):]
+    return source
+
+
 def _sample_body(prefix: str) -> str:
     """sample's first region, after ``prefix`` (an attack that must not change its answer)."""
     return prefix + "\nlogits = self.model(input_ids[None, -self.cfg.n_ctx :])[0, -1]\n"
@@ -162,8 +173,6 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
             "               lambda: open(" + repr(str(control)) + ", 'w').write('')):\n"
             "    try:\n        attack()\n    except OSError:\n        pass\n")),
         # 5. limits: the student's time, the grader's time, memory, frames, output
-        "infinite_loop": (Case("5", "an infinite loop in greedy_search", GRADED[1:]),
-                          {"greedy_search": "while True:\n    pass"}, ""),
         "memory_bomb": (Case("5", "allocates until it runs out, in apply_temperature",
                              ("greedy_search", "apply_frequency_penalty", "sample")),
                         {"apply_temperature": "hog = []\nwhile True:\n    hog.append(bytearray(1 << 26))"}, ""),
@@ -195,6 +204,8 @@ def _cases(root: Path, port: int, canary: Path) -> dict[str, tuple[Case, dict[st
         # Found by later hostile classes: each earns what it solves, crashes nothing, leaves classmates untouched.
         "linked_classmate": (Case("3", "a folder holding only mywork -> ../control (a link one level down)", (),
                                   "linked one level down"), {}, ""),
+        # Also the corpus' infinite loop: greedy_search never returns, and apply_frequency_penalty, graded after it,
+        # is still earned (a time limit in one exercise never costs a later one).
         "clock_runner": (Case("5", "apply_temperature divides by T squared, greedy_search never returns (its checks "
                                    "that would fail come after the clock runs out)", ("apply_frequency_penalty",)),
                          {"greedy_search": "while True:\n    pass",

@@ -26,6 +26,8 @@ from sampling_course.grading.classroom.reports import write_reports
 from sampling_course.grading.classroom.settings import GradeSettings, load_settings
 from sampling_course.grading.classroom.submission import STUBS
 
+from hostile_corpus import stubbed_sampling
+
 pytestmark = pytest.mark.classroom
 
 PROBES = Path(__file__).with_name("sandbox_probes.py")
@@ -154,12 +156,9 @@ def test_unsafe_no_sandbox_grades_the_submission_not_the_stubs(tmp_path):
     exercises/ too): an honest greedy_search earns its point. Its copy is then the grader's folder, so the file it
     writes there (a name that is not UTF-8) is seen and flagged, and every report shows that name escaped. (In the
     sandbox the copy is a file system of the sandbox's own: nothing written there reaches the grader.)"""
-    source = (STUBS / "sampling.py").read_text()
-    marker = "        raise NotImplementedError()\n"
-    at = source.index(marker, source.index("def greedy_search"))
     submission = tmp_path / "alice" / "exercises"
     submission.mkdir(parents=True)
-    (submission / "sampling.py").write_text(source[:at] + GOOD_GREEDY + source[at + len(marker):])
+    (submission / "sampling.py").write_text(stubbed_sampling(greedy_search=GOOD_GREEDY))
     settings = load_settings(None, exercises=["greedy_search"], unsafe_no_sandbox=True, diagnose=False)
     result = grade_submission(tmp_path / "alice", settings, student="alice")
     (entry,) = result["exercises"]

@@ -8,7 +8,10 @@
   (part 6b) is graded apart, on that exercise alone.
 * The executors: Dask on a LocalCluster of two workers, and the Gradescope bundle run in a
   folder laid out like Gradescope's (one submission, one at a time). A process pool of two
-  grades the corpus and the six students of ``test_classroom.py``.
+  grades the corpus and the six students of ``test_classroom.py``; the race_sample, Engine.step
+  and part-11 submissions (two to five each) are graded one after another, each in a fork of
+  this process, as ``grade --jobs 1`` does (a pool would start two more interpreters, each
+  importing torch, for them).
 * A synthetic class of 200 whose true grades are known in advance.
 """
 
@@ -30,11 +33,11 @@ import pytest
 from sampling_course.grading.classroom.executors import grade_all
 from sampling_course.grading.classroom.gradescope import make_autograder
 from sampling_course.grading.classroom.settings import load_settings
-from sampling_course.grading.classroom.submission import STUBS, find_submissions
+from sampling_course.grading.classroom.submission import find_submissions
 from sampling_course.grading.classroom.synthetic import EXERCISES as SYNTHETIC_EXERCISES
 
 from hostile_corpus import CANARY_ENV, ENGINE_GRADED, ESCAPE_NAME, QUANT_GRADED, RACE_GRADED, write_corpus, write_engine_corpus, write_race_corpus
-from hostile_corpus import write_quant_corpus
+from hostile_corpus import stubbed_sampling, write_quant_corpus
 from hostile_corpus import GRADED as CORPUS_GRADED
 from sampling_course.grading.classroom.reports import escaped, safe_name, write_reports
 from test_classroom import assert_true_grades, grade_synthetic_class
@@ -44,23 +47,9 @@ pytestmark = pytest.mark.classroom
 REPO = Path(__file__).resolve().parents[2]
 GRADED = ("greedy_search", "apply_temperature", "apply_frequency_penalty")
 
-# The solutions' code for the three graded exercises, and wrong versions of two of them.
+# The solutions' code for greedy_search, and a wrong apply_temperature.
 GOOD_GREEDY = "        return int(logits.argmax())\n"
-GOOD_TEMPERATURE = "        return logits / temperature\n"
 BAD_TEMPERATURE = "        return logits * temperature\n"
-
-
-def stubbed_sampling(greedy: str, temperature: str, header: str = "") -> str:
-    """exercises/sampling.py from the stubs, with greedy_search and apply_temperature filled in."""
-    source = (STUBS / "sampling.py").read_text()
-    marker = "        raise NotImplementedError()\n"
-    for name, body in (("def greedy_search", greedy), ("def apply_temperature", temperature)):
-        start = source.index(name)
-        at = source.index(marker, start)
-        source = source[:at] + body + source[at + len(marker):]
-    future = "from __future__ import annotations\n"
-    at = source.index(future) + len(future) if future in source else 0
-    return source[:at] + header + source[at:]
 
 
 def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
@@ -74,9 +63,12 @@ def test_hostile_corpus_earns_only_what_it_solves(tmp_path, monkeypatch):
     monkeypatch.setenv(CANARY_ENV, "the grader's secret")
     cases = write_corpus(tmp_path / "class", listener.getsockname()[1], canary)
     assert len(cases) >= 25 and {c.cause for c in cases.values()} == set("12345678")
-    # Limits well above an honest test's time under load (well under a second each, in one process), and short enough
-    # that the submissions that run past them (a loop that never ends, a grader kept busy) cost seconds, not minutes.
-    settings = load_settings(None, exercises=list(CORPUS_GRADED), seconds_per_test=10, seconds_per_exercise=30,
+    # Limits well above an honest submission's time under load, and short enough that the submissions that run past
+    # them (a loop that never ends, a grader kept busy, memory used up) cost seconds, not minutes: each of those runs
+    # until its exercise's limit, with a fresh process after each test it overran. An honest test here waits at most
+    # 0.7 s for the submission, a whole honest exercise under 2 s (the most: print_flood's greedy_search, which
+    # prints 50 MB three times), measured on 2 cores at load 4.3.
+    settings = load_settings(None, exercises=list(CORPUS_GRADED), seconds_per_test=5, seconds_per_exercise=10,
                              seconds_per_submission=300, memory_mb=1536)
     started = time.monotonic()
     results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
@@ -123,16 +115,16 @@ def test_an_exercise_whose_tests_ran_out_of_time_earns_nothing(tmp_path):
     reasons are kept among the flags."""
     package = tmp_path / "class" / "clock" / "exercises"
     package.mkdir(parents=True)
-    (package / "sampling.py").write_text(stubbed_sampling("        while True:\n            pass\n",
-                                                         "        return logits / temperature**2\n"))
-    settings = load_settings(None, exercises=["greedy_search", "apply_temperature"], seconds_per_test=15,
-                             seconds_per_exercise=60, seconds_per_submission=15, diagnose=False)
+    (package / "sampling.py").write_text(stubbed_sampling(greedy_search="        while True:\n            pass\n",
+                                                         apply_temperature="        return logits / temperature**2\n"))
+    settings = load_settings(None, exercises=["greedy_search", "apply_temperature"], seconds_per_test=6,
+                             seconds_per_exercise=60, seconds_per_submission=6, diagnose=False)
     (result,) = grade_all(find_submissions(tmp_path / "class"), settings)
     entries = {e["exercise"]: e for e in result["exercises"]}
     temperature = entries["apply_temperature"]
     assert temperature["passed"] >= 1 and temperature["not_run"] >= 1, temperature  # the case this test is about
     assert temperature["status"] == "took too long" and temperature["points"] == 0 and result["score"] == 0, temperature
-    assert "not run: the submission's time limit (15 s) was reached first" in temperature["message"]
+    assert "not run: the submission's time limit (6 s) was reached first" in temperature["message"]
     reasons = [f["reason"] for f in result["flags"] if f["kind"] == "time"]
     assert any("ran past the time limit" in r for r in reasons) and any("did not run" in r for r in reasons), reasons
 
@@ -145,7 +137,7 @@ def test_race_sample_drawn_by_torch_multinomial_earns_nothing(tmp_path):
     cases = write_race_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(RACE_GRADED), seconds_per_test=30, seconds_per_exercise=120,
                              seconds_per_submission=300, memory_mb=1536)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         (entry,) = results[student]["exercises"]
         earned = (entry["exercise"],) if entry["status"] == "done" else ()
@@ -167,7 +159,7 @@ def test_an_engine_that_runs_past_the_cap_earns_nothing_with_its_pass_counter_pa
     cases = write_engine_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(ENGINE_GRADED), seconds_per_test=120, seconds_per_exercise=600,
                              seconds_per_submission=900, memory_mb=3072)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         (entry,) = results[student]["exercises"]
         earned = (entry["exercise"],) if entry["status"] == "done" else ()
@@ -192,7 +184,7 @@ def test_part11_weights_kept_aside_in_float_earn_nothing(tmp_path):
     cases = write_quant_corpus(tmp_path / "class")
     settings = load_settings(None, exercises=list(QUANT_GRADED), seconds_per_test=120, seconds_per_exercise=400,
                              seconds_per_submission=600, memory_mb=3072)
-    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings, jobs=2)}
+    results = {r["student"]: r for r in grade_all(find_submissions(tmp_path / "class"), settings)}
     for student, case in cases.items():
         entries = {entry["exercise"]: entry for entry in results[student]["exercises"]}
         earned = tuple(name for name in QUANT_GRADED if entries[name]["status"] == "done")
@@ -275,7 +267,7 @@ def test_gradescope_autograder_runs_in_gradescope_folders(tmp_path):
         zf.extractall(root / "source")
         assert {"setup.sh", "run_autograder"} <= set(zf.namelist())
     (root / "submission").mkdir()
-    (root / "submission" / "sampling.py").write_text(stubbed_sampling(GOOD_GREEDY, BAD_TEMPERATURE))
+    (root / "submission" / "sampling.py").write_text(stubbed_sampling(greedy_search=GOOD_GREEDY, apply_temperature=BAD_TEMPERATURE))
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable, "PYTHONPATH": ""}
     run = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
                          timeout=900)
