@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 01fd560f84226eb50fcf1dc8b121a09f6840ed0d62fd391dd6e27e361c938f53
+# stub-checksum: f215aa39f589a150215263f0469270e561f4fe0e87c4efdb4d724abf50c332b2
 """Part 6: caches for long and fast generation; first, the static cache.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -151,7 +151,7 @@ class StaticKeyValueCache:
             grown = empty_buffer(self.buffer.shape[:2] + (len(rows),) + self.buffer.shape[3:], self.buffer.device, self.buffer.dtype)
             grown[:, :, : self.buffer.shape[2]] = self.buffer
             self.buffer = grown
-        # Hint: the filled positions of the buffer are self.buffer[:, :, :, :self.seq_len]; rows are dimension 2.
+        # Hint: a layer's filled positions are self.buffer[layer, :, :, :self.seq_len]; rows are dimension 1 there.
         raise NotImplementedError()
 
     def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:

@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 2591b199174641c83f0092bebc457275f6cc2890af04ea8d766be4c6e98c2d91
+# stub-checksum: 337a50f371879c0be91b0bcdee3dec52f03f4232f7df2ff836d6625efac5f0e4
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -147,7 +147,10 @@ def stored_tensors(module: nn.Module, name: str) -> tuple[Tensor, ...]:
     computes it (part 11's quantised weights, ``torch.nn.utils.parametrize``), the tensors the
     parametrisation keeps (``original``, or ``original0``, ``original1``, ... : codes, scales), which
     change only when the weight does. Reading ``module.<name>`` there would run the parametrisation."""
-    parametrizations = getattr(module, "parametrizations", None)
+    param = module._parameters.get(name)
+    if param is not None:  # a plain parameter (looked up directly: this runs at every step of every layer)
+        return (param,)
+    parametrizations = module._modules.get("parametrizations")
     if parametrizations is not None and name in parametrizations:
         kept = parametrizations[name]
         return tuple(kept.parameters(recurse=False)) + tuple(kept.buffers(recurse=False))

@@ -152,7 +152,10 @@ def stored_tensors(module: nn.Module, name: str) -> tuple[Tensor, ...]:
     computes it (part 11's quantised weights, ``torch.nn.utils.parametrize``), the tensors the
     parametrisation keeps (``original``, or ``original0``, ``original1``, ... : codes, scales), which
     change only when the weight does. Reading ``module.<name>`` there would run the parametrisation."""
-    parametrizations = getattr(module, "parametrizations", None)
+    param = module._parameters.get(name)
+    if param is not None:  # a plain parameter (looked up directly: this runs at every step of every layer)
+        return (param,)
+    parametrizations = module._modules.get("parametrizations")
     if parametrizations is not None and name in parametrizations:
         kept = parametrizations[name]
         return tuple(kept.parameters(recurse=False)) + tuple(kept.buffers(recurse=False))
