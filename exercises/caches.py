@@ -1,6 +1,6 @@
 # GENERATED from solutions/caches.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 2fa762b4a8bfe7a687754c79c7845ea90575a86ff0dfd0a8ffe8eb44bac5e326
+# stub-checksum: c8f14211874dbd045e8669a85dc39bf5892b2991ad522b039ae259342efe8d21
 """Part 6: caches for long and fast generation; first, the static cache.
 
 Part 4's ``KeyValueCache`` grows by concatenation: every step copies everything cached so
@@ -53,6 +53,7 @@ class StaticKeyValueCache:
         self.seq_len = 0
         self.new_pos = 0  # positions the step under way adds (prepare sets it, commit adds it to seq_len)
         self.pending: tuple | None = None  # a reorder left for the next forward pass (reorder_later)
+        self.checked: Tensor | None = None  # rows checked already (settle's one-layer views: checked by reorder_later)
         # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
         self.follows_device = self.follows_dtype = False
 
@@ -175,7 +176,7 @@ class StaticKeyValueCache:
         rows, batch, left = self.pending
         for todo in sorted(left) if layer is None else [layer] if layer in left else []:
             one_layer = type(self)(self.buffer[todo : todo + 1])  # a view: its reorder moves this buffer's rows
-            one_layer.batch, one_layer.seq_len = batch, self.seq_len
+            one_layer.batch, one_layer.seq_len, one_layer.checked = batch, self.seq_len, rows
             one_layer.reorder(rows)
             left.discard(todo)
         if not left:
@@ -183,6 +184,8 @@ class StaticKeyValueCache:
 
     def checked_rows(self, rows: Int[Tensor, "new_batch"]) -> Int[Tensor, "new_batch"]:
         """``rows`` as a tensor on the buffer's device, after checking them; the buffer grown to hold them all."""
+        if rows is self.checked:
+            return rows
         rows = torch.as_tensor(rows, device=self.buffer.device)
         if rows.ndim != 1 or rows.is_floating_point() or len(rows) == 0:
             raise ValueError(f"rows must be a non-empty 1-D tensor of row indices, got {rows!r:.80}")

@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: d27043caad0a0916021f064c32c889c439095a7c28c729d5e29232f93456a67f
+# stub-checksum: b136a9b2842be203a03119a0cbf4799be34de7a9541085c1717e558b005af2a3
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -269,6 +269,7 @@ class DemoTransformer(nn.Module):
         if cache is None:
             raise NotImplementedError()
         # Hint: the cache says which tokens are new and at which positions; each block gets its layer of the cache.
+        # Hint: leave the new positions' residual stream in `residual`: the given code after this unembeds it.
         raise NotImplementedError()
         if logits_to_keep:  # the positions whose logits the caller reads: the others skip the unembedding
             residual = residual[:, -logits_to_keep:]

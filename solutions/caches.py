@@ -50,6 +50,7 @@ class StaticKeyValueCache:
         self.seq_len = 0
         self.new_pos = 0  # positions the step under way adds (prepare sets it, commit adds it to seq_len)
         self.pending: tuple | None = None  # a reorder left for the next forward pass (reorder_later)
+        self.checked: Tensor | None = None  # rows checked already (settle's one-layer views: checked by reorder_later)
         # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
         self.follows_device = self.follows_dtype = False
 
@@ -188,7 +189,7 @@ class StaticKeyValueCache:
         rows, batch, left = self.pending
         for todo in sorted(left) if layer is None else [layer] if layer in left else []:
             one_layer = type(self)(self.buffer[todo : todo + 1])  # a view: its reorder moves this buffer's rows
-            one_layer.batch, one_layer.seq_len = batch, self.seq_len
+            one_layer.batch, one_layer.seq_len, one_layer.checked = batch, self.seq_len, rows
             one_layer.reorder(rows)
             left.discard(todo)
         if not left:
@@ -196,6 +197,8 @@ class StaticKeyValueCache:
 
     def checked_rows(self, rows: Int[Tensor, "new_batch"]) -> Int[Tensor, "new_batch"]:
         """``rows`` as a tensor on the buffer's device, after checking them; the buffer grown to hold them all."""
+        if rows is self.checked:
+            return rows
         rows = torch.as_tensor(rows, device=self.buffer.device)
         if rows.ndim != 1 or rows.is_floating_point() or len(rows) == 0:
             raise ValueError(f"rows must be a non-empty 1-D tensor of row indices, got {rows!r:.80}")

@@ -331,6 +331,7 @@ class DemoTransformer(nn.Module):
             ### END SOLUTION
         ### BEGIN SOLUTION
         # Hint: the cache says which tokens are new and at which positions; each block gets its layer of the cache.
+        # Hint: leave the new positions' residual stream in `residual`: the given code after this unembeds it.
         step = cache.prepare(tokens, attention_mask)
         residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]
         for layer, block in enumerate(self.blocks):
