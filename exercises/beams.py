@@ -1,6 +1,6 @@
 # GENERATED from solutions/beams.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b04e47782f5367da87d9687acd3de6cf2e4985dd07bea57d5420c497c0cc5c02
+# stub-checksum: 61494d56850cea9160cf8eec16807cc9bb04e6e19bb4d8b74ad85fe6b7b8ca82
 """Part 3: beam search.
 
 Greedy decoding commits to the best token at every step and can walk past a sequence
@@ -68,7 +68,8 @@ class Beams:
         if self.kv_cache is None or self.cache_rows is None:
             return self.kv_cache
         if hasattr(self.kv_cache, "reorder"):  # part 6: permute the rows in place, once
-            self.kv_cache.reorder(self.cache_rows)
+            # Layer by layer as the model reaches each one, where the cache offers it (StaticKeyValueCache.reorder_later).
+            getattr(self.kv_cache, "reorder_later", self.kv_cache.reorder)(self.cache_rows)
             self.cache_rows = None
             return self.kv_cache
         return self.kv_cache[:, :, self.cache_rows]

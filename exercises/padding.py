@@ -1,6 +1,6 @@
 # GENERATED from solutions/padding.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 1a52ce0389c91dc60fedd50b831329b3a9e3f1a55408f7250f9ebc03a088c6f5
+# stub-checksum: 1c1f8c001ae31562f28cfffb7bddef3823b4af3773317e76b200436cb79e70b1
 """Part 5: many prompts in one batch: left padding, and the padded prefill and decode steps.
 
 Prompts have different lengths. Padding them on the left puts every row's last real token
@@ -13,6 +13,8 @@ KV cache; each later step runs only the newest token of every row on top of it.
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 from jaxtyping import Float, Int
@@ -43,8 +45,19 @@ def prefill(
         cache = KeyValueCache.new_empty(
             model.cfg, input_ids.shape[0], input_ids.device, param.dtype if param is not None else torch.float32
         )
-    logits, cache = model(input_ids, cache, attention_mask=attention_mask)
+    # Only the last position's logits are read: the course's own model skips the unembedding of the others
+    # (Hugging Face's logits_to_keep); a model without the keyword computes them all.
+    keep = {"logits_to_keep": 1} if takes_logits_to_keep(model) else {}
+    logits, cache = model(input_ids, cache, attention_mask=attention_mask, **keep)
     return logits[:, -1], cache
+
+
+def takes_logits_to_keep(model) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (the course's DemoTransformer does; stand-ins may not)."""
+    try:
+        return "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def decode_step(

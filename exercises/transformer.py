@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 5d5e3561edecaa3982d598d9796b2f23151cb6d97131bcd0366ad64a2a5fef5f
+# stub-checksum: b136a9b2842be203a03119a0cbf4799be34de7a9541085c1717e558b005af2a3
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -246,6 +246,7 @@ class DemoTransformer(nn.Module):
         kv_cache: KeyValueCache | Any | None = None,
         *,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
+        logits_to_keep: int = 0,
     ):
         """Logits for the next token at every position of ``tokens``.
 
@@ -257,12 +258,22 @@ class DemoTransformer(nn.Module):
         ``attention_mask`` (part 5) has the shape of ``tokens``: 1 at real tokens, 0 at
         padding. Padding is never attended and positions count real tokens only, so each
         row's logits at its real tokens are those of that row run alone.
+
+        ``logits_to_keep`` (Hugging Face's name): the logits of the last ``logits_to_keep``
+        positions only (0, the default, keeps all). A prefill whose caller reads the last
+        position's logits only (part 5's engine) skips the unembedding of the others, the
+        largest matmul of the model, on a cache's pass.
         """
-        cache = open_cache(self, tokens, kv_cache, attention_mask)
+        check_logits_to_keep(logits_to_keep)
+        cache = open_cache(self, tokens, kv_cache, attention_mask, logits_to_keep)
         if cache is None:
             raise NotImplementedError()
         # Hint: the cache says which tokens are new and at which positions; each block gets its layer of the cache.
+        # Hint: leave the new positions' residual stream in `residual`: the given code after this unembeds it.
         raise NotImplementedError()
+        if logits_to_keep:  # the positions whose logits the caller reads: the others skip the unembedding
+            residual = residual[:, -logits_to_keep:]
+        logits = self.unembed(self.ln_final(residual))
         return logits if kv_cache is None else (logits, cache.commit())
 
 
@@ -271,12 +282,14 @@ def open_cache(
     tokens: Int[Tensor, "batch pos"],
     kv_cache: KeyValueCache | Any | None,
     attention_mask: Int[Tensor, "batch pos"] | None,
+    logits_to_keep: int = 0,
 ) -> Any:
     """The cache ``DemoTransformer.forward`` runs ``tokens`` through, after checking the inputs.
 
-    None without a cache and without padding (part 1's pass). Part 4's ``KeyValueCache``, a
-    tensor, becomes a ``GrowingCache`` (a padded batch without a cache starts from an empty
-    one); any other cache must speak the protocol itself (``prepare``, ``update``, ``commit``).
+    None without a cache, without padding and with every position's logits (part 1's pass).
+    Part 4's ``KeyValueCache``, a tensor, becomes a ``GrowingCache`` (a padded batch, or a pass
+    that keeps only the last logits, without a cache starts from an empty one); any other cache
+    must speak the protocol itself (``prepare``, ``update``, ``commit``).
     """
     weight = model.embed.W_E
     # Inputs must be where the weights are: say so here, not in an error from deep inside.
@@ -286,13 +299,13 @@ def open_cache(
             check_same_device("the attention_mask", attention_mask.device, weight.device)
         check_attention_mask(attention_mask, tokens)
     if kv_cache is None:
-        if attention_mask is None:
+        if attention_mask is None and not logits_to_keep:
             return None
         kv_cache = KeyValueCache.new_empty(model.cfg, tokens.shape[0], tokens.device, weight.dtype)
     if isinstance(kv_cache, KeyValueCache):
         kv_cache = kv_cache.on_device_of(weight)
         kv_cache.check_compatible(model.cfg, tokens)
-        return GrowingCache(kv_cache)
+        return GrowingCache(kv_cache, model.cfg.n_ctx)
     if not all(callable(getattr(kv_cache, name, None)) for name in ("prepare", "update", "commit")):
         raise TypeError(
             "kv_cache must be a KeyValueCache or a cache with prepare, update and commit (part 6's caches), "
@@ -301,6 +314,11 @@ def open_cache(
     if callable(getattr(kv_cache, "check_compatible", None)):
         kv_cache.check_compatible(model.cfg, tokens)
     return kv_cache
+
+
+def check_logits_to_keep(logits_to_keep: int) -> None:
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+        raise ValueError(f"logits_to_keep must be an integer >= 0 (0 keeps every position's logits), got {logits_to_keep!r}")
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

@@ -65,7 +65,8 @@ class Beams:
         if self.kv_cache is None or self.cache_rows is None:
             return self.kv_cache
         if hasattr(self.kv_cache, "reorder"):  # part 6: permute the rows in place, once
-            self.kv_cache.reorder(self.cache_rows)
+            # Layer by layer as the model reaches each one, where the cache offers it (StaticKeyValueCache.reorder_later).
+            getattr(self.kv_cache, "reorder_later", self.kv_cache.reorder)(self.cache_rows)
             self.cache_rows = None
             return self.kv_cache
         return self.kv_cache[:, :, self.cache_rows]

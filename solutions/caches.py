@@ -49,6 +49,8 @@ class StaticKeyValueCache:
         self.batch = buffer.shape[2]  # rows in use: reorder and an empty cache's first forward may change it
         self.seq_len = 0
         self.new_pos = 0  # positions the step under way adds (prepare sets it, commit adds it to seq_len)
+        self.pending: tuple | None = None  # a reorder left for the next forward pass (reorder_later)
+        self.checked: Tensor | None = None  # rows checked already (settle's one-layer views: checked by reorder_later)
         # new_empty without a device or dtype: the first forward pass puts the buffer on the model's.
         self.follows_device = self.follows_dtype = False
 
@@ -93,10 +95,12 @@ class StaticKeyValueCache:
     @property
     def k(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:
         """The cached keys: a view of the filled part of the buffer."""
+        self.settle()
         return self.buffer[:, 0, : self.batch, : self.seq_len]
 
     @property
     def v(self) -> Float[Tensor, "n_layers batch seq_len n_heads d_head"]:
+        self.settle()
         return self.buffer[:, 1, : self.batch, : self.seq_len]
 
     def __repr__(self) -> str:
@@ -120,6 +124,8 @@ class StaticKeyValueCache:
         """
         if layer == 0 and self.seq_len == 0:
             self.buffer = placed_buffer(self, k)  # a new generation: where the model computes
+        if self.pending is not None:
+            self.settle(layer)  # beam search's reorder of this layer, just before the layer reads its keys
         ### BEGIN SOLUTION
         # Hint: rows :self.batch, slots seq_len .. seq_len + new_pos - 1; return only the filled slots of those rows.
         end = self.seq_len + k.shape[1]
@@ -136,6 +142,7 @@ class StaticKeyValueCache:
         """
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.seq_len:
             raise ValueError(f"n must be an integer between 0 and the cache's seq_len={self.seq_len}, got {n!r}")
+        self.settle()
         self.seq_len = n
 
     def reorder(self, rows: Int[Tensor, "new_batch"]) -> None:
@@ -145,6 +152,53 @@ class StaticKeyValueCache:
         turns one prompt into ``num_beams`` beams); the buffer grows the first time that
         happens and is reused from then on.
         """
+        self.settle()  # a reorder asked for earlier (reorder_later) comes first
+        rows = self.checked_rows(rows)
+        ### BEGIN SOLUTION
+        # Hint: move only the rows that change (rows[i] != i); a row that a move reads but another move overwrites is saved first.
+        moves = [(i, row) for i, row in enumerate(rows.tolist()) if row != i]
+        overwritten = {i for i, _ in moves}
+        # Layer by layer: what is saved is a few rows of one layer, never a copy of the whole cache.
+        for layer in range(self.buffer.shape[0]):
+            filled = self.buffer[layer, :, :, : self.seq_len]
+            saved = {row: filled[:, row].clone() for _, row in moves if row in overwritten}
+            for i, row in moves:
+                filled[:, i] = saved[row] if row in saved else filled[:, row]
+        self.batch = len(rows)
+        ### END SOLUTION
+
+    def reorder_later(self, rows: Int[Tensor, "new_batch"]) -> None:
+        """``reorder(rows)``, done one layer at a time as the next forward pass reaches each layer (beam search).
+
+        A reorder reads and writes the whole cache; done at once, before the step, it brings every
+        layer's keys in from memory only for attention to read them from memory again, twelve layers
+        of weights later. Done as each layer is about to attend (``update``), the keys it moved are still
+        in the processor's cache when attention reads them. Each layer is reordered by ``reorder`` itself,
+        on a one-layer cache that views this buffer. Reading the keys or values (``k``, ``v``), cropping
+        or reordering again first finishes what is left.
+        """
+        self.settle()
+        rows = self.checked_rows(rows)
+        self.pending = (rows, self.batch, set(range(self.buffer.shape[0])))
+        self.batch = len(rows)
+
+    def settle(self, layer: int | None = None) -> None:
+        """Do the reorder ``reorder_later`` left for ``layer`` (every layer it left when None)."""
+        if self.pending is None:
+            return
+        rows, batch, left = self.pending
+        for todo in sorted(left) if layer is None else [layer] if layer in left else []:
+            one_layer = type(self)(self.buffer[todo : todo + 1])  # a view: its reorder moves this buffer's rows
+            one_layer.batch, one_layer.seq_len, one_layer.checked = batch, self.seq_len, rows
+            one_layer.reorder(rows)
+            left.discard(todo)
+        if not left:
+            self.pending = None
+
+    def checked_rows(self, rows: Int[Tensor, "new_batch"]) -> Int[Tensor, "new_batch"]:
+        """``rows`` as a tensor on the buffer's device, after checking them; the buffer grown to hold them all."""
+        if rows is self.checked:
+            return rows
         rows = torch.as_tensor(rows, device=self.buffer.device)
         if rows.ndim != 1 or rows.is_floating_point() or len(rows) == 0:
             raise ValueError(f"rows must be a non-empty 1-D tensor of row indices, got {rows!r:.80}")
@@ -154,13 +208,7 @@ class StaticKeyValueCache:
             grown = empty_buffer(self.buffer.shape[:2] + (len(rows),) + self.buffer.shape[3:], self.buffer.device, self.buffer.dtype)
             grown[:, :, : self.buffer.shape[2]] = self.buffer
             self.buffer = grown
-        ### BEGIN SOLUTION
-        # Hint: the filled positions of the buffer are self.buffer[:, :, :, :self.seq_len]; rows are dimension 2.
-        filled = self.buffer[:, :, :, : self.seq_len]
-        gathered = filled.index_select(2, rows)
-        filled[:, :, : len(rows)] = gathered
-        self.batch = len(rows)
-        ### END SOLUTION
+        return rows
 
     def check_compatible(self, cfg: Config, tokens: Int[Tensor, "batch pos"]) -> None:
         """Fail loudly, saying what is wrong, rather than silently return wrong logits."""
@@ -188,6 +236,7 @@ class StaticKeyValueCache:
 
     def commit(self) -> "StaticKeyValueCache":
         """Every layer has written its slots: they are filled now. ``model(tokens, cache)`` returns the cache itself."""
+        self.settle()  # every layer has reordered itself by now, unless a model skipped one
         self.seq_len += self.new_pos
         self.new_pos = 0
         return self

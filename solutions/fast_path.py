@@ -85,13 +85,20 @@ class FusedQKV:
         self.key: tuple = ()
         self.fused: FusedAttention | None = None
         self.masks = StepMask()
+        self.n_heads = self.d_head = 0  # the head sizes of the weights fused last
 
     def refresh(self, attn: nn.Module) -> FusedAttention:
-        """``attn``'s fused weights, made again only when one of its weights changed since the last call."""
-        weights = (attn.W_Q, attn.W_K, attn.W_V, attn.b_Q, attn.b_K, attn.b_V, attn.W_O, attn.b_O)
-        key = tuple((w.data_ptr(), w._version, w.dtype) for w in weights)
+        """``attn``'s fused weights, made again only when one of its weights changed since the last call.
+
+        The test reads what the module stores (``stored_tensors``), never ``attn.W_Q`` itself: on a
+        quantised model (part 11) each such read dequantises the whole matrix into a new tensor,
+        which would cost a dequantisation per weight, and a new fusing, at every step.
+        """
+        key = tuple((t.data_ptr(), t._version, t.dtype, t.shape) for name in FUSED_NAMES for t in stored_tensors(attn, name))
         if key != self.key or self.fused is None:
             self.fused, self.key = fuse_qkv(attn), key
+            shape = attn.W_Q.shape  # (n_heads, d_model, d_head); read here, once per fusing, not at every step
+            self.n_heads, self.d_head = shape[0], shape[2]
         return self.fused
 
     def __call__(
@@ -99,7 +106,7 @@ class FusedQKV:
     ) -> tuple[Float[Tensor, "batch pos n_heads d_head"], Float[Tensor, "batch pos n_heads d_head"], Float[Tensor, "batch pos n_heads d_head"]]:
         """``attn``'s queries, keys and values of ``x``, each ``(batch, pos, n_heads, d_head)``."""
         fused = self.refresh(attn)
-        n_heads, d_head = attn.W_Q.shape[0], attn.W_Q.shape[2]
+        n_heads, d_head = self.n_heads, self.d_head
         batch, pos, d_model = x.shape
         ### BEGIN SOLUTION
         # Hint: one torch.addmm(bias, rows, W_QKV) over (batch * pos) rows, then view as (batch, pos, 3, n_heads, d_head).
@@ -134,6 +141,25 @@ class FusedQKV:
         # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
         z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
         return torch.addmm(fused.b_O, z, fused.W_O).view(batch, new_pos, -1)
+
+
+# The weights fuse_qkv reads: a change to any of them makes the fused copy stale.
+FUSED_NAMES = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "W_O", "b_O")
+
+
+def stored_tensors(module: nn.Module, name: str) -> tuple[Tensor, ...]:
+    """What ``module`` stores for its weight ``name``: the parameter itself, or, when a parametrisation
+    computes it (part 11's quantised weights, ``torch.nn.utils.parametrize``), the tensors the
+    parametrisation keeps (``original``, or ``original0``, ``original1``, ... : codes, scales), which
+    change only when the weight does. Reading ``module.<name>`` there would run the parametrisation."""
+    param = module._parameters.get(name)
+    if param is not None:  # a plain parameter (looked up directly: this runs at every step of every layer)
+        return (param,)
+    parametrizations = module._modules.get("parametrizations")
+    if parametrizations is not None and name in parametrizations:
+        kept = parametrizations[name]
+        return tuple(kept.parameters(recurse=False)) + tuple(kept.buffers(recurse=False))
+    return (getattr(module, name),)
 
 
 class StepMask:

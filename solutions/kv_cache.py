@@ -254,8 +254,9 @@ class GrowingCache:
     ``commit`` returns the extended cache; the cache it started from is left as it was.
     """
 
-    def __init__(self, past: KeyValueCache):
+    def __init__(self, past: KeyValueCache, max_len: int | None = None):
         self.past = past
+        self.max_len = max_len  # the most positions the cache will ever hold (the model's n_ctx), when known
         self.layers: list[Tensor | None] = [None] * past.shape[0]
 
     def prepare(
@@ -278,5 +279,53 @@ class GrowingCache:
         return kv[0], kv[1]
 
     def commit(self) -> KeyValueCache:
-        """The extended cache: every layer's keys and values, old and new."""
-        return KeyValueCache(torch.stack(self.layers))
+        """The extended cache: every layer's keys and values, old and new (``Room.extend``)."""
+        return Room.extend(self.past, self.layers, self.max_len)
+
+
+class Room:
+    """The storage a ``KeyValueCache`` grows into: one buffer with room for more positions than it holds.
+
+    ``commit`` puts every layer's keys and values together in one tensor. Stacking them into a new
+    tensor at every step would allocate the whole cache afresh (tens of megabytes for a batch of
+    GPT-2 small), and a fresh allocation that large is memory the operating system maps and zeroes
+    page by page: on a CPU that cost several times the copy itself, a sixth of a batched decode step.
+    So the cache lives in a buffer with room to spare, as a Python list does: a step writes only its
+    new positions after the filled ones, and the committed cache is a view of the filled part.
+    A full buffer is replaced by one twice as long (up to ``max_len``), a copy every doubling.
+
+    Each committed cache's contents stay as they were: later steps write only past ``filled``, the
+    furthest any cache of this buffer reaches, and a step from an older cache (speculative decoding's
+    crop, a second continuation of the same prefix) finds ``filled`` past its own ``seq_len`` and copies
+    into a new buffer. The caches of one buffer share its storage: an in-place change to one shows in
+    the others' common positions.
+    """
+
+    def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_pos n_heads d_head"]):
+        self.buffer = buffer
+        self.filled = 0
+
+    def holds(self, cache: KeyValueCache) -> bool:
+        """``cache`` is this buffer's furthest view: the filled part, at the start of the same storage."""
+        buffer = self.buffer
+        return (cache.seq_len == self.filled and cache.data_ptr() == buffer.data_ptr()
+                and cache.stride() == buffer.stride() and cache.shape[:3] == buffer.shape[:3]
+                and cache.shape[4:] == buffer.shape[4:] and cache.dtype == buffer.dtype)
+
+    @classmethod
+    def extend(cls, past: KeyValueCache, layers: list[Tensor], max_len: int | None = None) -> KeyValueCache:
+        """``past`` extended with ``layers`` (each layer's keys and values, old and new: ``(2, batch, seq_len, n_heads,
+        d_head)``), as a view of a buffer with room: ``past``'s own when it has room after ``past``, else a new one."""
+        old, new = past.seq_len, layers[0].shape[2]
+        room = getattr(past, "room", None)
+        if not isinstance(room, cls) or not room.holds(past) or room.buffer.shape[3] < new:
+            capacity = max(new, 2 * new if max_len is None else min(2 * new, max_len))
+            first = layers[0]
+            room = cls(first.new_empty((len(layers), 2, first.shape[1], capacity) + tuple(first.shape[3:])))
+            old = 0  # a new buffer: every position is copied in
+        for layer, kv in enumerate(layers):
+            room.buffer[layer, :, :, old:new] = kv[:, :, old:]
+        room.filled = new
+        cache = KeyValueCache(room.buffer[:, :, :, :new])
+        cache.room = room
+        return cache

@@ -302,6 +302,7 @@ class DemoTransformer(nn.Module):
         kv_cache: KeyValueCache | Any | None = None,
         *,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
+        logits_to_keep: int = 0,
     ):
         """Logits for the next token at every position of ``tokens``.
 
@@ -313,8 +314,14 @@ class DemoTransformer(nn.Module):
         ``attention_mask`` (part 5) has the shape of ``tokens``: 1 at real tokens, 0 at
         padding. Padding is never attended and positions count real tokens only, so each
         row's logits at its real tokens are those of that row run alone.
+
+        ``logits_to_keep`` (Hugging Face's name): the logits of the last ``logits_to_keep``
+        positions only (0, the default, keeps all). A prefill whose caller reads the last
+        position's logits only (part 5's engine) skips the unembedding of the others, the
+        largest matmul of the model, on a cache's pass.
         """
-        cache = open_cache(self, tokens, kv_cache, attention_mask)
+        check_logits_to_keep(logits_to_keep)
+        cache = open_cache(self, tokens, kv_cache, attention_mask, logits_to_keep)
         if cache is None:
             ### BEGIN SOLUTION
             residual = self.embed(tokens) + self.pos_embed(tokens)
@@ -324,12 +331,15 @@ class DemoTransformer(nn.Module):
             ### END SOLUTION
         ### BEGIN SOLUTION
         # Hint: the cache says which tokens are new and at which positions; each block gets its layer of the cache.
+        # Hint: leave the new positions' residual stream in `residual`: the given code after this unembeds it.
         step = cache.prepare(tokens, attention_mask)
         residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]
         for layer, block in enumerate(self.blocks):
             residual, _ = block(residual, LayerCache(cache, layer, step.mask))
-        logits = self.unembed(self.ln_final(residual))
         ### END SOLUTION
+        if logits_to_keep:  # the positions whose logits the caller reads: the others skip the unembedding
+            residual = residual[:, -logits_to_keep:]
+        logits = self.unembed(self.ln_final(residual))
         return logits if kv_cache is None else (logits, cache.commit())
 
 
@@ -338,12 +348,14 @@ def open_cache(
     tokens: Int[Tensor, "batch pos"],
     kv_cache: KeyValueCache | Any | None,
     attention_mask: Int[Tensor, "batch pos"] | None,
+    logits_to_keep: int = 0,
 ) -> Any:
     """The cache ``DemoTransformer.forward`` runs ``tokens`` through, after checking the inputs.
 
-    None without a cache and without padding (part 1's pass). Part 4's ``KeyValueCache``, a
-    tensor, becomes a ``GrowingCache`` (a padded batch without a cache starts from an empty
-    one); any other cache must speak the protocol itself (``prepare``, ``update``, ``commit``).
+    None without a cache, without padding and with every position's logits (part 1's pass).
+    Part 4's ``KeyValueCache``, a tensor, becomes a ``GrowingCache`` (a padded batch, or a pass
+    that keeps only the last logits, without a cache starts from an empty one); any other cache
+    must speak the protocol itself (``prepare``, ``update``, ``commit``).
     """
     weight = model.embed.W_E
     # Inputs must be where the weights are: say so here, not in an error from deep inside.
@@ -353,13 +365,13 @@ def open_cache(
             check_same_device("the attention_mask", attention_mask.device, weight.device)
         check_attention_mask(attention_mask, tokens)
     if kv_cache is None:
-        if attention_mask is None:
+        if attention_mask is None and not logits_to_keep:
             return None
         kv_cache = KeyValueCache.new_empty(model.cfg, tokens.shape[0], tokens.device, weight.dtype)
     if isinstance(kv_cache, KeyValueCache):
         kv_cache = kv_cache.on_device_of(weight)
         kv_cache.check_compatible(model.cfg, tokens)
-        return GrowingCache(kv_cache)
+        return GrowingCache(kv_cache, model.cfg.n_ctx)
     if not all(callable(getattr(kv_cache, name, None)) for name in ("prepare", "update", "commit")):
         raise TypeError(
             "kv_cache must be a KeyValueCache or a cache with prepare, update and commit (part 6's caches), "
@@ -368,6 +380,11 @@ def open_cache(
     if callable(getattr(kv_cache, "check_compatible", None)):
         kv_cache.check_compatible(model.cfg, tokens)
     return kv_cache
+
+
+def check_logits_to_keep(logits_to_keep: int) -> None:
+    if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
+        raise ValueError(f"logits_to_keep must be an integer >= 0 (0 keeps every position's logits), got {logits_to_keep!r}")
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

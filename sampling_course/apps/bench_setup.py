@@ -59,7 +59,8 @@ class Method:
     name: str  # "uncached", "cached", "static", "engine" or "hf"
     label: str
     run: Callable[[int], list]
-    times: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # wall seconds of each timed round
+    cpu_times: list[float] = field(default_factory=list)  # CPU seconds of the process in the same rounds
 
 
 @dataclass

@@ -328,6 +328,46 @@ def test_a_bfloat16_model_quantises_and_runs_in_bfloat16(impl, tiny, tokens):
         assert model.blocks[0].attn.W_Q.dtype == torch.bfloat16 and model(tokens).dtype == torch.bfloat16
 
 
+# Not graded as the learner's: when part 6's fused copy is stale is decided by given code (FusedQKV.refresh).
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])  # generate and the samplers decode in inference mode
+def test_a_fused_quantised_model_does_not_dequantise_its_attention_weights_at_every_step(impl, tiny, tokens, mode):
+    """Decode steps through the static cache (part 6's fast path) on a quantised, fused model: the attention weights
+    are read through the fused copy made at load, so no step dequantises W_Q, W_K, W_V or W_O (each read of a
+    parametrised weight dequantises it into a new tensor; a staleness test that reads them fuses again at every
+    step); the MLP's weights are dequantised once a step. The logits are those of the fused float twin holding the
+    dequantised weights (the prefill's bit for bit)."""
+    scheme, steps = "int4-g32", 4
+    model = impl.fast_path.fuse_at_load(impl.quantised_model.quantise_model(load_demo(tiny, impl.transformer), scheme))
+    twin = load_demo(tiny, impl.transformer)
+    reads: dict[str, int] = {}
+    with torch.no_grad():
+        for path, name in targets(twin):
+            weight = getattr(twin.get_submodule(path), name)
+            weight.copy_(_from_matrix(name, reference_matrix(impl, _to_matrix(name, weight.detach().clone()), scheme),
+                                      weight.shape))
+            dequantise = model.get_submodule(path).parametrizations[name][0]
+            dequantise.register_forward_hook(lambda *_, name=name: reads.__setitem__(name, reads.get(name, 0) + 1))
+    twin = impl.fast_path.fuse_at_load(twin)
+    prompt = tokens[:, :5]
+    with getattr(torch, mode)():
+        caches = [impl.caches.StaticKeyValueCache.new_empty(tiny.cfg, prompt.shape[0], prompt.shape[1] + steps)
+                  for _ in range(2)]
+        logits = [m(prompt, cache)[0] for m, cache in zip((model, twin), caches)]
+        assert torch.equal(logits[0], logits[1]), "the fused quantised model's prefill differs from its fused twin's"
+        reads.clear()
+        for _ in range(steps):
+            prompt = torch.cat([prompt, logits[1][:, -1:].argmax(-1)], dim=1)
+            logits = [m(prompt, cache)[0] for m, cache in zip((model, twin), caches)]
+            # Close, not equal: a one-row matmul over a dequantised weight (a transposed view) may take another
+            # kernel than over the twin's contiguous copy of the same numbers.
+            torch.testing.assert_close(logits[0], logits[1], **TOL,
+                                       msg="a decode step of the fused quantised model differs from its twin's")
+    layers = tiny.cfg.n_layers
+    assert {name: reads.get(name, 0) for name in ("W_Q", "W_K", "W_V", "W_O")} == dict.fromkeys(("W_Q", "W_K", "W_V", "W_O"), 0), (
+        f"{steps} decode steps dequantised the attention weights {reads} times: the fused copy is not reused")
+    assert reads.get("W_in") == reads.get("W_out") == steps * layers, reads
+
+
 # ---------------------------------------------------------------------------------------
 # Given code (not graded as the learner's): schemes and refusals
 # ---------------------------------------------------------------------------------------

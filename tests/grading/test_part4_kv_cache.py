@@ -412,6 +412,53 @@ def test_arenas_per_layer_contract_still_holds(demo, reference, seed):
     )
 
 
+# Not graded as the learner's: where a committed cache is stored is given code (GrowingCache.commit, Room).
+def test_committed_caches_keep_their_contents_while_later_steps_fill_their_room(KVC, demo, reference, seed):
+    """A step writes only its new positions, into the room the previous cache left (the same storage: no
+    copy of the whole cache at commit); every cache committed earlier keeps its contents, and a step from an
+    older cache (a second continuation of the same prefix) leaves the newer ones alone."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 2, 9, cfg.d_vocab)
+    branch = tokens.clone()
+    branch[:, 6:] = (branch[:, 6:] + 1) % cfg.d_vocab
+    with torch.no_grad():
+        full, full_branch = demo(tokens), demo(branch)
+        _, c6 = demo(tokens[:, :6], KVC.new_empty(cfg, 2))
+        _, c7 = demo(tokens[:, :7], c6)
+        _, c8 = demo(tokens[:, :8], c7)
+        kept = [c.as_subclass(torch.Tensor).clone() for c in (c6, c7, c8)]
+        other, c8b = demo(branch[:, :8], c6)  # from c6 again: c7 and c8 must not change
+        last, c9 = demo(tokens, c8)
+        last_b, _ = demo(branch, c8b)
+    assert c7.data_ptr() == c6.data_ptr() and c8.data_ptr() == c6.data_ptr(), (
+        "consecutive steps should write into the room of the cache before them, not copy it")
+    for cache, before in zip((c6, c7, c8), kept):
+        assert torch.equal(cache.as_subclass(torch.Tensor), before), "a committed cache changed after a later step"
+    assert_close(last, full[:, 8:], "the last step after a continuation from an older cache")
+    assert_close(torch.cat([other, last_b], dim=1), full_branch[:, 6:], "the second continuation of the prefix")
+
+
+def test_logits_to_keep_gives_the_last_positions_logits(KVC, demo, reference, seed):
+    """``logits_to_keep=k`` (Hugging Face's name) returns the last k positions' logits, with a cache, with padding
+    and without either; 0 keeps them all; anything else is refused."""
+    cfg = reference.cfg
+    tokens = random_tokens(seed, 2, 7, cfg.d_vocab)
+    mask = torch.ones_like(tokens)
+    mask[1, :2] = 0
+    with torch.no_grad():
+        full = demo(tokens)
+        padded = demo(tokens, attention_mask=mask)
+        assert_close(demo(tokens, logits_to_keep=2), full[:, -2:], "logits_to_keep=2 without a cache")
+        assert_close(demo(tokens, logits_to_keep=0), full, "logits_to_keep=0")
+        logits, cache = demo(tokens, KVC.new_empty(cfg, 2), logits_to_keep=1)
+        assert_close(logits, full[:, -1:], "logits_to_keep=1 with a cache")
+        assert cache.seq_len == 7, "every position is cached, whatever logits are kept"
+        assert_close(demo(tokens, attention_mask=mask, logits_to_keep=1), padded[:, -1:], "logits_to_keep=1 with padding")
+        for bad in (-1, 1.5, True, "1"):
+            with pytest.raises(ValueError, match="logits_to_keep"):
+                demo(tokens, logits_to_keep=bad)
+
+
 # ---------------------------------------------------------------------------------------
 # Cached sampling
 # ---------------------------------------------------------------------------------------

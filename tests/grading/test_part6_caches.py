@@ -208,6 +208,30 @@ def test_reorder_permutes_rows_in_place(demo, caches, rows):
         assert cache.buffer is buffer, "reorder must reuse the cache's buffer while the rows fit in it"
 
 
+# Not graded as the learner's: reorder_later (beam search's deferred reorder) is given code around the learner's reorder.
+def test_reorder_later_reorders_each_layer_before_it_reads_its_keys(demo, caches, seed):
+    """A reorder left for the next forward pass gives that pass the logits and the cache an immediate reorder gives,
+    and reading k or v in between finishes it first."""
+    cfg = demo.cfg
+    tokens = random_tokens(seed, 3, 7, cfg.d_vocab)
+    rows = torch.tensor([2, 0, 0, 1])
+    with torch.no_grad():
+        now, later, peeked = (caches.StaticKeyValueCache.new_empty(cfg, batch=3, max_len=8) for _ in range(3))
+        for cache in (now, later, peeked):
+            demo(tokens[:, :6], cache)
+        now.reorder(rows)
+        later.reorder_later(rows)
+        peeked.reorder_later(rows)
+        torch.testing.assert_close(peeked.k, now.k, rtol=0, atol=0)
+        torch.testing.assert_close(peeked.v, now.v, rtol=0, atol=0)
+        step = tokens[rows, :7]
+        expected, _ = demo(step, now)
+        actual, _ = demo(step, later)
+    assert later.batch == now.batch == 4 and later.seq_len == now.seq_len == 7
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    torch.testing.assert_close(later.k, now.k, rtol=0, atol=0)
+
+
 @pytest.mark.exercise("StaticKeyValueCache.reorder")
 def test_reorder_rejects_bad_rows(demo, caches):
     cache = caches.StaticKeyValueCache.new_empty(demo.cfg, batch=2, max_len=4)

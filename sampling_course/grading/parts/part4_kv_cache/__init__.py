@@ -41,7 +41,7 @@ EXERCISES: tuple[Exercise, ...] = (
         "residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
         "for layer, block in enumerate(self.blocks):\n"
         "    residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
-        "logits = self.unembed(self.ln_final(residual))\n"
+        "# (the given code after your lines unembeds the residual)\n"
         "# in Attention.forward: k, v = cache.update(k, v)\n"
         "# in step_after: positions = torch.arange(past, tokens.shape[1])[None]\n"
         "# in GrowingCache.update: kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)",
@@ -261,8 +261,7 @@ VARIANTS: list[Variant] = [
             "        residual = torch.nn.functional.embedding(step.new_tokens, self.embed.W_E)\n"
             "        residual = residual + torch.nn.functional.embedding(step.positions, self.pos_embed.W_pos)\n"
             "        for layer in range(self.cfg.n_layers):\n"
-            "            residual, kv = self.blocks[layer](residual, LayerCache(cache, layer, step.mask))\n"
-            "        logits = self.unembed(self.ln_final(residual))\n"),
+            "            residual, kv = self.blocks[layer](residual, LayerCache(cache, layer, step.mask))\n"),
     Variant(4, "cached_forward", "positions of the whole sequence, then sliced", "kv_cache.py",
             "        positions = torch.arange(past, tokens.shape[1], device=tokens.device)[None]\n",
             "        positions = torch.arange(tokens.shape[1], device=tokens.device)[None, past:]\n"),

@@ -50,8 +50,7 @@ CLASSIC_VARIANTS: list[Variant] = [
             "        residual = self.embed(step.new_tokens)\n"
             "        residual += self.pos_embed.W_pos[step.positions]\n"
             "        for i in range(len(self.blocks)):\n"
-            "            residual, _ = self.blocks[i](residual, LayerCache(cache, i, step.mask))\n"
-            "        logits = self.unembed(self.ln_final(residual))\n"),
+            "            residual, _ = self.blocks[i](residual, LayerCache(cache, i, step.mask))\n"),
     Variant(4, "cached_sample", "classic, whole: part 2's classic sample, the cache carried through", "sampling.py",
             SAMPLE_WHOLE, CLASSIC_SAMPLE),
     Variant(4, "cached_beam_search", "classic, whole: part 3's classic generate, cache rows copied", "beams.py",

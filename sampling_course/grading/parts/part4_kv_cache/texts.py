@@ -36,5 +36,4 @@ CACHED_FORWARD = (
     "        residual = self.embed(step.new_tokens) + self.pos_embed.W_pos[step.positions]\n"
     "        for layer, block in enumerate(self.blocks):\n"
     "            residual, _ = block(residual, LayerCache(cache, layer, step.mask))\n"
-    "        logits = self.unembed(self.ln_final(residual))\n"
 )

@@ -43,12 +43,17 @@ EXERCISES: tuple[Exercise, ...] = (
         "Beam search: make row i of the cache hold what row rows[i] held, inside the same buffer.",
         "A permutation done row by row in place overwrites rows that later rows still have to read "
         "(rows = [1, 0]: row 0 becomes row 1, then row 1 copies the new row 0). Read first, then write.",
-        "Gather the filled positions of the selected rows with index_select along the batch dimension "
-        "(dimension 2), which makes a new tensor, then assign it into the first len(rows) rows of the "
-        "buffer and set self.batch.",
-        "filled = self.buffer[:, :, :, :self.seq_len]\n"
-        "gathered = filled.index_select(2, rows)\n"
-        "filled[:, :, :len(rows)] = gathered\n"
+        "Only rows with rows[i] != i move. Layer by layer, first save (clone) every row that a move reads "
+        "but another move overwrites, then copy each moving row from its source (the saved copy where there "
+        "is one); at the end set self.batch. Gathering every row with index_select and writing them back is "
+        "also correct, at the cost of a copy of every row.",
+        "moves = [(i, row) for i, row in enumerate(rows.tolist()) if row != i]\n"
+        "overwritten = {i for i, _ in moves}\n"
+        "for layer in range(self.buffer.shape[0]):\n"
+        "    filled = self.buffer[layer, :, :, :self.seq_len]\n"
+        "    saved = {row: filled[:, row].clone() for _, row in moves if row in overwritten}\n"
+        "    for i, row in moves:\n"
+        "        filled[:, i] = saved[row] if row in saved else filled[:, row]\n"
         "self.batch = len(rows)",
     ),
     exercise(
@@ -118,16 +123,6 @@ MISTAKES: list[Mistake] = [
             "        self.buffer[layer, 1, : self.batch, : k.shape[1]] = v\n",
             why=("every step writes its keys and values at slot 0 instead of at the cache's current "
                  "length.")),
-    Mistake(6, "reorder copies row by row in place (overwrites rows still to be read)", _C,
-            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
-            "        for i, row in enumerate(rows.tolist()):\n            filled[:, :, i] = filled[:, :, row]\n",
-            why=("reorder copies rows one by one into the same buffer, so a row can be overwritten before "
-                 "another child reads it; gather all rows first, then write.")),
-    Mistake(6, "reorder keeps the old batch size", _C,
-            "        filled[:, :, : len(rows)] = gathered\n        self.batch = len(rows)\n",
-            "        filled[:, :, : len(rows)] = gathered\n",
-            why=("after a reorder the cache keeps its old batch size instead of the number of rows it was "
-                 "given.")),
     Mistake(6, "fused QKV in the order K, Q, V", _F,
             "for W in (attn.W_Q, attn.W_K, attn.W_V)], dim=1)", "for W in (attn.W_K, attn.W_Q, attn.W_V)], dim=1)",
             why=("the fused projection stacks the weights as K, Q, V, so the slices taken as queries are "
@@ -213,13 +208,6 @@ VARIANTS: list[Variant] = [
             "        self.buffer[layer, 0, : self.batch, self.seq_len : end] = k\n"
             "        self.buffer[layer, 1, : self.batch, self.seq_len : end] = v\n",
             "        self.buffer[layer, :, : self.batch, self.seq_len : end] = torch.stack([k, v])\n"),
-    Variant(6, "StaticKeyValueCache.reorder", "advanced indexing on the right-hand side (which copies first)", _C,
-            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
-            "        filled[:, :, : len(rows)] = filled[:, :, rows]\n"),
-    Variant(6, "StaticKeyValueCache.reorder", "clone then index_copy_", _C,
-            "        gathered = filled.index_select(2, rows)\n        filled[:, :, : len(rows)] = gathered\n",
-            "        source = filled.clone()\n"
-            "        filled.index_copy_(2, torch.arange(len(rows), device=rows.device), source[:, :, rows])\n"),
     Variant(6, "fast_forward", "a matmul and the bias added after, split with chunk", _F,
             "        qkv = torch.addmm(fused.b_QKV, x.reshape(batch * pos, d_model), fused.W_QKV)\n"
             "        q, k, v = qkv.view(batch, pos, 3, n_heads, d_head).unbind(2)\n",
@@ -485,5 +473,7 @@ VARIANTS += [
             "    first = int(torch.where(done, steps, len(done)).min())\n"
             "    return torch.stack(columns[: first + 1], dim=1)\n"),
 ]
+from sampling_course.grading.parts.part6_caches.reorder import REORDER_MISTAKES, REORDER_VARIANTS  # noqa: E402
 from sampling_course.grading.parts.part6_caches.fixes import FIXES  # noqa: E402  (each mistake's "Fix: " sentence)
-MISTAKES = with_fixes(MISTAKES, FIXES)
+MISTAKES = with_fixes(MISTAKES + REORDER_MISTAKES, FIXES)
+VARIANTS += REORDER_VARIANTS

@@ -13,7 +13,7 @@ FIXES: dict[str, str] = {
     "static cache writes every step at slot 0":
         "write at the current length: buffer[layer, 0, :batch, seq_len:end] = k (and likewise v)",
     "reorder copies row by row in place (overwrites rows still to be read)":
-        "gather every row first, filled.index_select(2, rows), then write the result back in one assignment",
+        "save (clone) every row that a move reads before any move overwrites it, or gather every row first (index_select) and write them back in one assignment",
     "reorder keeps the old batch size": "set self.batch = len(rows) after the reorder",
     "fused QKV in the order K, Q, V":
         "concatenate the weights in the order W_Q, W_K, W_V, matching how the fused output is split",
