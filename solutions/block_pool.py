@@ -326,10 +326,34 @@ class PagedKVCache:
             cfg.n_layers, 2, n_blocks * block_size, cfg.n_heads, cfg.d_head, device=device, dtype=dtype
         )
         self.step: PagedStep | None = None
+        self.read_buffer = torch.empty(0, device=device, dtype=dtype)
 
     def flat(self, layer: int) -> Float[Tensor, "2 n_slots n_heads d_head"]:
         """One layer's keys (index 0) and values (1), slot by slot (a view, no copy)."""
         return self.data[layer]
+
+    def reading(self, n_slots: int) -> tuple[
+        Float[Tensor, "n_slots width"] | None, Float[Tensor, "n_slots width"] | None
+    ]:
+        """Where ``update`` may read ``n_slots`` slots' keys and values into (``out=`` of ``index_select``): two
+        ``(n_slots, n_heads * d_head)`` views of one buffer the cache keeps, so that every layer of every step
+        writes over the same memory. (Reading into a fresh pair of tensors at every layer made part 10's server
+        about 7% slower in CPU time on the serving bench, ``bench-serving --all-at-once``, on a CPU.) What ``update``
+        returns then holds until the next ``update``; attention reads it at once.
+
+        (None, None) where autograd records the step (``index_select`` with ``out=`` refuses it): fresh tensors then.
+        """
+        if torch.is_grad_enabled() and not torch.is_inference_mode_enabled():
+            return None, None
+        width = self.cfg.n_heads * self.cfg.d_head
+        # An inference tensor (made under torch.inference_mode) cannot be written outside it: then a new buffer.
+        if self.read_buffer.numel() < 2 * n_slots * width or (self.read_buffer.is_inference()
+                                                             and not torch.is_inference_mode_enabled()):
+            # At least twice the old size: decode steps read one more key a row each step, and would regrow it often.
+            self.read_buffer = torch.empty(max(2 * n_slots * width, 2 * self.read_buffer.numel()),
+                                           device=self.data.device, dtype=self.data.dtype)
+        both = self.read_buffer[: 2 * n_slots * width].view(2, n_slots, width)
+        return both[0], both[1]
 
     def plan(self, rows: list[list[Segment]]) -> PagedStep:
         """Lay out the next forward pass (``paged_step``); its ``tokens`` are what to give the model."""
@@ -358,16 +382,20 @@ class PagedKVCache:
         step = self.step
         ### BEGIN SOLUTION
         # Hint: write first (a prefill reads its own new keys); keys[step.valid] lines up with step.write_slots.
-        # Then read every row's slots at once: index_select along the slot dimension with the slots flattened, viewed
-        # back as (rows, key_pos, n_heads, d_head). Each slot flattened to one row of n_heads * d_head numbers is one
-        # copy per slot (a 3-D index_select copies head by head, about twice as slow on a CPU when the slots are in
-        # cache; kv[0][step.read_slots] gives the same numbers through the general indexing kernel, slower still).
+        # Then read every row's slots at once: index_select along the slot dimension with the slots flattened, into
+        # the cache's reading buffers (out=, self.reading), viewed back as (rows, key_pos, n_heads, d_head). Each slot
+        # flattened to one row of n_heads * d_head numbers is one copy per slot (a 3-D index_select copies head by
+        # head, about twice as slow on a CPU when the slots are in cache; kv[0][step.read_slots] gives the same
+        # numbers through the general indexing kernel, slower still).
         kv = self.flat(layer)
         kv[0].index_copy_(0, step.write_slots, keys[step.valid])
         kv[1].index_copy_(0, step.write_slots, values[step.valid])
         read = step.read_slots.flatten()
         shape = (*step.read_slots.shape, *kv.shape[2:])
-        return kv[0].flatten(1).index_select(0, read).view(shape), kv[1].flatten(1).index_select(0, read).view(shape)
+        into_keys, into_values = self.reading(read.shape[0])
+        read_keys = torch.index_select(kv[0].flatten(1), 0, read, out=into_keys)
+        read_values = torch.index_select(kv[1].flatten(1), 0, read, out=into_values)
+        return read_keys.view(shape), read_values.view(shape)
         ### END SOLUTION
 
     def commit(self) -> "PagedKVCache":

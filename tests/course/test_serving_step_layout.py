@@ -4,7 +4,10 @@ A prefill pass draws one token per prompt, from the logits after its last positi
 runs the unembedding on those positions alone (Hugging Face's ``logits_to_keep``): counted here at
 the model's own ``unembed``, and the tokens checked against the model run without any cache, one
 token at a time. A decode step's slots may come as tensors (views of each table's slots, as the
-engine hands them out) or as lists of ints: the layout of the step is the same either way.
+engine hands them out) or as lists of ints: the layout of the step is the same either way. The
+paged cache reads each layer's keys and values into one buffer it keeps (its ``reading``), and
+that buffer must not get in the way of a pass run outside ``torch.inference_mode`` or with
+autograd on.
 """
 
 from __future__ import annotations
@@ -67,3 +70,28 @@ def test_a_decode_step_is_laid_out_the_same_from_slot_tensors_and_from_lists():
     for field in ("tokens", "positions", "valid", "write_slots", "read_slots", "mask", "last"):
         assert torch.equal(getattr(as_lists, field), getattr(as_tensors, field)), field
     assert as_tensors.write_slots.tolist() == [s.slots[-1] for s in segments]
+
+
+def test_the_paged_cache_reuses_its_reading_buffer_and_runs_in_every_grad_mode():
+    """Under inference mode two layers' reads land in the same memory (the buffer is reused); the same cache then
+    gives the model's own logits under no_grad (the buffer made under inference mode cannot be written there),
+    with autograd on (index_select refuses out= there), and under inference mode again."""
+    model = tiny_model()
+    tokens = [4, 8, 15, 16, 23, 42, 7]
+    pool, cache = block_pool.BlockPool(8, 4), block_pool.PagedKVCache(model.cfg, 8, 4)
+    table = block_pool.BlockTable(4)
+    table.grow(pool, len(tokens))
+    segment = block_pool.Segment(tokens, 0, table.slots(0, len(tokens)).tolist())
+    with torch.no_grad():
+        expected = model(torch.tensor([tokens]))
+    with torch.inference_mode():
+        plan = cache.plan([[segment]])
+        new = torch.zeros(*plan.tokens.shape, model.cfg.n_heads, model.cfg.d_head)
+        first, _ = cache.update(0, new, new)
+        second, _ = cache.update(1, new, new)
+        assert first.data_ptr() == second.data_ptr(), "each layer's read should reuse the cache's buffer"
+    for mode in (torch.inference_mode, torch.no_grad, torch.enable_grad, torch.inference_mode):
+        with mode():
+            plan = cache.plan([[segment]])
+            logits, _ = model(plan.tokens, cache)
+        torch.testing.assert_close(logits.detach(), expected, msg=lambda m, mode=mode: f"{mode.__name__}: {m}")

@@ -147,8 +147,13 @@ _READ_SETUP = (
     "        read = step.read_slots.flatten()\n"
     "        shape = (*step.read_slots.shape, *kv.shape[2:])\n"
 )
-_READ_BOTH = "kv[0].flatten(1).index_select(0, read).view(shape), kv[1].flatten(1).index_select(0, read).view(shape)\n"
-_READ = _READ_SETUP + "        return " + _READ_BOTH
+_READ_INTO = (
+    "        into_keys, into_values = self.reading(read.shape[0])\n"
+    "        read_keys = torch.index_select(kv[0].flatten(1), 0, read, out=into_keys)\n"
+    "        read_values = torch.index_select(kv[1].flatten(1), 0, read, out=into_values)\n"
+)
+_READ_RETURN = "        return read_keys.view(shape), read_values.view(shape)\n"
+_READ = _READ_SETUP + _READ_INTO + _READ_RETURN
 _POST = (
     "        for request, token in zip(work.requests, tokens):\n"
     "            request.n_computed += work.n_new(request)\n"
@@ -206,7 +211,7 @@ MISTAKES: list[Mistake] = [
                 "forward pass never runs it: it holds its blocks and gets no work"),
     Mistake(10, "keys read before the new ones are written", "block_pool.py",
             _WRITE + _READ,
-            _READ_SETUP + "        old = " + _READ_BOTH + _WRITE + "        return old\n",
+            _READ_SETUP + _READ_INTO + _WRITE + _READ_RETURN,
             why="the keys and values are read from the slots before this step's new ones are written there, so "
                 "every query misses the keys of the positions this step runs, its own included"),
     Mistake(10, "values written over the keys", "block_pool.py", _WRITE,
