@@ -340,7 +340,7 @@ except Exception:
 
 # An engine that places new keys by a formula of its own instead of asking each table's BlockTable.slots (the same
 # slots), and forges the course's call counter as its own process loads it: every MethodCalls counts one call.
-OWN_SLOTS = ("table.slots(0, len(blocks) * table.block_size).tolist()",
+OWN_SLOTS = ("table.slots(0, len(blocks) * table.block_size)",
              "[b * table.block_size + o for b in blocks for o in range(table.block_size)]")
 FORGED_CALLS = """
 try:  # the course's call counter, as this process loads it, always says the method was called
