@@ -1,6 +1,6 @@
 # GENERATED from solutions/transformer.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: b136a9b2842be203a03119a0cbf4799be34de7a9541085c1717e558b005af2a3
+# stub-checksum: b8a7bd61115aeec9771f747c601856d418c5dc32d4ddce34f1808f8d5a93d933
 """Part 1: GPT-2 from scratch.
 
 One small module per concept, in the order the residual stream meets them:
@@ -170,11 +170,17 @@ class MLP(nn.Module):
         self.b_out = nn.Parameter(torch.zeros((cfg.d_model)))
         nn.init.normal_(self.W_in, std=cfg.init_range)
         nn.init.normal_(self.W_out, std=cfg.init_range)
+        # Part 6's fast path sets this (fast_path.fuse_at_load): the same matmuls on weights packed for the CPU's kernel.
+        self.packed: Any = None
 
     def forward(
         self, normalized_resid_mid: Float[Tensor, "batch pos d_model"]
     ) -> Float[Tensor, "batch pos d_model"]:
         """Expand to d_mlp, apply gelu_new, project back to d_model."""
+        if self.packed is not None:  # part 6's fast path (fast_path.PackedMLP); None where it does not apply
+            out = self.packed(self, normalized_resid_mid)
+            if out is not None:
+                return out
         raise NotImplementedError()
 
 
@@ -210,11 +216,17 @@ class Unembed(nn.Module):
         nn.init.normal_(self.W_U, std=cfg.init_range)
         # GPT-2 has no unembedding bias; we keep one (at zero) so other models fit too.
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab), requires_grad=False)
+        # Part 6's fast path sets this (fast_path.fuse_at_load): the same matmul on W_U packed for the CPU's kernel.
+        self.packed: Any = None
 
     def forward(
         self, normalized_resid_final: Float[Tensor, "batch pos d_model"]
     ) -> Float[Tensor, "batch pos d_vocab"]:
         """Map the final residual stream to one logit per vocabulary entry."""
+        if self.packed is not None:  # part 6's fast path (fast_path.PackedUnembed); None where it does not apply
+            out = self.packed(self, normalized_resid_final)
+            if out is not None:
+                return out
         raise NotImplementedError()
 
 

@@ -30,6 +30,8 @@ import torch.nn.functional as F
 from jaxtyping import Bool, Float
 from torch import Tensor
 
+from .transformer import gelu_new
+
 
 @dataclass
 class FusedAttention:
@@ -60,7 +62,8 @@ def fuse_qkv(attn) -> FusedAttention:
 
 
 def fuse_at_load(model: nn.Module) -> nn.Module:
-    """Give every ``Attention`` of ``model`` its fused QKV weights now, and again whenever its weights change.
+    """Give every ``Attention`` of ``model`` its fused QKV weights now, and again whenever its weights change;
+    and every ``MLP`` and ``Unembed`` their matmuls on packed weights (``PackedMLP``, ``PackedUnembed``).
 
     gpt-fast's load hook fuses the weights once, as they are loaded. Here the fused copy is made
     at once, and remade at the next forward pass when a weight has been changed in place
@@ -75,6 +78,10 @@ def fuse_at_load(model: nn.Module) -> nn.Module:
             fused.refresh(module)  # fused now, at load (before the attribute is set, so a failure leaves the model as it was)
             fused.masks = masks
             module.fused_qkv = fused
+        elif all(hasattr(module, name) for name in ("W_in", "b_in", "W_out", "b_out", "packed")):
+            module.packed = PackedMLP()
+        elif all(hasattr(module, name) for name in ("W_U", "b_U", "packed")):
+            module.packed = PackedUnembed()
     return model
 
 
@@ -86,6 +93,7 @@ class FusedQKV:
         self.fused: FusedAttention | None = None
         self.masks = StepMask()
         self.n_heads = self.d_head = 0  # the head sizes of the weights fused last
+        self.W_O = PackedLinear()  # the flattened W_O, packed for rows of more than one position
 
     def refresh(self, attn: nn.Module) -> FusedAttention:
         """``attn``'s fused weights, made again only when one of its weights changed since the last call.
@@ -140,7 +148,8 @@ class FusedQKV:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(attn, new_pos, key_pos, mask, q))
         # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
         z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
-        return torch.addmm(fused.b_O, z, fused.W_O).view(batch, new_pos, -1)
+        out = self.W_O(z, fused.W_O, fused.b_O)
+        return (torch.addmm(fused.b_O, z, fused.W_O) if out is None else out).view(batch, new_pos, -1)
 
 
 # The weights fuse_qkv reads: a change to any of them makes the fused copy stale.
@@ -216,3 +225,94 @@ def additive_mask(visible: Bool[Tensor, "..."], dtype: torch.dtype) -> Float[Ten
     with a boolean mask, and which would reach every later layer through that position's keys.
     """
     return torch.zeros(visible.shape, dtype=dtype, device=visible.device).masked_fill_(~visible, torch.finfo(dtype).min)
+
+
+# ---------------------------------------------------------------------------------------
+# Weights packed for the CPU's matmul kernel
+# ---------------------------------------------------------------------------------------
+
+
+def packing_available() -> bool:
+    """Whether this build of PyTorch has oneDNN's packed-weight matmul (``torch.ops.mkldnn``): x86 and Arm builds do."""
+    try:
+        return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def version_of(t: Tensor) -> int:
+    """``t._version``, which counts its in-place changes (-1 for an inference tensor, which keeps no count)."""
+    return -1 if t.is_inference() else t._version
+
+
+class PackedLinear:
+    """``x @ W + b``, with ``W`` packed once into the layout of oneDNN's matmul kernel, for inputs of several rows.
+
+    A decode step of a batch or of beams multiplies a few rows by each weight. The matmul that ``@`` and
+    ``addmm`` call on a CPU (MKL's) runs such a thin product well below the processor's speed; oneDNN's,
+    given the weight reordered once into its own blocked layout, runs it about twice as fast at 8 or 16
+    rows (``sampling-course bench``, the batched and beam rows). One row is a matrix-vector product, which
+    MKL streams at the speed of memory and the packed kernel does not beat, so one row keeps the plain weight.
+    PyTorch's compiler packs a frozen model's linear weights for a CPU with the same two operators
+    (``mkldnn._reorder_linear_weight``, ``mkldnn._linear_pointwise``).
+
+    ``__call__`` returns None where it does not apply: one row, a weight that is not a plain float32 tensor on
+    the CPU (on a GPU, part 11's quantised weights), a step autograd records, or a build without the kernel;
+    the caller then multiplies as usual. The packed copy costs the weight's memory once more; it is remade
+    when the weight changes (``_version``) or is replaced, and left out of copies and pickles.
+    """
+
+    available: bool | None = None  # packing_available(), asked once
+
+    def __init__(self):
+        self.key: tuple = ()
+        self.packed: Tensor | None = None
+
+    def __call__(
+        self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"] | None, b: Float[Tensor, "d_out"]
+    ) -> Float[Tensor, "*rows d_out"] | None:
+        if W is None or x.numel() <= x.shape[-1] or x.device.type != "cpu" or x.dtype != torch.float32:
+            return None
+        if W.dtype != torch.float32 or W.device.type != "cpu":
+            return None
+        if torch.is_grad_enabled() and (W.requires_grad or x.requires_grad):
+            return None  # the packed kernel has no backward
+        if PackedLinear.available is None:
+            PackedLinear.available = packing_available()
+        if not PackedLinear.available:
+            return None
+        key = (W.data_ptr(), version_of(W), W.shape)
+        if key != self.key or self.packed is None:
+            # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout.
+            self.packed = torch.ops.mkldnn._reorder_linear_weight(W.detach().t().contiguous(), None)
+            self.key = key
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, b.detach(), "none", [], "")
+
+    def __getstate__(self) -> dict:
+        return {"key": (), "packed": None}  # an opaque oneDNN tensor neither copies nor pickles: packed again
+
+    def __deepcopy__(self, memo: dict) -> "PackedLinear":
+        return type(self)()
+
+
+class PackedMLP:
+    """Part 1's ``MLP`` on packed weights (``PackedLinear``): the same two matmuls around the model's ``gelu_new``."""
+
+    def __init__(self):
+        self.W_in, self.W_out = PackedLinear(), PackedLinear()
+
+    def __call__(self, mlp: nn.Module, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"] | None:
+        # The stored parameters: a parametrised weight (part 11's quantised ones) is not packed.
+        W_in, W_out = mlp._parameters.get("W_in"), mlp._parameters.get("W_out")
+        pre = None if W_out is None else self.W_in(x, W_in, mlp.b_in)
+        return None if pre is None else self.W_out(gelu_new(pre), W_out, mlp.b_out)
+
+
+class PackedUnembed:
+    """Part 1's ``Unembed`` on a packed ``W_U`` (``PackedLinear``): one matmul, the largest of the model."""
+
+    def __init__(self):
+        self.W_U = PackedLinear()
+
+    def __call__(self, unembed: nn.Module, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_vocab"] | None:
+        return self.W_U(x, unembed._parameters.get("W_U"), unembed.b_U)

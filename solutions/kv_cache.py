@@ -204,7 +204,7 @@ class LayerCache:
                 "past_kv must be one layer's keys and values, a tensor (2, batch, past_pos, n_heads, d_head), "
                 f"or a LayerCache; got {getattr(past_kv, 'shape', type(past_kv).__name__)}"
             )
-        return _TensorLayer(GrowingCache(KeyValueCache(past_kv.as_subclass(Tensor)[None])), 0)
+        return _TensorLayer(GrowingCache(KeyValueCache(past_kv.as_subclass(Tensor)[None]), keep=False), 0)
 
 
 class _TensorLayer(LayerCache):
@@ -254,10 +254,13 @@ class GrowingCache:
     ``commit`` returns the extended cache; the cache it started from is left as it was.
     """
 
-    def __init__(self, past: KeyValueCache, max_len: int | None = None):
+    def __init__(self, past: KeyValueCache, max_len: int | None = None, keep: bool = True):
         self.past = past
         self.max_len = max_len  # the most positions the cache will ever hold (the model's n_ctx), when known
         self.layers: list[Tensor | None] = [None] * past.shape[0]
+        # keep: each layer's keys and values go into the committed cache's buffer as soon as the layer has them
+        # (False: ARENA's classic one-layer call, which keeps the learner's tensor itself and commits nothing).
+        self.room: Room | None = None if keep else False  # type: ignore[assignment]
 
     def prepare(
         self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
@@ -275,23 +278,34 @@ class GrowingCache:
         # One cat for keys and values together: each copy of the cache costs a full pass.
         kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)
         ### END SOLUTION
-        self.layers[layer] = kv
+        if self.room is False:
+            self.layers[layer] = kv
+        else:
+            # Into the buffer now, not at commit: then this layer's tensor is freed once its attention has read it,
+            # and the next layer's cat reuses that memory, where keeping every layer's until commit would ask the
+            # system for the whole cache afresh at every step (memory it maps and zeroes page by page).
+            if self.room is None:
+                self.room = Room.of(self.past, kv, self.max_len)
+            self.layers[layer] = self.room.write(layer, kv)
         return kv[0], kv[1]
 
     def commit(self) -> KeyValueCache:
-        """The extended cache: every layer's keys and values, old and new (``Room.extend``)."""
-        return Room.extend(self.past, self.layers, self.max_len)
+        """The extended cache: every layer's keys and values, old and new, a view of the buffer ``update`` wrote
+        (``Room``)."""
+        if not isinstance(self.room, Room) or any(kv is None for kv in self.layers):
+            raise RuntimeError("commit comes after every layer's update, once per forward pass")
+        return self.room.commit(self.layers[0].shape[2])
 
 
 class Room:
     """The storage a ``KeyValueCache`` grows into: one buffer with room for more positions than it holds.
 
-    ``commit`` puts every layer's keys and values together in one tensor. Stacking them into a new
+    A forward pass puts every layer's keys and values together in one tensor. Stacking them into a new
     tensor at every step would allocate the whole cache afresh (tens of megabytes for a batch of
     GPT-2 small), and a fresh allocation that large is memory the operating system maps and zeroes
     page by page: on a CPU that cost several times the copy itself, a sixth of a batched decode step.
-    So the cache lives in a buffer with room to spare, as a Python list does: a step writes only its
-    new positions after the filled ones, and the committed cache is a view of the filled part.
+    So the cache lives in a buffer with room to spare, as a Python list does: each layer's ``write`` puts only
+    its new positions after the filled ones, and ``commit`` gives a view of the filled part.
     A full buffer is replaced by one twice as long (up to ``max_len``), a copy every doubling.
 
     Each committed cache's contents stay as they were: later steps write only past ``filled``, the
@@ -304,6 +318,7 @@ class Room:
     def __init__(self, buffer: Float[Tensor, "n_layers 2 batch max_pos n_heads d_head"]):
         self.buffer = buffer
         self.filled = 0
+        self.start = 0  # the first position the pass under way writes (``of``: past's length, or 0 in a new buffer)
 
     def holds(self, cache: KeyValueCache) -> bool:
         """``cache`` is this buffer's furthest view: the filled part, at the start of the same storage."""
@@ -313,19 +328,29 @@ class Room:
                 and cache.shape[4:] == buffer.shape[4:] and cache.dtype == buffer.dtype)
 
     @classmethod
-    def extend(cls, past: KeyValueCache, layers: list[Tensor], max_len: int | None = None) -> KeyValueCache:
-        """``past`` extended with ``layers`` (each layer's keys and values, old and new: ``(2, batch, seq_len, n_heads,
-        d_head)``), as a view of a buffer with room: ``past``'s own when it has room after ``past``, else a new one."""
-        old, new = past.seq_len, layers[0].shape[2]
+    def of(cls, past: KeyValueCache, first: Float[Tensor, "2 batch seq_len n_heads d_head"],
+           max_len: int | None = None) -> "Room":
+        """Where ``past`` extended to ``first``'s length goes: ``past``'s own buffer when it has room after ``past``,
+        else a new one (``first``: a layer's keys and values, old and new; every layer's have its shape)."""
+        new = first.shape[2]
         room = getattr(past, "room", None)
-        if not isinstance(room, cls) or not room.holds(past) or room.buffer.shape[3] < new:
-            capacity = max(new, 2 * new if max_len is None else min(2 * new, max_len))
-            first = layers[0]
-            room = cls(first.new_empty((len(layers), 2, first.shape[1], capacity) + tuple(first.shape[3:])))
-            old = 0  # a new buffer: every position is copied in
-        for layer, kv in enumerate(layers):
-            room.buffer[layer, :, :, old:new] = kv[:, :, old:]
-        room.filled = new
-        cache = KeyValueCache(room.buffer[:, :, :, :new])
-        cache.room = room
+        if isinstance(room, cls) and room.holds(past) and room.buffer.shape[3] >= new:
+            room.start = past.seq_len
+            return room
+        capacity = max(new, 2 * new if max_len is None else min(2 * new, max_len))
+        room = cls(first.new_empty((past.shape[0], 2, first.shape[1], capacity) + tuple(first.shape[3:])))
+        room.start = 0  # a new buffer: every position is copied in
+        return room
+
+    def write(self, layer: int, kv: Float[Tensor, "2 batch seq_len n_heads d_head"]) -> Tensor:
+        """Layer ``layer``'s keys and values, old and new, into the buffer (the positions it lacks); their view."""
+        new = kv.shape[2]
+        self.buffer[layer, :, :, self.start : new] = kv[:, :, self.start :]
+        return self.buffer[layer, :, :, :new]
+
+    def commit(self, new: int) -> KeyValueCache:
+        """The cache of the first ``new`` positions, filled now in every layer: a view of the buffer."""
+        self.filled = new
+        cache = KeyValueCache(self.buffer[:, :, :, :new])
+        cache.room = self
         return cache

@@ -209,11 +209,17 @@ class MLP(nn.Module):
         self.b_out = nn.Parameter(torch.zeros((cfg.d_model)))
         nn.init.normal_(self.W_in, std=cfg.init_range)
         nn.init.normal_(self.W_out, std=cfg.init_range)
+        # Part 6's fast path sets this (fast_path.fuse_at_load): the same matmuls on weights packed for the CPU's kernel.
+        self.packed: Any = None
 
     def forward(
         self, normalized_resid_mid: Float[Tensor, "batch pos d_model"]
     ) -> Float[Tensor, "batch pos d_model"]:
         """Expand to d_mlp, apply gelu_new, project back to d_model."""
+        if self.packed is not None:  # part 6's fast path (fast_path.PackedMLP); None where it does not apply
+            out = self.packed(self, normalized_resid_mid)
+            if out is not None:
+                return out
         ### BEGIN SOLUTION
         # A plain matmul: the positions of every sequence are rows, so each map is one matrix product (the
         # fastest call there is for a decode step, which reads each weight once and does little with it).
@@ -261,11 +267,17 @@ class Unembed(nn.Module):
         nn.init.normal_(self.W_U, std=cfg.init_range)
         # GPT-2 has no unembedding bias; we keep one (at zero) so other models fit too.
         self.b_U = nn.Parameter(torch.zeros(cfg.d_vocab), requires_grad=False)
+        # Part 6's fast path sets this (fast_path.fuse_at_load): the same matmul on W_U packed for the CPU's kernel.
+        self.packed: Any = None
 
     def forward(
         self, normalized_resid_final: Float[Tensor, "batch pos d_model"]
     ) -> Float[Tensor, "batch pos d_vocab"]:
         """Map the final residual stream to one logit per vocabulary entry."""
+        if self.packed is not None:  # part 6's fast path (fast_path.PackedUnembed); None where it does not apply
+            out = self.packed(self, normalized_resid_final)
+            if out is not None:
+                return out
         ### BEGIN SOLUTION
         return normalized_resid_final @ self.W_U + self.b_U
         ### END SOLUTION

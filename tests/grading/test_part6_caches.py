@@ -316,6 +316,44 @@ def test_fuse_qkv_gives_each_heads_queries_keys_values(demo, fast_path, seed):
     torch.testing.assert_close(z.reshape(5, -1) @ fused.W_O, torch.einsum("pnh,nhd->pd", z, attn.W_O), **TOL)
 
 
+# Not graded as the learner's: the packed weights are given code (fast_path.PackedLinear, PackedMLP, PackedUnembed).
+def test_packed_weights_multiply_as_the_plain_weights_and_follow_a_change(fast_path, seed):
+    if not fast_path.packing_available():
+        pytest.skip("this build of PyTorch has no oneDNN packed matmul: the fast path multiplies as usual")
+    g = torch.Generator().manual_seed(seed)
+    W, b, x = torch.randn(16, 24, generator=g), torch.randn(24, generator=g), torch.randn(3, 5, 16, generator=g)
+    packed = fast_path.PackedLinear()
+    with torch.no_grad():
+        torch.testing.assert_close(packed(x, W, b), x @ W + b, **TOL)
+        assert packed(x[:1, :1], W, b) is None, "one row is a matrix-vector product: it keeps the plain weight"
+        assert packed(x.double(), W.double(), b.double()) is None, "only float32 weights are packed"
+        W.mul_(-2.0)  # changed in place: the packed copy is stale
+        torch.testing.assert_close(packed(x, W, b), x @ W + b, **TOL)
+    assert packed(x, W.requires_grad_(), b) is None, "where autograd records, the plain matmul runs"
+
+
+# Not graded as the learner's: given code (fast_path.fuse_at_load, PackedMLP, PackedUnembed).
+def test_a_model_on_packed_weights_copies_pickles_and_learns(demo, fast_path, seed):
+    """Rows of a batch run through the packed MLP and unembedding with the plain model's logits; the fused model
+    deep-copies and pickles (an opaque oneDNN tensor does neither: the copy packs again), and where autograd
+    records, its gradients flow through the model's own weights."""
+    import pickle
+
+    if not fast_path.packing_available():
+        pytest.skip("this build of PyTorch has no oneDNN packed matmul: the fast path multiplies as usual")
+    model = fast_path.fuse_at_load(copy.deepcopy(demo))
+    tokens = random_tokens(seed, 2, 6, demo.cfg.d_vocab)
+    with torch.no_grad():
+        expected = demo(tokens)
+        torch.testing.assert_close(model(tokens), expected, **TOL)
+        assert all(block.mlp.packed.W_in.packed is not None for block in model.blocks), "the MLP's packed kernel did not run"
+        assert model.unembed.packed.W_U.packed is not None, "the unembedding's packed kernel did not run"
+        for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+            torch.testing.assert_close(twin(tokens), expected, **TOL)
+    model(tokens).sum().backward()
+    assert model.blocks[0].mlp.W_in.grad is not None and model.unembed.W_U.grad is not None
+
+
 # ---------------------------------------------------------------------------------------
 # The attention-sink cache
 # ---------------------------------------------------------------------------------------
