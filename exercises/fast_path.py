@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 42680f9ed01f4e518d0bba09eaae8fb236209369c15f3ba46f4cd3f7c13c1d1a
+# stub-checksum: 7def9d39cee28f01afa235ed1c68cdbd7436995027974f9ecff069c886d36a19
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -24,8 +24,8 @@ with the flattened W_O.
 A step of several rows (a batch, beams, a prefill) is another case: each weight multiplies a
 few rows, a thin product that the CPU's default matmul runs well below the processor's speed.
 The fast path packs the MLP's, the unembedding's and W_O's weights once into the layout of
-oneDNN's matmul kernel, which runs it about twice as fast (``PackedLinear``); one row keeps the
-plain weight.
+oneDNN's matmul kernel, which runs it faster (about twice as fast at GPT-2 small's sizes:
+``PackedLinear``); one row, and weights too small to gain, keep the plain weight.
 """
 
 from __future__ import annotations
@@ -99,6 +99,8 @@ class FusedQKV:
         self.masks = StepMask()
         self.n_heads = self.d_head = 0  # the head sizes of the weights fused last
         self.W_O = PackedLinear()  # the flattened W_O, packed for rows of more than one position
+        # Plain parameters, not part 11's quantised ones (whose fused copy is a float copy already: not packed again).
+        self.plain = True
 
     def refresh(self, attn: nn.Module) -> FusedAttention:
         """``attn``'s fused weights, made again only when one of its weights changed since the last call.
@@ -112,6 +114,7 @@ class FusedQKV:
             self.fused, self.key = fuse_qkv(attn), key
             shape = attn.W_Q.shape  # (n_heads, d_model, d_head); read here, once per fusing, not at every step
             self.n_heads, self.d_head = shape[0], shape[2]
+            self.plain = all(name in attn._parameters for name in FUSED_NAMES)
         return self.fused
 
     def __call__(
@@ -149,7 +152,7 @@ class FusedQKV:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(attn, new_pos, key_pos, mask, q))
         # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
         z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
-        out = self.W_O(z, fused.W_O, fused.b_O)
+        out = self.W_O(z, fused.W_O, fused.b_O) if self.plain else None
         return (torch.addmm(fused.b_O, z, fused.W_O) if out is None else out).view(batch, new_pos, -1)
 
 
@@ -246,58 +249,70 @@ def version_of(t: Tensor) -> int:
     return -1 if t.is_inference() else t._version
 
 
-# The smallest weight worth packing, in elements. On a CPU the packed kernel ran 8 rows by a 512 x 512 or 256 x 1024
-# weight faster than addmm (81 against 89, 60 against 94 microseconds), by the story model's 192 x 768 no faster
-# (63 against 55) and by its 192 x 192 slower (21 against 11): there the call costs more than the arithmetic.
+# The smallest weight worth packing, in elements. Timed on a 2-core AVX-512 machine, one thread, 8 rows, median of
+# 100 calls: the packed kernel ran a 512 x 512 or 256 x 1024 weight faster than addmm (81 against 89, 60 against 94
+# microseconds), the story model's 192 x 768 no faster (63 against 55) and its 192 x 192 slower (21 against 11): at
+# those sizes the call costs more than the arithmetic. GPT-2 small's matrices are 590k to 39M elements.
 PACK_FROM = 1 << 18
 
 
 class PackedLinear:
-    """``x @ W + b``, with ``W`` packed once into the layout of oneDNN's matmul kernel, for inputs of several rows.
+    """``x @ W + b``, with ``W`` packed into the layout of oneDNN's matmul kernel, for inputs of several rows.
 
     A decode step of a batch or of beams multiplies a few rows by each weight. The matmul that ``@`` and
     ``addmm`` call on a CPU (MKL's) runs such a thin product well below the processor's speed; oneDNN's,
-    given the weight reordered once into its own blocked layout, runs it about twice as fast at 8 or 16
-    rows (``sampling-course bench``, the batched and beam rows). One row is a matrix-vector product, which
-    MKL streams at the speed of memory and the packed kernel does not beat, so one row keeps the plain weight.
-    PyTorch's compiler packs a frozen model's linear weights for a CPU with the same two operators
-    (``mkldnn._reorder_linear_weight``, ``mkldnn._linear_pointwise``).
+    given the weight reordered once into its own blocked layout, runs it faster, about twice as fast at
+    GPT-2 small's sizes and 8 rows (``sampling-course bench``: the batched and beam rows). One row is a
+    matrix-vector product, which MKL streams at the speed of memory and the packed kernel does not beat,
+    so one row keeps the plain weight. PyTorch's compiler packs a frozen model's linear weights with the
+    same two operators (``mkldnn._reorder_linear_weight``, ``mkldnn._linear_pointwise``) when the batch
+    size may vary (for a fixed one it may take MKL's own packed format instead).
 
-    ``__call__`` returns None where it does not apply: one row, a weight that is not a plain float32 tensor on
-    the CPU (on a GPU, part 11's quantised weights) or is smaller than ``PACK_FROM``, a step autograd records, or
-    a build without the kernel;
-    the caller then multiplies as usual. The packed copy costs the weight's memory once more; it is remade
-    when the weight changes (``_version``) or is replaced, and left out of copies and pickles.
+    The weight is packed at the first call that applies (``applies``): several rows, a plain float32 weight
+    of at least ``PACK_FROM`` elements on the CPU (not on a GPU, not part 11's quantised weights), a step
+    autograd does not record (the kernel has no backward), a build with the kernel. Elsewhere ``__call__``
+    returns None and the caller multiplies as usual. The packed copy costs the weight's memory once more.
+    It is made again when the weight is replaced (another tensor) or changed in place (``_version``; an
+    inference tensor keeps no version, so a change in place to one is not seen), and is left out of copies
+    and pickles.
     """
 
     available: bool | None = None  # packing_available(), asked once
 
     def __init__(self):
-        self.key: tuple = ()
+        self.source: Tensor | None = None  # the weight packed last: held, so that no new tensor takes its memory
+        self.version = -1
         self.packed: Tensor | None = None
+
+    @staticmethod
+    def applies(x: Tensor, W: Tensor | None, b: Tensor) -> bool:
+        """Whether ``x @ W + b`` goes through the packed kernel (see the class)."""
+        if W is None or x.numel() <= x.shape[-1] or x.device.type != "cpu" or x.dtype != torch.float32:
+            return False
+        if W.dtype != torch.float32 or W.device.type != "cpu" or W.numel() < PACK_FROM:
+            return False
+        if torch.is_grad_enabled() and (W.requires_grad or b.requires_grad or x.requires_grad):
+            return False
+        if PackedLinear.available is None:
+            PackedLinear.available = packing_available()
+        return PackedLinear.available
 
     def __call__(
         self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"] | None, b: Float[Tensor, "d_out"]
     ) -> Float[Tensor, "*rows d_out"] | None:
-        if W is None or x.numel() <= x.shape[-1] or x.device.type != "cpu" or x.dtype != torch.float32:
+        if not self.applies(x, W, b):
             return None
-        if W.dtype != torch.float32 or W.device.type != "cpu" or W.numel() < PACK_FROM:
-            return None
-        if torch.is_grad_enabled() and (W.requires_grad or x.requires_grad):
-            return None  # the packed kernel has no backward
-        if PackedLinear.available is None:
-            PackedLinear.available = packing_available()
-        if not PackedLinear.available:
-            return None
-        key = (W.data_ptr(), version_of(W), W.shape)
-        if key != self.key or self.packed is None:
-            # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout.
-            self.packed = torch.ops.mkldnn._reorder_linear_weight(W.detach().t().contiguous(), None)
-            self.key = key
+        if W is not self.source or version_of(W) != self.version or self.packed is None:
+            try:  # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout
+                self.packed = torch.ops.mkldnn._reorder_linear_weight(W.detach().t().contiguous(), None)
+            except (RuntimeError, TypeError):  # a private operator of PyTorch: if it changed, multiply as usual
+                PackedLinear.available = False
+                return None
+            self.source, self.version = W, version_of(W)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, b.detach(), "none", [], "")
 
     def __getstate__(self) -> dict:
-        return {"key": (), "packed": None}  # an opaque oneDNN tensor neither copies nor pickles: packed again
+        return {"source": None, "version": -1, "packed": None}  # an opaque oneDNN tensor neither copies nor pickles
 
     def __deepcopy__(self, memo: dict) -> "PackedLinear":
         return type(self)()
@@ -310,9 +325,11 @@ class PackedMLP:
         self.W_in, self.W_out = PackedLinear(), PackedLinear()
 
     def __call__(self, mlp: nn.Module, x: Float[Tensor, "batch pos d_model"]) -> Float[Tensor, "batch pos d_model"] | None:
-        # The stored parameters: a parametrised weight (part 11's quantised ones) is not packed.
+        # The stored parameters: a parametrised weight (part 11's quantised ones) is not packed. Both or neither.
         W_in, W_out = mlp._parameters.get("W_in"), mlp._parameters.get("W_out")
-        pre = None if W_out is None else self.W_in(x, W_in, mlp.b_in)
+        if not (PackedLinear.applies(x, W_in, mlp.b_in) and PackedLinear.applies(x, W_out, mlp.b_out)):
+            return None
+        pre = self.W_in(x, W_in, mlp.b_in)
         return None if pre is None else self.W_out(gelu_new(pre), W_out, mlp.b_out)
 
 

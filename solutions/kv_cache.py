@@ -260,7 +260,8 @@ class GrowingCache:
         self.layers: list[Tensor | None] = [None] * past.shape[0]
         # keep: each layer's keys and values go into the committed cache's buffer as soon as the layer has them
         # (False: ARENA's classic one-layer call, which keeps the learner's tensor itself and commits nothing).
-        self.room: Room | None = None if keep else False  # type: ignore[assignment]
+        self.keep = keep
+        self.room: Room | None = None
 
     def prepare(
         self, tokens: Int[Tensor, "batch pos"], attention_mask: Int[Tensor, "batch pos"] | None = None
@@ -278,7 +279,7 @@ class GrowingCache:
         # One cat for keys and values together: each copy of the cache costs a full pass.
         kv = torch.cat([past_kv, torch.stack([k, v])], dim=2)
         ### END SOLUTION
-        if self.room is False:
+        if not self.keep:
             self.layers[layer] = kv
         else:
             # Into the buffer now, not at commit: then this layer's tensor is freed once its attention has read it,
@@ -292,7 +293,7 @@ class GrowingCache:
     def commit(self) -> KeyValueCache:
         """The extended cache: every layer's keys and values, old and new, a view of the buffer ``update`` wrote
         (``Room``)."""
-        if not isinstance(self.room, Room) or any(kv is None for kv in self.layers):
+        if self.room is None or any(kv is None for kv in self.layers):
             raise RuntimeError("commit comes after every layer's update, once per forward pass")
         return self.room.commit(self.layers[0].shape[2])
 
@@ -319,6 +320,7 @@ class Room:
         self.buffer = buffer
         self.filled = 0
         self.start = 0  # the first position the pass under way writes (``of``: past's length, or 0 in a new buffer)
+        self.writing = False  # a pass has the buffer (``of``) and has not committed yet
 
     def holds(self, cache: KeyValueCache) -> bool:
         """``cache`` is this buffer's furthest view: the filled part, at the start of the same storage."""
@@ -334,12 +336,14 @@ class Room:
         else a new one (``first``: a layer's keys and values, old and new; every layer's have its shape)."""
         new = first.shape[2]
         room = getattr(past, "room", None)
-        if isinstance(room, cls) and room.holds(past) and room.buffer.shape[3] >= new:
-            room.start = past.seq_len
+        if isinstance(room, cls) and not room.writing and room.holds(past) and room.buffer.shape[3] >= new:
+            room.start, room.writing = past.seq_len, True
             return room
+        # A new buffer (every position copied in): no room after past, or another pass writes past's (it has not
+        # committed: it may be under way, or have stopped with an error), whose positions this pass must not share.
         capacity = max(new, 2 * new if max_len is None else min(2 * new, max_len))
         room = cls(first.new_empty((past.shape[0], 2, first.shape[1], capacity) + tuple(first.shape[3:])))
-        room.start = 0  # a new buffer: every position is copied in
+        room.writing = True
         return room
 
     def write(self, layer: int, kv: Float[Tensor, "2 batch seq_len n_heads d_head"]) -> Tensor:
@@ -350,7 +354,7 @@ class Room:
 
     def commit(self, new: int) -> KeyValueCache:
         """The cache of the first ``new`` positions, filled now in every layer: a view of the buffer."""
-        self.filled = new
+        self.filled, self.writing = new, False
         cache = KeyValueCache(self.buffer[:, :, :, :new])
         cache.room = self
         return cache

@@ -348,7 +348,7 @@ def test_a_fused_quantised_model_does_not_dequantise_its_attention_weights_at_ev
             dequantise = model.get_submodule(path).parametrizations[name][0]
             dequantise.register_forward_hook(lambda *_, name=name: reads.__setitem__(name, reads.get(name, 0) + 1))
     twin = impl.fast_path.fuse_at_load(twin)
-    for block in twin.blocks:  # the quantised MLP weights are not packed (PackedMLP): the twin's MLP takes the same kernel
+    for block in twin.blocks:  # quantised MLP weights are never packed (PackedMLP): nor are the twin's, whatever its size
         block.mlp.packed = None
     prompt = tokens[:, :5]
     with getattr(torch, mode)():

@@ -330,7 +330,10 @@ def test_packed_weights_multiply_as_the_plain_weights_and_follow_a_change(fast_p
         assert packed(x.double(), W.double(), b.double()) is None, "only float32 weights are packed"
         W.mul_(-2.0)  # changed in place: the packed copy is stale
         torch.testing.assert_close(packed(x, W, b), x @ W + b, **TOL)
+        W = torch.randn(512, 512, generator=g)  # another weight in its place
+        torch.testing.assert_close(packed(x, W, b), x @ W + b, **TOL)
     assert packed(x, W.requires_grad_(), b) is None, "where autograd records, the plain matmul runs"
+    assert packed(x, W.requires_grad_(False), b.requires_grad_()) is None, "a trainable bias needs autograd too"
 
 
 # Not graded as the learner's: given code (fast_path.fuse_at_load, PackedMLP, PackedUnembed).
