@@ -32,6 +32,7 @@ from sampling_course.sampling_settings import SamplerSettings
 from .batched_sampling import choose_tokens
 from .block_pool import BlockPool, BlockTable, PagedKVCache, Segment, blocks_needed
 from .outputs import StopStringCriteria
+from .padding import takes_logits_to_keep
 from .penalties import process_logits
 from .prefix_cache import PrefixCachingPool
 from .scheduler import Request, Scheduler, Step
@@ -128,6 +129,7 @@ class Engine:
         self.cache = PagedKVCache(model.cfg, n_blocks, block_size, device=weight.device, dtype=weight.dtype)
         self.scheduler = Scheduler(self.pool, max_running, weight.device, max_step_tokens)
         self.slot_reader = TableSlots()
+        self.keeps_logits = takes_logits_to_keep(model)  # the course's models do; a stand-in may not
         self.n_steps = 0
         self.n_prefill_tokens = 0
 
@@ -172,19 +174,13 @@ class Engine:
             # Where its positions live, as its table says (BlockTable.slots): the new ones are written there.
             segments.append(Segment(request.tokens[start:end], start, self.slot_reader(request.table, 0, end)))
         step = self.cache.plan([segments] if packed else [[segment] for segment in segments])
-        unembed = getattr(self.model, "unembed", None)
-        if step.tokens.shape[1] == 1 or not isinstance(unembed, torch.nn.Module):
-            logits, _ = self.model(step.tokens, self.cache)
-            return logits.flatten(0, 1)[step.last]
-        # Only a segment's last position draws a token: the unembedding (a d_model x d_vocab matmul per position)
-        # runs on those alone, as Hugging Face's logits_to_keep does. The final residual is cut down just before it
-        # (a hook on the model's own unembed for this one pass), so the model's forward pass is the same one.
-        handle = unembed.register_forward_pre_hook(lambda module, args: (args[0].flatten(0, 1)[step.last][None],))
-        try:
-            logits, _ = self.model(step.tokens, self.cache)
-        finally:
-            handle.remove()
-        return logits[0]
+        if step.tokens.shape[0] == 1 and step.tokens.shape[1] > 1 and self.keeps_logits:
+            # Only a segment's last position draws a token: the unembedding (a d_model x d_vocab matmul per position)
+            # runs on those alone (logits_to_keep as a tensor of positions, Hugging Face's form for this case).
+            logits, _ = self.model(step.tokens, self.cache, logits_to_keep=step.last)
+            return logits[0]
+        logits, _ = self.model(step.tokens, self.cache)
+        return logits.flatten(0, 1)[step.last]
 
     def run_step(self, work: Step) -> list[int | None]:
         """Run the step's work: one token for each request whose prompt is done, None for a chunk of a prompt that is

@@ -314,7 +314,7 @@ class DemoTransformer(nn.Module):
         kv_cache: KeyValueCache | Any | None = None,
         *,
         attention_mask: Int[Tensor, "batch pos"] | None = None,
-        logits_to_keep: int = 0,
+        logits_to_keep: int | Tensor = 0,
     ):
         """Logits for the next token at every position of ``tokens``.
 
@@ -327,10 +327,11 @@ class DemoTransformer(nn.Module):
         padding. Padding is never attended and positions count real tokens only, so each
         row's logits at its real tokens are those of that row run alone.
 
-        ``logits_to_keep`` (Hugging Face's name): the logits of the last ``logits_to_keep``
-        positions only (0, the default, keeps all). A prefill whose caller reads the last
-        position's logits only (part 5's engine) skips the unembedding of the others, the
-        largest matmul of the model, on a cache's pass.
+        ``logits_to_keep`` (Hugging Face's name and forms): the logits of the last ``logits_to_keep``
+        positions only (0, the default, keeps all), or, as a 1-D tensor of position indices, of
+        those positions. A prefill whose caller reads the last position's logits only (part 5's
+        engine), or the last of each prompt packed in one row (part 10's), skips the unembedding
+        of the others, the largest matmul of the model, on a cache's pass.
         """
         check_logits_to_keep(logits_to_keep)
         cache = open_cache(self, tokens, kv_cache, attention_mask, logits_to_keep)
@@ -349,8 +350,7 @@ class DemoTransformer(nn.Module):
         for layer, block in enumerate(self.blocks):
             residual, _ = block(residual, LayerCache(cache, layer, step.mask))
         ### END SOLUTION
-        if logits_to_keep:  # the positions whose logits the caller reads: the others skip the unembedding
-            residual = residual[:, -logits_to_keep:]
+        residual = kept_positions(residual, logits_to_keep)  # only the positions whose logits the caller reads
         logits = self.unembed(self.ln_final(residual))
         return logits if kv_cache is None else (logits, cache.commit())
 
@@ -377,7 +377,7 @@ def open_cache(
             check_same_device("the attention_mask", attention_mask.device, weight.device)
         check_attention_mask(attention_mask, tokens)
     if kv_cache is None:
-        if attention_mask is None and not logits_to_keep:
+        if attention_mask is None and isinstance(logits_to_keep, int) and logits_to_keep == 0:
             return None
         kv_cache = KeyValueCache.new_empty(model.cfg, tokens.shape[0], tokens.device, weight.dtype)
     if isinstance(kv_cache, KeyValueCache):
@@ -394,9 +394,24 @@ def open_cache(
     return kv_cache
 
 
-def check_logits_to_keep(logits_to_keep: int) -> None:
+def check_logits_to_keep(logits_to_keep: int | Tensor) -> None:
+    if isinstance(logits_to_keep, Tensor):
+        if logits_to_keep.ndim != 1 or logits_to_keep.is_floating_point() or logits_to_keep.dtype == torch.bool:
+            raise ValueError("logits_to_keep as a tensor must be 1-D integer indices of the positions to keep, got "
+                             f"{logits_to_keep.dtype} of shape {tuple(logits_to_keep.shape)}")
+        return
     if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
-        raise ValueError(f"logits_to_keep must be an integer >= 0 (0 keeps every position's logits), got {logits_to_keep!r}")
+        raise ValueError("logits_to_keep must be an integer >= 0 (0 keeps every position's logits) or a 1-D tensor of "
+                         f"position indices, got {logits_to_keep!r}")
+
+
+def kept_positions(
+    residual: Float[Tensor, "batch pos d_model"], logits_to_keep: int | Tensor
+) -> Float[Tensor, "batch kept d_model"]:
+    """The positions of ``residual`` whose logits the caller reads (``DemoTransformer.forward``'s ``logits_to_keep``)."""
+    if isinstance(logits_to_keep, Tensor):
+        return residual[:, logits_to_keep]
+    return residual[:, -logits_to_keep:] if logits_to_keep else residual
 
 
 def check_attention_mask(attention_mask: Tensor, tokens: Tensor) -> None:

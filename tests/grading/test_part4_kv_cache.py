@@ -440,7 +440,7 @@ def test_committed_caches_keep_their_contents_while_later_steps_fill_their_room(
 
 def test_logits_to_keep_gives_the_last_positions_logits(KVC, demo, reference, seed):
     """``logits_to_keep=k`` (Hugging Face's name) returns the last k positions' logits, with a cache, with padding
-    and without either; 0 keeps them all; anything else is refused."""
+    and without either; 0 keeps them all; a 1-D tensor of positions keeps those; anything else is refused."""
     cfg = reference.cfg
     tokens = random_tokens(seed, 2, 7, cfg.d_vocab)
     mask = torch.ones_like(tokens)
@@ -454,7 +454,10 @@ def test_logits_to_keep_gives_the_last_positions_logits(KVC, demo, reference, se
         assert_close(logits, full[:, -1:], "logits_to_keep=1 with a cache")
         assert cache.seq_len == 7, "every position is cached, whatever logits are kept"
         assert_close(demo(tokens, attention_mask=mask, logits_to_keep=1), padded[:, -1:], "logits_to_keep=1 with padding")
-        for bad in (-1, 1.5, True, "1"):
+        some = torch.tensor([0, 3, 6])  # Hugging Face's other form: the positions to keep
+        assert_close(demo(tokens, logits_to_keep=some), full[:, some], "logits_to_keep=tensor([0, 3, 6])")
+        assert_close(demo(tokens, KVC.new_empty(cfg, 2), logits_to_keep=some)[0], full[:, some], "the same, cached")
+        for bad in (-1, 1.5, True, "1", torch.tensor([[1]]), torch.tensor([1.0]), torch.tensor([True])):
             with pytest.raises(ValueError, match="logits_to_keep"):
                 demo(tokens, logits_to_keep=bad)
 
