@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 7def9d39cee28f01afa235ed1c68cdbd7436995027974f9ecff069c886d36a19
+# stub-checksum: 43968d616de2a0472256d5901fd930b009c5dafc2a7056b8faa8eb2366f49e76
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -301,6 +301,8 @@ class PackedLinear:
         self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"] | None, b: Float[Tensor, "d_out"]
     ) -> Float[Tensor, "*rows d_out"] | None:
         if not self.applies(x, W, b):
+            if W is not self.source:  # another weight, or this one moved or cast: the packed copy is of no more use
+                self.source = self.packed = None
             return None
         if W is not self.source or version_of(W) != self.version or self.packed is None:
             try:  # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout

@@ -306,6 +306,8 @@ class PackedLinear:
         self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"] | None, b: Float[Tensor, "d_out"]
     ) -> Float[Tensor, "*rows d_out"] | None:
         if not self.applies(x, W, b):
+            if W is not self.source:  # another weight, or this one moved or cast: the packed copy is of no more use
+                self.source = self.packed = None
             return None
         if W is not self.source or version_of(W) != self.version or self.packed is None:
             try:  # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout
