@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 43968d616de2a0472256d5901fd930b009c5dafc2a7056b8faa8eb2366f49e76
+# stub-checksum: 1fa687abd04d01a632601ea1d5b71846ae4a70954ae128e8809bb95d0a4fb12a
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -272,15 +272,16 @@ class PackedLinear:
     of at least ``PACK_FROM`` elements on the CPU (not on a GPU, not part 11's quantised weights), a step
     autograd does not record (the kernel has no backward), a build with the kernel. Elsewhere ``__call__``
     returns None and the caller multiplies as usual. The packed copy costs the weight's memory once more.
-    It is made again when the weight is replaced (another tensor) or changed in place (``_version``; an
-    inference tensor keeps no version, so a change in place to one is not seen), and is left out of copies
-    and pickles.
+    It is made again when the weight's memory changes (another tensor, or ``.data`` replaced, moved or cast)
+    or the weight is changed in place (``_version``; an inference tensor keeps no version, so a change in
+    place to one is not seen); it is dropped once its weight no longer applies, and left out of copies and
+    pickles.
     """
 
     available: bool | None = None  # packing_available(), asked once
 
     def __init__(self):
-        self.source: Tensor | None = None  # the weight packed last: held, so that no new tensor takes its memory
+        self.source: Tensor | None = None  # a view of the weight packed last: it holds the weight's memory
         self.version = -1
         self.packed: Tensor | None = None
 
@@ -297,20 +298,32 @@ class PackedLinear:
             PackedLinear.available = packing_available()
         return PackedLinear.available
 
+    def stale(self, W: Tensor | None) -> bool:
+        """Whether the packed copy is not of ``W`` as it is now: other memory (another tensor, or this one's
+        ``.data`` replaced, moved or cast: the held view keeps the old memory from being reused), another shape, or
+        a change in place (``_version``)."""
+        source = self.source
+        return (source is None or W is None or W.data_ptr() != source.data_ptr() or W.shape != source.shape
+                or version_of(W) != self.version)
+
+    def forget_if_stale(self, W: Tensor | None) -> None:
+        """Drop a packed copy that will not be used again (its weight replaced, moved or cast)."""
+        if self.packed is not None and self.stale(W):
+            self.source = self.packed = None
+
     def __call__(
         self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"] | None, b: Float[Tensor, "d_out"]
     ) -> Float[Tensor, "*rows d_out"] | None:
         if not self.applies(x, W, b):
-            if W is not self.source:  # another weight, or this one moved or cast: the packed copy is of no more use
-                self.source = self.packed = None
+            self.forget_if_stale(W)
             return None
-        if W is not self.source or version_of(W) != self.version or self.packed is None:
+        if self.packed is None or self.stale(W):
             try:  # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(W.detach().t().contiguous(), None)
             except (RuntimeError, TypeError):  # a private operator of PyTorch: if it changed, multiply as usual
                 PackedLinear.available = False
                 return None
-            self.source, self.version = W, version_of(W)
+            self.source, self.version = W.detach(), version_of(W)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, b.detach(), "none", [], "")
 
     def __getstate__(self) -> dict:
@@ -330,6 +343,8 @@ class PackedMLP:
         # The stored parameters: a parametrised weight (part 11's quantised ones) is not packed. Both or neither.
         W_in, W_out = mlp._parameters.get("W_in"), mlp._parameters.get("W_out")
         if not (PackedLinear.applies(x, W_in, mlp.b_in) and PackedLinear.applies(x, W_out, mlp.b_out)):
+            self.W_in.forget_if_stale(W_in)
+            self.W_out.forget_if_stale(W_out)
             return None
         pre = self.W_in(x, W_in, mlp.b_in)
         return None if pre is None else self.W_out(gelu_new(pre), W_out, mlp.b_out)

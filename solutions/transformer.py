@@ -333,7 +333,7 @@ class DemoTransformer(nn.Module):
         engine), or the last of each prompt packed in one row (part 10's), skips the unembedding
         of the others, the largest matmul of the model, on a cache's pass.
         """
-        check_logits_to_keep(logits_to_keep)
+        check_logits_to_keep(logits_to_keep, self.embed.W_E.device)
         cache = open_cache(self, tokens, kv_cache, attention_mask, logits_to_keep)
         if cache is None:
             ### BEGIN SOLUTION
@@ -360,7 +360,7 @@ def open_cache(
     tokens: Int[Tensor, "batch pos"],
     kv_cache: KeyValueCache | Any | None,
     attention_mask: Int[Tensor, "batch pos"] | None,
-    logits_to_keep: int = 0,
+    logits_to_keep: int | Tensor = 0,
 ) -> Any:
     """The cache ``DemoTransformer.forward`` runs ``tokens`` through, after checking the inputs.
 
@@ -394,11 +394,13 @@ def open_cache(
     return kv_cache
 
 
-def check_logits_to_keep(logits_to_keep: int | Tensor) -> None:
+def check_logits_to_keep(logits_to_keep: int | Tensor, device: torch.device) -> None:
     if isinstance(logits_to_keep, Tensor):
-        if logits_to_keep.ndim != 1 or logits_to_keep.is_floating_point() or logits_to_keep.dtype == torch.bool:
-            raise ValueError("logits_to_keep as a tensor must be 1-D integer indices of the positions to keep, got "
-                             f"{logits_to_keep.dtype} of shape {tuple(logits_to_keep.shape)}")
+        if logits_to_keep.ndim != 1 or logits_to_keep.dtype not in (torch.int32, torch.int64):
+            raise ValueError("logits_to_keep as a tensor must be 1-D int64 (or int32) indices of the positions to "
+                             f"keep, got {logits_to_keep.dtype} of shape {tuple(logits_to_keep.shape)}")
+        if logits_to_keep.device.type != "cpu":  # indices on the CPU index a tensor anywhere
+            check_same_device("logits_to_keep", logits_to_keep.device, device)
         return
     if isinstance(logits_to_keep, bool) or not isinstance(logits_to_keep, int) or logits_to_keep < 0:
         raise ValueError("logits_to_keep must be an integer >= 0 (0 keeps every position's logits) or a 1-D tensor of "

@@ -36,6 +36,7 @@ def over(fsm, alphabet):
     """``fsm`` with its symbols numbered as ``alphabet`` numbers the same classes of characters. Two alphabets of
     one expression group the characters alike, but may number the groups in another order: interegular numbers
     them in the order of a set, which can differ between two builds in one process, not only between processes."""
+    assert set(fsm.alphabet) == set(alphabet), "the two alphabets name different characters"
     renumber = {}
     for char, symbol in fsm.alphabet.items():
         assert renumber.setdefault(symbol, alphabet[char]) == alphabet[char], (

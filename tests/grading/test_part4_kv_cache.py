@@ -457,7 +457,7 @@ def test_logits_to_keep_gives_the_last_positions_logits(KVC, demo, reference, se
         some = torch.tensor([0, 3, 6])  # Hugging Face's other form: the positions to keep
         assert_close(demo(tokens, logits_to_keep=some), full[:, some], "logits_to_keep=tensor([0, 3, 6])")
         assert_close(demo(tokens, KVC.new_empty(cfg, 2), logits_to_keep=some)[0], full[:, some], "the same, cached")
-        for bad in (-1, 1.5, True, "1", torch.tensor([[1]]), torch.tensor([1.0]), torch.tensor([True])):
+        for bad in (-1, 1.5, True, "1", torch.tensor([[1]]), torch.tensor([1.0]), torch.tensor([1], dtype=torch.uint8)):
             with pytest.raises(ValueError, match="logits_to_keep"):
                 demo(tokens, logits_to_keep=bad)
 

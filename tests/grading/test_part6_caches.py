@@ -339,8 +339,9 @@ def test_packed_weights_multiply_as_the_plain_weights_and_follow_a_change(fast_p
 # Not graded as the learner's: given code (fast_path.fuse_at_load, PackedMLP, PackedUnembed).
 def test_a_model_on_packed_weights_copies_pickles_and_learns(demo, fast_path, seed, monkeypatch):
     """Rows of a batch run through the packed MLP and unembedding with the plain model's logits; the fused model
-    deep-copies and pickles (an opaque oneDNN tensor does neither: the copy packs again), and where autograd
-    records, its gradients flow through the model's own weights. (The stand-in's weights are smaller than any
+    deep-copies and pickles (an opaque oneDNN tensor does neither: the copy packs again), follows a weight given
+    new memory, drops its packed copies once cast, and where autograd records, its gradients flow through the
+    model's own weights. (The stand-in's weights are smaller than any
     worth packing: the threshold is lowered for the test.)"""
     import pickle
 
@@ -356,7 +357,14 @@ def test_a_model_on_packed_weights_copies_pickles_and_learns(demo, fast_path, se
         assert model.unembed.packed.W_U.packed is not None, "the unembedding's packed kernel did not run"
         for twin in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
             torch.testing.assert_close(twin(tokens), expected, **TOL)
-    model(tokens).sum().backward()
+        plain = copy.deepcopy(demo)
+        for m in (model, plain):  # the same Parameter, new memory (what .to() and .data = ... do): packed again
+            m.blocks[0].mlp.W_in.data = plain.blocks[0].mlp.W_in.detach().flip(0)
+        torch.testing.assert_close(model(tokens), plain(tokens), **TOL)
+        model.double()  # cast: nothing applies any more, and the packed copies are dropped
+        model(tokens)
+        assert model.blocks[0].mlp.packed.W_in.packed is None and model.unembed.packed.W_U.packed is None
+    model.float()(tokens).sum().backward()
     assert model.blocks[0].mlp.W_in.grad is not None and model.unembed.W_U.grad is not None
 
 
