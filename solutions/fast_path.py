@@ -67,9 +67,11 @@ def fuse_qkv(attn) -> FusedAttention:
     return FusedAttention(W_QKV.detach().contiguous(), b_QKV.detach().contiguous(), W_O.detach().contiguous(), attn.b_O.detach())
 
 
-def fuse_at_load(model: nn.Module) -> nn.Module:
+def fuse_at_load(model: nn.Module, pack: bool = True) -> nn.Module:
     """Give every ``Attention`` of ``model`` its fused QKV weights now, and again whenever its weights change;
-    and every ``MLP`` and ``Unembed`` their matmuls on packed weights (``PackedMLP``, ``PackedUnembed``).
+    and, with ``pack`` (the default), every ``MLP`` and ``Unembed`` their matmuls on packed weights
+    (``PackedMLP``, ``PackedUnembed``; W_O too). ``pack=False`` keeps their plain matmuls, and no second
+    copy of those weights in memory (about 410 MB for GPT-2 small once packed).
 
     gpt-fast's load hook fuses the weights once, as they are loaded. Here the fused copy is made
     at once, and remade at the next forward pass when a weight has been changed in place
@@ -83,11 +85,12 @@ def fuse_at_load(model: nn.Module) -> nn.Module:
             fused = FusedQKV()
             fused.refresh(module)  # fused now, at load (before the attribute is set, so a failure leaves the model as it was)
             fused.masks = masks
+            fused.W_O = PackedLinear() if pack else None
             module.fused_qkv = fused
         elif all(hasattr(module, name) for name in ("W_in", "b_in", "W_out", "b_out", "packed")):
-            module.packed = PackedMLP()
+            module.packed = PackedMLP() if pack else None
         elif all(hasattr(module, name) for name in ("W_U", "b_U", "packed")):
-            module.packed = PackedUnembed()
+            module.packed = PackedUnembed() if pack else None
     return model
 
 
@@ -99,7 +102,7 @@ class FusedQKV:
         self.fused: FusedAttention | None = None
         self.masks = StepMask()
         self.n_heads = self.d_head = 0  # the head sizes of the weights fused last
-        self.W_O = PackedLinear()  # the flattened W_O, packed for rows of more than one position
+        self.W_O: PackedLinear | None = PackedLinear()  # the flattened W_O, packed for several rows (None: never)
         # Plain parameters, not part 11's quantised ones (whose fused copy is a float copy already: not packed again).
         self.plain = True
 
@@ -157,7 +160,7 @@ class FusedQKV:
             z = F.scaled_dot_product_attention(q, k, v, attn_mask=self.masks(attn, new_pos, key_pos, mask, q))
         # The heads side by side, then W_O as one (n_heads * d_head, d_model) matrix sums them in its matmul.
         z = z.transpose(1, 2).reshape(batch * new_pos, n_heads * d_head)
-        out = self.W_O(z, fused.W_O, fused.b_O) if self.plain else None
+        out = self.W_O(z, fused.W_O, fused.b_O) if self.plain and self.W_O is not None else None
         return (torch.addmm(fused.b_O, z, fused.W_O) if out is None else out).view(batch, new_pos, -1)
 
 

@@ -366,6 +366,11 @@ def test_a_model_on_packed_weights_copies_pickles_and_learns(demo, fast_path, se
         assert model.blocks[0].mlp.packed.W_in.packed is None and model.unembed.packed.W_U.packed is None
     model.float()(tokens).sum().backward()
     assert model.blocks[0].mlp.W_in.grad is not None and model.unembed.W_U.grad is not None
+    unpacked = fast_path.fuse_at_load(model, pack=False)  # the plain matmuls: no second copy of the weights
+    assert all(b.mlp.packed is None and b.attn.fused_qkv.W_O is None for b in unpacked.blocks)
+    assert unpacked.unembed.packed is None
+    with torch.no_grad():
+        torch.testing.assert_close(unpacked(tokens), plain(tokens), **TOL)  # plain: the same swapped W_in
 
 
 # ---------------------------------------------------------------------------------------
