@@ -1,6 +1,6 @@
 # GENERATED from solutions/fast_path.py by `sampling-course make-exercises`.
 # Fill in each `raise NotImplementedError()` below with your own code.
-# stub-checksum: 03d87ffee6bda2e43d93128fa3dda02a2ebf35aee2de3cb8425b24a46357f717
+# stub-checksum: 782ffa0e37ce1151647331e696528ca9954e9cec5ab32c8e84fb3061f684c747
 """Part 6: the fast path, the model's one forward pass made faster where it counts.
 
 A one-token decode step reads every weight of the model once and does little arithmetic
@@ -81,10 +81,9 @@ def fuse_at_load(model: nn.Module, pack: bool = True) -> nn.Module:
     masks = StepMask()  # one for the model: its layers share each step's mask
     for module in model.modules():
         if all(hasattr(module, name) for name in ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V", "fused_qkv")):
-            fused = FusedQKV()
+            fused = FusedQKV(pack)
             fused.refresh(module)  # fused now, at load (before the attribute is set, so a failure leaves the model as it was)
             fused.masks = masks
-            fused.W_O = PackedLinear() if pack else None
             module.fused_qkv = fused
         elif all(hasattr(module, name) for name in ("W_in", "b_in", "W_out", "b_out", "packed")):
             module.packed = PackedMLP() if pack else None
@@ -96,12 +95,12 @@ def fuse_at_load(model: nn.Module, pack: bool = True) -> nn.Module:
 class FusedQKV:
     """An ``Attention``'s queries, keys and values in one matmul, with ``fuse_qkv``'s weights (remade when stale)."""
 
-    def __init__(self):
+    def __init__(self, pack: bool = True):
         self.key: tuple = ()
         self.fused: FusedAttention | None = None
         self.masks = StepMask()
         self.n_heads = self.d_head = 0  # the head sizes of the weights fused last
-        self.W_O: PackedLinear | None = PackedLinear()  # the flattened W_O, packed for several rows (None: never)
+        self.W_O = PackedLinear() if pack else None  # the flattened W_O, packed for several rows (fuse_at_load's pack)
         # Plain parameters, not part 11's quantised ones (whose fused copy is a float copy already: not packed again).
         self.plain = True
 
@@ -112,7 +111,7 @@ class FusedQKV:
         quantised model (part 11) each such read dequantises the whole matrix into a new tensor,
         which would cost a dequantisation per weight, and a new fusing, at every step.
         """
-        key = tuple((t.data_ptr(), t._version, t.dtype, t.shape) for name in FUSED_NAMES for t in stored_tensors(attn, name))
+        key = tuple((t.data_ptr(), version_of(t), t.dtype, t.shape) for name in FUSED_NAMES for t in stored_tensors(attn, name))
         if key != self.key or self.fused is None:
             self.fused, self.key = fuse_qkv(attn), key
             shape = attn.W_Q.shape  # (n_heads, d_model, d_head); read here, once per fusing, not at every step
@@ -198,7 +197,7 @@ class StepMask:
     ) -> Float[Tensor, "..."]:
         """The additive mask for ``new_pos`` queries over ``key_pos`` keys, in ``q``'s dtype and on its device."""
         dtype = q.dtype
-        version = None if mask is None or mask.is_inference() else mask._version
+        version = None if mask is None else version_of(mask)
         key = (new_pos, key_pos, (dtype, q.device), mask, version)
         if len(self.made) != 2 or not same_key(self.made[0], key):
             self.made = (key, additive_mask(visible_keys(attn, new_pos, key_pos, mask, q.device), dtype))
@@ -320,6 +319,12 @@ class PackedLinear:
         if not self.applies(x, W, b):
             self.forget_if_stale(W)
             return None
+        return self.multiply(x, W, b)
+
+    def multiply(
+        self, x: Float[Tensor, "*rows d_in"], W: Float[Tensor, "d_in d_out"], b: Float[Tensor, "d_out"]
+    ) -> Float[Tensor, "*rows d_out"] | None:
+        """``__call__`` where ``applies`` said yes already: packed now if stale (None if the operator fails)."""
         if self.packed is None or self.stale(W):
             try:  # oneDNN takes the weight as (d_out, d_in), nn.Linear's layout
                 self.packed = torch.ops.mkldnn._reorder_linear_weight(W.detach().t().contiguous(), None)
@@ -349,8 +354,8 @@ class PackedMLP:
             self.W_in.forget_if_stale(W_in)
             self.W_out.forget_if_stale(W_out)
             return None
-        pre = self.W_in(x, W_in, mlp.b_in)
-        return None if pre is None else self.W_out(gelu_new(pre), W_out, mlp.b_out)
+        pre = self.W_in.multiply(x, W_in, mlp.b_in)
+        return None if pre is None else self.W_out.multiply(gelu_new(pre), W_out, mlp.b_out)
 
 
 class PackedUnembed:
